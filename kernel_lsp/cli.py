@@ -1,0 +1,158 @@
+"""kernel-lsp command line: serve (the language server) and check (compile diagnostics in a terminal)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+from kernel_lsp import __version__
+
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+CHECKED_SUFFIXES = (".cu", ".cuh", ".py")
+SKIPPED_DIRS = {".git", ".venv", "venv", "__pycache__", "node_modules", "build", "dist", ".tox", ".mypy_cache"}
+# findings that mean the environment is wrong rather than the code: exit status 2
+ENVIRONMENT_CODES = {"nvcc-missing", "host-compiler-missing", "torch-missing"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    _setup_logging(args.log_level, getattr(args, "log_file", None))
+    if args.command == "serve":
+        return _serve(args)
+    if args.command == "check":
+        return _check(args)
+    parser.print_help(sys.stderr)
+    return EXIT_USAGE
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kernel-lsp", description="Language server and checks for GPU kernels.")
+    parser.add_argument("--version", action="version", version=f"kernel-lsp {__version__}")
+    parser.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    sub = parser.add_subparsers(dest="command")
+    serve = sub.add_parser("serve", help="run the language server (stdio by default)")
+    serve.add_argument("--tcp", metavar="HOST:PORT", help="listen on TCP instead of stdio")
+    serve.add_argument("--log-file", help="write logs to this file instead of stderr")
+    check = sub.add_parser("check", help="compile-check files or directories, compiler-style output")
+    check.add_argument("paths", nargs="+", type=Path)
+    check.add_argument("--format", choices=["text", "json"], default="text")
+    check.add_argument("--arch", action="append", help="target architecture, e.g. sm_90 (repeatable)")
+    check.add_argument("--nvcc", help="path to nvcc")
+    check.add_argument("--config", type=Path, help="pyproject.toml to read [tool.kernel-lsp] from "
+                       "(default: the nearest one above the current directory)")
+    return parser
+
+
+def _setup_logging(level: str, log_file: str | None) -> None:
+    handler = logging.FileHandler(log_file) if log_file else logging.StreamHandler(sys.stderr)
+    logging.basicConfig(level=level, handlers=[handler], format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from kernel_lsp.server.setup import create_server
+
+    server = create_server()
+    if args.tcp:
+        host, _, port = args.tcp.rpartition(":")
+        if not host or not port.isdigit():
+            print(f"kernel-lsp: --tcp expects HOST:PORT, got {args.tcp!r}", file=sys.stderr)
+            return EXIT_USAGE
+        server.start_tcp(host, int(port))
+        return EXIT_OK
+    # stdout is the LSP channel: keep a private handle on it, and send every other write to stderr
+    lsp_out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    server.start_io(sys.stdin.buffer, lsp_out)
+    return EXIT_OK
+
+
+def _check(args: argparse.Namespace) -> int:
+    from kernel_lsp.config import pyproject_settings, resolve_settings
+
+    missing = [p for p in args.paths if not p.exists()]
+    if missing:
+        print(f"kernel-lsp: no such file or directory: {', '.join(map(str, missing))}", file=sys.stderr)
+        return EXIT_USAGE
+    config = args.config or _nearest_pyproject(Path.cwd())
+    layer, problems = pyproject_settings(config.parent) if config else ({}, [])
+    overrides = {k: v for k, v in (("arch", args.arch), ("nvccPath", args.nvcc)) if v}
+    settings, more = resolve_settings(layer, overrides)
+    for problem in problems + more:
+        print(f"kernel-lsp: warning: {problem}", file=sys.stderr)
+    files = sorted(set(_expand(args.paths)))
+    findings = asyncio.run(_check_files(files, settings))
+    _print_findings(findings, args.format)
+    if any(f.code in ENVIRONMENT_CODES for f in findings):
+        return EXIT_USAGE
+    return EXIT_FINDINGS if any(f.severity == 1 for f in findings) else EXIT_OK
+
+
+def _nearest_pyproject(start: Path) -> Path | None:
+    for folder in (start, *start.parents):
+        if (folder / "pyproject.toml").is_file():
+            return folder / "pyproject.toml"
+    return None
+
+
+def _expand(paths: list[Path]):
+    for path in paths:
+        if path.is_dir():
+            for root, dirs, names in os.walk(path):
+                dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and not d.startswith("."))
+                yield from (Path(root) / n for n in names if n.endswith(CHECKED_SUFFIXES))
+        else:
+            yield path
+
+
+async def _check_files(files: list[Path], settings) -> list:
+    from kernel_lsp.compile.check import Document
+    from kernel_lsp.compile.service import CompileService
+    from kernel_lsp.findings import path_to_uri
+
+    service = CompileService()
+    slots = asyncio.Semaphore(settings.max_parallel_compiles)
+
+    async def one(path: Path) -> list:
+        async with slots:
+            text = path.read_bytes().decode("utf-8", errors="replace")
+            final = []
+            async for report in service.run(Document(path_to_uri(path), path.resolve(), text), settings):
+                final = report.findings
+            return final
+
+    results = await asyncio.gather(*(one(p) for p in files))
+    return [f for fs in results for f in fs]
+
+
+def _print_findings(findings: list, fmt: str) -> None:
+    from kernel_lsp.findings import uri_to_path
+
+    cwd = Path.cwd()
+    rows = []
+    for f in sorted(findings, key=lambda f: (f.uri, f.range.start, f.code)):
+        path = uri_to_path(f.uri)
+        shown = path.relative_to(cwd) if path.is_relative_to(cwd) else path
+        rows.append((str(shown), f))
+    if fmt == "json":
+        out = [{"path": p, "line": f.range.start.line + 1, "column": f.range.start.character + 1,
+                "endLine": f.range.end.line + 1, "endColumn": f.range.end.character + 1,
+                "severity": f.severity.label, "code": f.code, "message": f.message, "source": f.source,
+                "related": [r.message for r in f.related], "data": f.data} for p, f in rows]
+        print(json.dumps(out, indent=2))
+        return
+    for p, f in rows:
+        print(f"{p}:{f.range.start.line + 1}:{f.range.start.character + 1}: {f.severity.label}: "
+              f"{' '.join(f.message.split())} [{f.code}]")  # one line per finding
+    errors = sum(1 for _, f in rows if f.severity == 1)
+    print(f"{len(rows)} finding{'s' if len(rows) != 1 else ''}, {errors} error{'s' if errors != 1 else ''}",
+          file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,310 @@
+"""Compile checks of one document: Python syntax, nvcc device side, host side; findings stage by stage.
+
+`check_document` is an async generator: it yields the findings known so far after each stage, so the
+editor shows device-side errors and ptxas results while the (slower) host side is still compiling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import AsyncIterator
+
+from kernel_lsp.compile.commands import device_command, host_command
+from kernel_lsp.compile.diagnostics import CompilerMessage, parse_compiler_output, source_column
+from kernel_lsp.compile.process import ProcessResult, run_process
+from kernel_lsp.compile.toolchain import Tool, ToolProblem, TorchHeaders, find_host_compiler, find_nvcc, \
+    find_torch_headers
+from kernel_lsp.compile.units import CompileUnit, cuda_unit, is_cuda_document, is_python_document, \
+    load_inline_units
+from kernel_lsp.config import Settings
+from kernel_lsp.findings import Finding, Range, Related, Severity, path_to_uri
+from kernel_lsp.sources import parse_python
+from profilers.ptxas import KernelResources, parse_ptxas_verbose
+
+log = logging.getLogger(__name__)
+
+SOURCE = "kernel-lsp"
+_SEVERITY = {"error": Severity.ERROR, "fatal": Severity.ERROR, "warning": Severity.WARNING,
+             "remark": Severity.INFORMATION, "note": Severity.INFORMATION}
+_CODE_PREFIX = {"nvcc-frontend": "nvcc", "nvcc": "nvcc", "host-compiler": "host", "ptxas": "ptxas"}
+_WORD = re.compile(r"[A-Za-z_0-9]+|\S")
+
+
+@dataclass(frozen=True)
+class Document:
+    uri: str
+    path: Path
+    text: str
+    version: int | None = None
+
+
+@dataclass
+class StageReport:
+    stage: str  # "python", "device", "host", "done"
+    findings: list[Finding]  # everything known so far, not only this stage's
+    final: bool
+
+
+class Scratch:
+    """Per-document scratch directories where buffers are written for the compilers to read."""
+
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="kernel-lsp-"))
+
+    def directory(self, uri: str) -> Path:
+        d = self.root / hashlib.sha1(uri.encode()).hexdigest()[:16]
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+
+async def check_document(doc: Document, settings: Settings, scratch: Scratch) -> AsyncIterator[StageReport]:
+    findings: list[Finding] = []
+    units: list[CompileUnit] = []
+    if is_python_document(doc.path):
+        findings, units = _python_findings_and_units(doc, settings)
+        yield StageReport("python", _kept(findings, settings), final=False)
+    elif is_cuda_document(doc.path):
+        units = [cuda_unit(doc.path, doc.text, settings.include_dirs, settings.extra_flags)]
+    units = [u for u in units if settings.check_enabled("hostCompile" if u.stage == "host" else "compile")]
+    if not units:
+        yield StageReport("done", _kept(findings, settings), final=True)
+        return
+
+    toolchain_findings, tools = await _toolchain(doc, units, settings)
+    findings += toolchain_findings
+    runnable = [u for u in units if u.stage in tools]
+    directory = scratch.directory(doc.uri)
+    tasks = [asyncio.ensure_future(_run_unit(doc, u, settings, tools, directory)) for u in runnable]
+    try:
+        for done in asyncio.as_completed(tasks):
+            stage, unit_findings = await done
+            findings += unit_findings
+            if len(tasks) > 1:
+                yield StageReport(stage, _kept(findings, settings), final=False)
+    finally:
+        for task in tasks:
+            task.cancel()
+    yield StageReport("done", _kept(findings, settings), final=True)
+
+
+def _kept(findings: list[Finding], settings: Settings) -> list[Finding]:
+    return [f for f in findings if not settings.is_ignored(f.code)]
+
+
+def _python_findings_and_units(doc: Document, settings: Settings) -> tuple[list[Finding], list[CompileUnit]]:
+    model = parse_python(doc.text)
+    findings: list[Finding] = []
+    if model.syntax_error is not None and settings.check_enabled("pythonSyntax"):
+        findings.append(Finding(doc.uri, model.syntax_error.range, Severity.ERROR, SOURCE, "python-syntax",
+                                model.syntax_error.message))
+    units: list[CompileUnit] = []
+    for ext in model.extensions:
+        for problem in ext.problems:
+            findings.append(Finding(doc.uri, ext.call_range, Severity.INFORMATION, SOURCE, "extension-unresolved",
+                                    f"{problem} (this part is not compiled by kernel-lsp)"))
+        if ext.kind == "load":
+            findings += _missing_source_files(doc, ext)
+        else:
+            units += load_inline_units(ext, doc.path, settings.include_dirs)
+    return findings, units
+
+
+def _missing_source_files(doc: Document, ext) -> list[Finding]:
+    missing = [s for s in ext.source_files if not (doc.path.parent / s).is_file()]
+    return [Finding(doc.uri, ext.call_range, Severity.WARNING, SOURCE, "extension-source-missing",
+                    f"cpp_extension.load source '{s}' does not exist (relative to {doc.path.parent})")
+            for s in missing]
+
+
+async def _toolchain(doc: Document, units: list[CompileUnit], settings: Settings
+                     ) -> tuple[list[Finding], dict[str, object]]:
+    """The tools each stage needs; a missing one becomes a finding and its stage is skipped."""
+    tools: dict[str, object] = {}
+    findings: list[Finding] = []
+    needs_torch = any(u.torch_flags for u in units)
+    torch: TorchHeaders | None = None
+    if needs_torch:
+        try:
+            torch = await find_torch_headers(settings)
+        except ToolProblem as exc:
+            findings.append(_tool_finding(doc, units, str(exc), "torch-missing"))
+            return findings, tools
+    for stage, finder, code in (("device", find_nvcc, "nvcc-missing"), ("host", find_host_compiler, "host-compiler-missing")):
+        if any(u.stage == stage for u in units):
+            try:
+                tools[stage] = await finder(settings)
+            except ToolProblem as exc:
+                findings.append(_tool_finding(doc, units, str(exc), code))
+    tools["torch"] = torch
+    return findings, tools
+
+
+def _tool_finding(doc: Document, units: list[CompileUnit], message: str, code: str) -> Finding:
+    return Finding(doc.uri, units[0].fallback_range, Severity.ERROR, SOURCE, code, message,
+                   data={"toolProblem": True})
+
+
+async def _run_unit(doc: Document, unit: CompileUnit, settings: Settings, tools: dict,
+                    directory: Path) -> tuple[str, list[Finding]]:
+    (directory / unit.file_name).write_text(unit.text, encoding="utf-8")
+    tool: Tool = tools[unit.stage]
+    torch: TorchHeaders | None = tools.get("torch")
+    if unit.stage == "device":
+        argv = device_command(tool.path, unit, settings, torch, os.devnull)
+    else:
+        argv = host_command(tool.path, unit, settings, torch)
+    try:
+        result = await run_process(argv, timeout_s=settings.compile_timeout_s, cwd=str(directory))
+    except OSError as exc:
+        return unit.stage, [Finding(doc.uri, unit.fallback_range, Severity.ERROR, SOURCE, "compile-failed",
+                                    f"{argv[0]} could not be started: {exc}")]
+    log.info("%s %s: exit %s in %.2fs", unit.stage, unit.label, result.returncode, result.duration_s)
+    return unit.stage, unit_findings(doc, unit, result, settings, directory)
+
+
+def unit_findings(doc: Document, unit: CompileUnit, result: ProcessResult, settings: Settings,
+                  directory: Path) -> list[Finding]:
+    if result.timed_out:
+        return [Finding(doc.uri, unit.fallback_range, Severity.ERROR, SOURCE, "compile-timeout",
+                        f"{Path(result.argv[0]).name} did not finish {unit.label} within "
+                        f"{settings.compile_timeout_s:g} s and was stopped (setting 'compileTimeoutS')")]
+    messages = parse_compiler_output(result.stderr + "\n" + result.stdout)
+    findings = [f for m in messages if (f := message_finding(doc, unit, m, directory)) is not None]
+    if unit.stage == "device" and settings.check_enabled("resourceUsage") and result.returncode == 0:
+        findings += resource_findings(doc, unit, parse_ptxas_verbose(result.stderr + "\n" + result.stdout))
+    if result.returncode != 0 and not any(f.severity == Severity.ERROR for f in findings):
+        tail = (result.stderr.strip() or result.stdout.strip())[-800:]
+        findings.append(Finding(doc.uri, unit.fallback_range, Severity.ERROR, SOURCE, "compile-failed",
+                                f"{Path(result.argv[0]).name} failed on {unit.label} (exit status "
+                                f"{result.returncode}):\n{tail}"))
+    return findings
+
+
+def message_finding(doc: Document, unit: CompileUnit, msg: CompilerMessage, directory: Path) -> Finding | None:
+    severity = _SEVERITY.get(msg.severity, Severity.WARNING)
+    code = f"{_CODE_PREFIX.get(msg.tool, 'nvcc')}-{'error' if severity == Severity.ERROR else msg.severity}"
+    text = msg.message + (f" [#{msg.code}]" if msg.code and msg.tool == "nvcc-frontend" else "")
+    data = {"tool": msg.tool, "diagnostic": msg.code} if msg.code else {"tool": msg.tool}
+    related = tuple(r for r in (_related(unit, rel, directory) for rel in msg.related) if r is not None)
+    if msg.file is None or msg.line is None:
+        rng = _symbol_range(unit, getattr(msg, "symbol", None)) or unit.fallback_range
+        return Finding(doc.uri, rng, severity, SOURCE, code, text, related, data)
+    if _is_unit_file(msg.file, unit, directory):
+        rng = _unit_range(unit, msg.line - 1, _unit_column(unit, msg))
+        return Finding(doc.uri, rng or unit.fallback_range, severity, SOURCE, code, text, related, data)
+    # inside an included file: shown on the #include line that leads there, the header itself as related
+    header = Path(msg.file) if Path(msg.file).is_absolute() else directory / msg.file
+    where = Related(path_to_uri(header), Range.of(msg.line - 1, max((msg.column or 1) - 1, 0)), msg.message)
+    rng = _include_line_range(unit, header.name) or unit.fallback_range
+    return Finding(doc.uri, rng, severity, SOURCE, code, f"In included file {header.name}:{msg.line}: {text}",
+                   (where,) + related, data)
+
+
+def _is_unit_file(file: str, unit: CompileUnit, directory: Path) -> bool:
+    p = Path(file)
+    return p.name == unit.file_name and (not p.is_absolute() or p.parent == directory)
+
+
+def _unit_column(unit: CompileUnit, msg: CompilerMessage) -> int:
+    lines = unit.lines
+    line = msg.line - 1
+    if msg.echo is not None and msg.echo_column and 0 <= line < len(lines):
+        return source_column(msg.echo, msg.echo_column, lines[line]) - 1
+    if msg.column:
+        return msg.column - 1
+    if 0 <= line < len(lines):
+        return len(lines[line]) - len(lines[line].lstrip())
+    return 0
+
+
+def _unit_range(unit: CompileUnit, line: int, col: int) -> Range | None:
+    """The token at (line, col) of the unit, in document coordinates."""
+    lines = unit.lines
+    if not 0 <= line < len(lines):
+        return None
+    text = lines[line]
+    match = _WORD.match(text, col) if col < len(text) else None
+    end = match.end() if match else col + 1
+    rng = Range.of(line, col, line, end)
+    if unit.source_map is None:
+        return rng
+    return unit.source_map.range_to_original(rng)
+
+
+def _related(unit: CompileUnit, rel, directory: Path) -> Related | None:
+    if rel.file is None or rel.line is None:
+        return None
+    if _is_unit_file(rel.file, unit, directory):
+        return None  # positions inside the scratch copy mean nothing to the editor; the message keeps the text
+    path = Path(rel.file) if Path(rel.file).is_absolute() else directory / rel.file
+    return Related(path_to_uri(path), Range.of(rel.line - 1, max((rel.column or 1) - 1, 0)), rel.message)
+
+
+def _include_line_range(unit: CompileUnit, header_name: str) -> Range | None:
+    pattern = re.compile(r'^\s*#\s*include\s*[<"]([^>"]*)[>"]')
+    for number, line in enumerate(unit.lines):
+        m = pattern.match(line)
+        if m and Path(m.group(1)).name == header_name:
+            return _unit_range(unit, number, m.start(1))
+    return None
+
+
+def _symbol_range(unit: CompileUnit, symbol: str | None) -> Range | None:
+    if not symbol:
+        return None
+    for kernel, rng in unit.kernels:
+        if re.search(rf"\d{kernel.name}(?:I|[A-Z]|v|$)", symbol) or symbol == kernel.name:
+            return rng
+    return None
+
+
+def resource_findings(doc: Document, unit: CompileUnit, resources: list[KernelResources]) -> list[Finding]:
+    """Per kernel: one Information finding with its ptxas figures, and a Warning when it spills."""
+    by_name: dict[str, list[KernelResources]] = {}
+    for r in resources:
+        if r.is_entry:
+            by_name.setdefault(r.base_name, []).append(r)
+    findings: list[Finding] = []
+    for kernel, rng in unit.kernels:
+        entries = by_name.get(kernel.name, [])
+        if not entries:
+            continue
+        summary = "; ".join(_resource_summary(r, len(entries) > 1) for r in entries)
+        findings.append(Finding(doc.uri, rng, Severity.INFORMATION, SOURCE, "ptxas-resources",
+                                f"{kernel.name}: {summary}",
+                                data={"kernel": kernel.name, "resources": [_resource_data(r) for r in entries]}))
+        for r in entries:
+            if r.spill_stores or r.spill_loads:
+                findings.append(Finding(
+                    doc.uri, rng, Severity.WARNING, SOURCE, "ptxas-spill",
+                    f"{r.name} spills registers on {r.arch}: {r.spill_stores} bytes spill stores, "
+                    f"{r.spill_loads} bytes spill loads ({r.registers} registers used); spilled values "
+                    "live in local memory, which is as slow as global memory",
+                    data={"kernel": kernel.name, "arch": r.arch, "spillStores": r.spill_stores,
+                          "spillLoads": r.spill_loads, "registers": r.registers}))
+    return findings
+
+
+def _resource_summary(r: KernelResources, with_name: bool) -> str:
+    parts = [f"{r.registers} registers"]
+    if r.stack_frame:
+        parts.append(f"{r.stack_frame} B stack")
+    if r.spill_stores or r.spill_loads:
+        parts.append(f"{r.spill_stores}/{r.spill_loads} B spill stores/loads")
+    parts.append(f"{r.shared_bytes} B smem")
+    parts.append(f"{r.barriers} barrier{'s' if r.barriers != 1 else ''}")
+    head = f"{r.name} on {r.arch}" if with_name else r.arch
+    return f"{head}: " + ", ".join(parts)
+
+
+def _resource_data(r: KernelResources) -> dict:
+    return {"name": r.name, "arch": r.arch, "registers": r.registers, "stackFrame": r.stack_frame,
+            "spillStores": r.spill_stores, "spillLoads": r.spill_loads, "sharedBytes": r.shared_bytes,
+            "barriers": r.barriers}

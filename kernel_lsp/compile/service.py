@@ -1,0 +1,78 @@
+"""Compile checks with the content-addressed cache in front: the one entry point the server and CLI use."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import AsyncIterator
+
+from kernel_lsp.compile.check import Document, Scratch, StageReport, check_document
+from kernel_lsp.compile.toolchain import ToolProblem, find_host_compiler, find_nvcc, find_torch_headers
+from kernel_lsp.config import Settings
+from kernel_lsp.jobs.cache import ResultCache, cache_key
+
+_QUOTED_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"\n]+)"', re.MULTILINE)
+_MAX_DEPENDENCIES = 256
+# results that say the run itself went wrong are not cached: the next save should try again
+_TRANSIENT_CODES = {"compile-timeout", "compile-failed", "nvcc-missing", "host-compiler-missing", "torch-missing"}
+CACHE_FORMAT = 1
+
+
+class CompileService:
+    def __init__(self, cache: ResultCache | None = None) -> None:
+        self.cache = cache or ResultCache()
+        self.scratch = Scratch()
+
+    async def run(self, doc: Document, settings: Settings) -> AsyncIterator[StageReport]:
+        key = cache_key(CACHE_FORMAT, doc.uri, doc.text, settings.fingerprint(), settings.ignore,
+                        await _tool_fingerprint(doc, settings))
+        cached = self.cache.get(key)
+        if cached is not None:
+            yield StageReport("cache", cached, final=True)
+            return
+        last: StageReport | None = None
+        async for report in check_document(doc, settings, self.scratch):
+            last = report
+            yield report
+        if last is not None and not any(f.code in _TRANSIENT_CODES for f in last.findings):
+            self.cache.put(key, last.findings, quoted_dependencies(doc.path, doc.text, settings.include_dirs))
+
+
+async def _tool_fingerprint(doc: Document, settings: Settings) -> list[str]:
+    """Versions of the tools that would compile this document (or why they are missing)."""
+    finders = [find_nvcc]
+    if doc.path.suffix == ".py":
+        finders += [find_host_compiler, find_torch_headers]
+    parts = []
+    for finder in finders:
+        try:
+            parts.append(repr(await finder(settings)))
+        except ToolProblem as exc:
+            parts.append(str(exc))
+    return parts
+
+
+def quoted_dependencies(path: Path, text: str, include_dirs: tuple[str, ...]) -> list[Path]:
+    """Files reachable through #include "..." from the buffer, searched as the preprocessor would."""
+    found: list[Path] = []
+    seen: set[Path] = set()
+    pending = [(path.parent, text)]
+    while pending and len(found) < _MAX_DEPENDENCIES:
+        directory, source = pending.pop()
+        for name in _QUOTED_INCLUDE.findall(source):
+            for base in (directory, *map(Path, include_dirs)):
+                candidate = (base / name).resolve()
+                if candidate.is_file():
+                    if candidate not in seen:
+                        seen.add(candidate)
+                        found.append(candidate)
+                        pending.append((candidate.parent, _read(candidate)))
+                    break
+    return found
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""

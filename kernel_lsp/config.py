@@ -1,0 +1,151 @@
+"""Typed settings, read from initializationOptions, workspace/configuration and [tool.kernel-lsp].
+
+Keys are camelCase in JSON (snake_case and kebab-case are accepted too, for pyproject.toml).
+An invalid value produces one problem message and the default is kept for that key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_type_hints
+
+CHECK_NAMES = ("compile", "resourceUsage", "hostCompile", "pythonSyntax")
+RESOURCE_USAGE_MODES = ("diagnostic", "codeLens", "both", "off")
+_ARCH_RE = re.compile(r"^(sm|compute)_\d+[a-z]?$")
+
+
+@dataclass(frozen=True)
+class Settings:
+    nvcc_path: str = ""  # empty: PATH, then $CUDA_HOME/bin, then /usr/local/cuda/bin
+    arch: tuple[str, ...] = ("sm_90",)
+    extra_flags: tuple[str, ...] = ()
+    include_dirs: tuple[str, ...] = ()
+    host_compiler: str = ""  # empty: $CXX, then c++, then g++
+    python_path: str = ""  # interpreter whose torch headers load_inline sources compile against
+    torch_include_dirs: tuple[str, ...] = ()
+    debounce_ms: int = 500
+    compile_on_change: bool = True
+    compile_timeout_s: float = 120.0
+    max_parallel_compiles: int = 2
+    resource_usage: str = "both"
+    checks: dict[str, bool] = field(default_factory=lambda: {name: True for name in CHECK_NAMES})
+    ignore: tuple[str, ...] = ()  # finding codes (or code prefixes ending in '*') never reported
+
+    def check_enabled(self, name: str) -> bool:
+        return self.checks.get(name, True)
+
+    def is_ignored(self, code: str) -> bool:
+        return any(code == c or (c.endswith("*") and code.startswith(c[:-1])) for c in self.ignore)
+
+    def with_updates(self, raw: dict[str, Any]) -> tuple["Settings", list[str]]:
+        """A copy with the valid entries of `raw` applied; problems name each rejected key."""
+        problems: list[str] = []
+        updates: dict[str, Any] = {}
+        hints = get_type_hints(Settings)
+        known = {f.name for f in dataclasses.fields(Settings)}
+        for key, value in raw.items():
+            name = _snake(key)
+            if name not in known:
+                problems.append(f"unknown setting '{key}'")
+                continue
+            try:
+                updates[name] = _convert(name, hints[name], value, getattr(self, name))
+            except (TypeError, ValueError) as exc:
+                problems.append(f"setting '{_camel(name)}': {exc}; using {getattr(self, name)!r}")
+        return dataclasses.replace(self, **updates), problems
+
+    def fingerprint(self) -> tuple:
+        """What in the settings changes a compile's result (part of the cache key)."""
+        return (self.arch, self.extra_flags, self.include_dirs, self.host_compiler, self.torch_include_dirs,
+                tuple(sorted(self.checks.items())))
+
+
+def _snake(key: str) -> str:
+    key = key.replace("-", "_")
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", key).lower()
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.capitalize() for p in rest)
+
+
+def _convert(name: str, hint: Any, value: Any, current: Any) -> Any:
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise TypeError(f"expected true or false, got {value!r}")
+        return value
+    if hint is int or hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"expected a number, got {value!r}")
+        if value < 0:
+            raise ValueError(f"must not be negative, got {value!r}")
+        return hint(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise TypeError(f"expected a string, got {value!r}")
+        if name == "resource_usage" and value not in RESOURCE_USAGE_MODES:
+            raise ValueError(f"expected one of {', '.join(RESOURCE_USAGE_MODES)}, got {value!r}")
+        return value
+    if name == "checks":
+        return _convert_checks(value, current)
+    # tuple[str, ...]: a list of strings, or one string
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(v, str) for v in items):
+        raise TypeError(f"expected a list of strings, got {value!r}")
+    if name == "arch":
+        bad = [a for a in items if not _ARCH_RE.match(a)]
+        if bad or not items:
+            raise ValueError(f"expected architectures like 'sm_90', got {value!r}")
+    return tuple(items)
+
+
+def _convert_checks(value: Any, current: dict[str, bool]) -> dict[str, bool]:
+    if not isinstance(value, dict):
+        raise TypeError(f"expected an object of check names to true/false, got {value!r}")
+    merged = dict(current)
+    for key, on in value.items():
+        if key not in CHECK_NAMES:
+            raise ValueError(f"unknown check '{key}' (known: {', '.join(CHECK_NAMES)})")
+        if not isinstance(on, bool):
+            raise TypeError(f"check '{key}' expects true or false, got {on!r}")
+        merged[key] = on
+    return merged
+
+
+def unwrap_section(raw: Any) -> dict[str, Any]:
+    """Clients send settings either flat or under a 'kernelLsp' / 'kernel-lsp' key."""
+    if not isinstance(raw, dict):
+        return {}
+    for key in ("kernelLsp", "kernel-lsp", "kernel_lsp"):
+        if isinstance(raw.get(key), dict):
+            return raw[key]
+    return raw
+
+
+def pyproject_settings(folder: Path) -> tuple[dict[str, Any], list[str]]:
+    """[tool.kernel-lsp] of folder/pyproject.toml, and a problem if the file cannot be read."""
+    path = folder / "pyproject.toml"
+    if not path.is_file():
+        return {}, []
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        return {}, [f"{path}: cannot read [tool.kernel-lsp]: {exc}"]
+    section = data.get("tool", {}).get("kernel-lsp", {})
+    if not isinstance(section, dict):
+        return {}, [f"{path}: [tool.kernel-lsp] must be a table"]
+    return section, []
+
+
+def resolve_settings(*layers: dict[str, Any]) -> tuple[Settings, list[str]]:
+    """Defaults, then each layer in order (later layers win)."""
+    settings, problems = Settings(), []
+    for layer in layers:
+        settings, layer_problems = settings.with_updates(layer)
+        problems.extend(layer_problems)
+    return settings, problems

@@ -1,0 +1,85 @@
+"""Compile diagnostics feature: document open/change/save/close hooks feeding the scheduler."""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from lsprotocol import types
+
+from kernel_lsp.compile.check import Document
+from kernel_lsp.compile.service import CompileService
+from kernel_lsp.compile.units import is_cuda_document, is_python_document
+from kernel_lsp.findings import Finding, uri_to_path
+from kernel_lsp.jobs.scheduler import DocumentScheduler
+from kernel_lsp.server.convert import code_lens
+from kernel_lsp.server.diagnostics import DiagnosticStore
+from kernel_lsp.server.settings import SettingsManager
+
+log = logging.getLogger(__name__)
+PRODUCER = "compile"
+
+
+class CompileFeature:
+    def __init__(self, store: DiagnosticStore, settings: SettingsManager, service: CompileService,
+                 tell_user: Callable[[str], None], refresh_lenses: Callable[[], None]) -> None:
+        self.store = store
+        self.settings = settings
+        self.service = service
+        self.scheduler = DocumentScheduler(settings.settings.max_parallel_compiles)
+        self._tell_user = tell_user
+        self._refresh_lenses = refresh_lenses
+        self._told: set[str] = set()
+
+    def document_open(self, uri: str, version: int | None, text: str) -> None:
+        self._schedule(uri, version, text, delay_s=0)
+
+    def document_change(self, uri: str, version: int | None, text: str) -> None:
+        s = self.settings.settings
+        if s.compile_on_change:
+            self._schedule(uri, version, text, delay_s=s.debounce_ms / 1000)
+
+    def document_save(self, uri: str, version: int | None, text: str) -> None:
+        if self.scheduler.is_started(uri, version):
+            return  # this exact version is being checked right now
+        self._schedule(uri, version, text, delay_s=0)
+
+    def document_close(self, uri: str) -> None:
+        self.scheduler.cancel(uri)
+        self.store.clear(uri)
+
+    def code_lenses(self, uri: str) -> list[types.CodeLens]:
+        if self.settings.settings.resource_usage not in ("codeLens", "both"):
+            return []
+        return [code_lens(f) for f in self.store.findings(uri, PRODUCER) if f.code == "ptxas-resources"]
+
+    def _schedule(self, uri: str, version: int | None, text: str, delay_s: float) -> None:
+        try:
+            path = uri_to_path(uri)
+        except ValueError:
+            log.info("not checking %s: only file URIs are compiled", uri)
+            return
+        if not (is_cuda_document(path) or is_python_document(path)):
+            return
+        doc = Document(uri, path, text, version)
+        self.scheduler.submit(uri, version, delay_s, lambda: self._check(doc))
+
+    async def _check(self, doc: Document) -> None:
+        settings = self.settings.settings
+        async for report in self.service.run(doc, settings):
+            if not self.scheduler.is_current(doc.uri, doc.version):
+                return  # a newer version is on its way; never publish over it
+            self.store.set(doc.uri, PRODUCER, doc.version, report.findings, self._visible)
+            self._tell_tool_problems(report.findings)
+            if report.final:
+                log.info("%s v%s: %d findings (%s)", doc.path.name, doc.version, len(report.findings), report.stage)
+        self._refresh_lenses()
+
+    def _visible(self, f: Finding) -> bool:
+        return f.code != "ptxas-resources" or self.settings.settings.resource_usage in ("diagnostic", "both")
+
+    def _tell_tool_problems(self, findings: list[Finding]) -> None:
+        for f in findings:
+            if f.data and f.data.get("toolProblem") and f.message not in self._told:
+                self._told.add(f.message)  # once per session; the diagnostic on the file stays
+                self._tell_user(f.message)

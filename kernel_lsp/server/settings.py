@@ -1,0 +1,55 @@
+"""Settings layers for the server: [tool.kernel-lsp] < initializationOptions < workspace/configuration."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Callable
+
+from lsprotocol import types
+
+from kernel_lsp.config import Settings, pyproject_settings, resolve_settings, unwrap_section
+from kernel_lsp.findings import uri_to_path
+
+log = logging.getLogger(__name__)
+SECTION = "kernelLsp"
+
+
+class SettingsManager:
+    def __init__(self, warn: Callable[[str], None]) -> None:
+        self._warn = warn
+        self._warned: set[str] = set()
+        self.init_options: dict[str, Any] = {}
+        self.client_config: dict[str, Any] = {}
+        self.folders: list[Path] = []
+        self.settings = Settings()
+
+    def initialize(self, params: types.InitializeParams) -> None:
+        self.init_options = unwrap_section(params.initialization_options)
+        uris = [f.uri for f in params.workspace_folders or []] or ([params.root_uri] if params.root_uri else [])
+        self.folders = []
+        for uri in uris:
+            try:
+                self.folders.append(uri_to_path(uri))
+            except ValueError:
+                log.warning("ignoring workspace folder that is not a file URI: %s", uri)
+        self.recompute()
+
+    def set_client_config(self, raw: Any) -> None:
+        self.client_config = unwrap_section(raw) if raw is not None else {}
+        self.recompute()
+
+    def recompute(self) -> Settings:
+        layers: list[dict[str, Any]] = []
+        problems: list[str] = []
+        for folder in self.folders[:1]:  # one settings scope per server until multi-root settings are needed
+            section, read_problems = pyproject_settings(folder)
+            layers.append(section)
+            problems += read_problems
+        layers += [self.init_options, self.client_config]
+        self.settings, resolve_problems = resolve_settings(*layers)
+        for problem in problems + resolve_problems:
+            if problem not in self._warned:  # each problem is said once, not on every refresh
+                self._warned.add(problem)
+                self._warn(f"kernel-lsp: {problem}")
+        return self.settings

@@ -1,0 +1,94 @@
+"""Thin dispatch from LSP messages to the features; no checking logic lives here."""
+
+from __future__ import annotations
+
+import logging
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+
+from kernel_lsp import __version__
+from kernel_lsp.compile.service import CompileService
+from kernel_lsp.server.compile_feature import CompileFeature
+from kernel_lsp.server.diagnostics import DiagnosticStore
+from kernel_lsp.server.settings import SECTION, SettingsManager
+
+log = logging.getLogger(__name__)
+
+
+class KernelLanguageServer(LanguageServer):
+    def __init__(self) -> None:
+        super().__init__("kernel-lsp", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        self.settings = SettingsManager(warn=lambda m: self.show(m, types.MessageType.Warning))
+        self.diagnostics = DiagnosticStore(self.text_document_publish_diagnostics)
+        self.compile = CompileFeature(self.diagnostics, self.settings, CompileService(),
+                                      tell_user=lambda m: self.show(m, types.MessageType.Error),
+                                      refresh_lenses=self.refresh_code_lenses)
+
+    def show(self, message: str, kind: types.MessageType) -> None:
+        log.warning("%s", message)
+        self.window_show_message(types.ShowMessageParams(type=kind, message=message))
+
+    def refresh_code_lenses(self) -> None:
+        workspace = self.client_capabilities.workspace
+        if workspace and workspace.code_lens and workspace.code_lens.refresh_support:
+            self.workspace_code_lens_refresh(None)
+
+    def supports_configuration(self) -> bool:
+        workspace = self.client_capabilities.workspace
+        return bool(workspace and workspace.configuration)
+
+    async def pull_configuration(self) -> None:
+        if not self.supports_configuration():
+            return
+        try:
+            result = await self.workspace_configuration_async(
+                types.ConfigurationParams(items=[types.ConfigurationItem(section=SECTION)]))
+        except Exception as exc:  # a client that fails this request keeps the settings we have
+            log.warning("workspace/configuration failed: %s", exc)
+            return
+        self.settings.set_client_config(result[0] if result else None)
+
+
+def create_server() -> KernelLanguageServer:
+    server = KernelLanguageServer()
+
+    @server.feature(types.INITIALIZE)
+    def initialize(ls: KernelLanguageServer, params: types.InitializeParams) -> None:
+        ls.settings.initialize(params)
+
+    @server.feature(types.INITIALIZED)
+    async def initialized(ls: KernelLanguageServer, params: types.InitializedParams) -> None:
+        await ls.pull_configuration()
+
+    @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    async def did_change_configuration(ls: KernelLanguageServer, params: types.DidChangeConfigurationParams) -> None:
+        if ls.supports_configuration():
+            await ls.pull_configuration()
+        else:
+            ls.settings.set_client_config(params.settings)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(ls: KernelLanguageServer, params: types.DidOpenTextDocumentParams) -> None:
+        doc = params.text_document
+        ls.compile.document_open(doc.uri, doc.version, doc.text)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(ls: KernelLanguageServer, params: types.DidChangeTextDocumentParams) -> None:
+        doc = ls.workspace.get_text_document(params.text_document.uri)
+        ls.compile.document_change(doc.uri, params.text_document.version, doc.source)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_SAVE, types.SaveOptions(include_text=False))
+    def did_save(ls: KernelLanguageServer, params: types.DidSaveTextDocumentParams) -> None:
+        doc = ls.workspace.get_text_document(params.text_document.uri)
+        ls.compile.document_save(doc.uri, doc.version, doc.source)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(ls: KernelLanguageServer, params: types.DidCloseTextDocumentParams) -> None:
+        ls.compile.document_close(params.text_document.uri)
+
+    @server.feature(types.TEXT_DOCUMENT_CODE_LENS)
+    def code_lens(ls: KernelLanguageServer, params: types.CodeLensParams) -> list[types.CodeLens]:
+        return ls.compile.code_lenses(params.text_document.uri)
+
+    return server
