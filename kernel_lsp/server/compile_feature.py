@@ -44,6 +44,9 @@ class CompileFeature:
             return  # this exact version is being checked right now
         self._schedule(uri, version, text, delay_s=0)
 
+    def recheck(self, uri: str, version: int | None, text: str) -> None:
+        self._schedule(uri, version, text, delay_s=0)
+
     def document_close(self, uri: str) -> None:
         self.scheduler.cancel(uri)
         self.store.clear(uri)

@@ -48,6 +48,12 @@ class KernelLanguageServer(LanguageServer):
             log.warning("workspace/configuration failed: %s", exc)
             return
         self.settings.set_client_config(result[0] if result else None)
+        self.recheck_open_documents()
+
+    def recheck_open_documents(self) -> None:
+        """Settings decide what a check finds, so every open document is checked again."""
+        for doc in list(self.workspace.text_documents.values()):
+            self.compile.recheck(doc.uri, doc.version, doc.source)
 
 
 def create_server() -> KernelLanguageServer:
@@ -67,6 +73,7 @@ def create_server() -> KernelLanguageServer:
             await ls.pull_configuration()
         else:
             ls.settings.set_client_config(params.settings)
+            ls.recheck_open_documents()
 
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: KernelLanguageServer, params: types.DidOpenTextDocumentParams) -> None:

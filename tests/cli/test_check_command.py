@@ -1,0 +1,84 @@
+"""`kernel-lsp check` and `--version` as a user runs them: a subprocess, its output and exit status."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernel_lsp import __version__
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH (install the CUDA toolkit)")
+BAD = "__global__ void f(int* p){ int x = ; p[0] = y; }\n"
+GOOD = "__global__ void g(float* p) { p[threadIdx.x] *= 2.0f; }\n"
+
+
+def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kernel_lsp", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_version(tmp_path: Path):
+    result = run("--version", cwd=tmp_path)
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"kernel-lsp {__version__}"
+
+
+@needs_nvcc
+def test_errors_give_compiler_style_lines_and_exit_1(tmp_path: Path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "bad.cu").write_text(BAD)
+    (tmp_path / "src" / "good.cu").write_text(GOOD)
+    result = run("check", "src", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    lines = result.stdout.splitlines()
+    col_semicolon, col_y = BAD.index("= ;") + 3, BAD.index("= y") + 3
+    assert f"src/bad.cu:1:{col_semicolon}: error: expected an expression [nvcc-error]" in lines
+    assert f'src/bad.cu:1:{col_y}: error: identifier "y" is undefined [nvcc-error]' in lines
+    assert any(line.startswith("src/good.cu:1:17: info: g: sm_90: ") and line.endswith("[ptxas-resources]")
+               for line in lines), lines
+    assert len(lines) == 3
+
+
+@needs_nvcc
+def test_clean_files_exit_0_and_json_format(tmp_path: Path):
+    (tmp_path / "good.cu").write_text(GOOD)
+    result = run("check", "good.cu", "--format", "json", "--arch", "sm_80", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    (finding,) = json.loads(result.stdout)
+    assert (finding["path"], finding["line"], finding["column"], finding["code"], finding["severity"]) == \
+        ("good.cu", 1, 17, "ptxas-resources", "info")
+    assert finding["data"]["resources"][0]["arch"] == "sm_80"
+
+
+def test_usage_errors_exit_2(tmp_path: Path):
+    assert run("check", "does-not-exist.cu", cwd=tmp_path).returncode == 2
+    assert run("check", cwd=tmp_path).returncode == 2
+    assert run("frobnicate", cwd=tmp_path).returncode == 2
+
+
+def test_missing_nvcc_is_an_environment_error(tmp_path: Path):
+    (tmp_path / "good.cu").write_text(GOOD)
+    result = run("check", "good.cu", "--nvcc", str(tmp_path / "no-nvcc"), cwd=tmp_path)
+    assert result.returncode == 2
+    assert "CUDA compiler not found" in result.stdout
+    assert "[nvcc-missing]" in result.stdout
+
+
+def test_python_files_are_checked_without_nvcc(tmp_path: Path):
+    (tmp_path / "m.py").write_text("def forward(x:\n    return x\n")
+    result = run("check", "m.py", "--nvcc", str(tmp_path / "no-nvcc"), cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stdout.startswith("m.py:1:")
+    assert "[python-syntax]" in result.stdout
+
+
+def test_pyproject_settings_are_read(tmp_path: Path):
+    (tmp_path / "pyproject.toml").write_text('[tool.kernel-lsp]\nignore = ["python-syntax"]\n')
+    (tmp_path / "m.py").write_text("def forward(x:\n")
+    result = run("check", "m.py", cwd=tmp_path)
+    assert (result.returncode, result.stdout) == (0, "")

@@ -1,0 +1,119 @@
+"""Bad input and missing or broken tools: a clear diagnostic or message, and the server keeps serving."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from lsprotocol import types
+from pytest_lsp import LanguageClient
+
+from tests.lsp.helpers import codes, needs_nvcc, open_document, replace_document, wait_for_publish
+
+OK_KERNEL = "__global__ void ok(int* p) { p[0] = 1; }\n"
+
+
+async def still_serving(client: LanguageClient, workspace: Path, name: str = "alive.py") -> None:
+    """The server answers a fresh document after whatever came before."""
+    uri = open_document(client, workspace / name, "def f(:\n")
+    params = await wait_for_publish(client, uri, lambda p: bool(p.diagnostics), timeout=30)
+    assert codes(params) == ["python-syntax"]
+
+
+def fake_tool(path: Path, body: str) -> str:
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return str(path)
+
+
+@pytest.mark.parametrize("configured_client", [{"nvccPath": "/nonexistent/cuda/bin/nvcc"}], indirect=True)
+async def test_missing_nvcc_gives_one_message_and_a_diagnostic(configured_client: LanguageClient, workspace: Path):
+    client = configured_client
+    first = open_document(client, workspace / "a.cu", OK_KERNEL)
+    second = open_document(client, workspace / "b.cu", OK_KERNEL)
+    for uri in (first, second):
+        params = await wait_for_publish(client, uri, lambda p: bool(p.diagnostics))
+        assert codes(params) == ["nvcc-missing"]
+        assert "nvccPath" in params.diagnostics[0].message
+    shown = [m for m in client.messages if "CUDA compiler not found" in m.message]
+    assert len(shown) == 1 and shown[0].type == types.MessageType.Error
+    await still_serving(client, workspace)
+
+
+@pytest.fixture
+def broken_nvcc(workspace: Path) -> str:
+    return fake_tool(workspace / "nvcc-broken", "echo 'nvcc: cannot load libnvvm' >&2\nexit 127\n")
+
+
+async def test_broken_nvcc_says_so(client: LanguageClient, workspace: Path, broken_nvcc: str):
+    client.set_configuration({"nvccPath": broken_nvcc}, section="kernelLsp")
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={}))
+    uri = open_document(client, workspace / "k.cu", OK_KERNEL)
+    params = await wait_for_publish(client, uri, lambda p: bool(p.diagnostics))
+    assert codes(params) == ["nvcc-missing"]
+    assert "--version failed" in params.diagnostics[0].message and "cannot load libnvvm" in params.diagnostics[0].message
+
+
+async def test_hung_nvcc_is_stopped_at_the_timeout(client: LanguageClient, workspace: Path):
+    hung = fake_tool(workspace / "nvcc-hangs", 'if [ "$1" = --version ]; then echo "Cuda compilation tools, '
+                                               'release 13.0, V13.0.88"; exit 0; fi\nsleep 600\n')
+    client.set_configuration({"nvccPath": hung, "compileTimeoutS": 1}, section="kernelLsp")
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={}))
+    uri = open_document(client, workspace / "k.cu", OK_KERNEL)
+    params = await wait_for_publish(client, uri, lambda p: bool(p.diagnostics), timeout=30)
+    assert codes(params) == ["compile-timeout"]
+    assert "within 1 s" in params.diagnostics[0].message
+    await still_serving(client, workspace)
+
+
+@needs_nvcc
+async def test_binary_and_invalid_text_get_diagnostics_not_a_crash(client: LanguageClient, workspace: Path):
+    junk = "".join(map(chr, range(0, 256))) + "\udcff\ud800 lone surrogates"
+    uri = open_document(client, workspace / "junk.cu", junk)
+    params = await wait_for_publish(client, uri, lambda p: bool(p.diagnostics))
+    assert any(d.severity == types.DiagnosticSeverity.Error for d in params.diagnostics)
+    py_uri = open_document(client, workspace / "junk.py", "\x00\x01 def \udcff(")
+    params = await wait_for_publish(client, py_uri, lambda p: bool(p.diagnostics))
+    assert "python-syntax" in codes(params)
+    await still_serving(client, workspace)
+
+
+@needs_nvcc
+async def test_five_megabyte_file(client: LanguageClient, workspace: Path):
+    body = "".join(f"__device__ float f{i}(float x) {{ return x * {i}.0f + 1.0f; }}\n" for i in range(90_000))
+    text = body + "__global__ void big(float* p) { p[0] = f7(p[1]) + undefined_in_big; }\n"
+    assert len(text) > 5_000_000
+    uri = open_document(client, workspace / "big.cu", text)
+    params = await wait_for_publish(client, uri, lambda p: bool(p.diagnostics), timeout=240)
+    (error,) = [d for d in params.diagnostics if d.severity == types.DiagnosticSeverity.Error]
+    assert error.range.start.line == 90_000 and "undefined_in_big" in error.message
+    await still_serving(client, workspace)
+
+
+@needs_nvcc
+async def test_file_deleted_between_change_and_compile(client: LanguageClient, workspace: Path):
+    folder = workspace / "gone"
+    folder.mkdir()
+    path = folder / "k.cu"
+    path.write_text(OK_KERNEL)
+    uri = open_document(client, path, OK_KERNEL)
+    await wait_for_publish(client, uri, lambda p: bool(p.diagnostics))
+    path.unlink()
+    os.rmdir(folder)
+    replace_document(client, uri, "__global__ void ok(int* p) { p[0] = nope; }\n", version=2)
+    params = await wait_for_publish(client, uri, lambda p: p.version == 2)
+    assert ['identifier "nope" is undefined' in d.message for d in params.diagnostics] == [True]
+
+
+@needs_nvcc
+async def test_include_cycle(client: LanguageClient, workspace: Path):
+    (workspace / "a.cuh").write_text('#include "b.cuh"\n')
+    (workspace / "b.cuh").write_text('#include "a.cuh"\n')
+    text = '#include "a.cuh"\n' + OK_KERNEL
+    uri = open_document(client, workspace / "cycle.cu", text)
+    params = await wait_for_publish(client, uri, lambda p: bool(p.diagnostics), timeout=120)
+    errs = [d for d in params.diagnostics if d.severity == types.DiagnosticSeverity.Error]
+    assert errs and errs[0].range.start.line == 0
+    await still_serving(client, workspace)
