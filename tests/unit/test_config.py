@@ -1,0 +1,50 @@
+"""Typed settings: conversion, invalid values falling back, the three layers, pyproject reading."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kernel_lsp.config import Settings, pyproject_settings, resolve_settings, unwrap_section
+
+
+def test_camel_snake_and_kebab_keys_convert():
+    settings, problems = resolve_settings({"nvcc-path": "/x/nvcc"}, {"debounce_ms": 10}, {"compileTimeoutS": 5})
+    assert problems == []
+    assert (settings.nvcc_path, settings.debounce_ms, settings.compile_timeout_s) == ("/x/nvcc", 10, 5.0)
+
+
+def test_invalid_values_fall_back_with_one_problem_each():
+    settings, problems = resolve_settings({"debounceMs": "fast", "arch": ["sm90"], "checks": {"nope": True},
+                                           "resourceUsage": "loud", "compileOnChange": 1, "unknownKey": 3})
+    assert settings == Settings()
+    assert len(problems) == 6
+    assert any("debounceMs" in p and "500" in p for p in problems)
+    assert any("unknown setting 'unknownKey'" == p for p in problems)
+
+
+def test_later_layers_win_and_checks_merge():
+    settings, _ = resolve_settings({"arch": "sm_80", "checks": {"hostCompile": False}},
+                                   {"arch": ["sm_90", "sm_100a"], "checks": {"pythonSyntax": False}})
+    assert settings.arch == ("sm_90", "sm_100a")
+    assert not settings.check_enabled("hostCompile") and not settings.check_enabled("pythonSyntax")
+    assert settings.check_enabled("compile")
+
+
+def test_ignore_accepts_codes_and_prefixes():
+    settings, _ = resolve_settings({"ignore": ["ptxas-*", "nvcc-warning"]})
+    assert settings.is_ignored("ptxas-spill") and settings.is_ignored("nvcc-warning")
+    assert not settings.is_ignored("nvcc-error")
+
+
+def test_sections_are_unwrapped():
+    assert unwrap_section({"kernelLsp": {"arch": "sm_90"}}) == {"arch": "sm_90"}
+    assert unwrap_section({"arch": "sm_90"}) == {"arch": "sm_90"}
+    assert unwrap_section(None) == {}
+
+
+def test_pyproject_table_and_broken_file(tmp_path: Path):
+    (tmp_path / "pyproject.toml").write_text('[tool.kernel-lsp]\narch = ["sm_80"]\n')
+    assert pyproject_settings(tmp_path) == ({"arch": ["sm_80"]}, [])
+    (tmp_path / "pyproject.toml").write_text('[tool.kernel-lsp\n')
+    section, problems = pyproject_settings(tmp_path)
+    assert section == {} and len(problems) == 1 and "cannot read" in problems[0]

@@ -1,0 +1,74 @@
+"""The per-document scheduler: newer versions cancel older ones, one job per document at a time."""
+
+from __future__ import annotations
+
+import asyncio
+
+from kernel_lsp.jobs.cache import ResultCache, cache_key
+from kernel_lsp.jobs.scheduler import DocumentScheduler
+
+
+async def test_newer_version_cancels_older_and_waits_for_it():
+    scheduler = DocumentScheduler(max_parallel=4)
+    events: list[str] = []
+    running = asyncio.Event()
+
+    async def slow(version: int):
+        events.append(f"start {version}")
+        running.set()
+        try:
+            await asyncio.sleep(10)
+            events.append(f"done {version}")
+        finally:
+            await asyncio.sleep(0.05)  # unwinding takes time, like killing nvcc
+            events.append(f"unwound {version}")
+
+    async def fast(version: int):
+        events.append(f"start {version}")
+
+    scheduler.submit("a", 1, 0, lambda: slow(1))
+    await running.wait()
+    assert scheduler.is_started("a", 1)
+    scheduler.submit("a", 2, 0, lambda: fast(2))
+    assert not scheduler.is_current("a", 1) and scheduler.is_current("a", 2)
+    await scheduler.drain()
+    assert events == ["start 1", "unwound 1", "start 2"]
+
+
+async def test_debounce_coalesces_a_burst():
+    scheduler = DocumentScheduler(max_parallel=1)
+    ran: list[int] = []
+    for version in range(1, 6):
+        scheduler.submit("doc", version, 0.05, lambda v=version: asyncio.sleep(0, result=ran.append(v)))
+        await asyncio.sleep(0.005)
+    await scheduler.drain()
+    assert ran == [5]
+
+
+async def test_a_failing_job_does_not_escape():
+    scheduler = DocumentScheduler(max_parallel=1)
+
+    async def broken():
+        raise RuntimeError("checker bug")
+
+    scheduler.submit("x", 1, 0, broken)
+    await scheduler.drain()
+    ran = []
+    scheduler.submit("x", 2, 0, lambda: asyncio.sleep(0, result=ran.append(2)))
+    await scheduler.drain()
+    assert ran == [2]
+
+
+def test_cache_entry_goes_stale_when_a_dependency_changes(tmp_path):
+    header = tmp_path / "h.cuh"
+    header.write_text("#define A 1\n")
+    cache = ResultCache(max_entries=2)
+    key = cache_key("text", ("sm_90",))
+    cache.put(key, [], [header])
+    assert cache.get(key) == []
+    header.write_text("#define A 22\n")
+    assert cache.get(key) is None
+    cache.put("k1", [], [])
+    cache.put("k2", [], [])
+    cache.put("k3", [], [])
+    assert cache.get("k1") is None and cache.get("k3") == []
