@@ -26,7 +26,7 @@ from kernel_lsp.compile.units import CompileUnit, cuda_unit, is_cuda_document, i
 from kernel_lsp.config import Settings
 from kernel_lsp.findings import Finding, Range, Related, Severity, path_to_uri
 from kernel_lsp.sources import parse_python
-from profilers.ptxas import KernelResources, parse_ptxas_verbose
+from profilers.ptxas import KernelResources, base_name_of, demangle, parse_ptxas_verbose
 
 log = logging.getLogger(__name__)
 
@@ -193,8 +193,8 @@ def message_finding(doc: Document, unit: CompileUnit, msg: CompilerMessage, dire
     text = msg.message + (f" [#{msg.code}]" if msg.code and msg.tool == "nvcc-frontend" else "")
     data = {"tool": msg.tool, "diagnostic": msg.code} if msg.code else {"tool": msg.tool}
     related = tuple(r for r in (_related(unit, rel, directory) for rel in msg.related) if r is not None)
-    if msg.file is None or msg.line is None:
-        rng = _symbol_range(unit, getattr(msg, "symbol", None)) or unit.fallback_range
+    if msg.file is None or msg.line is None or msg.tool == "ptxas":  # a ptxas position is in a temporary .ptx
+        rng = _symbol_range(unit, msg.symbol) or unit.fallback_range
         return Finding(doc.uri, rng, severity, SOURCE, code, text, related, data)
     if _is_unit_file(msg.file, unit, directory):
         rng = _unit_range(unit, msg.line - 1, _unit_column(unit, msg))
@@ -257,12 +257,11 @@ def _include_line_range(unit: CompileUnit, header_name: str) -> Range | None:
 
 
 def _symbol_range(unit: CompileUnit, symbol: str | None) -> Range | None:
+    """The name range of the kernel a mangled symbol (from ptxas or nvlink) belongs to."""
     if not symbol:
         return None
-    for kernel, rng in unit.kernels:
-        if re.search(rf"\d{kernel.name}(?:I|[A-Z]|v|$)", symbol) or symbol == kernel.name:
-            return rng
-    return None
+    name = base_name_of(demangle([symbol]).get(symbol, symbol))
+    return next((rng for kernel, rng in unit.kernels if kernel.name == name), None)
 
 
 def resource_findings(doc: Document, unit: CompileUnit, resources: list[KernelResources]) -> list[Finding]:

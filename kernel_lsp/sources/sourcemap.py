@@ -45,10 +45,11 @@ class CharPositions(Sequence[tuple[int, int]]):
         result = CharPositions()
         for positions in (self, other):
             for _, length, line, col in positions.runs():
-                result._append_run(length, line, col)
+                result.append_run(line, col, length)
         return result
 
-    def _append_run(self, length: int, line: int, col: int) -> None:
+    def append_run(self, line: int, col: int, length: int) -> None:
+        """`length` characters from (line, col) on, side by side in the original."""
         if length == 0:
             return
         self.append(line, col)  # merges with the previous run when adjacent

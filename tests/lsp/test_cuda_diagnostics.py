@@ -7,9 +7,9 @@ from pathlib import Path
 from lsprotocol import types
 from pytest_lsp import LanguageClient
 
+from tests.conftest import FIXTURES
 from tests.lsp.helpers import codes, needs_nvcc, open_document, replace_document, save_document, wait_for_publish
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "h200"
 BAD = "__global__ void f(int* p){ int x = ; p[0] = y; }\n"
 GOOD = "__global__ void f(int* p){ int x = 1; p[0] = x; }\n"
 

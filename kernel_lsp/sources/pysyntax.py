@@ -1,0 +1,76 @@
+"""Helpers over a parsed Python file: `ast` positions as document ranges, and import-aware dotted names."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from kernel_lsp.findings import Position, Range
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")  # what both Python's tokenizer and LSP count as line ends
+
+
+def split_lines(text: str) -> list[str]:
+    return _LINE_BREAK.split(text)
+
+
+class SourceLines:
+    """A file's lines, converting `ast`'s 1-based lines and UTF-8 byte columns to 0-based character positions."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+
+    def char_col(self, lineno: int, byte_col: int) -> int:
+        line = self.lines[lineno - 1] if 0 < lineno <= len(self.lines) else ""
+        if line.isascii():
+            return byte_col
+        return len(line.encode("utf-8", "surrogatepass")[:byte_col].decode("utf-8", "replace"))
+
+    def start(self, node: ast.AST) -> tuple[int, int]:
+        return node.lineno - 1, self.char_col(node.lineno, node.col_offset)
+
+    def end(self, node: ast.AST) -> tuple[int, int]:
+        return node.end_lineno - 1, self.char_col(node.end_lineno, node.end_col_offset)
+
+    def range(self, node: ast.AST) -> Range:
+        return Range(Position(*self.start(node)), Position(*self.end(node)))
+
+    def excerpt(self, node: ast.AST, limit: int = 60) -> str:
+        """The node's source on one line, shortened: for messages."""
+        (start_line, start_col), (end_line, end_col) = self.start(node), self.end(node)
+        if start_line == end_line:
+            text = self.lines[start_line][start_col:end_col]
+        else:
+            text = self.lines[start_line][start_col:] + " ..."
+        text = " ".join(text.split())
+        return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+class Imports:
+    """Local names bound by import statements anywhere in the file, to their dotted origins."""
+
+    def __init__(self, tree: ast.AST) -> None:
+        self._origins: dict[str, str] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname:
+                        self._origins[alias.asname] = alias.name
+                    else:  # `import a.b` binds `a`
+                        top = alias.name.split(".")[0]
+                        self._origins[top] = top
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    if alias.name != "*":
+                        self._origins[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+
+    def qualified_name(self, expr: ast.expr) -> str | None:
+        """`cpp_extension.load_inline` -> 'torch.utils.cpp_extension.load_inline' after `from torch.utils import
+        cpp_extension`; a name that was not imported stands for itself; None for anything but a dotted name."""
+        attributes = []
+        while isinstance(expr, ast.Attribute):
+            attributes.append(expr.attr)
+            expr = expr.value
+        if not isinstance(expr, ast.Name):
+            return None
+        return ".".join([self._origins.get(expr.id, expr.id)] + attributes[::-1])

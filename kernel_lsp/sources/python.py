@@ -1,0 +1,273 @@
+"""What a Python document holds for kernel authors: Triton kernels, load_inline / load extensions, KernelBench parts.
+
+A file with a syntax error is parsed again with the offending lines blanked (a bounded number of times), so a
+broken `forward` still leaves the kernels and extension sources in the rest of the file visible.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import warnings
+from dataclasses import dataclass, field
+
+from kernel_lsp.findings import Position, Range
+from kernel_lsp.sources.extensions import InlineExtension, find_extensions
+from kernel_lsp.sources.pysyntax import Imports, SourceLines, split_lines
+
+TRITON_JIT = frozenset({"triton.jit", "triton.runtime.jit.jit"})
+KERNELBENCH_CLASSES = ("Model", "ModelNew")
+KERNELBENCH_FUNCTIONS = ("get_inputs", "get_init_inputs")
+
+_REPARSES = 12  # blank-and-retry rounds for a broken file
+_REPARSES_LARGE = 2  # the same for files over _LARGE_FILE characters, where each parse is slow
+_LARGE_FILE = 1_000_000
+_DEF_NAME = re.compile(r"(?:async\s+)?def\s+(\w+)")
+_CLASS_NAME = re.compile(r"class\s+(\w+)")
+_INDENTED_BLOCK_AFTER = re.compile(r"expected an indented block after .* on line (\d+)")
+
+
+@dataclass(frozen=True)
+class SyntaxErrorInfo:
+    message: str
+    range: Range
+
+
+@dataclass(frozen=True)
+class FuncInfo:
+    name: str
+    name_range: Range
+    def_range: Range  # from `def` to the header's ':'
+    body_range: Range  # first statement to the end of the last
+
+
+@dataclass(frozen=True)
+class ClassInfo:
+    name: str
+    name_range: Range
+    def_range: Range  # from `class` to the header's ':'
+    body_range: Range
+    forward: FuncInfo | None
+
+
+@dataclass(frozen=True)
+class TritonKernel:
+    name: str
+    name_range: Range
+    def_range: Range
+    body_range: Range
+    decorator_range: Range  # the whole decorator stack, from the first '@' to the end of the last decorator
+
+
+@dataclass(frozen=True)
+class KernelBenchParts:
+    model: ClassInfo | None = None
+    model_new: ClassInfo | None = None
+    get_inputs: FuncInfo | None = None
+    get_init_inputs: FuncInfo | None = None
+
+
+@dataclass
+class PythonModel:
+    triton_kernels: list[TritonKernel] = field(default_factory=list)
+    extensions: list[InlineExtension] = field(default_factory=list)
+    kernelbench: KernelBenchParts = field(default_factory=KernelBenchParts)
+    syntax_error: SyntaxErrorInfo | None = None  # the first one; the rest of the model comes from what parsed
+
+
+def parse_python(text: str) -> PythonModel:
+    """Never raises: a file that does not parse gives its syntax error and whatever the recovered parse found."""
+    lines = split_lines(text.replace("\0", " "))  # a null byte is one character wide either way
+    tree, syntax_error = _parse_recovering(lines)
+    if "\0" in text:
+        syntax_error = _null_byte_error(text)
+    model = PythonModel(syntax_error=syntax_error)
+    if tree is None:
+        return model
+    source = SourceLines(lines)
+    imports = Imports(tree)
+    model.triton_kernels = find_triton_kernels(tree, source, imports)
+    model.extensions = find_extensions(tree, source, imports)
+    model.kernelbench = find_kernelbench_parts(tree, source)
+    return model
+
+
+def _parse_recovering(lines: list[str]) -> tuple[ast.Module | None, SyntaxErrorInfo | None]:
+    """Parses `lines`, blanking the lines of each syntax error in place and trying again, a bounded number of times."""
+    first_error = None
+    rounds = _REPARSES if sum(map(len, lines)) < _LARGE_FILE else _REPARSES_LARGE
+    for _ in range(rounds + 1):
+        try:
+            return _parse("\n".join(lines)), first_error
+        except SyntaxError as error:
+            first_error = first_error or _syntax_error_info(error, lines)
+            if not _blank_offending_lines(lines, error):
+                break
+        except (ValueError, RecursionError, MemoryError) as error:  # surrogates, absurd nesting
+            return None, first_error or SyntaxErrorInfo(f"cannot parse this file: {error}", Range.line(0))
+    return None, first_error
+
+
+def _parse(text: str) -> ast.Module:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # invalid escapes in CUDA strings warn; under -W error they would raise
+        return ast.parse(text)
+
+
+def _syntax_error_info(error: SyntaxError, lines: list[str]) -> SyntaxErrorInfo:
+    line = _clamp((error.lineno or 1) - 1, 0, len(lines) - 1)
+    col = _clamp((error.offset or 1) - 1, 0, len(lines[line]))
+    start = Position(line, col)
+    end = Position(line, min(col + 1, len(lines[line])))
+    if error.end_lineno and error.end_offset and error.end_offset > 0:
+        end_line = _clamp(error.end_lineno - 1, 0, len(lines) - 1)
+        reported_end = Position(end_line, _clamp(error.end_offset - 1, 0, len(lines[end_line])))
+        end = max(end, reported_end)
+    return SyntaxErrorInfo(error.msg, Range(start, end))
+
+
+def _null_byte_error(text: str) -> SyntaxErrorInfo:
+    offset = text.index("\0")
+    lines_before = split_lines(text[:offset])
+    start = Position(len(lines_before) - 1, len(lines_before[-1]))
+    return SyntaxErrorInfo("source code cannot contain null bytes",
+                           Range(start, Position(start.line, start.character + 1)))
+
+
+def _blank_offending_lines(lines: list[str], error: SyntaxError) -> bool:
+    """Empties the lines the error is about; False when there is nothing left to blank."""
+    line = _clamp((error.lineno or 1) - 1, 0, len(lines) - 1)
+    targets = [k for k in _offending_lines(lines, error, line) if lines[k].strip()]
+    if not targets:  # an error on an empty line (often the end of the file): drop the code just above it
+        above = [k for k in range(line, -1, -1) if lines[k].strip()]
+        if not above:
+            return False
+        targets = above[:1]
+    for k in targets:
+        lines[k] = ""
+    return True
+
+
+def _offending_lines(lines: list[str], error: SyntaxError, line: int) -> range | list[int]:
+    message = error.msg or ""
+    if message.startswith("unterminated triple-quoted string"):
+        return range(line, len(lines))  # the string swallows the rest of the file
+    if message == "unexpected indent":
+        return _indented_block(lines, line)
+    header = _INDENTED_BLOCK_AFTER.match(message)
+    if header is not None:  # a header left without a body (its body was blanked, or never written)
+        return [_clamp(int(header.group(1)) - 1, 0, len(lines) - 1)]
+    end_line = _clamp((error.end_lineno or error.lineno or 1) - 1, line, len(lines) - 1)
+    return range(line, end_line + 1)
+
+
+def _indented_block(lines: list[str], first: int) -> list[int]:
+    """`first` and the lines after it indented at least as deep (blank lines included)."""
+    depth = _indentation(lines[first])
+    block = [first]
+    for k in range(first + 1, len(lines)):
+        if lines[k].strip() and _indentation(lines[k]) < depth:
+            break
+        block.append(k)
+    return block
+
+
+def _indentation(line: str) -> int:
+    return len(line) - len(line.lstrip(" \t\f"))
+
+
+def _clamp(value: int, low: int, high: int) -> int:
+    return max(low, min(value, high))
+
+
+def find_triton_kernels(tree: ast.Module, source: SourceLines, imports: Imports) -> list[TritonKernel]:
+    kernels = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _is_triton_kernel(node, imports):
+            info = _function_info(node, source)
+            first, last = node.decorator_list[0], node.decorator_list[-1]
+            at_sign = _decorator_at_sign(first, source)
+            decorators = Range(at_sign, Position(*source.end(last)))
+            kernels.append(TritonKernel(info.name, info.name_range, info.def_range, info.body_range, decorators))
+    return sorted(kernels, key=lambda kernel: kernel.def_range.start)
+
+
+def _is_triton_kernel(node: ast.FunctionDef | ast.AsyncFunctionDef, imports: Imports) -> bool:
+    """@triton.jit, @triton.jit(...), or @jit imported from triton (autotune/heuristics sit above one of these)."""
+    for decorator in node.decorator_list:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        if imports.qualified_name(target) in TRITON_JIT:
+            return True
+    return False
+
+
+def _decorator_at_sign(decorator: ast.expr, source: SourceLines) -> Position:
+    line, col = source.start(decorator)
+    at_sign = source.lines[line].rfind("@", 0, col)
+    return Position(line, at_sign if at_sign >= 0 else col)
+
+
+def find_kernelbench_parts(tree: ast.Module, source: SourceLines) -> KernelBenchParts:
+    """The module-level Model / ModelNew classes and get_inputs / get_init_inputs functions (the last definition
+    of each wins, as at run time)."""
+    found: dict[str, ClassInfo | FuncInfo] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name in KERNELBENCH_CLASSES:
+            found[node.name] = _class_info(node, source)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in KERNELBENCH_FUNCTIONS:
+            found[node.name] = _function_info(node, source)
+    return KernelBenchParts(found.get("Model"), found.get("ModelNew"), found.get("get_inputs"),
+                            found.get("get_init_inputs"))
+
+
+def _function_info(node: ast.FunctionDef | ast.AsyncFunctionDef, source: SourceLines) -> FuncInfo:
+    name_range = _name_range(node, _DEF_NAME, source)
+    header_nodes = [*ast.iter_child_nodes(node.args), node.returns]
+    return FuncInfo(node.name, name_range, _header_range(node, name_range, header_nodes, source),
+                    _body_range(node.body, source))
+
+
+def _class_info(node: ast.ClassDef, source: SourceLines) -> ClassInfo:
+    name_range = _name_range(node, _CLASS_NAME, source)
+    forward = None
+    for statement in node.body:
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)) and statement.name == "forward":
+            forward = _function_info(statement, source)
+    return ClassInfo(node.name, name_range, _header_range(node, name_range, [*node.bases, *node.keywords], source),
+                     _body_range(node.body, source), forward)
+
+
+def _name_range(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef, keyword: re.Pattern[str],
+                source: SourceLines) -> Range:
+    line, col = source.start(node)
+    match = keyword.match(source.lines[line], col)
+    if match is None:  # `def` and its name on different lines (a backslash continuation): point at the keyword
+        return Range(Position(line, col), Position(line, col))
+    return Range(Position(line, match.start(1)), Position(line, match.end(1)))
+
+
+def _header_range(node: ast.stmt, name_range: Range, header_nodes: list[ast.AST | None],
+                  source: SourceLines) -> Range:
+    """From the keyword to the ':' that ends the header (found after the header's last sub-expression)."""
+    scan_from = name_range.end
+    for child in header_nodes:
+        if child is not None and hasattr(child, "end_lineno"):
+            scan_from = max(scan_from, Position(*source.end(child)))
+    colon = _colon_after(source.lines, scan_from, node.body[0].lineno - 1 if node.body else len(source.lines) - 1)
+    return Range(Position(*source.start(node)), colon)
+
+
+def _colon_after(lines: list[str], start: Position, last_line: int) -> Position:
+    """Just past the first ':' from `start` on, outside comments; the end of the start line if there is none."""
+    for line in range(start.line, min(last_line, len(lines) - 1) + 1):
+        text = lines[line]
+        col = start.character if line == start.line else 0
+        comment = text.find("#", col)
+        colon = text.find(":", col, comment if comment >= 0 else len(text))
+        if colon >= 0:
+            return Position(line, colon + 1)
+    return Position(start.line, len(lines[start.line]))
+
+
+def _body_range(body: list[ast.stmt], source: SourceLines) -> Range:
+    return Range(Position(*source.start(body[0])), Position(*source.end(body[-1])))
