@@ -52,6 +52,7 @@ def _parser() -> argparse.ArgumentParser:
 def _setup_logging(level: str, log_file: str | None) -> None:
     handler = logging.FileHandler(log_file) if log_file else logging.StreamHandler(sys.stderr)
     logging.basicConfig(level=level, handlers=[handler], format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+    logging.getLogger("pygls").setLevel(max(logging.WARNING, logging.getLevelName(level)))  # it logs every message
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -153,7 +153,8 @@ def _tool_finding(doc: Document, units: list[CompileUnit], message: str, code: s
 
 async def _run_unit(doc: Document, unit: CompileUnit, settings: Settings, tools: dict,
                     directory: Path) -> tuple[str, list[Finding]]:
-    (directory / unit.file_name).write_text(unit.text, encoding="utf-8")
+    # an editor buffer may hold lone surrogates (from invalid UTF-8); the compiler sees U+FFFD there
+    (directory / unit.file_name).write_text(unit.text, encoding="utf-8", errors="replace")
     tool: Tool = tools[unit.stage]
     torch: TorchHeaders | None = tools.get("torch")
     if unit.stage == "device":

@@ -7,10 +7,10 @@ from typing import Callable
 
 from lsprotocol import types
 
-from kernel_lsp.compile.check import Document
+from kernel_lsp.compile.check import SOURCE, Document
 from kernel_lsp.compile.service import CompileService
 from kernel_lsp.compile.units import is_cuda_document, is_python_document
-from kernel_lsp.findings import Finding, uri_to_path
+from kernel_lsp.findings import Finding, Range, Severity, uri_to_path
 from kernel_lsp.jobs.scheduler import DocumentScheduler
 from kernel_lsp.server.convert import code_lens
 from kernel_lsp.server.diagnostics import DiagnosticStore
@@ -68,6 +68,17 @@ class CompileFeature:
         self.scheduler.submit(uri, version, delay_s, lambda: self._check(doc))
 
     async def _check(self, doc: Document) -> None:
+        try:
+            await self._publish_reports(doc)
+        except Exception as exc:  # a bug in a checker becomes a diagnostic, not a dead server
+            log.exception("checking %s failed", doc.uri)
+            if self.scheduler.is_current(doc.uri, doc.version):
+                self.store.set(doc.uri, PRODUCER, doc.version, [Finding(
+                    doc.uri, Range.line(0), Severity.ERROR, SOURCE, "internal-error",
+                    f"kernel-lsp could not check this file ({type(exc).__name__}: {exc}); "
+                    "details are in the server log")])
+
+    async def _publish_reports(self, doc: Document) -> None:
         settings = self.settings.settings
         async for report in self.service.run(doc, settings):
             if not self.scheduler.is_current(doc.uri, doc.version):

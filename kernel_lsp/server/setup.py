@@ -32,7 +32,8 @@ class KernelLanguageServer(LanguageServer):
     def refresh_code_lenses(self) -> None:
         workspace = self.client_capabilities.workspace
         if workspace and workspace.code_lens and workspace.code_lens.refresh_support:
-            self.workspace_code_lens_refresh(None)
+            future = self.workspace_code_lens_refresh(None)
+            future.add_done_callback(lambda f: f.cancelled() or f.exception() and log.info("codeLens/refresh: %s", f.exception()))
 
     def supports_configuration(self) -> bool:
         workspace = self.client_capabilities.workspace

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from dataclasses import dataclass
 from itertools import accumulate, count
 from operator import add
-from dataclasses import dataclass
 
 from kernel_lsp.findings import Position, Range
 
@@ -58,7 +58,7 @@ _NAMESPACE_NAME = re.compile(r"\s*((?:inline\s+)?[A-Za-z_]\w*(?:\s*::\s*(?:inlin
 _PAREN = re.compile(r"[()]")
 _TOKEN = re.compile(r"[A-Za-z_]\w*|\d[\w.']*|::|[^\s\w]")
 _INLINE_KEYWORD = re.compile(r"^inline\s+")
-_INTEGER_LITERAL = re.compile(r"(0[xX][0-9a-fA-F]+|\d+)[uUlL]*\Z")
+_INTEGER_LITERAL = re.compile(r"(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9]\d*)[uUlL]*\Z")
 
 _SPECIFIERS = frozenset({"static", "extern", "inline", "__inline__", "__forceinline__", "__noinline__", "__device__",
                          "__host__", "constexpr", "__global__"})
@@ -339,8 +339,17 @@ def _integer_arguments(tokens: list[re.Match[str]]) -> tuple[int, ...] | None:
         match = _INTEGER_LITERAL.match(argument)
         if match is None:
             return None
-        values.append(int(match.group(1), 16) if match.group(1)[:2].lower() == "0x" else int(match.group(1)))
+        values.append(_c_integer(match.group(1)))
     return tuple(values)
+
+
+def _c_integer(digits: str) -> int:
+    """The value of a C integer literal without suffix: 0x.. is hex, a leading 0 means octal."""
+    if digits[:2] in ("0x", "0X"):
+        return int(digits, 16)
+    if digits.startswith("0") and len(digits) > 1:
+        return int(digits, 8)
+    return int(digits)
 
 
 class _LineIndex:

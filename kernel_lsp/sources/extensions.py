@@ -8,11 +8,13 @@ becomes a human-readable note in `InlineExtension.problems` instead.
 from __future__ import annotations
 
 import ast
+from bisect import bisect_left
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from kernel_lsp.findings import Range
 from kernel_lsp.sources.pystrings import LiteralError, decode_literals
-from kernel_lsp.sources.pysyntax import Imports, SourceLines
+from kernel_lsp.sources.pysyntax import Imports, SourceLines, header_expressions, nested_statements
 from kernel_lsp.sources.sourcemap import CharPositions, GeneratedFile
 
 CPP_EXTENSION = "torch.utils.cpp_extension"
@@ -103,7 +105,7 @@ def extension_kind(callee: ast.expr, imports: Imports) -> str | None:
     name = imports.qualified_name(callee)
     if name is None:
         return None
-    if name in (f"{CPP_EXTENSION}.load_inline", "load_inline") or name.endswith("cpp_extension.load_inline"):
+    if name.split(".")[-2:] in (["load_inline"], ["cpp_extension", "load_inline"]):
         return "load_inline"
     if name == f"{CPP_EXTENSION}.load":
         return "load"
@@ -112,7 +114,7 @@ def extension_kind(callee: ast.expr, imports: Imports) -> str | None:
 
 def find_extensions(tree: ast.Module, lines: SourceLines, imports: Imports) -> list[InlineExtension]:
     """Every load_inline / load call in the file, in source order, with its arguments resolved."""
-    calls = _ScopeWalk(tree, imports).calls
+    calls = _ScopeWalk(tree, lines, imports).calls
     calls.sort(key=lambda item: (item[0].lineno, item[0].col_offset))
     return [_ExtensionReader(lines, call, kind, chain).read() for call, kind, chain in calls]
 
@@ -137,8 +139,7 @@ class _Scope:
         self.bindings.setdefault(name, []).append(binding)
 
 
-@dataclass(frozen=True)
-class _Binding:
+class _Binding(NamedTuple):  # a tuple: large files make one per assignment
     position: tuple[int, int]  # where the assignment is, to pick the one in effect at a call
     value: ast.expr | None  # None: bound to something not written as an expression here (a parameter)
     augmented: bool  # `name += value`
@@ -155,36 +156,51 @@ def _parameters(arguments: ast.arguments) -> list[ast.arg]:
 
 
 class _ScopeWalk:
-    """One pass over the tree recording assignments per scope and the extension calls with their scope chains."""
+    """One pass over the statements recording assignments per scope, and the extension calls with their scopes.
 
-    def __init__(self, tree: ast.Module, imports: Imports) -> None:
+    Expressions are searched for calls only in statements on lines that mention `load`: walking every
+    expression of a large file costs far more than parsing it.
+    """
+
+    def __init__(self, tree: ast.Module, lines: SourceLines, imports: Imports) -> None:
         self._imports = imports
+        self._mention_lines = [k + 1 for k, line in enumerate(lines.lines) if "load" in line]  # 1-based, as ast
         self.calls: list[tuple[ast.Call, str, tuple[_Scope, ...]]] = []
-        stack: list[tuple[ast.AST, tuple[_Scope, ...]]] = [(tree, (_Scope(is_class=False),))]
+        module = (_Scope(is_class=False),)
+        stack: list[tuple[ast.stmt, tuple[_Scope, ...]]] = [(statement, module) for statement in reversed(tree.body)]
         while stack:  # iterative: deeply nested code must not hit the recursion limit
-            node, chain = stack.pop()
-            stack.extend(self._children(node, chain))
+            statement, chain = stack.pop()
+            inner = self._visit(statement, chain)
+            stack.extend((nested, inner) for nested in reversed(nested_statements(statement)))
 
-    def _children(self, node: ast.AST, chain: tuple[_Scope, ...]) -> list[tuple[ast.AST, tuple[_Scope, ...]]]:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            return self._function_children(node, chain)
-        if isinstance(node, ast.ClassDef):
-            inner = (_Scope(is_class=True),) + chain
-            outer = [*node.decorator_list, *node.bases, *node.keywords]
-            return [(child, chain) for child in outer] + [(child, inner) for child in node.body]
-        self._record(node, chain)
-        return [(child, chain) for child in ast.iter_child_nodes(node)]
+    def _visit(self, statement: ast.stmt, chain: tuple[_Scope, ...]) -> tuple[_Scope, ...]:
+        """Records the statement; returns the scope chain of the statements nested in it."""
+        if self._mentions_load(statement):
+            self._find_calls(header_expressions(statement), chain)
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            # a class body's names are not visible inside its methods
+            inner = (_Scope(is_class=False),) + tuple(scope for scope in chain if not scope.is_class)
+            for argument in _parameters(statement.args):  # a parameter hides a module-level name spelled alike
+                inner[0].bind(argument.arg, _Binding(_position(statement), None, False, inner))
+            return inner
+        if isinstance(statement, ast.ClassDef):
+            return (_Scope(is_class=True),) + chain
+        self._record_assignment(statement, chain)
+        return chain
 
-    def _function_children(self, node, chain):
-        # a class body's names are not visible inside its methods
-        inner = (_Scope(is_class=False),) + tuple(scope for scope in chain if not scope.is_class)
-        for argument in _parameters(node.args):  # a parameter hides a module-level name of the same spelling
-            inner[0].bind(argument.arg, _Binding(_position(node), None, False, inner))
-        outer = [node.args] + list(getattr(node, "decorator_list", [])) + [getattr(node, "returns", None)]
-        body = node.body if isinstance(node.body, list) else [node.body]
-        return [(child, chain) for child in outer if child is not None] + [(child, inner) for child in body]
+    def _mentions_load(self, statement: ast.stmt) -> bool:
+        k = bisect_left(self._mention_lines, statement.lineno)
+        return k < len(self._mention_lines) and self._mention_lines[k] <= (statement.end_lineno or statement.lineno)
 
-    def _record(self, node: ast.AST, chain: tuple[_Scope, ...]) -> None:
+    def _find_calls(self, expressions: list[ast.AST], chain: tuple[_Scope, ...]) -> None:
+        for expression in expressions:
+            for node in ast.walk(expression):
+                if isinstance(node, ast.Call):
+                    kind = extension_kind(node.func, self._imports)
+                    if kind is not None:
+                        self.calls.append((node, kind, chain))
+
+    def _record_assignment(self, node: ast.stmt, chain: tuple[_Scope, ...]) -> None:
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 self._bind_target(target, node.value, node, chain)
@@ -192,11 +208,8 @@ class _ScopeWalk:
             self._bind_target(node.target, node.value, node, chain)
         elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
             augmented = isinstance(node.op, ast.Add)
-            chain[0].bind(node.target.id, _Binding(_position(node), node.value if augmented else None, augmented, chain))
-        elif isinstance(node, ast.Call):
-            kind = extension_kind(node.func, self._imports)
-            if kind is not None:
-                self.calls.append((node, kind, chain))
+            binding = _Binding(_position(node), node.value if augmented else None, augmented, chain)
+            chain[0].bind(node.target.id, binding)
 
     def _bind_target(self, target: ast.expr, value: ast.expr | None, node: ast.AST, chain) -> None:
         if isinstance(target, ast.Name):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterator
 
 from kernel_lsp.findings import Position, Range
 
@@ -46,12 +47,49 @@ class SourceLines:
         return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+_STATEMENT_LISTS = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def nested_statements(statement: ast.stmt) -> list[ast.stmt]:
+    """The statements directly inside a compound statement: bodies, else branches, except handlers, match cases."""
+    nested: list[ast.stmt] = []
+    for name in ("body", "orelse", "finalbody"):
+        value = getattr(statement, name, None)
+        if isinstance(value, list):
+            nested += value
+    for clause in [*getattr(statement, "handlers", ()), *getattr(statement, "cases", ())]:
+        nested += clause.body
+    return nested
+
+
+def header_expressions(statement: ast.stmt) -> list[ast.AST]:
+    """A statement's own expressions, without those of the statements nested in it."""
+    expressions: list[ast.AST] = []
+    for name, value in ast.iter_fields(statement):
+        if name not in _STATEMENT_LISTS:
+            expressions += [v for v in (value if isinstance(value, list) else [value]) if isinstance(v, ast.AST)]
+    for handler in getattr(statement, "handlers", ()):
+        expressions += [handler.type] if handler.type is not None else []
+    for case in getattr(statement, "cases", ()):
+        expressions += [case.pattern] + ([case.guard] if case.guard is not None else [])
+    return expressions
+
+
+def all_statements(tree: ast.Module) -> Iterator[ast.stmt]:
+    """Every statement, nested ones included, in source order; expressions are not entered (that is the slow part)."""
+    stack = list(reversed(tree.body))
+    while stack:
+        statement = stack.pop()
+        yield statement
+        stack.extend(reversed(nested_statements(statement)))
+
+
 class Imports:
     """Local names bound by import statements anywhere in the file, to their dotted origins."""
 
-    def __init__(self, tree: ast.AST) -> None:
+    def __init__(self, tree: ast.Module) -> None:
         self._origins: dict[str, str] = {}
-        for node in ast.walk(tree):
+        for node in all_statements(tree):
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.asname:

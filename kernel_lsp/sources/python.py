@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from kernel_lsp.findings import Position, Range
 from kernel_lsp.sources.extensions import InlineExtension, find_extensions
-from kernel_lsp.sources.pysyntax import Imports, SourceLines, split_lines
+from kernel_lsp.sources.pysyntax import Imports, SourceLines, all_statements, split_lines
 
 TRITON_JIT = frozenset({"triton.jit", "triton.runtime.jit.jit"})
 KERNELBENCH_CLASSES = ("Model", "ModelNew")
@@ -123,7 +123,7 @@ def _syntax_error_info(error: SyntaxError, lines: list[str]) -> SyntaxErrorInfo:
         end_line = _clamp(error.end_lineno - 1, 0, len(lines) - 1)
         reported_end = Position(end_line, _clamp(error.end_offset - 1, 0, len(lines[end_line])))
         end = max(end, reported_end)
-    return SyntaxErrorInfo(error.msg, Range(start, end))
+    return SyntaxErrorInfo(error.msg or "invalid syntax", Range(start, end))
 
 
 def _null_byte_error(text: str) -> SyntaxErrorInfo:
@@ -137,12 +137,14 @@ def _null_byte_error(text: str) -> SyntaxErrorInfo:
 def _blank_offending_lines(lines: list[str], error: SyntaxError) -> bool:
     """Empties the lines the error is about; False when there is nothing left to blank."""
     line = _clamp((error.lineno or 1) - 1, 0, len(lines) - 1)
+    if _INDENTED_BLOCK_AFTER.match(error.msg or "") and _give_header_a_body(lines, line):
+        return True
     targets = [k for k in _offending_lines(lines, error, line) if lines[k].strip()]
     if not targets:  # an error on an empty line (often the end of the file): drop the code just above it
-        above = [k for k in range(line, -1, -1) if lines[k].strip()]
-        if not above:
+        above = _last_code_line(lines, line)
+        if above is None:
             return False
-        targets = above[:1]
+        targets = [above]
     for k in targets:
         lines[k] = ""
     return True
@@ -155,10 +157,27 @@ def _offending_lines(lines: list[str], error: SyntaxError, line: int) -> range |
     if message == "unexpected indent":
         return _indented_block(lines, line)
     header = _INDENTED_BLOCK_AFTER.match(message)
-    if header is not None:  # a header left without a body (its body was blanked, or never written)
+    if header is not None:  # a header whose body cannot be given one: drop the header
         return [_clamp(int(header.group(1)) - 1, 0, len(lines) - 1)]
     end_line = _clamp((error.end_lineno or error.lineno or 1) - 1, line, len(lines) - 1)
     return range(line, end_line + 1)
+
+
+def _give_header_a_body(lines: list[str], error_line: int) -> bool:
+    """Appends ` pass` to a header left without a body (its body was blanked), keeping the def or class."""
+    header = _last_code_line(lines, error_line - 1)
+    if header is None:
+        return False
+    code = lines[header].split("#")[0].rstrip()
+    if not code.endswith(":"):
+        return False
+    lines[header] = code + " pass"  # only columns after the ':' change
+    return True
+
+
+def _last_code_line(lines: list[str], last: int) -> int | None:
+    """The last line at or before `last` that is not blank."""
+    return next((k for k in range(last, -1, -1) if lines[k].strip()), None)
 
 
 def _indented_block(lines: list[str], first: int) -> list[int]:
@@ -182,14 +201,14 @@ def _clamp(value: int, low: int, high: int) -> int:
 
 def find_triton_kernels(tree: ast.Module, source: SourceLines, imports: Imports) -> list[TritonKernel]:
     kernels = []
-    for node in ast.walk(tree):
+    for node in all_statements(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _is_triton_kernel(node, imports):
             info = _function_info(node, source)
             first, last = node.decorator_list[0], node.decorator_list[-1]
             at_sign = _decorator_at_sign(first, source)
             decorators = Range(at_sign, Position(*source.end(last)))
             kernels.append(TritonKernel(info.name, info.name_range, info.def_range, info.body_range, decorators))
-    return sorted(kernels, key=lambda kernel: kernel.def_range.start)
+    return kernels
 
 
 def _is_triton_kernel(node: ast.FunctionDef | ast.AsyncFunctionDef, imports: Imports) -> bool:
@@ -222,7 +241,7 @@ def find_kernelbench_parts(tree: ast.Module, source: SourceLines) -> KernelBench
 
 def _function_info(node: ast.FunctionDef | ast.AsyncFunctionDef, source: SourceLines) -> FuncInfo:
     name_range = _name_range(node, _DEF_NAME, source)
-    header_nodes = [*ast.iter_child_nodes(node.args), node.returns]
+    header_nodes = [*getattr(node, "type_params", ()), *ast.iter_child_nodes(node.args), node.returns]
     return FuncInfo(node.name, name_range, _header_range(node, name_range, header_nodes, source),
                     _body_range(node.body, source))
 
@@ -233,7 +252,8 @@ def _class_info(node: ast.ClassDef, source: SourceLines) -> ClassInfo:
     for statement in node.body:
         if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)) and statement.name == "forward":
             forward = _function_info(statement, source)
-    return ClassInfo(node.name, name_range, _header_range(node, name_range, [*node.bases, *node.keywords], source),
+    header_nodes = [*getattr(node, "type_params", ()), *node.bases, *node.keywords]
+    return ClassInfo(node.name, name_range, _header_range(node, name_range, header_nodes, source),
                      _body_range(node.body, source), forward)
 
 

@@ -31,7 +31,13 @@ def recording_client() -> LanguageClient:
         c.published.append((time.monotonic(), params))
         c.diagnostics[params.uri] = params.diagnostics
 
-    register_lsp_features(client, {**DEFAULT_CLIENT_FEATURES, types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS: publish})
+    client.lens_refreshes = 0
+
+    def refresh_lenses(c: LanguageClient, params: None) -> None:
+        c.lens_refreshes += 1
+
+    register_lsp_features(client, {**DEFAULT_CLIENT_FEATURES, types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS: publish,
+                                   types.WORKSPACE_CODE_LENS_REFRESH: refresh_lenses})
     return client
 
 
