@@ -36,8 +36,8 @@ def generated_source(lines: int = 2000) -> str:
     """Kernels and device helpers, about `lines` lines, all different so ptxas does real work."""
     out = ["// generated for the benchmark", "#include <cuda_runtime.h>"]
     i = 0
-    while len(out) < lines:
-        out += [
+    while True:
+        block = [
             f"__device__ __forceinline__ float helper{i}(float x, float y) {{",
             f"    float t = x * {i + 1}.0f + y;",
             "    #pragma unroll",
@@ -54,20 +54,28 @@ def generated_source(lines: int = 2000) -> str:
             "}",
             "",
         ]
+        if len(out) + len(block) > lines:
+            break
+        out += block
         i += 1
-    return "\n".join(out[:lines]) + "\n"
+    out += ["// padding"] * (lines - len(out))
+    return "\n".join(out) + "\n"
 
 
 class Session:
     def __init__(self) -> None:
         self.client = LanguageClient("kernel-lsp-bench", "1")
         self.published: dict[tuple[str, int | None], float] = {}
-        self.client.feature(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)(self._on_publish)
-        self.client.feature(types.WINDOW_SHOW_MESSAGE)(lambda params: None)
-        self.client.feature(types.WORKSPACE_CONFIGURATION)(lambda params: [None])
+        self.arrived = asyncio.Event()
 
-    def _on_publish(self, params: types.PublishDiagnosticsParams) -> None:
-        self.published[(params.uri, params.version)] = time.perf_counter()
+        @self.client.feature(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+        def on_publish(params: types.PublishDiagnosticsParams) -> None:
+            self.published[(params.uri, params.version)] = time.perf_counter()
+            self.arrived.set()
+
+        @self.client.feature(types.WINDOW_SHOW_MESSAGE)
+        def on_message(params: types.ShowMessageParams) -> None:
+            print(f"server says: {params.message}", file=sys.stderr)
 
     async def start(self, root: Path) -> float:
         t0 = time.perf_counter()
@@ -89,6 +97,11 @@ class Session:
         self.client.exit(None)
         await self.client.stop()
 
+    async def wait_for(self, uri: str, version: int) -> None:
+        while (uri, version) not in self.published:
+            self.arrived.clear()
+            await self.arrived.wait()
+
     async def save_and_wait(self, uri: str, version: int, text: str | None) -> float:
         """Change the buffer (without compiling: compileOnChange is off) if text is given, then time the save."""
         if text is not None:
@@ -99,8 +112,7 @@ class Session:
         t0 = time.perf_counter()
         self.client.text_document_did_save(types.DidSaveTextDocumentParams(
             text_document=types.TextDocumentIdentifier(uri=uri)))
-        while (uri, version) not in self.published:
-            await asyncio.sleep(0.0005)
+        await self.wait_for(uri, version)
         return self.published[(uri, version)] - t0
 
 
@@ -137,8 +149,7 @@ async def measure(repeat: int) -> list[tuple[str, str, str, str]]:
             uri = path.as_uri()
             session.client.text_document_did_open(types.DidOpenTextDocumentParams(
                 text_document=types.TextDocumentItem(uri=uri, language_id="cuda-cpp", version=1, text=text)))
-            while (uri, 1) not in session.published:
-                await asyncio.sleep(0.01)
+            await session.wait_for(uri, 1)
             lsp, nvcc, cached = [], [], []
             version = 1
             for i in range(repeat):

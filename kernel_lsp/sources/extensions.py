@@ -363,7 +363,7 @@ class _ExtensionReader:
         if binding is None:
             raise _Unresolvable(f"`{name}` is not assigned in this file")
         if binding.value is None:
-            raise _Unresolvable(f"`{name}` is not assigned a value written in this file")
+            raise _Unresolvable(f"`{name}` is only known at run time (a parameter or an unpacked value)")
         value = self._resolve(binding.value, binding.position, binding.chain, depth + 1)
         if not binding.augmented:
             return value

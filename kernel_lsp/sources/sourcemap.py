@@ -158,6 +158,7 @@ class GeneratedFile:
         self._segments: list[Segment] = []
         self._line = 0
         self._col = 0
+        self._map: SourceMap | None = None  # built on first use, dropped when more text comes
 
     def add_text(self, text: str, origin: tuple[int, int] | None = None) -> None:
         """Text with no origin (what torch adds), or copied verbatim from the original starting at `origin`."""
@@ -183,6 +184,7 @@ class GeneratedFile:
         for start, length, origin_line, origin_col in runs:
             self._add_run(text, newlines, start, start + length, origin_line, origin_col)
         self._parts.append(text)
+        self._map = None
         if newlines:
             self._line += len(newlines)
             self._col = len(text) - newlines[-1] - 1
@@ -211,4 +213,6 @@ class GeneratedFile:
 
     @property
     def map(self) -> SourceMap:
-        return SourceMap(self._segments)
+        if self._map is None:
+            self._map = SourceMap(self._segments)
+        return self._map

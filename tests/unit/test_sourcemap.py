@@ -105,3 +105,12 @@ def test_source_map_from_segments():
 def test_add_literal_rejects_mismatched_positions():
     with pytest.raises(ValueError, match="2 positions for 3 characters"):
         GeneratedFile().add_literal("abc", [(0, 0), (0, 1)])
+
+
+def test_map_follows_text_added_after_it_was_read():
+    generated = GeneratedFile()
+    generated.add_literal("a", [(0, 0)])
+    assert generated.map.to_original(1, 0) is None
+    generated.add_text("\n")
+    generated.add_literal("b", [(3, 3)])
+    assert generated.map.to_original(1, 0) == (3, 3)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kernel_lsp.findings import Range
-from kernel_lsp.sources import assemble_load_inline, find_kernels, parse_python
+from kernel_lsp.sources import SyntaxErrorInfo, assemble_load_inline, find_kernels, parse_python
 
 KERNELBENCH = Path(__file__).resolve().parents[3] / "shared" / "kernelbench"
 
@@ -118,6 +118,23 @@ def test_escapes_map_each_character_to_its_exact_column():
     assert cuda.map.to_original(1, 13) == (1, 35)  # the first y, after three escapes on the line
 
 
+def test_columns_count_characters_not_utf8_bytes():
+    text = 'from torch.utils.cpp_extension import load_inline\n' \
+           'note = "é—"; src = "int x;"\n' \
+           'load_inline("u", src)\n'
+    ext = only_extension(text)
+    assert ext.cpp_sources[0].origin_range == Range.of(1, 19, 1, 27)
+    assert ext.cpp_sources[0].char_positions[4] == (1, 24)
+
+
+def test_f_string_without_fields_is_a_plain_string():
+    text = 'from torch.utils.cpp_extension import load_inline\nload_inline("f", f"int {{x}};" "}}")\n'
+    ext = only_extension(text)
+    assert ext.cpp_sources[0].text == "int {x};}}"
+    assert ext.cpp_sources[0].char_positions[5] == (1, 25)  # x, after the doubled brace
+    assert ext.problems == []
+
+
 def test_raw_strings_keep_backslashes():
     text = 'import torch.utils.cpp_extension\n' \
            'src = r"printf(\\"%d\\n\\", x);"\n' \
@@ -209,7 +226,7 @@ def test_run_time_values_become_problems():
         "arguments unpacked from `**kw` are not read",
         "cpp_sources: `SHARED` is not assigned in this file",
         'cpp_sources: `f"#define B {BLOCK}"` is an f-string, filled in at run time',
-        "cuda_sources: `src` is not assigned a value written in this file",
+        "cuda_sources: `src` is only known at run time (a parameter or an unpacked value)",
         "extra_cuda_cflags: `make_flags()` is computed at run time",
     ]
 
@@ -372,6 +389,26 @@ def test_syntax_error_in_forward_keeps_the_rest():
     assert model.kernelbench.model_new.name_range == Range.of(12, 6, 12, 14)
     assert model.kernelbench.model_new.forward.name_range == Range.of(13, 8, 13, 15)
     assert model.kernelbench.get_inputs.name_range == Range.of(17, 4, 17, 14)
+
+
+def test_syntax_error_in_forward_keeps_load_inline_in_init():
+    text = textwrap.dedent('''\
+        import torch.nn as nn
+        from torch.utils.cpp_extension import load_inline
+        cuda = "__global__ void f() {}"
+        class ModelNew(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.op = load_inline(name="x", cpp_sources="", cuda_sources=cuda, functions=["f"])
+            def forward(self, x):
+                y = [x,
+                return self.op.f(y)
+        ''')
+    model = parse_python(text)
+    assert model.syntax_error == SyntaxErrorInfo("'[' was never closed", Range.of(8, 12, 8, 13))
+    assert [s.text for s in model.extensions[0].cuda_sources] == ["__global__ void f() {}"]
+    assert model.extensions[0].functions == ["f"]
+    assert model.kernelbench.model_new.forward.name_range == Range.of(7, 8, 7, 15)
 
 
 def test_unterminated_string_keeps_what_comes_before():
