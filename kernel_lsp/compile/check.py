@@ -67,11 +67,12 @@ class Scratch:
 async def check_document(doc: Document, settings: Settings, scratch: Scratch) -> AsyncIterator[StageReport]:
     findings: list[Finding] = []
     units: list[CompileUnit] = []
+    # parsing a large file takes a while: in a thread, so the server keeps answering meanwhile
     if is_python_document(doc.path):
-        findings, units = _python_findings_and_units(doc, settings)
+        findings, units = await asyncio.to_thread(_python_findings_and_units, doc, settings)
         yield StageReport("python", _kept(findings, settings), final=False)
     elif is_cuda_document(doc.path):
-        units = [cuda_unit(doc.path, doc.text, settings.include_dirs, settings.extra_flags)]
+        units = [await asyncio.to_thread(cuda_unit, doc.path, doc.text, settings.include_dirs, settings.extra_flags)]
     units = [u for u in units if settings.check_enabled("hostCompile" if u.stage == "host" else "compile")]
     if not units:
         yield StageReport("done", _kept(findings, settings), final=True)

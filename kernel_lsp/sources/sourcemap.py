@@ -198,7 +198,8 @@ class GeneratedFile:
             newline = text.find("\n", offset, end)
             piece_end = end if newline < 0 else newline + 1
             line, col = self._generated_position(newlines, offset)
-            self._segments.append(Segment(line, col, col + piece_end - offset, origin_line, origin_col + offset - start))
+            length = piece_end - offset
+            self._segments.append(Segment(line, col, col + length, origin_line, origin_col + offset - start))
             offset = piece_end
 
     def _generated_position(self, newlines: list[int], offset: int) -> tuple[int, int]:
