@@ -82,3 +82,13 @@ def test_pyproject_settings_are_read(tmp_path: Path):
     (tmp_path / "m.py").write_text("def forward(x:\n")
     result = run("check", "m.py", cwd=tmp_path)
     assert (result.returncode, result.stdout) == (0, "")
+
+
+def test_invalid_utf8_and_binary_files_are_read_not_fatal(tmp_path: Path):
+    (tmp_path / "latin1.py").write_bytes(b"# caf\xe9\ndef f(:\n")
+    (tmp_path / "blob.py").write_bytes(bytes(range(256)))
+    result = run("check", ".", cwd=tmp_path)
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("latin1.py:2:") and line.endswith("[python-syntax]") for line in lines), lines
+    assert any(line.startswith("blob.py:") and line.endswith("[python-syntax]") for line in lines), lines

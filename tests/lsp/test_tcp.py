@@ -1,0 +1,60 @@
+"""`kernel-lsp serve --tcp HOST:PORT`: a client connects over TCP and gets diagnostics."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from lsprotocol import types
+from pygls.lsp.client import LanguageClient
+
+from kernel_lsp.findings import path_to_uri
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def connect(port: int, client: LanguageClient) -> None:
+    for _ in range(100):
+        try:
+            await client.start_tcp("127.0.0.1", port)
+            return
+        except OSError:
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"kernel-lsp did not listen on 127.0.0.1:{port}")
+
+
+async def test_serve_over_tcp(tmp_path: Path):
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "kernel_lsp", "serve", "--tcp", f"127.0.0.1:{port}"],
+                              stderr=subprocess.DEVNULL)
+    client = LanguageClient("tcp-test", "1")
+    published: asyncio.Queue = asyncio.Queue()
+
+    @client.feature(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+    def on_publish(params: types.PublishDiagnosticsParams) -> None:
+        published.put_nowait(params)
+
+    try:
+        await connect(port, client)
+        result = await client.initialize_async(types.InitializeParams(
+            capabilities=types.ClientCapabilities(), root_uri=path_to_uri(tmp_path)))
+        assert result.server_info.name == "kernel-lsp"
+        client.initialized(types.InitializedParams())
+        uri = path_to_uri(tmp_path / "m.py")
+        client.text_document_did_open(types.DidOpenTextDocumentParams(text_document=types.TextDocumentItem(
+            uri=uri, language_id="python", version=1, text="def f(:\n")))
+        params = await asyncio.wait_for(published.get(), timeout=30)
+        assert (params.uri, [d.code for d in params.diagnostics]) == (uri, ["python-syntax"])
+        await client.shutdown_async(None)
+        client.exit(None)
+    finally:
+        await client.stop()
+        server.kill()
+        server.wait()
