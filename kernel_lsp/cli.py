@@ -27,6 +27,12 @@ def main(argv: list[str] | None = None) -> int:
         return _serve(args)
     if args.command == "check":
         return _check(args)
+    if args.command == "worker":
+        return _worker(args)
+    if args.command == "doctor":
+        from kernel_lsp.doctor import run_doctor
+
+        return run_doctor(args.worker, args.token_file)
     parser.print_help(sys.stderr)
     return EXIT_USAGE
 
@@ -46,7 +52,45 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--nvcc", help="path to nvcc")
     check.add_argument("--config", type=Path, help="pyproject.toml to read [tool.kernel-lsp] from "
                        "(default: the nearest one above the current directory)")
+    worker = sub.add_parser("worker", help="run a GPU worker (the server starts one itself; use --listen on a GPU "
+                            "server)")
+    where = worker.add_mutually_exclusive_group()
+    where.add_argument("--stdio", action="store_true", help="serve one client on stdin/stdout (the default)")
+    where.add_argument("--listen", metavar="unix:PATH|tcp:HOST:PORT", help="listen for clients")
+    worker.add_argument("--token-file", help="file holding the token clients must present (else $KERNEL_LSP_TOKEN)")
+    worker.add_argument("--max-frame-mib", type=int, default=64, help="largest message accepted (MiB)")
+    doctor = sub.add_parser("doctor", help="what works and what is missing on this machine")
+    doctor.add_argument("--worker", default="", metavar="ADDRESS",
+                        help="check a running worker (unix:PATH or tcp:HOST:PORT) instead of starting a local one")
+    doctor.add_argument("--token-file", help="token for --worker (else $KERNEL_LSP_TOKEN)")
     return parser
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from kernel_lsp.worker.daemon import UsageError, WorkerDaemon, parse_listen, read_token, run_listener, run_stdio
+
+    try:
+        token = read_token(args.token_file)
+        if args.listen:
+            parse_listen(args.listen, token)  # refuse a bad address before anything starts
+    except (UsageError, OSError) as exc:
+        print(f"kernel-lsp worker: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    daemon = WorkerDaemon(token=token, max_frame=args.max_frame_mib * 2**20, single_client=not args.listen)
+    if args.listen:
+        asyncio.run(run_listener(daemon, args.listen))
+        return EXIT_OK
+    protocol_out = _private_stdout()
+    asyncio.run(run_stdio(daemon, sys.stdin, protocol_out))
+    return EXIT_OK
+
+
+def _private_stdout():
+    """A private handle on stdout for a protocol; fd 1 itself then goes to stderr, so stray prints
+    (ours, a library's, a child's) cannot corrupt the channel."""
+    private = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    return private
 
 
 def _setup_logging(level: str, log_file: str | None) -> None:
@@ -66,10 +110,7 @@ def _serve(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         server.start_tcp(host, int(port))
         return EXIT_OK
-    # stdout is the LSP channel: keep a private handle on it, and send every other write to stderr
-    lsp_out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    server.start_io(sys.stdin.buffer, lsp_out)
+    server.start_io(sys.stdin.buffer, _private_stdout())
     return EXIT_OK
 
 

@@ -34,6 +34,10 @@ class Settings:
     resource_usage: str = "both"
     checks: dict[str, bool] = field(default_factory=lambda: {name: True for name in CHECK_NAMES})
     ignore: tuple[str, ...] = ()  # finding codes (or code prefixes ending in '*') never reported
+    worker: str = ""  # empty: a local worker started on the first job; or unix:PATH / tcp:HOST:PORT
+    worker_token_file: str = ""  # token for a tcp worker (else $KERNEL_LSP_TOKEN)
+    job_timeout_s: float = 600.0
+    max_frame_mib: int = 64
 
     def check_enabled(self, name: str) -> bool:
         return self.checks.get(name, True)

@@ -12,6 +12,7 @@ from kernel_lsp.compile.service import CompileService
 from kernel_lsp.server.compile_feature import CompileFeature
 from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.settings import SECTION, SettingsManager
+from kernel_lsp.server.worker_feature import STATUS_COMMAND, WorkerFeature
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +25,8 @@ class KernelLanguageServer(LanguageServer):
         self.compile = CompileFeature(self.diagnostics, self.settings, CompileService(),
                                       tell_user=lambda m: self.show(m, types.MessageType.Error),
                                       refresh_lenses=self.refresh_code_lenses)
+        self.worker = WorkerFeature(notify=self.protocol.notify,
+                                    tell_user=lambda m: self.show(m, types.MessageType.Warning))
 
     def show(self, message: str, kind: types.MessageType) -> None:
         log.warning("%s", message)
@@ -98,5 +101,13 @@ def create_server() -> KernelLanguageServer:
     @server.feature(types.TEXT_DOCUMENT_CODE_LENS)
     def code_lens(ls: KernelLanguageServer, params: types.CodeLensParams) -> list[types.CodeLens]:
         return ls.compile.code_lenses(params.text_document.uri)
+
+    @server.command(STATUS_COMMAND)
+    async def worker_status(ls: KernelLanguageServer, *args) -> dict:
+        return await ls.worker.status(ls.settings.settings)
+
+    @server.feature(types.SHUTDOWN)
+    async def shutdown(ls: KernelLanguageServer, params: None) -> None:
+        await ls.worker.close()
 
     return server

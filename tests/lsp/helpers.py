@@ -36,8 +36,14 @@ def recording_client() -> LanguageClient:
     def refresh_lenses(c: LanguageClient, params: None) -> None:
         c.lens_refreshes += 1
 
+    client.worker_statuses = []
+
+    def worker_status(c: LanguageClient, params) -> None:
+        c.worker_statuses.append(params)
+
     register_lsp_features(client, {**DEFAULT_CLIENT_FEATURES, types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS: publish,
-                                   types.WORKSPACE_CODE_LENS_REFRESH: refresh_lenses})
+                                   types.WORKSPACE_CODE_LENS_REFRESH: refresh_lenses,
+                                   "kernelLsp/workerStatus": worker_status})
     return client
 
 

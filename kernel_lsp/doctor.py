@@ -1,0 +1,126 @@
+"""`kernel-lsp doctor`: what works and what is missing on this machine, one line per item.
+
+`ok` works; `missing` is optional here and says what it costs; `FAIL` breaks a feature that could
+otherwise work (exit status 1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernel_lsp.compile.toolchain import ToolProblem, find_host_compiler, find_nvcc
+from kernel_lsp.config import Settings
+from kernel_lsp.worker.daemon import package_version, read_token
+from kernel_lsp.worker.protocol import Job
+
+PROFILING_PARAMS = Path("/proc/driver/nvidia/params")
+
+
+@dataclass
+class Check:
+    level: str  # ok | missing | FAIL
+    item: str
+    detail: str
+
+
+async def tool_checks(settings: Settings) -> list[Check]:
+    checks = []
+    for item, finder, fatal in (("nvcc", find_nvcc, True), ("host C++ compiler", find_host_compiler, False)):
+        try:
+            tool = await finder(settings)
+            checks.append(Check("ok", item, f"{tool.version} ({tool.path})"))
+        except ToolProblem as exc:
+            checks.append(Check("FAIL" if fatal else "missing", item, str(exc)))
+    for package, why in (("torch", "load_inline sources cannot be compiled and nothing can run"),
+                         ("triton", "Triton kernels cannot run")):
+        version = package_version(package)
+        checks.append(Check("ok", package, version) if version else
+                        Check("missing", package, f"not installed: {why} (pip install 'kernel-lsp[worker]')"))
+    return checks
+
+
+def gpu_checks() -> list[Check]:
+    from profilers.nvml import NvmlUnavailable, device_facts
+
+    try:
+        facts = device_facts()
+    except NvmlUnavailable as exc:
+        return [Check("missing", "GPU / NVML", f"{exc}; compile checks still work, verification and profiling "
+                                                "need a GPU (or a remote worker: --worker tcp:HOST:PORT)")]
+    return [Check("ok", "GPU", f"{facts['name']} (sm_{facts['computeCapability'].replace('.', '')}, "
+                               f"{facts['memoryFreeMiB']} MiB free of {facts['memoryTotalMiB']})"),
+            Check("ok", "driver / NVML", facts["driver"])]
+
+
+def profiler_checks() -> list[Check]:
+    checks = []
+    ncu = shutil.which("ncu")
+    if ncu is None:
+        checks.append(Check("missing", "ncu", "Nsight Compute is not on PATH: no profiler hints"))
+    else:
+        checks.append(Check("ok", "ncu", ncu))
+        checks.append(counter_permission())
+    sanitizer = shutil.which("compute-sanitizer")
+    checks.append(Check("ok", "compute-sanitizer", sanitizer) if sanitizer else
+                  Check("missing", "compute-sanitizer", "not on PATH: no memory-error checks of candidates"))
+    return checks
+
+
+def counter_permission() -> Check:
+    """GPU performance counters are admin-only unless the driver says otherwise (ERR_NVGPUCTRPERM)."""
+    try:
+        params = PROFILING_PARAMS.read_text()
+    except OSError:
+        return Check("missing", "GPU counter permission", f"cannot read {PROFILING_PARAMS} (no NVIDIA driver here)")
+    restricted = "RmProfilingAdminOnly: 1" in params
+    if restricted and os.geteuid() != 0:
+        return Check("missing", "GPU counter permission",
+                     "restricted to admin users (ncu fails with ERR_NVGPUCTRPERM): set "
+                     "'options nvidia NVreg_RestrictProfilingToAdminUsers=0' in /etc/modprobe.d and reboot, "
+                     "or run the worker as root")
+    return Check("ok", "GPU counter permission", "restricted, running as root" if restricted else "open")
+
+
+def api_key_check() -> Check:
+    if os.environ.get("ANTHROPIC_API_KEY"):
+        return Check("ok", "ANTHROPIC_API_KEY", "present")
+    return Check("missing", "ANTHROPIC_API_KEY", "not set: 'Optimize this kernel' cannot call the model")
+
+
+async def worker_check(address: str, token: str | None) -> list[Check]:
+    from kernel_lsp.worker.client import WorkerClient, WorkerUnavailable
+
+    client = WorkerClient(address=address, token=token)
+    where = address or "local (started for this check)"
+    try:
+        round_trip = await client.ping()
+        result = await client.run(Job("device-info", {}, {}, ""), timeout_s=300)
+    except WorkerUnavailable as exc:
+        return [Check("FAIL", "worker", str(exc))]
+    finally:
+        await client.close()
+    versions = result.metrics.get("versions", {})
+    detail = (f"{where}: ping {round_trip * 1000:.1f} ms, torch {versions.get('torch')}, "
+              f"CUDA {versions.get('cuda')}, GPU {'yes' if result.metrics.get('cudaAvailable') else 'no'}")
+    checks = [Check("ok", "worker", detail)]
+    if result.error:
+        checks.append(Check("missing", "worker GPU", result.error))
+    return checks
+
+
+def run_doctor(worker_address: str, token_file: str | None) -> int:
+    async def gather() -> list[Check]:
+        checks = await tool_checks(Settings())
+        checks += gpu_checks() + profiler_checks() + [api_key_check()]
+        checks += await worker_check(worker_address, read_token(token_file))
+        return checks
+
+    checks = asyncio.run(gather())
+    width = max(len(c.item) for c in checks)
+    for c in checks:
+        print(f"{c.level:<8} {c.item:<{width}}  {c.detail}")
+    return 1 if any(c.level == "FAIL" for c in checks) else 0

@@ -1,0 +1,65 @@
+"""The worker as the server sees it: started on the first job that needs it, its state sent to the client.
+
+Clients receive `kernelLsp/workerStatus` notifications ({state, address, gpu, driver, memoryFreeMiB,
+busy, runningJobs, restarts, message}) whenever the state changes, and can ask for it (starting the
+worker) with the `kernel-lsp.workerStatus` command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Callable
+
+from kernel_lsp.config import Settings
+from kernel_lsp.worker.client import WorkerClient, WorkerStatus, WorkerUnavailable
+from kernel_lsp.worker.daemon import UsageError, read_token
+
+log = logging.getLogger(__name__)
+STATUS_NOTIFICATION = "kernelLsp/workerStatus"
+STATUS_COMMAND = "kernel-lsp.workerStatus"
+
+
+class WorkerFeature:
+    def __init__(self, notify: Callable[[str, Any], None], tell_user: Callable[[str], None]) -> None:
+        self._notify = notify
+        self._tell_user = tell_user
+        self._client: WorkerClient | None = None
+        self._config: tuple | None = None
+
+    def client(self, settings: Settings) -> WorkerClient:
+        """The worker client for these settings (a new one, and the old one closed, when they change)."""
+        config = (settings.worker, settings.worker_token_file, settings.job_timeout_s, settings.max_frame_mib)
+        if self._client is None or config != self._config:
+            if self._client is not None:
+                log.info("worker settings changed; closing the old worker connection")
+                asyncio.ensure_future(self._client.close())
+            token = self._token(settings)
+            self._client = WorkerClient(address=settings.worker, token=token,
+                                        max_frame=settings.max_frame_mib * 2**20,
+                                        job_timeout_s=settings.job_timeout_s,
+                                        on_status=self._status_changed, on_message=self._tell_user)
+            self._config = config
+        return self._client
+
+    def _token(self, settings: Settings) -> str | None:
+        try:
+            return read_token(settings.worker_token_file or None)
+        except (OSError, UsageError) as exc:
+            self._tell_user(f"kernel-lsp: cannot read workerTokenFile: {exc}; connecting without a token")
+            return None
+
+    async def status(self, settings: Settings) -> dict[str, Any]:
+        client = self.client(settings)
+        try:
+            round_trip = await client.ping()
+        except WorkerUnavailable as exc:
+            return {**client.status.to_dict(), "message": str(exc)}
+        return {**client.status.to_dict(), "pingMs": round(round_trip * 1000, 3)}
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+
+    def _status_changed(self, status: WorkerStatus) -> None:
+        self._notify(STATUS_NOTIFICATION, status.to_dict())

@@ -1,0 +1,1 @@
+"""The GPU worker: protocol, daemon, client, sandbox."""

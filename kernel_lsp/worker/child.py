@@ -1,0 +1,325 @@
+"""The sandbox's child: runs one candidate in a fresh process (`python -m kernel_lsp.worker.child`).
+
+The Sandbox starts it ahead of time. It imports the preload modules, says it is ready, waits for one task
+frame, applies the limits, calls the entry and writes one result frame, then exits. Frames travel on a
+dedicated pipe pair (stdout and stderr belong to the candidate): a 4-byte big-endian length, then a msgpack
+map, the same framing as the worker protocol. Only the stdlib and msgpack are imported here: torch only
+when a task asks for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import faulthandler
+import importlib
+import importlib.util
+import os
+import resource
+import struct
+import subprocess
+import sys
+import traceback
+from collections.abc import Iterable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import msgpack
+
+FRAME_HEADER = struct.Struct(">I")
+OUT_OF_MEMORY_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory", "bad_alloc")
+CUDA_ERROR_MARKERS = ("cuda error", "illegal memory access", "misaligned address", "unspecified launch failure",
+                      "device-side assert", "illegal instruction")
+BUILD_FAILURE_MARKER = "error building extension"
+COMPILER_OUTPUT_TAIL_CHARS = 8000
+REPORT_RESERVE_BYTES = 16 * 2**20
+CUDA_DRIVER_NODE = "/dev/nvidiactl"
+_MACHINERY_DIR = os.path.dirname(os.path.realpath(__file__))
+
+Frame = tuple[str, int, str, str]  # file, line, function, source text
+
+
+# ---- frames on the pipes ----------------------------------------------------------------------------------
+
+
+def encode_frame(message: dict[str, Any]) -> bytes:
+    body = msgpack.packb(message, use_bin_type=True)
+    return FRAME_HEADER.pack(len(body)) + body
+
+
+def decode_frame_body(body: bytes) -> dict[str, Any]:
+    # map keys may be ints: an entry's return value is any msgpack value
+    return msgpack.unpackb(body, raw=False, strict_map_key=False)
+
+
+def read_frame(fd: int) -> dict[str, Any] | None:
+    """The next frame on a blocking pipe, or None at end of file."""
+    header = _read_exactly(fd, FRAME_HEADER.size)
+    if header is None:
+        return None
+    body = _read_exactly(fd, FRAME_HEADER.unpack(header)[0])
+    return None if body is None else decode_frame_body(body)
+
+
+def _read_exactly(fd: int, size: int) -> bytes | None:
+    data = bytearray()
+    while len(data) < size:
+        chunk = os.read(fd, size - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return bytes(data)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+# ---- the child's life --------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> None:
+    options = _parse_arguments(argv)
+    for fd in (options.task_fd, options.result_fd):
+        os.set_inheritable(fd, False)  # the candidate's own subprocesses must not hold the frame pipes open
+    faulthandler.enable(all_threads=False)  # a crash in native code still names the Python line (Sandbox parses it)
+    _preload(options.preload)
+    _write_all(options.result_fd, encode_frame({"ready": os.getpid()}))
+    task = read_frame(options.task_fd)
+    if task is None:
+        os._exit(0)  # the sandbox closed without giving this child a task
+    reply = run_task(task)
+    _flush_output()
+    _write_all(options.result_fd, reply)
+    os._exit(0)  # no interpreter teardown: after a CUDA error torch's exit hooks can hang or crash
+
+
+def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m kernel_lsp.worker.child")
+    parser.add_argument("--task-fd", type=int, required=True)
+    parser.add_argument("--result-fd", type=int, required=True)
+    parser.add_argument("--preload", action="append", default=[])
+    return parser.parse_args(argv)
+
+
+def _preload(modules: Iterable[str]) -> None:
+    """Imports while waiting; a failure is noted on stderr, and fails again in full if the task needs it."""
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as error:
+            print(f"kernel-lsp sandbox: could not preload {name}: {error!r}", file=sys.stderr)
+
+
+def run_task(task: dict[str, Any]) -> bytes:
+    """The encoded result frame of one task; never raises."""
+    reserve = bytearray(REPORT_RESERVE_BYTES)  # given back after a MemoryError so the reply can still be built
+    try:
+        args = _prepare(task)
+    except Exception as error:
+        return encode_frame(_reply("sandbox-error", f"could not prepare the candidate's run: {error!r}"))
+    try:
+        value = _call_entry(task["entry"], args)
+    except BaseException as error:
+        del reserve
+        return encode_frame(describe_exception(error, task["task_dir"], task["origins"]))
+    return _value_frame(value)
+
+
+def _prepare(task: dict[str, Any]) -> dict[str, Any]:
+    """Writes the files, imports the task's preload modules, applies the limits; the entry's arguments."""
+    args = dict(task["args"])
+    uses_cuda = bool(args.pop("uses_cuda", False))
+    _write_files(task["task_dir"], task["files"])
+    for name in task["preload"]:
+        importlib.import_module(name)
+    _apply_limits(task["host_memory_bytes"], task["gpu_memory_fraction"], uses_cuda)
+    os.chdir(task["task_dir"])
+    sys.path.insert(0, task["task_dir"])
+    return args
+
+
+def _write_files(task_dir: str, files: dict[str, str]) -> None:
+    root = Path(task_dir)
+    for name, text in files.items():
+        path = (root / name).resolve()
+        if not path.is_relative_to(root):
+            raise ValueError(f"file name {name!r} leaves the task directory")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+
+def _call_entry(entry: str, args: dict[str, Any]) -> Any:
+    module_name, _, function_name = entry.partition(":")
+    return getattr(importlib.import_module(module_name), function_name)(**args)
+
+
+def _value_frame(value: Any) -> bytes:
+    try:
+        return encode_frame(_reply("ok", "", value=value))
+    except (TypeError, ValueError, OverflowError) as error:
+        return encode_frame(_reply("sandbox-error", f"the entry returned a value msgpack cannot carry: {error}"))
+
+
+def _reply(status: str, message: str, *, value: Any = None, error_type: str | None = None,
+           frames: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"status": status, "message": message, "value": value, "error_type": error_type,
+            "traceback": frames or []}
+
+
+def _flush_output() -> None:
+    """Python's buffers, then C stdio's (printf in extensions and CUDA device printf write there)."""
+    for stream in {sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__}:
+        try:
+            stream.flush()
+        except Exception:  # the candidate may have closed or replaced the stream with anything
+            pass
+    ctypes.CDLL(None).fflush(None)
+
+
+# ---- limits ------------------------------------------------------------------------------------------------
+
+
+def _apply_limits(host_memory_bytes: int | None, gpu_memory_fraction: float | None, uses_cuda: bool) -> None:
+    torch = _torch_with_cuda(uses_cuda)
+    if torch is not None and gpu_memory_fraction is not None:
+        torch.cuda.set_per_process_memory_fraction(gpu_memory_fraction)  # the current device: the worker's GPU
+    if host_memory_bytes is not None:
+        _limit_host_memory(host_memory_bytes, uses_cuda or torch is not None or os.path.exists(CUDA_DRIVER_NODE))
+
+
+def _torch_with_cuda(uses_cuda: bool) -> ModuleType | None:
+    """torch, when it is imported already (or the task uses CUDA) and sees a GPU; otherwise None."""
+    if "torch" not in sys.modules and not (uses_cuda and importlib.util.find_spec("torch") is not None):
+        return None  # importing torch only to ask would cost seconds for tasks that never touch it
+    torch = importlib.import_module("torch")
+    return torch if torch.cuda.is_available() else None
+
+
+def _limit_host_memory(limit: int, cuda_possible: bool) -> None:
+    # CUDA reserves far more virtual address space than memory, so RLIMIT_AS would make it fail to initialise;
+    # RLIMIT_DATA (Linux >= 4.7) counts private writable mappings only: the heap and anonymous maps, real use.
+    which = resource.RLIMIT_DATA if cuda_possible else resource.RLIMIT_AS
+    _, hard = resource.getrlimit(which)
+    cap = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
+    resource.setrlimit(which, (cap, cap))
+
+
+# ---- how an exception ended the run ----------------------------------------------------------------------
+
+
+def describe_exception(error: BaseException, task_dir: str, origins: dict[str, str]) -> dict[str, Any]:
+    """The reply for a run the entry ended with an exception: status, message and the user's frames."""
+    frames = user_frames(_exception_frames(error), task_dir, origins)
+    traceback.clear_frames(error.__traceback__)  # drops the candidate's locals (maybe GiBs) before the reply
+    status, cause = classify_exception(error)
+    return _reply(status, _message(status, cause), error_type=_type_name(cause), frames=frames)
+
+
+def classify_exception(error: BaseException) -> tuple[str, BaseException]:
+    """The status, and the exception in the chain (cause or context) that decided it."""
+    chain = _exception_chain(error)
+    for status, test in (("compile-error", _is_build_failure), ("out-of-memory", _is_out_of_memory),
+                         ("cuda-error", _is_cuda_error)):
+        decisive = next((link for link in chain if test(link)), None)
+        if decisive is not None:
+            return status, decisive
+    return "python-exception", error
+
+
+def _exception_chain(error: BaseException) -> list[BaseException]:
+    chain: list[BaseException] = []
+    link: BaseException | None = error
+    while link is not None and link not in chain:
+        chain.append(link)
+        link = link.__cause__ or link.__context__
+    return chain
+
+
+def _is_build_failure(error: BaseException) -> bool:
+    if isinstance(error, RuntimeError) and BUILD_FAILURE_MARKER in str(error).lower():
+        return True
+    if isinstance(error, subprocess.CalledProcessError):
+        return any(_is_cpp_extension(summary.filename) for summary in traceback.extract_tb(error.__traceback__))
+    return type(error).__name__ == "CompilationError" and type(error).__module__.startswith("triton")
+
+
+def _is_cpp_extension(file: str) -> bool:
+    return Path(file).parts[-3:] == ("torch", "utils", "cpp_extension.py")
+
+
+def _is_out_of_memory(error: BaseException) -> bool:
+    # by class name: torch.OutOfMemoryError (torch.cuda's is the same class) without importing torch
+    if isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError":
+        return True
+    return isinstance(error, RuntimeError) and _mentions(str(error), OUT_OF_MEMORY_MARKERS)
+
+
+def _is_cuda_error(error: BaseException) -> bool:
+    if type(error).__name__ in ("AcceleratorError", "CudaError"):
+        return True
+    return isinstance(error, RuntimeError) and _mentions(str(error), CUDA_ERROR_MARKERS)
+
+
+def _mentions(text: str, markers: Iterable[str]) -> bool:
+    lowered = text.lower()
+    return any(marker in lowered for marker in markers)
+
+
+def _message(status: str, error: BaseException) -> str:
+    if status == "compile-error":
+        return "the extension failed to build:\n" + _compiler_output(error)[-COMPILER_OUTPUT_TAIL_CHARS:]
+    text = str(error)
+    return f"{_type_name(error)}: {text}" if text else _type_name(error)
+
+
+def _compiler_output(error: BaseException) -> str:
+    output = getattr(error, "output", None)
+    if isinstance(output, bytes):
+        output = output.decode("utf-8", "replace")
+    return output or str(error)
+
+
+def _type_name(error: BaseException) -> str:
+    kind = type(error)
+    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _exception_frames(error: BaseException) -> list[Frame]:
+    frames = [(s.filename, s.lineno or 0, s.name, (s.line or "").strip())
+              for s in traceback.extract_tb(error.__traceback__)]
+    if isinstance(error, SyntaxError) and error.filename:
+        frames.append((error.filename, error.lineno or 0, "<module>", (error.text or "").strip()))
+    return frames
+
+
+# ---- frames in the user's files ----------------------------------------------------------------------------
+
+
+def user_frames(frames: Iterable[Frame], task_dir: str, origins: dict[str, str]) -> list[dict[str, Any]]:
+    """Frames (oldest first) as the user should see them: task files under their real paths, ours dropped."""
+    by_name = {os.path.normpath(name): path for name, path in origins.items()}
+    return [{"file": user_path(file, task_dir, by_name), "line": line, "function": function, "text": text}
+            for file, line, function, text in frames if not _is_machinery(file)]
+
+
+def user_path(file: str, task_dir: str, origins: dict[str, str]) -> str:
+    """A file in the task directory -> the user's real path (else its task-relative name); others unchanged."""
+    path = Path(file)
+    if not path.is_relative_to(task_dir):
+        return file
+    relative = str(path.relative_to(task_dir))
+    return origins.get(relative, relative)
+
+
+def _is_machinery(file: str) -> bool:
+    if file.startswith("<frozen importlib"):
+        return True
+    return os.path.dirname(os.path.realpath(file)) == _MACHINERY_DIR
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""The job kinds a worker runs. Each takes a Job and a JobContext and returns a protocol Result.
+
+Later issues add verification, timing and profiling kinds; they all run candidates through the
+sandbox, so a candidate's crash is a finding in an `ok` result, never a failure of the worker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+from kernel_lsp.findings import Finding, Range, Severity, path_to_uri
+from kernel_lsp.worker.protocol import Job, Result
+from kernel_lsp.worker.sandbox import SandboxLimits, SandboxOutcome, SandboxTask
+
+if TYPE_CHECKING:
+    from kernel_lsp.worker.daemon import WorkerDaemon
+
+SOURCE = "kernel-lsp"
+
+
+@dataclass
+class JobContext:
+    daemon: "WorkerDaemon"
+    progress: Callable[..., Awaitable[None]]  # progress(text, fraction=None)
+
+
+async def noop(job: Job, context: JobContext) -> Result:
+    """Does nothing: what a round trip costs."""
+    return Result("ok", [], {}, {})
+
+
+async def device_info(job: Job, context: JobContext) -> Result:
+    """Versions and the GPU's facts, once torch is imported and CUDA initialised."""
+    from kernel_lsp.worker.daemon import device_summary
+
+    await context.daemon.warmup.wait()
+    warm = context.daemon.warmup
+    device = device_summary()
+    metrics: dict[str, Any] = {"versions": context.daemon.versions(), "cudaAvailable": warm.cuda_available,
+                               "device": device}
+    problems = [p for p in (warm.problem, None if device else "no GPU visible to NVML on the worker's machine")
+                if p]
+    return Result("ok", [], metrics, {}, "; ".join(problems) or None)
+
+
+def sandbox_limits(raw: dict[str, Any]) -> SandboxLimits:
+    defaults = SandboxLimits()
+    return SandboxLimits(
+        wall_time_s=float(raw.get("wallTimeS", defaults.wall_time_s)),
+        host_memory_bytes=raw.get("hostMemoryBytes", defaults.host_memory_bytes),
+        gpu_memory_fraction=raw.get("gpuMemoryFraction", defaults.gpu_memory_fraction),
+        output_bytes=int(raw.get("outputBytes", defaults.output_bytes)),
+    )
+
+
+async def run_python(job: Job, context: JobContext) -> Result:
+    """Calls `function(**kwargs)` of one of the job's files in a sandboxed child (the CPU-only job kind)."""
+    config = job.config
+    task = SandboxTask(entry="kernel_lsp.worker.tasks:call_function",
+                       args={"file": config["file"], "function": config["function"],
+                             "kwargs": config.get("kwargs") or {}},
+                       files=job.source_files, origins=config.get("origins") or {})
+    await context.progress(f"running {config['function']} from {config['file']} in a sandbox")
+    outcome = await context.daemon.sandbox.run(task, sandbox_limits(config.get("limits") or {}))
+    findings = [] if outcome.status == "ok" else [outcome_finding(outcome, task).to_dict()]
+    return Result("ok", findings, {"durationS": outcome.duration_s, "status": outcome.status},
+                  {"outcome": outcome.to_dict()})
+
+
+def outcome_finding(outcome: SandboxOutcome, task: SandboxTask) -> Finding:
+    """How a candidate run ended, on the deepest traceback line inside the user's own files."""
+    user_files = set(task.origins.values())
+    frame = next((f for f in reversed(outcome.traceback) if f.file in user_files), None)
+    if frame is not None:
+        uri, rng = path_to_uri(frame.file), Range.line(max(frame.line - 1, 0))
+    else:
+        first = next(iter(task.origins.values()), next(iter(task.files), "candidate"))
+        uri, rng = path_to_uri(first), Range.line(0)
+    return Finding(uri, rng, Severity.ERROR, SOURCE, f"run-{outcome.status}", outcome.message,
+                   data={"status": outcome.status, "errorType": outcome.error_type,
+                         "signal": outcome.signal_name, "exitCode": outcome.exit_code})
+
+
+JOB_KINDS: dict[str, Callable[[Job, JobContext], Awaitable[Result]]] = {
+    "noop": noop,
+    "device-info": device_info,
+    "run-python": run_python,
+}

@@ -1,0 +1,458 @@
+"""Runs untrusted candidates, each in a fresh child process, with time, memory and output limits.
+
+One child is started ahead of time and has imported the heavy modules before it is needed, so a run only
+sends its task. A spinning kernel cannot be interrupted, so a timeout (or a cancelled run) kills the child's
+whole process group. child.py is the other end of the task and result pipes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import os
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from kernel_lsp.worker.child import (CUDA_ERROR_MARKERS, FRAME_HEADER, OUT_OF_MEMORY_MARKERS, decode_frame_body,
+                                     encode_frame, user_frames)
+
+SandboxStatus = Literal["ok", "compile-error", "python-exception", "cuda-error", "out-of-memory", "timeout",
+                        "signal", "sandbox-error"]
+
+CHILD_MODULE = "kernel_lsp.worker.child"
+DEFAULT_OUTPUT_BYTES = 1 * 2**20
+START_TIMEOUT_S = 120.0  # importing torch from a cold disk can take a minute
+EXIT_GRACE_S = 5.0  # a child that has replied only has to exit; tearing down a CUDA context takes a moment
+EXIT_POLL_S = 0.01
+STDERR_TAIL_CHARS = 4000
+READ_CHUNK_BYTES = 2**16
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+_FAULT_FRAME = re.compile(r'^\s+File "(?P<file>.+)", line (?P<line>\d+) in (?P<function>.+)$')
+_FAULT_STACK_HEADER = "(most recent call first):"
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    wall_time_s: float = 60.0
+    host_memory_bytes: int | None = 16 * 2**30
+    gpu_memory_fraction: float | None = 0.9  # of the device's memory, for torch's caching allocator
+    output_bytes: int = DEFAULT_OUTPUT_BYTES  # each of stdout and stderr
+
+
+@dataclass(frozen=True)
+class SandboxTask:
+    entry: str  # "package.module:function", called as function(**args) with the task dir as cwd and sys.path[0]
+    args: dict[str, Any]  # the key "uses_cuda" is the sandbox's (host limit via RLIMIT_DATA), not passed on
+    files: dict[str, str]  # relative name -> text, written into a fresh temp dir
+    origins: dict[str, str] = field(default_factory=dict)  # relative name -> the user's real path
+    preload: tuple[str, ...] = ()  # modules the next pre-started children import while they wait
+
+
+@dataclass(frozen=True)
+class TracebackFrame:
+    file: str
+    line: int
+    function: str
+    text: str
+
+
+@dataclass(frozen=True)
+class SandboxOutcome:
+    status: SandboxStatus
+    message: str
+    value: Any  # what the entry returned, None unless status is "ok"
+    stdout: str
+    stderr: str
+    output_truncated: bool
+    duration_s: float  # from sending the task to its reply (or the child's end)
+    exit_code: int | None
+    signal_name: str | None
+    traceback: list[TracebackFrame]  # oldest first; the last frame is where it failed
+    error_type: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class Sandbox:
+    """Runs each task in a fresh child process of this one; one child waits, warm, for the next task.
+
+    A run's wall time is counted from sending the task, so a child's own start-up is never charged to it.
+    """
+
+    def __init__(self, python: str = sys.executable, preload: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None) -> None:
+        self._python = python
+        self._preload = tuple(preload)
+        self._env = _child_environment(env)
+        self._waiting: asyncio.Task[_Child] | None = None
+        self._closed = False
+
+    async def start(self) -> None:
+        """Starts the waiting child now and waits until it is ready, so that the first run is warm too.
+
+        Raises SandboxStartError when the child cannot start; a later start or run tries again.
+        """
+        self._prestart()
+        waiting = self._waiting
+        if waiting is None:
+            return
+        try:
+            await asyncio.shield(waiting)
+        except SandboxStartError:
+            if self._waiting is waiting:
+                self._waiting = None
+            raise
+
+    async def run(self, task: SandboxTask, limits: SandboxLimits) -> SandboxOutcome:
+        """How the task's run ended. Cancelling it kills the child's process group."""
+        if self._closed:
+            raise RuntimeError("the sandbox is closed")
+        self._preload = tuple(dict.fromkeys(self._preload + tuple(task.preload)))
+        task_dir = os.path.realpath(tempfile.mkdtemp(prefix="kernel-lsp-task-"))
+        try:
+            child = await self._take_child()
+            return await _run_in(child, task, limits, task_dir)
+        except SandboxStartError as failure:
+            return _start_failure_outcome(str(failure))
+        finally:
+            shutil.rmtree(task_dir, ignore_errors=True)  # here, not in the child: a killed child cannot clean up
+            self._prestart()
+
+    async def close(self) -> None:
+        """Stops the waiting child. Runs in progress end on their own; cancel them to kill their children."""
+        self._closed = True
+        waiting, self._waiting = self._waiting, None
+        if waiting is None:
+            return
+        waiting.cancel()
+        await asyncio.wait([waiting])
+        if not waiting.cancelled() and waiting.exception() is None:
+            await waiting.result().stop()
+
+    def _prestart(self) -> None:
+        if not self._closed and self._waiting is None:
+            self._waiting = asyncio.create_task(self._spawn())
+
+    async def _take_child(self) -> _Child:
+        """The waiting child once ready, if it still lives; else a fresh one (the waiting one is a head start)."""
+        waiting, self._waiting = self._waiting, None
+        if waiting is not None:
+            try:
+                child = await self._started(waiting)
+            except SandboxStartError:
+                pass  # a fresh start below either works or reports its own failure
+            else:
+                if child.process.returncode is None:
+                    return child
+                await child.stop()  # it died while waiting, killed from outside
+        return await self._started(asyncio.create_task(self._spawn()))
+
+    async def _started(self, spawning: asyncio.Task[_Child]) -> _Child:
+        try:
+            return await asyncio.wait_for(spawning, START_TIMEOUT_S)
+        except TimeoutError:
+            raise SandboxStartError(f"the sandbox's child was not ready within {START_TIMEOUT_S:g} s "
+                                    f"(importing {', '.join(self._preload) or 'nothing'})") from None
+
+    async def _spawn(self) -> _Child:
+        try:
+            child = await _Child.start(self._python, self._preload, self._env)
+        except OSError as error:
+            raise SandboxStartError(f"cannot start the sandbox's child with {self._python}: {error}") from None
+        try:
+            ready = await child.read_frame()
+        except BaseException:
+            child.kill()
+            await asyncio.shield(child.stop())
+            raise
+        if ready is None:
+            await child.stop()
+            raise SandboxStartError(f"the sandbox's child ended before it was ready (exit status "
+                                    f"{child.process.returncode}): {_tail(child.stderr.text())}")
+        return child
+
+
+class SandboxStartError(Exception):
+    """No child could be started and made ready (run() reports it as a 'sandbox-error' outcome)."""
+
+
+class _CappedOutput:
+    """What a child writes to one pipe, kept up to a cap; the rest is read and dropped so it never blocks."""
+
+    def __init__(self, stream: asyncio.StreamReader) -> None:
+        self.cap = DEFAULT_OUTPUT_BYTES
+        self._kept = bytearray()
+        self._seen = 0
+        self.done = asyncio.create_task(self._drain(stream))
+
+    async def _drain(self, stream: asyncio.StreamReader) -> None:
+        while chunk := await stream.read(READ_CHUNK_BYTES):
+            self._seen += len(chunk)
+            room = self.cap - len(self._kept)
+            if room > 0:
+                self._kept += chunk[:room]
+
+    @property
+    def truncated(self) -> bool:
+        return self._seen > self.cap
+
+    def text(self) -> str:
+        return self._kept[: self.cap].decode("utf-8", "replace")
+
+
+class _Child:
+    """One started child process with its frame pipes and captured output; it serves exactly one task."""
+
+    def __init__(self, process: asyncio.subprocess.Process, task_pipe: asyncio.WriteTransport,
+                 results: asyncio.StreamReader, results_pipe: asyncio.ReadTransport) -> None:
+        self.process = process
+        self._task_pipe = task_pipe
+        self._results = results
+        self._results_pipe = results_pipe
+        self.stdout = _CappedOutput(process.stdout)
+        self.stderr = _CappedOutput(process.stderr)
+
+    @classmethod
+    async def start(cls, python: str, preload: tuple[str, ...], env: dict[str, str]) -> _Child:
+        task_read, task_write = os.pipe()
+        result_read, result_write = os.pipe()
+        try:
+            process = await asyncio.create_subprocess_exec(
+                python, "-P", "-m", CHILD_MODULE, "--task-fd", str(task_read), "--result-fd", str(result_write),
+                *(f"--preload={name}" for name in preload),
+                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                pass_fds=(task_read, result_write), env=env,
+                start_new_session=True,  # its own process group: a kill reaches whatever the candidate started
+            )
+        except BaseException:
+            os.close(task_write)
+            os.close(result_read)
+            raise
+        finally:
+            # only the child may hold its ends, so that end of file on the results means it is gone
+            os.close(task_read)
+            os.close(result_write)
+        try:
+            return await cls._connected(process, task_write, result_read)
+        except BaseException:
+            _kill_group(process.pid)
+            raise
+
+    @classmethod
+    async def _connected(cls, process: asyncio.subprocess.Process, task_write: int, result_read: int) -> _Child:
+        loop = asyncio.get_running_loop()
+        task_pipe, _ = await loop.connect_write_pipe(asyncio.Protocol, os.fdopen(task_write, "wb", buffering=0))
+        results = asyncio.StreamReader()
+        results_pipe, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(results),
+                                                       os.fdopen(result_read, "rb", buffering=0))
+        return cls(process, task_pipe, results, results_pipe)
+
+    async def read_frame(self) -> dict[str, Any] | None:
+        """The child's next frame, or None when it closed the pipe (it has ended) first."""
+        try:
+            header = await self._results.readexactly(FRAME_HEADER.size)
+            return decode_frame_body(await self._results.readexactly(FRAME_HEADER.unpack(header)[0]))
+        except asyncio.IncompleteReadError:
+            return None
+
+    def cap_output(self, output_bytes: int) -> None:
+        self.stdout.cap = self.stderr.cap = output_bytes
+
+    async def exchange(self, task_frame: bytes) -> dict[str, Any] | None:
+        """Sends the task; its reply, or None once the child has ended without one."""
+        self._task_pipe.write(task_frame)
+        self._task_pipe.close()  # after the buffered frame has gone out
+        reply = await self.read_frame()
+        if reply is None:
+            await _exit_status(self.process, timeout_s=None)
+        return reply
+
+    async def finish(self) -> None:
+        """After its reply the child exits by itself; whatever lingers past the grace time is killed."""
+        await _exit_status(self.process, EXIT_GRACE_S)
+        await self.stop()
+
+    def kill(self) -> None:
+        _kill_group(self.process.pid)
+
+    async def stop(self) -> None:
+        """Kills what is left of the process group, then collects the exit status and the output (bounded)."""
+        self.kill()
+        await _exit_status(self.process, EXIT_GRACE_S)
+        drains = [self.stdout.done, self.stderr.done]
+        await asyncio.wait(drains, timeout=EXIT_GRACE_S)
+        for drain in drains:
+            drain.cancel()  # a grandchild that left the group may still hold a pipe open
+        if not self._task_pipe.is_closing():
+            self._task_pipe.abort()
+        self._results_pipe.close()
+
+    def ending(self) -> _Ending:
+        return _Ending(self.process.returncode, self.stdout.text(), self.stderr.text(),
+                       self.stdout.truncated or self.stderr.truncated)
+
+
+@dataclass(frozen=True)
+class _Ending:
+    """What is known of a child once it is gone."""
+
+    returncode: int | None
+    stdout: str
+    stderr: str
+    output_truncated: bool
+
+
+async def _run_in(child: _Child, task: SandboxTask, limits: SandboxLimits, task_dir: str) -> SandboxOutcome:
+    child.cap_output(limits.output_bytes)
+    started = time.monotonic()
+    try:
+        reply = await asyncio.wait_for(child.exchange(_task_frame(task, limits, task_dir)), limits.wall_time_s)
+    except TimeoutError:
+        await child.stop()
+        message = f"ran past the wall-time limit of {limits.wall_time_s:g} s and was killed"
+        return _outcome("timeout", message, child.ending(), time.monotonic() - started)
+    except BaseException:
+        child.kill()  # cancelled: a spinning kernel cannot be interrupted, only killed
+        await asyncio.shield(child.stop())
+        raise
+    duration_s = time.monotonic() - started
+    await child.finish()
+    if reply is None:
+        return _outcome_from_exit(child.ending(), duration_s, task_dir, task.origins)
+    return _outcome_from_reply(reply, child.ending(), duration_s)
+
+
+def _task_frame(task: SandboxTask, limits: SandboxLimits, task_dir: str) -> bytes:
+    return encode_frame({"entry": task.entry, "args": task.args, "files": task.files, "origins": task.origins,
+                         "preload": list(task.preload), "task_dir": task_dir,
+                         "host_memory_bytes": limits.host_memory_bytes,
+                         "gpu_memory_fraction": limits.gpu_memory_fraction})
+
+
+def _outcome(status: SandboxStatus, message: str, ending: _Ending, duration_s: float, *, value: Any = None,
+             frames: list[TracebackFrame] | None = None, error_type: str | None = None) -> SandboxOutcome:
+    code = ending.returncode
+    return SandboxOutcome(status, message, value, ending.stdout, ending.stderr, ending.output_truncated,
+                          duration_s, code if code is None or code >= 0 else None,
+                          _signal_name(-code) if code is not None and code < 0 else None, frames or [], error_type)
+
+
+def _outcome_from_reply(reply: dict[str, Any], ending: _Ending, duration_s: float) -> SandboxOutcome:
+    frames = [TracebackFrame(**frame) for frame in reply["traceback"]]
+    return _outcome(reply["status"], reply["message"], ending, duration_s, value=reply["value"], frames=frames,
+                    error_type=reply["error_type"])
+
+
+def _outcome_from_exit(ending: _Ending, duration_s: float, task_dir: str,
+                       origins: dict[str, str]) -> SandboxOutcome:
+    status, message = _classify_exit(ending.returncode, ending.stderr)
+    return _outcome(status, message, ending, duration_s, frames=_fault_frames(ending.stderr, task_dir, origins))
+
+
+def _classify_exit(returncode: int | None, stderr: str) -> tuple[SandboxStatus, str]:
+    """How a child that wrote no reply ended, told from its exit status and what it last wrote to stderr."""
+    if returncode is None:
+        return "sandbox-error", f"the candidate's process could not be reaped: {_tail(stderr)}"
+    signal_number = -returncode
+    if signal_number in (signal.SIGKILL, signal.SIGABRT) and _line_with(stderr, OUT_OF_MEMORY_MARKERS):
+        return "out-of-memory", f"killed by {_signal_name(signal_number)} after running out of host memory: " \
+                                f"{_line_with(stderr, OUT_OF_MEMORY_MARKERS)}"
+    cuda_line = _line_with(stderr, CUDA_ERROR_MARKERS)
+    if cuda_line and (signal_number == signal.SIGABRT or returncode > 0):
+        return "cuda-error", f"the candidate's process ended ({_ending_words(returncode)}) after a CUDA error: " \
+                             f"{cuda_line}"
+    if returncode < 0:
+        return "signal", f"killed by {_signal_name(signal_number)}{_signal_hint(signal_number)}"
+    return "sandbox-error", f"the candidate's process exited with code {returncode} before returning a result" \
+                            + (f": {_tail(stderr)}" if stderr else "")
+
+
+def _ending_words(returncode: int) -> str:
+    return f"exit code {returncode}" if returncode >= 0 else _signal_name(-returncode)
+
+
+def _signal_hint(signal_number: int) -> str:
+    if signal_number == signal.SIGKILL:
+        return " (not by the sandbox: the system's out-of-memory killer is the usual sender)"
+    try:
+        return f" ({signal.strsignal(signal_number)})"
+    except ValueError:
+        return ""
+
+
+def _signal_name(signal_number: int) -> str:
+    try:
+        return signal.Signals(signal_number).name
+    except ValueError:
+        return f"signal {signal_number}"
+
+
+def _line_with(text: str, markers: tuple[str, ...]) -> str:
+    """The last line of text that mentions one of the markers (case-insensitive), or ""."""
+    return next((line.strip() for line in reversed(text.splitlines())
+                 if any(marker in line.lower() for marker in markers)), "")
+
+
+def _fault_frames(stderr: str, task_dir: str, origins: dict[str, str]) -> list[TracebackFrame]:
+    """faulthandler's dump (most recent call first) of a child that crashed, as frames oldest first."""
+    if _FAULT_STACK_HEADER not in stderr:
+        return []
+    dumped: list[tuple[str, int, str, str]] = []
+    for line in stderr.rpartition(_FAULT_STACK_HEADER)[2].splitlines()[1:]:
+        match = _FAULT_FRAME.match(line)
+        if match is None:
+            break  # the stack ends at the first line that is not a frame
+        number = int(match["line"])
+        dumped.append((match["file"], number, match["function"], _source_line(match["file"], number)))
+    return [TracebackFrame(**frame) for frame in user_frames(reversed(dumped), task_dir, origins)]
+
+
+def _source_line(file: str, number: int) -> str:
+    try:
+        with open(file, encoding="utf-8", errors="replace") as source:
+            return next(itertools.islice(source, number - 1, None), "").strip()
+    except OSError:
+        return ""
+
+
+def _start_failure_outcome(message: str) -> SandboxOutcome:
+    return SandboxOutcome("sandbox-error", message, None, "", "", False, 0.0, None, None, [], None)
+
+
+def _tail(text: str) -> str:
+    return text[-STDERR_TAIL_CHARS:].strip()
+
+
+async def _exit_status(process: asyncio.subprocess.Process, timeout_s: float | None) -> int | None:
+    """The exit status once the child is reaped (None if not within timeout_s).
+
+    Polled rather than awaited with wait(): wait() also waits for the output pipes, which a grandchild that
+    escaped the process group may hold open.
+    """
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while process.returncode is None and (deadline is None or time.monotonic() < deadline):
+        await asyncio.sleep(EXIT_POLL_S)
+    return process.returncode
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _child_environment(env: dict[str, str] | None) -> dict[str, str]:
+    """The child's environment, this kernel_lsp first on its path: the child must run the worker's own code."""
+    environment = dict(os.environ if env is None else env)
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT, environment.get("PYTHONPATH")]))
+    return environment
