@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> None:
         os.set_inheritable(fd, False)  # the candidate's own subprocesses must not hold the frame pipes open
     faulthandler.enable(all_threads=False)  # a crash in native code still names the Python line (Sandbox parses it)
     _preload(options.preload)
+    _create_cuda_context()
     _write_all(options.result_fd, encode_frame({"ready": os.getpid()}))
     task = read_frame(options.task_fd)
     if task is None:
@@ -103,6 +104,18 @@ def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--result-fd", type=int, required=True)
     parser.add_argument("--preload", action="append", default=[])
     return parser.parse_args(argv)
+
+
+def _create_cuda_context() -> None:
+    """With torch preloaded and a GPU present, the context (the slow part of a CUDA start, ~0.5 s) is made
+    while waiting, so a candidate does not pay for it; the price is one idle context per waiting child."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return
+    try:
+        torch.empty(1, device="cuda")
+    except Exception as error:  # the task reports CUDA problems itself, in full
+        print(f"kernel-lsp sandbox: CUDA context not created while waiting: {error!r}", file=sys.stderr)
 
 
 def _preload(modules: Iterable[str]) -> None:

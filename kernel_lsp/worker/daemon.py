@@ -20,7 +20,7 @@ from kernel_lsp import __version__
 from kernel_lsp.worker import protocol
 from kernel_lsp.worker.jobs import JOB_KINDS, JobContext
 from kernel_lsp.worker.protocol import ConnectionClosed, Job, ProtocolError, Result
-from kernel_lsp.worker.sandbox import Sandbox
+from kernel_lsp.worker.sandbox import Sandbox, SandboxStartError
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,8 @@ class WorkerDaemon:
         self.single_client = single_client
         self.token = token
         self.max_frame = max_frame
-        self.sandbox = Sandbox()
+        # children wait with torch already imported, so a candidate's start costs no import
+        self.sandbox = Sandbox(preload=("torch",) if package_version("torch") else ())
         self.warmup = Warmup()
         self._warm = warm
         self.stopped = asyncio.Event()
@@ -90,6 +91,14 @@ class WorkerDaemon:
     def start_warmup(self) -> None:
         if self._warm:
             self.warmup.start()
+        asyncio.ensure_future(self._prestart_sandbox())
+
+    async def _prestart_sandbox(self) -> None:
+        """The first candidate finds a child waiting too; a child that cannot start is retried per run."""
+        try:
+            await self.sandbox.start()
+        except SandboxStartError as exc:
+            log.warning("sandbox child did not start: %s", exc)
 
     def versions(self) -> dict[str, str | None]:
         from profilers.nvml import driver_version
@@ -244,7 +253,10 @@ async def run_stdio(daemon: WorkerDaemon, stdin: BinaryIO, stdout: BinaryIO) -> 
     transport, stream_protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, stdout)
     writer = asyncio.StreamWriter(transport, stream_protocol, reader, loop)
     daemon.start_warmup()
-    await daemon.serve(reader, writer)
+    try:
+        await daemon.serve(reader, writer)
+    finally:
+        await daemon.sandbox.close()
 
 
 async def run_listener(daemon: WorkerDaemon, address: str) -> None:
@@ -256,5 +268,8 @@ async def run_listener(daemon: WorkerDaemon, address: str) -> None:
         server = await asyncio.start_server(daemon.serve, host=host, port=port)
     log.warning("kernel-lsp worker listening on %s", address)
     daemon.start_warmup()
-    async with server:
-        await daemon.stopped.wait()
+    try:
+        async with server:
+            await daemon.stopped.wait()
+    finally:
+        await daemon.sandbox.close()

@@ -59,7 +59,7 @@ async def run_python(job: Job, context: JobContext) -> Result:
     config = job.config
     task = SandboxTask(entry="kernel_lsp.worker.tasks:call_function",
                        args={"file": config["file"], "function": config["function"],
-                             "kwargs": config.get("kwargs") or {}},
+                             "kwargs": config.get("kwargs") or {}, "uses_cuda": bool(config.get("usesCuda"))},
                        files=job.source_files, origins=config.get("origins") or {})
     await context.progress(f"running {config['function']} from {config['file']} in a sandbox")
     outcome = await context.daemon.sandbox.run(task, sandbox_limits(config.get("limits") or {}))

@@ -21,8 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from kernel_lsp.worker.child import (CUDA_ERROR_MARKERS, FRAME_HEADER, OUT_OF_MEMORY_MARKERS, decode_frame_body,
-                                     encode_frame, user_frames)
+from kernel_lsp.worker.child import (
+    CUDA_ERROR_MARKERS,
+    FRAME_HEADER,
+    OUT_OF_MEMORY_MARKERS,
+    decode_frame_body,
+    encode_frame,
+    user_frames,
+)
 
 SandboxStatus = Literal["ok", "compile-error", "python-exception", "cuda-error", "out-of-memory", "timeout",
                         "signal", "sandbox-error"]
@@ -119,8 +125,9 @@ class Sandbox:
         self._preload = tuple(dict.fromkeys(self._preload + tuple(task.preload)))
         task_dir = os.path.realpath(tempfile.mkdtemp(prefix="kernel-lsp-task-"))
         try:
+            task_frame = _task_frame(task, limits, task_dir)  # a task msgpack cannot carry fails before a child is used
             child = await self._take_child()
-            return await _run_in(child, task, limits, task_dir)
+            return await _run_in(child, task_frame, limits, task_dir, task.origins)
         except SandboxStartError as failure:
             return _start_failure_outcome(str(failure))
         finally:
@@ -311,11 +318,14 @@ class _Ending:
     output_truncated: bool
 
 
-async def _run_in(child: _Child, task: SandboxTask, limits: SandboxLimits, task_dir: str) -> SandboxOutcome:
+async def _run_in(child: _Child, task_frame: bytes, limits: SandboxLimits, task_dir: str,
+                  origins: dict[str, str]) -> SandboxOutcome:
     child.cap_output(limits.output_bytes)
     started = time.monotonic()
     try:
-        reply = await asyncio.wait_for(child.exchange(_task_frame(task, limits, task_dir)), limits.wall_time_s)
+        reply = await asyncio.wait_for(child.exchange(task_frame), limits.wall_time_s)
+        duration_s = time.monotonic() - started
+        await child.finish()
     except TimeoutError:
         await child.stop()
         message = f"ran past the wall-time limit of {limits.wall_time_s:g} s and was killed"
@@ -324,10 +334,8 @@ async def _run_in(child: _Child, task: SandboxTask, limits: SandboxLimits, task_
         child.kill()  # cancelled: a spinning kernel cannot be interrupted, only killed
         await asyncio.shield(child.stop())
         raise
-    duration_s = time.monotonic() - started
-    await child.finish()
     if reply is None:
-        return _outcome_from_exit(child.ending(), duration_s, task_dir, task.origins)
+        return _outcome_from_exit(child.ending(), duration_s, task_dir, origins)
     return _outcome_from_reply(reply, child.ending(), duration_s)
 
 
@@ -363,17 +371,17 @@ def _classify_exit(returncode: int | None, stderr: str) -> tuple[SandboxStatus, 
     if returncode is None:
         return "sandbox-error", f"the candidate's process could not be reaped: {_tail(stderr)}"
     signal_number = -returncode
-    if signal_number in (signal.SIGKILL, signal.SIGABRT) and _line_with(stderr, OUT_OF_MEMORY_MARKERS):
-        return "out-of-memory", f"killed by {_signal_name(signal_number)} after running out of host memory: " \
-                                f"{_line_with(stderr, OUT_OF_MEMORY_MARKERS)}"
+    memory_line = _line_with(stderr, OUT_OF_MEMORY_MARKERS)
+    if memory_line and signal_number in (signal.SIGKILL, signal.SIGABRT):
+        killed = f"killed by {_signal_name(signal_number)}"
+        return "out-of-memory", f"{killed} after running out of host memory: {memory_line}"
     cuda_line = _line_with(stderr, CUDA_ERROR_MARKERS)
     if cuda_line and (signal_number == signal.SIGABRT or returncode > 0):
-        return "cuda-error", f"the candidate's process ended ({_ending_words(returncode)}) after a CUDA error: " \
-                             f"{cuda_line}"
+        return "cuda-error", f"ended ({_ending_words(returncode)}) after a CUDA error: {cuda_line}"
     if returncode < 0:
         return "signal", f"killed by {_signal_name(signal_number)}{_signal_hint(signal_number)}"
-    return "sandbox-error", f"the candidate's process exited with code {returncode} before returning a result" \
-                            + (f": {_tail(stderr)}" if stderr else "")
+    said = f": {_tail(stderr)}" if stderr else ""
+    return "sandbox-error", f"the candidate's process exited with code {returncode} before returning a result{said}"
 
 
 def _ending_words(returncode: int) -> str:
