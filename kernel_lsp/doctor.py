@@ -14,7 +14,8 @@ from pathlib import Path
 
 from kernel_lsp.compile.toolchain import ToolProblem, find_host_compiler, find_nvcc
 from kernel_lsp.config import Settings
-from kernel_lsp.worker.daemon import package_version, read_token
+from kernel_lsp.worker.daemon import read_token
+from kernel_lsp.worker.environment import package_version
 from kernel_lsp.worker.protocol import Job
 
 PROFILING_PARAMS = Path("/proc/driver/nvidia/params")

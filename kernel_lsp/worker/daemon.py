@@ -9,7 +9,7 @@ A malformed message gets an error reply; the worker itself never dies of one.
 from __future__ import annotations
 
 import asyncio
-import importlib.metadata
+import contextlib
 import ipaddress
 import logging
 import os
@@ -18,6 +18,7 @@ from typing import Awaitable, BinaryIO, Callable
 
 from kernel_lsp import __version__
 from kernel_lsp.worker import protocol
+from kernel_lsp.worker.environment import cache_dir, device_summary, package_version
 from kernel_lsp.worker.jobs import JOB_KINDS, JobContext
 from kernel_lsp.worker.protocol import ConnectionClosed, Job, ProtocolError, Result
 from kernel_lsp.worker.sandbox import Sandbox, SandboxStartError
@@ -27,25 +28,6 @@ log = logging.getLogger(__name__)
 
 class UsageError(Exception):
     """A listen address or token set-up the worker refuses to start with (exit status 2)."""
-
-
-def device_summary() -> dict | None:
-    """The GPU's facts for the client's status line, or None where NVML sees no GPU."""
-    from profilers.nvml import NvmlUnavailable, device_facts
-
-    try:
-        facts = device_facts()
-    except NvmlUnavailable:
-        return None
-    facts["otherProcesses"] = [p for p in facts.get("otherProcesses", []) if p["pid"] != os.getpid()]
-    return facts
-
-
-def package_version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 class Warmup:
@@ -87,6 +69,29 @@ class WorkerDaemon:
         self.warmup = Warmup()
         self._warm = warm
         self.stopped = asyncio.Event()
+        self.cache_dir = cache_dir()
+        self._gpu = asyncio.Semaphore(1)  # timing needs the GPU alone: GPU jobs queue, builds do not
+        self._gpu_waiting = 0
+        self._build_locks: dict[str, asyncio.Lock] = {}
+
+    @contextlib.asynccontextmanager
+    async def gpu_slot(self, context: JobContext):
+        """Holds the GPU for one job; a job that has to wait says so in its progress."""
+        if self._gpu.locked():
+            await context.progress(f"waiting for the GPU ({self._gpu_waiting} other job(s) waiting)")
+        self._gpu_waiting += 1
+        try:
+            await self._gpu.acquire()
+        finally:
+            self._gpu_waiting -= 1
+        try:
+            yield
+        finally:
+            self._gpu.release()
+
+    def build_lock(self, key: str) -> asyncio.Lock:
+        """One build per content hash at a time: a second identical job waits and then finds it built."""
+        return self._build_locks.setdefault(key, asyncio.Lock())
 
     def start_warmup(self) -> None:
         if self._warm:

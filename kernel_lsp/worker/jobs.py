@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from kernel_lsp.findings import Finding, Range, Severity, path_to_uri
+from kernel_lsp.jobs.cache import cache_key
+from kernel_lsp.worker.environment import device_summary, package_version
 from kernel_lsp.worker.protocol import Job, Result
 from kernel_lsp.worker.sandbox import SandboxLimits, SandboxOutcome, SandboxTask
 
@@ -17,6 +19,7 @@ if TYPE_CHECKING:
     from kernel_lsp.worker.daemon import WorkerDaemon
 
 SOURCE = "kernel-lsp"
+BUILT_MARKER = "kernel-lsp-built"
 
 
 @dataclass
@@ -32,8 +35,6 @@ async def noop(job: Job, context: JobContext) -> Result:
 
 async def device_info(job: Job, context: JobContext) -> Result:
     """Versions and the GPU's facts, once torch is imported and CUDA initialised."""
-    from kernel_lsp.worker.daemon import device_summary
-
     await context.daemon.warmup.wait()
     warm = context.daemon.warmup
     device = device_summary()
@@ -55,7 +56,16 @@ def sandbox_limits(raw: dict[str, Any]) -> SandboxLimits:
 
 
 async def run_python(job: Job, context: JobContext) -> Result:
-    """Calls `function(**kwargs)` of one of the job's files in a sandboxed child (the CPU-only job kind)."""
+    """Calls `function(**kwargs)` of one of the job's files in a sandboxed child; with usesCuda it waits for
+    the GPU, which runs one such job at a time."""
+    config = job.config
+    if config.get("usesCuda"):
+        async with context.daemon.gpu_slot(context):
+            return await _run_python(job, context)
+    return await _run_python(job, context)
+
+
+async def _run_python(job: Job, context: JobContext) -> Result:
     config = job.config
     task = SandboxTask(entry="kernel_lsp.worker.tasks:call_function",
                        args={"file": config["file"], "function": config["function"],
@@ -82,8 +92,35 @@ def outcome_finding(outcome: SandboxOutcome, task: SandboxTask) -> Finding:
                          "signal": outcome.signal_name, "exitCode": outcome.exit_code})
 
 
+async def build_extension(job: Job, context: JobContext) -> Result:
+    """A load_inline extension built once per content hash: the same sources and flags reuse the build.
+
+    Builds use the CPU and never wait for the GPU slot, so they overlap with GPU jobs.
+    """
+    config = job.config
+    key = cache_key("extension", job.source_files, config, package_version("torch"))[:24]
+    directory = context.daemon.cache_dir / "extensions" / key
+    async with context.daemon.build_lock(key):
+        cached = (directory / BUILT_MARKER).is_file()
+        await context.progress(f"{'loading cached' if cached else 'building'} extension {config['name']}")
+        directory.mkdir(parents=True, exist_ok=True)
+        task = SandboxTask(entry="kernel_lsp.worker.tasks:build_extension", files={},
+                           args={"name": config["name"], "cpp_sources": [job.source_files.get("main.cpp", "")],
+                                 "cuda_sources": [job.source_files["cuda.cu"]] if "cuda.cu" in job.source_files else [],
+                                 "functions": config.get("functions"), "extra_cflags": config.get("extraCflags", []),
+                                 "extra_cuda_cflags": config.get("extraCudaCflags", []),
+                                 "build_directory": str(directory)})
+        outcome = await context.daemon.sandbox.run(task, sandbox_limits(config.get("limits") or {"wallTimeS": 900}))
+        if outcome.status == "ok":
+            (directory / BUILT_MARKER).write_text(key)
+    findings = [] if outcome.status == "ok" else [outcome_finding(outcome, task).to_dict()]
+    return Result("ok", findings, {"durationS": outcome.duration_s, "status": outcome.status, "cached": cached,
+                                   "buildDirectory": str(directory)}, {"outcome": outcome.to_dict()})
+
+
 JOB_KINDS: dict[str, Callable[[Job, JobContext], Awaitable[Result]]] = {
     "noop": noop,
     "device-info": device_info,
     "run-python": run_python,
+    "build-extension": build_extension,
 }

@@ -22,3 +22,14 @@ def _import_file(path: Path) -> ModuleType:
     sys.modules.setdefault(path.stem, module)  # lets the file's dataclasses find their module; never shadows one
     spec.loader.exec_module(module)
     return module
+
+
+def build_extension(name: str, cpp_sources: list[str], cuda_sources: list[str], functions: list[str] | None,
+                    extra_cflags: list[str], extra_cuda_cflags: list[str], build_directory: str) -> dict[str, Any]:
+    """Builds (or, when the directory already holds this build, only loads) a load_inline extension."""
+    from torch.utils.cpp_extension import load_inline
+
+    module = load_inline(name=name, cpp_sources=cpp_sources, cuda_sources=cuda_sources or None,
+                         functions=functions, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
+                         build_directory=build_directory, verbose=False)
+    return {"module": module.__file__}

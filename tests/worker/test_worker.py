@@ -169,3 +169,37 @@ async def test_garbage_never_kills_the_worker(tmp_path: Path):
     finally:
         process.kill()
         process.wait()
+
+
+def gpu_sleeper(seconds: float) -> Job:
+    return Job("run-python", {"c.py": SLEEPER},
+               {"file": "c.py", "function": "main", "kwargs": {"seconds": seconds}, "usesCuda": True}, "")
+
+
+async def test_gpu_jobs_queue_one_at_a_time(client: WorkerClient):
+    progress: list[str] = []
+    first = asyncio.ensure_future(client.run(gpu_sleeper(2)))
+    await asyncio.sleep(0.5)
+    second = await client.run(gpu_sleeper(0), progress=lambda text, fraction: progress.append(text))
+    assert second.status == "ok"
+    assert first.done() and (await first).status == "ok"  # the second job only ran once the first was done
+    assert any(p.startswith("waiting for the GPU") for p in progress), progress
+
+
+CPP_EXTENSION = "int add_one(int x) { return x + 1; }"
+
+
+async def test_extension_built_once_per_content(client: WorkerClient, tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("KERNEL_LSP_CACHE_DIR", str(tmp_path))  # the worker starts with the first job
+    job = Job("build-extension", {"main.cpp": CPP_EXTENSION},
+              {"name": "kl_add_one", "functions": ["add_one"], "extraCflags": ["-O0"]}, "")
+    first = await client.run(job, timeout_s=900)
+    assert first.status == "ok" and first.findings == [], first.artifacts
+    assert first.metrics["cached"] is False
+    second = await client.run(job, timeout_s=900)
+    assert second.metrics["cached"] is True
+    assert second.metrics["buildDirectory"] == first.metrics["buildDirectory"]
+    assert second.metrics["durationS"] < first.metrics["durationS"] / 3
+    broken = await client.run(Job("build-extension", {"main.cpp": "int add_one(int x) { return y; }"},
+                                  {"name": "kl_broken", "functions": ["add_one"]}, ""), timeout_s=900)
+    assert [f["code"] for f in broken.findings] == ["run-compile-error"]
