@@ -129,3 +129,43 @@ async def test_gpu_out_of_memory(client: WorkerClient):
 async def test_gpu_memory_cap_applies(client: WorkerClient):
     outcome = await run_and_recover(client, candidate(OVER_THE_CAP, {"gpuMemoryFraction": 0.5}))
     assert outcome["status"] == "out-of-memory", outcome
+
+
+SCALE_CUDA = r'''
+__global__ void scale_kernel(float* x, float s, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= s;
+}
+void scale(torch::Tensor x, double s) {
+    int n = x.numel();
+    scale_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), (float)s, n);
+}
+'''
+
+USE_EXTENSION = '''
+import importlib, sys
+import torch
+
+def main(build_directory):
+    sys.path.insert(0, build_directory)
+    ext = importlib.import_module("kl_scale")
+    x = torch.ones(1000, device="cuda")
+    ext.scale(x, 3.0)
+    return float(x.sum().item())
+'''
+
+
+async def test_cuda_extension_built_once_then_run(client: WorkerClient, tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNEL_LSP_CACHE_DIR", str(tmp_path))
+    build = Job("build-extension", {"main.cpp": "void scale(torch::Tensor x, double s);", "cuda.cu": SCALE_CUDA},
+                {"name": "kl_scale", "functions": ["scale"], "extraCudaCflags": ["-O3"]}, "")
+    first = await client.run(build, timeout_s=900)
+    assert first.findings == [] and first.metrics["cached"] is False, first.artifacts
+    again = await client.run(build, timeout_s=900)
+    assert again.metrics["cached"] is True
+    assert again.metrics["durationS"] < first.metrics["durationS"] / 3
+    job = Job("run-python", {"use.py": USE_EXTENSION},
+              {"file": "use.py", "function": "main", "usesCuda": True,
+               "kwargs": {"build_directory": first.metrics["buildDirectory"]}}, "")
+    used = await client.run(job, timeout_s=300)
+    assert used.artifacts["outcome"]["value"] == 3000.0, used.artifacts
