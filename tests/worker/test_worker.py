@@ -203,3 +203,22 @@ async def test_extension_built_once_per_content(client: WorkerClient, tmp_path: 
     broken = await client.run(Job("build-extension", {"main.cpp": "int add_one(int x) { return y; }"},
                                   {"name": "kl_broken", "functions": ["add_one"]}, ""), timeout_s=900)
     assert [f["code"] for f in broken.findings] == ["run-compile-error"]
+
+
+@pytest.mark.parametrize("source, limits, code", [
+    ("import ctypes\n\ndef main():\n    return ctypes.string_at(0)\n", {}, "run-signal"),
+    ("def main():\n    hoard = []\n    while True:\n        hoard.append(bytearray(50_000_000))\n",
+     {"hostMemoryBytes": 2 * 2**30}, "run-out-of-memory"),
+])
+async def test_crashing_candidates_through_the_worker(client: WorkerClient, source: str, limits: dict, code: str):
+    result = await client.run(python_job(source, limits=limits))
+    assert [f["code"] for f in result.findings] == [code], result.artifacts["outcome"]
+    assert (await client.run(python_job(SLEEPER, seconds=0))).status == "ok"
+
+
+async def test_a_flood_of_output_is_capped(client: WorkerClient):
+    source = "import sys\n\ndef main():\n    for _ in range(100):\n        sys.stdout.write('x' * 2**20)\n    return 7\n"
+    result = await client.run(python_job(source, limits={"outputBytes": 2**20}))
+    outcome = result.artifacts["outcome"]
+    assert (outcome["status"], outcome["value"], outcome["output_truncated"]) == ("ok", 7, True)
+    assert len(outcome["stdout"]) <= 2**20
