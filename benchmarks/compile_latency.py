@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
-import platform
 import shutil
 import statistics
 import subprocess
@@ -28,6 +26,8 @@ from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from benchmarks.report import record, table  # noqa: E402
 FIXTURE = ROOT.parent / "shared" / "fixtures" / "h200" / "kernels.cu"
 SERVER = [sys.executable, "-m", "kernel_lsp", "serve"]
 
@@ -168,28 +168,18 @@ async def measure(repeat: int) -> list[tuple[str, str, str, str]]:
     return rows
 
 
-def table(rows: list[tuple[str, str, str, str]]) -> str:
-    lines = ["| measure | median | target | |", "| --- | --- | --- | --- |"]
-    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
-    return "\n".join(lines)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--record", action="store_true")
     args = parser.parse_args()
     rows = asyncio.run(measure(args.repeat))
-    out = table(rows)
-    print(out)
+    text = table(rows)
+    print(text)
     if args.record:
         nvcc_version = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.split()[-1]
-        head = (f"\n## compile_latency.py, {datetime.date.today()}\n\n"
-                f"Machine: {platform.node()}, {platform.processor() or platform.machine()}, "
-                f"{len(__import__('os').sched_getaffinity(0))} cores; nvcc {nvcc_version}; "
-                f"`python benchmarks/compile_latency.py --repeat {args.repeat} --record`.\n\n")
-        with open(ROOT / "benchmarks" / "RESULTS.md", "a") as f:
-            f.write(head + out + "\n")
+        record("compile_latency.py", f"python benchmarks/compile_latency.py --repeat {args.repeat} --record", text,
+               f"nvcc {nvcc_version}")
 
 
 if __name__ == "__main__":

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
 import os
-import platform
 import socket
 import statistics
 import subprocess
@@ -27,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.report import record, table  # noqa: E402
 from kernel_lsp.worker.client import WorkerClient, WorkerUnavailable  # noqa: E402
 from kernel_lsp.worker.protocol import Job  # noqa: E402
 
@@ -112,16 +111,10 @@ def main() -> None:
     parser.add_argument("--record", action="store_true")
     args = parser.parse_args()
     rows = asyncio.run(measure(args.repeat))
-    lines = ["| measure | median | target | |", "| --- | --- | --- | --- |"]
-    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
-    table = "\n".join(lines)
-    print(table)
+    text = table(rows)
+    print(text)
     if args.record:
-        head = (f"\n## worker_latency.py, {datetime.date.today()}\n\n"
-                f"Machine: {platform.node()}, {len(os.sched_getaffinity(0))} cores; "
-                f"`python benchmarks/worker_latency.py --repeat {args.repeat} --record`.\n\n")
-        with open(ROOT / "benchmarks" / "RESULTS.md", "a") as f:
-            f.write(head + table + "\n")
+        record("worker_latency.py", f"python benchmarks/worker_latency.py --repeat {args.repeat} --record", text)
 
 
 if __name__ == "__main__":

@@ -131,15 +131,19 @@ class WorkerDaemon:
             await asyncio.gather(*jobs.values(), return_exceptions=True)
             writer.close()
 
-    async def _handshake(self, reader: asyncio.StreamReader, send: Callable[[dict], Awaitable[None]]) -> bool:
+    async def _next_message(self, reader: asyncio.StreamReader,
+                            send: Callable[[dict], Awaitable[None]]) -> dict | None:
+        """The next valid message; a bad one gets an error reply. None: the stream cannot go on."""
         while True:
             try:
-                message = await protocol.read_message(reader, self.max_frame)
+                return await protocol.read_message(reader, self.max_frame)
             except ProtocolError as exc:
                 await send(protocol.error(exc.message_id, exc.code, str(exc)))
                 if exc.fatal:
-                    return False
-                continue
+                    return None
+
+    async def _handshake(self, reader: asyncio.StreamReader, send: Callable[[dict], Awaitable[None]]) -> bool:
+        while (message := await self._next_message(reader, send)) is not None:
             if message["kind"] != "hello":
                 await send(protocol.error(message.get("id"), "not-authenticated", "send hello first"))
                 continue
@@ -149,17 +153,11 @@ class WorkerDaemon:
                 return False
             await send(protocol.welcome(f"kernel-lsp {__version__}", self.versions(), device_summary(), True))
             return True
+        return False
 
     async def _dispatch_loop(self, reader: asyncio.StreamReader, send: Callable[[dict], Awaitable[None]],
                              jobs: dict[int, asyncio.Task]) -> None:
-        while True:
-            try:
-                message = await protocol.read_message(reader, self.max_frame)
-            except ProtocolError as exc:
-                await send(protocol.error(exc.message_id, exc.code, str(exc)))
-                if exc.fatal:
-                    return
-                continue
+        while (message := await self._next_message(reader, send)) is not None:
             kind = message["kind"]
             if kind == "ping":
                 await send(protocol.pong(message["id"]))
