@@ -50,7 +50,7 @@ def is_python_document(path: Path) -> bool:
 
 
 def cuda_unit(path: Path, text: str, include_dirs: tuple[str, ...], extra_flags: tuple[str, ...]) -> CompileUnit:
-    kernels = [(k, k.name_range) for k in find_kernels(text)]
+    kernels = [(k, k.name_range) for k in find_kernels(text) if k.has_body]  # not prototypes or instantiations
     name = path.name if path.suffix == ".cu" else path.stem + ".cu"
     return CompileUnit("device", name, text, (str(path.parent),) + include_dirs, extra_flags=extra_flags,
                        kernels=kernels, label=path.name)
@@ -68,6 +68,8 @@ def load_inline_units(ext, py_path: Path, include_dirs: tuple[str, ...]) -> list
     if cuda_file is not None:
         kernels = []
         for kernel in find_kernels(cuda_file.text):
+            if not kernel.has_body:
+                continue
             mapped = cuda_file.map.range_to_original(kernel.name_range)
             if mapped is not None:
                 kernels.append((kernel, mapped))

@@ -92,3 +92,14 @@ def test_invalid_utf8_and_binary_files_are_read_not_fatal(tmp_path: Path):
     lines = result.stdout.splitlines()
     assert any(line.startswith("latin1.py:2:") and line.endswith("[python-syntax]") for line in lines), lines
     assert any(line.startswith("blob.py:") and line.endswith("[python-syntax]") for line in lines), lines
+
+
+@needs_nvcc
+def test_prototypes_and_explicit_instantiations_are_not_extra_kernels(tmp_path: Path):
+    (tmp_path / "t.cu").write_text(
+        "template <int N> __global__ void fill(float* p);\n"
+        "template <int N> __global__ void fill(float* p) { p[threadIdx.x] = N; }\n"
+        "template __global__ void fill<4>(float*);\n")
+    result = run("check", "t.cu", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert [line.split(": ")[0] for line in result.stdout.splitlines()] == ["t.cu:2:34"]
