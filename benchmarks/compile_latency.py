@@ -12,7 +12,6 @@ and for the server: start to `initialize` response (target <= 1 s), RSS after in
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import shutil
 import statistics
@@ -27,7 +26,7 @@ from pygls.lsp.client import LanguageClient
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from benchmarks.report import record, table  # noqa: E402
+from benchmarks import report  # noqa: E402
 FIXTURE = ROOT.parent / "shared" / "fixtures" / "h200" / "kernels.cu"
 SERVER = [sys.executable, "-m", "kernel_lsp", "serve"]
 
@@ -168,19 +167,9 @@ async def measure(repeat: int) -> list[tuple[str, str, str, str]]:
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--repeat", type=int, default=7)
-    parser.add_argument("--record", action="store_true")
-    args = parser.parse_args()
-    rows = asyncio.run(measure(args.repeat))
-    text = table(rows)
-    print(text)
-    if args.record:
-        nvcc_version = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.split()[-1]
-        record("compile_latency.py", f"python benchmarks/compile_latency.py --repeat {args.repeat} --record", text,
-               f"nvcc {nvcc_version}")
+def nvcc_version() -> str:
+    return "nvcc " + subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.split()[-1]
 
 
 if __name__ == "__main__":
-    main()
+    report.main("compile_latency.py", measure, default_repeat=7, machine_extra=nvcc_version)

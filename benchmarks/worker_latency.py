@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import socket
@@ -25,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.report import record, table  # noqa: E402
+from benchmarks import report  # noqa: E402
 from kernel_lsp.worker.client import WorkerClient, WorkerUnavailable  # noqa: E402
 from kernel_lsp.worker.protocol import Job  # noqa: E402
 
@@ -105,17 +104,5 @@ async def measure(repeat: int) -> list[tuple[str, str, str, str]]:
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--repeat", type=int, default=200)
-    parser.add_argument("--record", action="store_true")
-    args = parser.parse_args()
-    rows = asyncio.run(measure(args.repeat))
-    text = table(rows)
-    print(text)
-    if args.record:
-        record("worker_latency.py", f"python benchmarks/worker_latency.py --repeat {args.repeat} --record", text)
-
-
 if __name__ == "__main__":
-    main()
+    report.main("worker_latency.py", measure, default_repeat=200)

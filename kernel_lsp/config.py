@@ -38,6 +38,7 @@ class Settings:
     worker_token_file: str = ""  # token for a tcp worker (else $KERNEL_LSP_TOKEN)
     job_timeout_s: float = 600.0
     max_frame_mib: int = 64
+    references: dict[str, str] = field(default_factory=dict)  # candidate path or glob -> reference, workspace-relative
 
     def check_enabled(self, name: str) -> bool:
         return self.checks.get(name, True)
@@ -97,6 +98,8 @@ def _convert(name: str, hint: Any, value: Any, current: Any) -> Any:
         return value
     if name == "checks":
         return _convert_checks(value, current)
+    if name == "references":
+        return _convert_references(value, current)
     # tuple[str, ...]: a list of strings, or one string
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list) or not all(isinstance(v, str) for v in items):
@@ -119,6 +122,15 @@ def _convert_checks(value: Any, current: dict[str, bool]) -> dict[str, bool]:
             raise TypeError(f"check '{key}' expects true or false, got {on!r}")
         merged[key] = on
     return merged
+
+
+def _convert_references(value: Any, current: dict[str, str]) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise TypeError(f"expected an object of candidate paths to reference paths, got {value!r}")
+    bad = {key: path for key, path in value.items() if not isinstance(key, str) or not isinstance(path, str)}
+    if bad:
+        raise TypeError(f"expected candidate and reference paths as strings, got {bad!r}")
+    return {**current, **value}
 
 
 def unwrap_section(raw: Any) -> dict[str, Any]:

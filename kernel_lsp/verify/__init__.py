@@ -1,0 +1,1 @@
+"""Verification: correctness against a reference, integrity checks, timing; runs inside the worker."""

@@ -1,0 +1,224 @@
+"""Does a candidate's output equal the reference's, within a dtype's tolerance, and if not, where and by how much.
+
+Outputs are a tensor or a (nested) tuple/list of tensors. Shape, dtype and device must match exactly; the
+candidate's leaves must be plain `torch.Tensor`s (a subclass can override comparison, so it is refused).
+
+NaN or Inf never passes. When the reference itself produces NaN/Inf the problem is ill-posed for this input:
+the reason is still 'nan' / 'inf' (the verdict "not proven" is the same), and the message says the reference
+produced it, so the user changes the input rather than the kernel.
+
+Values are compared in float64 on the tensors' own device (no overflow, works the same on CUDA and CPU), with
+torch.isclose's rule |actual - expected| <= atol + rtol * |expected|. Integer and bool outputs compare exactly.
+Complex outputs compare as (real, imag) pairs: counts are of components, the worst index ends in 0 or 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import torch
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float
+    rtol: float
+
+
+DEFAULT_TOLERANCES: dict[torch.dtype, Tolerance] = {
+    torch.float32: Tolerance(1e-4, 1e-4),
+    torch.float16: Tolerance(1e-2, 1e-2),
+    torch.bfloat16: Tolerance(1e-2, 1e-2),
+    torch.float64: Tolerance(1e-7, 1e-7),
+}
+
+EXACT = Tolerance(0.0, 0.0)
+
+SHORT_DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64"}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """'float32' for torch.float32: the key users write in tolerance overrides."""
+    return str(dtype).removeprefix("torch.")
+
+
+def tolerance_for(dtype: torch.dtype, overrides: dict[str, Tolerance] | None = None) -> Tolerance:
+    """The tolerance for one output dtype: an override by dtype name, else the default; integers are exact.
+
+    Raises ValueError for a floating dtype with no default (e.g. float8), so the gap is named, not guessed.
+    """
+    if overrides and dtype_name(dtype) in overrides:
+        return overrides[dtype_name(dtype)]
+    if dtype.is_complex:
+        return tolerance_for(dtype.to_real(), overrides)
+    if not dtype.is_floating_point:
+        return EXACT
+    if dtype not in DEFAULT_TOLERANCES:
+        raise ValueError(f"no default tolerance for {dtype_name(dtype)}; "
+                         f"set one in the tolerance overrides under the key {dtype_name(dtype)!r}")
+    return DEFAULT_TOLERANCES[dtype]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    ok: bool
+    reason: str  # '' when ok; else 'shape'|'dtype'|'device'|'nan'|'inf'|'mismatch'|'type'|'structure'
+    max_abs_error: float
+    max_rel_error: float
+    worst_index: tuple[int, ...] | None
+    worst_expected: float | None
+    worst_actual: float | None
+    mismatched: int
+    total: int
+    message: str
+
+
+def refused(reason: str, message: str, total: int = 0) -> Comparison:
+    """A verdict reached before any value was compared (wrong type, structure, shape, dtype, device)."""
+    return Comparison(ok=False, reason=reason, max_abs_error=0.0, max_rel_error=0.0, worst_index=None,
+                      worst_expected=None, worst_actual=None, mismatched=0, total=total, message=message)
+
+
+def compare_outputs(expected: object, actual: object,
+                    tolerance_overrides: dict[str, Tolerance] | None = None) -> Comparison:
+    """Compare a reference output with a candidate's; the first failing leaf is reported with its path."""
+    leaves = compare_tree(expected, actual, "output", tolerance_overrides)
+    failed = next((leaf for leaf in leaves if not leaf.ok), None)
+    if failed is not None:
+        return failed
+    if len(leaves) == 1:
+        return leaves[0]
+    return summarize_passing(leaves)
+
+
+def compare_tree(expected: object, actual: object, path: str,
+                 overrides: dict[str, Tolerance] | None) -> list[Comparison]:
+    """One Comparison per leaf, in order, stopping at the first failure (later leaves cannot rescue it)."""
+    if isinstance(expected, torch.Tensor):
+        leaf = compare_leaf(expected, actual, overrides)
+        return [leaf if path == "output" else with_path(leaf, path)]
+    if not isinstance(expected, Sequence) or isinstance(expected, str):
+        return [refused("type", f"{path}: the reference returned {type(expected).__name__}, not a tensor; "
+                                "only tensors and tuples/lists of tensors can be compared")]
+    if not isinstance(actual, (tuple, list)):
+        return [refused("structure", f"{path}: expected a sequence of {len(expected)} outputs, "
+                                     f"got {type(actual).__name__}")]
+    if len(actual) != len(expected):
+        return [refused("structure", f"{path}: expected {len(expected)} outputs, got {len(actual)}")]
+    leaves: list[Comparison] = []
+    for index, (expected_item, actual_item) in enumerate(zip(expected, actual)):
+        leaves.extend(compare_tree(expected_item, actual_item, f"{path}[{index}]", overrides))
+        if not leaves[-1].ok:
+            break
+    return leaves
+
+
+def with_path(leaf: Comparison, path: str) -> Comparison:
+    return replace(leaf, message=f"{path}: {leaf.message}")
+
+
+def summarize_passing(leaves: list[Comparison]) -> Comparison:
+    """All leaves passed: the largest errors overall (a worst index would need its leaf's path, so none)."""
+    total = sum(leaf.total for leaf in leaves)
+    max_abs = max(leaf.max_abs_error for leaf in leaves)
+    max_rel = max(leaf.max_rel_error for leaf in leaves)
+    message = (f"ok: {len(leaves)} outputs, {total} elements within tolerance; "
+               f"max abs error {max_abs:.1e}, max rel error {max_rel:.1e}")
+    return Comparison(True, "", max_abs, max_rel, None, None, None, 0, total, message)
+
+
+def compare_leaf(expected: torch.Tensor, actual: object, overrides: dict[str, Tolerance] | None) -> Comparison:
+    problem = metadata_problem(expected, actual)
+    if problem is not None:
+        return refused(*problem)
+    assert isinstance(actual, torch.Tensor)
+    tolerance = tolerance_for(expected.dtype, overrides)
+    with torch.no_grad():
+        return compare_values(expected.detach(), actual.detach(), tolerance)
+
+
+def metadata_problem(expected: torch.Tensor, actual: object) -> tuple[str, str] | None:
+    """(reason, message) when the candidate's leaf is not a plain tensor of the reference's shape/dtype/device."""
+    if type(actual) is not torch.Tensor:
+        return "type", f"expected a plain torch.Tensor, got {type(actual).__module__}.{type(actual).__qualname__}"
+    if actual.layout != torch.strided:
+        return "type", f"expected a dense (strided) tensor, got layout {actual.layout}"
+    if actual.shape != expected.shape:
+        return "shape", f"shape: expected {list(expected.shape)}, got {list(actual.shape)}"
+    if actual.dtype != expected.dtype:
+        return "dtype", f"dtype: expected {dtype_name(expected.dtype)}, got {dtype_name(actual.dtype)}"
+    if actual.device != expected.device:
+        return "device", f"device: expected {expected.device}, got {actual.device}"
+    return None
+
+
+def as_comparable(tensor: torch.Tensor) -> torch.Tensor:
+    """float64 for arithmetic that cannot overflow; complex as trailing (real, imag) pairs."""
+    if tensor.dtype.is_complex:
+        tensor = torch.view_as_real(tensor.resolve_conj())
+    return tensor.to(torch.float64)
+
+
+def non_finite_problem(expected: torch.Tensor, actual: torch.Tensor) -> tuple[str, str] | None:
+    """NaN / Inf in either output, naming the reference when it is the one that produced them."""
+    for reason, test, label in (("nan", torch.isnan, "NaN"), ("inf", torch.isinf, "Inf")):
+        in_reference = int(test(expected).sum())
+        if in_reference:
+            return reason, (f"{reason}: the reference produced {in_reference} {label} of {expected.numel()} "
+                            "elements; the problem is ill-posed for this input (change the inputs)")
+        in_candidate = int(test(actual).sum())
+        if in_candidate:
+            return reason, f"{reason}: {in_candidate} of {actual.numel()} elements are {label}"
+    return None
+
+
+def unravel(flat_index: int, shape: Sequence[int]) -> tuple[int, ...]:
+    index: list[int] = []
+    for size in reversed(shape):
+        flat_index, position = divmod(flat_index, size)
+        index.append(position)
+    return tuple(reversed(index))
+
+
+def compare_values(expected: torch.Tensor, actual: torch.Tensor, tolerance: Tolerance) -> Comparison:
+    expected64, actual64 = as_comparable(expected), as_comparable(actual)
+    total = expected64.numel()
+    problem = non_finite_problem(expected64, actual64)
+    if problem is not None:
+        return refused(*problem, total=total)
+    if total == 0:
+        return Comparison(True, "", 0.0, 0.0, None, None, None, 0, 0, "ok: empty output")
+    abs_error = (actual64 - expected64).abs()
+    allowed = tolerance.atol + tolerance.rtol * expected64.abs()
+    excess = abs_error - allowed
+    if tolerance == EXACT:
+        mismatched = int((actual != expected).sum())  # exact integers, even beyond float64's 2**53
+    else:
+        mismatched = int((excess > 0).sum())
+    rel_error = abs_error / expected64.abs().clamp_min(torch.finfo(torch.float64).tiny)
+    worst_flat = int(excess.flatten().argmax())
+    worst_index = unravel(worst_flat, expected64.shape)
+    worst_expected = float(expected64.flatten()[worst_flat])
+    worst_actual = float(actual64.flatten()[worst_flat])
+    max_abs, max_rel = float(abs_error.max()), float(rel_error.max())
+    ok = mismatched == 0
+    head = (f"ok: {total} elements within tolerance" if ok
+            else f"mismatch: {mismatched} of {total} elements differ")
+    message = (f"{head}; max abs error {max_abs:.1e}, max rel error {max_rel:.1e} at {list(worst_index)} "
+               f"(expected {worst_expected:.4g}, got {worst_actual:.4g}); {describe_tolerance(expected.dtype, tolerance)}")
+    return Comparison(ok, "" if ok else "mismatch", max_abs, max_rel, worst_index, worst_expected, worst_actual,
+                      mismatched, total, message)
+
+
+def short_float(value: float) -> str:
+    """1e-4 rather than 0.0001 or 1.00e-04."""
+    mantissa, exponent = f"{value:.2e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def describe_tolerance(dtype: torch.dtype, tolerance: Tolerance) -> str:
+    name = SHORT_DTYPE_NAMES.get(dtype, dtype_name(dtype))
+    if tolerance == EXACT:
+        return f"{name} compared exactly"
+    return f"{name} tolerance atol={short_float(tolerance.atol)} rtol={short_float(tolerance.rtol)}"

@@ -1,0 +1,157 @@
+"""Primitives for the anti-cheating checks: mutated inputs, poisoned memory, plain outputs, patched timers, threads.
+
+Each one observes and reports; the findings are made by the caller. They run in the sandbox child, next to the
+candidate, so they are written against the candidate's own torch and time modules.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import hashlib
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from itertools import zip_longest
+
+import torch
+
+POISON_BYTE = 0xFF  # every float dtype reads 0xFF..FF as NaN, so an output never written cannot pass
+POISON_LIMIT_BYTES = 4 << 30
+POISON_FREE_FRACTION = 0.9
+LARGE_CHUNK_BYTES = 64 << 20
+SMALL_CHUNK_BYTES = 512 << 10  # the caching allocator serves requests <= 1 MiB from a separate small pool
+SMALL_POOL_POISON_BYTES = 64 << 20
+
+
+def tensor_leaves(obj: object) -> Iterator[torch.Tensor]:
+    """Tensors in (nested) tuples, lists and dict values, in order."""
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, Mapping):
+        for value in obj.values():
+            yield from tensor_leaves(value)
+    elif isinstance(obj, Sequence) and not isinstance(obj, (str, bytes)):
+        for item in obj:
+            yield from tensor_leaves(item)
+
+
+def tensor_digest(tensor: torch.Tensor) -> str:
+    """Hash of the bytes and the metadata an in-place op could change (resize_, as_strided_, set_)."""
+    tensor = tensor.detach()
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(repr((tuple(tensor.shape), str(tensor.dtype), tensor.stride(), tensor.storage_offset(),
+                        str(tensor.device))).encode())
+    raw = tensor.contiguous().reshape(-1).view(torch.uint8).cpu().contiguous()
+    digest.update(ctypes.string_at(raw.data_ptr(), raw.numel()))  # no numpy needed; raw is a dense CPU buffer
+    return digest.hexdigest()
+
+
+def checksum_tensors(obj: object) -> list[str]:
+    """One content digest per tensor leaf of (nested) args, to be compared before and after the candidate ran."""
+    return [tensor_digest(tensor) for tensor in tensor_leaves(obj)]
+
+
+def changed_inputs(before: list[str], after: list[str]) -> list[int]:
+    """Indices of tensor leaves whose digest changed (a leaf that appeared or vanished counts as changed)."""
+    return [index for index, (old, new) in enumerate(zip_longest(before, after)) if old != new]
+
+
+def fill_chunks(device: torch.device, chunk_bytes: int, budget_bytes: int, chunks: list[torch.Tensor]) -> None:
+    """Allocate poisoned chunks until the budget is spent or the allocator refuses."""
+    for _ in range(budget_bytes // chunk_bytes):
+        try:
+            chunks.append(torch.empty(chunk_bytes, dtype=torch.uint8, device=device).fill_(POISON_BYTE))
+        except torch.cuda.OutOfMemoryError:
+            return
+
+
+def poison_free_memory(device: torch.device | str) -> bool:
+    """Fill the memory the CUDA caching allocator will hand out next with NaN bytes; True when it did.
+
+    The chunks go back to the allocator's cache, not to the driver, so a candidate's `torch.empty` output that it
+    never writes reads NaN instead of whatever the reference left there. CPU allocations come straight from the
+    system allocator and cannot be poisoned this way: on CPU this does nothing and returns False.
+    """
+    device = torch.device(device)
+    if device.type != "cuda":
+        return False
+    free_bytes, _ = torch.cuda.mem_get_info(device)
+    budget = min(int(free_bytes * POISON_FREE_FRACTION), POISON_LIMIT_BYTES)
+    chunks: list[torch.Tensor] = []
+    fill_chunks(device, SMALL_CHUNK_BYTES, min(SMALL_POOL_POISON_BYTES, budget), chunks)
+    fill_chunks(device, LARGE_CHUNK_BYTES, budget - len(chunks) * SMALL_CHUNK_BYTES, chunks)
+    torch.cuda.synchronize(device)
+    poisoned = bool(chunks)
+    del chunks
+    return poisoned
+
+
+def flush_allocator(device: torch.device | str) -> None:
+    """Drop dead tensors and, on CUDA, return cached blocks to the driver so the next run starts clean."""
+    gc.collect()
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+
+
+def same_device(actual: torch.device, expected: torch.device) -> bool:
+    """'cuda' without an index matches any CUDA device; with one, only that device."""
+    return actual.type == expected.type and (expected.index is None or actual.index == expected.index)
+
+
+def plain_tensor_problem(x: object, expected_shape: Sequence[int], expected_dtype: torch.dtype,
+                         expected_device: torch.device | str) -> str | None:
+    """None for a plain dense tensor of the expected shape, dtype and device; else why not, in one line."""
+    if type(x) is not torch.Tensor:  # subclasses (FakeTensor, __torch_function__ overrides) can fake their values
+        return f"output is {type(x).__module__}.{type(x).__qualname__}, not a plain torch.Tensor"
+    if x.layout != torch.strided or x.is_sparse:
+        return f"output has layout {x.layout}, not a dense strided tensor"
+    if x.is_nested:
+        return "output is a nested tensor, not a dense strided tensor"
+    if tuple(x.shape) != tuple(expected_shape):
+        return f"output shape {list(x.shape)} differs from the expected {list(expected_shape)}"
+    if x.dtype != expected_dtype:
+        return f"output dtype {x.dtype} differs from the expected {expected_dtype}"
+    if not same_device(x.device, torch.device(expected_device)):
+        return f"output is on {x.device}, expected {torch.device(expected_device)}"
+    return None
+
+
+TIMER_MODULES: dict[str, object] = {"time": time, "torch.cuda": torch.cuda}
+
+TIMER_NAMES = (
+    "time.perf_counter", "time.perf_counter_ns", "time.time", "time.time_ns", "time.monotonic",
+    "time.monotonic_ns", "torch.cuda.synchronize", "torch.cuda.Event", "torch.cuda.current_stream",
+    "torch.cuda.Event.elapsed_time", "torch.cuda.Event.record", "torch.cuda.Event.synchronize",
+    "torch.cuda.Stream.synchronize",
+)
+
+
+def resolve(dotted_name: str) -> object:
+    """The object a timing call reaches now, looked up from its module, so a replaced Event class shows too."""
+    owner_name, _, attribute = dotted_name.rpartition(".")
+    owner = TIMER_MODULES[owner_name] if owner_name in TIMER_MODULES else resolve(owner_name)
+    return getattr(owner, attribute, None)
+
+
+def timer_snapshot() -> dict[str, object]:
+    """The identities of the timing and synchronization functions, to compare after the candidate ran."""
+    return {name: resolve(name) for name in TIMER_NAMES}
+
+
+def patched_timers(before: dict[str, object], after: dict[str, object]) -> list[str]:
+    """Names of timing functions replaced between two snapshots."""
+    return [name for name in before if after.get(name) is not before[name]]
+
+
+def thread_idents() -> set[int]:
+    """Idents of the threads alive now (the argument threads_started compares)."""
+    return {thread.ident for thread in threading.enumerate() if thread.ident is not None}
+
+
+def threads_started(before: set[int], after: set[int]) -> list[str]:
+    """Names of threads alive in `after` that were not in `before`: work the candidate may have hidden there."""
+    names = {thread.ident: thread.name for thread in threading.enumerate()}
+    return [names.get(ident, f"thread {ident} (since exited)") for ident in sorted(after - before)]

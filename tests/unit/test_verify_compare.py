@@ -1,0 +1,137 @@
+"""compare_outputs: exact error figures, tolerances per dtype, NaN/Inf, nesting, and outputs that try to fool it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernel_lsp.verify.compare import (
+    Comparison,
+    Tolerance,
+    compare_outputs,
+    tolerance_for,
+)
+
+EXPECTED = torch.tensor([[1024.0, 2.0], [1.0, 4.0]])
+# 1024 is off by more (0.0625) but within rtol; 1.0 is off by less (2**-7) and fails: it is the worst element.
+ACTUAL = torch.tensor([[1024.0625, 2.0], [1.0078125, 4.0]])
+
+
+def test_mismatch_reports_exact_errors_and_the_element_that_fails_by_most() -> None:
+    result = compare_outputs(EXPECTED, ACTUAL)
+    assert result == Comparison(
+        ok=False, reason="mismatch", max_abs_error=0.0625, max_rel_error=0.0078125, worst_index=(1, 0),
+        worst_expected=1.0, worst_actual=1.0078125, mismatched=1, total=4,
+        message="mismatch: 1 of 4 elements differ; max abs error 6.2e-02, max rel error 7.8e-03 at [1, 0] "
+                "(expected 1, got 1.008); fp32 tolerance atol=1e-4 rtol=1e-4")
+
+
+def test_equal_outputs_pass_and_a_non_contiguous_output_is_fine() -> None:
+    values = torch.arange(6.0).reshape(2, 3)
+    result = compare_outputs(values.t().contiguous(), values.t())
+    assert (result.ok, result.reason, result.max_abs_error, result.mismatched, result.total) == (True, "", 0.0, 0, 6)
+
+
+def test_relative_error_against_zero_uses_a_tiny_denominator() -> None:
+    result = compare_outputs(torch.tensor([0.0, 1.0]), torch.tensor([0.5, 1.0]))
+    assert result.max_rel_error == 0.5 / torch.finfo(torch.float64).tiny
+    assert (result.worst_index, result.mismatched) == ((0,), 1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_tolerance_is_1e2(dtype: torch.dtype) -> None:
+    expected = torch.tensor([1.0, 2.0], dtype=dtype)
+    within = compare_outputs(expected, torch.tensor([1.0078125, 2.0], dtype=dtype))  # 2**-7 <= 0.01 + 0.01
+    beyond = compare_outputs(expected, torch.tensor([1.03125, 2.0], dtype=dtype))  # 2**-5 > 0.02
+    assert (within.ok, beyond.ok, beyond.mismatched, beyond.max_abs_error) == (True, False, 1, 0.03125)
+
+
+def test_tolerance_for_defaults_overrides_and_exact_integers() -> None:
+    assert tolerance_for(torch.float64) == Tolerance(1e-7, 1e-7)
+    assert tolerance_for(torch.bfloat16, {"bfloat16": Tolerance(0.5, 0.0)}) == Tolerance(0.5, 0.0)
+    assert tolerance_for(torch.int32) == Tolerance(0.0, 0.0)
+    assert tolerance_for(torch.bool) == Tolerance(0.0, 0.0)
+    with pytest.raises(ValueError, match="no default tolerance for float8_e4m3fn"):
+        tolerance_for(torch.float8_e4m3fn)
+
+
+def test_override_loosens_the_comparison() -> None:
+    result = compare_outputs(EXPECTED, ACTUAL, {"float32": Tolerance(1e-2, 1e-1)})
+    assert (result.ok, result.mismatched) == (True, 0)
+
+
+def test_integers_compare_exactly_beyond_float64_precision() -> None:
+    result = compare_outputs(torch.tensor([2**53 + 1]), torch.tensor([2**53]))
+    assert (result.ok, result.reason, result.mismatched) == (False, "mismatch", 1)
+    assert result.message.endswith("int64 compared exactly")
+
+
+def test_nan_in_the_candidate_never_passes() -> None:
+    result = compare_outputs(torch.ones(4), torch.tensor([1.0, float("nan"), 1.0, 1.0]))
+    assert (result.ok, result.reason, result.message) == (False, "nan", "nan: 1 of 4 elements are NaN")
+
+
+def test_inf_in_the_candidate_never_passes() -> None:
+    result = compare_outputs(torch.ones(2), torch.tensor([float("-inf"), 1.0]))
+    assert (result.ok, result.reason, result.message) == (False, "inf", "inf: 1 of 2 elements are Inf")
+
+
+def test_nan_in_the_reference_is_reported_as_ill_posed_even_when_the_candidate_matches() -> None:
+    both = torch.tensor([float("nan"), 1.0])
+    result = compare_outputs(both, both.clone())
+    assert (result.ok, result.reason) == (False, "nan")
+    assert result.message == ("nan: the reference produced 1 NaN of 2 elements; "
+                              "the problem is ill-posed for this input (change the inputs)")
+
+
+def test_nested_outputs_report_the_first_failing_path() -> None:
+    result = compare_outputs((EXPECTED, [EXPECTED, EXPECTED]), (EXPECTED, [EXPECTED, ACTUAL]))
+    assert (result.reason, result.worst_index) == ("mismatch", (1, 0))
+    assert result.message.startswith("output[1][1]: mismatch: 1 of 4 elements differ;")
+
+
+def test_nested_outputs_that_all_pass_sum_their_elements() -> None:
+    result = compare_outputs((EXPECTED, [torch.zeros(3)]), [EXPECTED, (torch.zeros(3),)])
+    assert (result.ok, result.total, result.worst_index) == (True, 7, None)
+    assert result.message == "ok: 2 outputs, 7 elements within tolerance; max abs error 0.0e+00, max rel error 0.0e+00"
+
+
+def test_wrong_number_of_outputs_is_a_structure_problem() -> None:
+    result = compare_outputs((EXPECTED, EXPECTED), (EXPECTED,))
+    assert (result.reason, result.message) == ("structure", "output: expected 2 outputs, got 1")
+    single = compare_outputs((EXPECTED,), EXPECTED)
+    assert (single.reason, single.message) == ("structure", "output: expected a sequence of 1 outputs, got Tensor")
+
+
+class SneakyTensor(torch.Tensor):
+    """A subclass could override __eq__ / __torch_function__ to look equal to anything."""
+
+
+def test_tensor_subclass_is_refused_even_with_equal_values() -> None:
+    result = compare_outputs(EXPECTED, EXPECTED.clone().as_subclass(SneakyTensor))
+    assert (result.ok, result.reason) == (False, "type")
+    assert result.message == f"expected a plain torch.Tensor, got {SneakyTensor.__module__}.SneakyTensor"
+
+
+def test_non_tensor_output_is_refused() -> None:
+    result = compare_outputs(EXPECTED, EXPECTED.tolist())
+    assert (result.reason, result.message) == ("type", "expected a plain torch.Tensor, got builtins.list")
+
+
+def test_wrong_shape_dtype_and_device_are_refused_before_values() -> None:
+    shape = compare_outputs(EXPECTED, EXPECTED.reshape(4))
+    dtype = compare_outputs(EXPECTED, EXPECTED.double())
+    device = compare_outputs(EXPECTED, torch.empty_like(EXPECTED, device="meta"))
+    assert (shape.reason, shape.message) == ("shape", "shape: expected [2, 2], got [4]")
+    assert (dtype.reason, dtype.message) == ("dtype", "dtype: expected float32, got float64")
+    assert (device.reason, device.message) == ("device", "device: expected cpu, got meta")
+
+
+def test_sparse_output_is_refused() -> None:
+    result = compare_outputs(EXPECTED, EXPECTED.to_sparse())
+    assert (result.reason, result.message) == ("type", "expected a dense (strided) tensor, got layout torch.sparse_coo")
+
+
+def test_empty_outputs_pass() -> None:
+    result = compare_outputs(torch.empty(0, 3), torch.empty(0, 3))
+    assert (result.ok, result.total, result.message) == (True, 0, "ok: empty output")

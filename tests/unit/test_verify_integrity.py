@@ -1,0 +1,121 @@
+"""Integrity primitives on the CPU: mutated inputs, plain outputs, patched timers, threads left running."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+
+from kernel_lsp.verify.integrity import (
+    changed_inputs,
+    checksum_tensors,
+    patched_timers,
+    plain_tensor_problem,
+    poison_free_memory,
+    same_device,
+    thread_idents,
+    threads_started,
+    timer_snapshot,
+)
+
+
+def inputs() -> tuple[torch.Tensor, list[object], dict[str, torch.Tensor]]:
+    return torch.arange(6.0).reshape(2, 3), [3, torch.ones(4, dtype=torch.bfloat16)], {"mask": torch.tensor(True)}
+
+
+def test_checksums_cover_every_tensor_leaf_and_are_stable() -> None:
+    args = inputs()
+    assert len(checksum_tensors(args)) == 3
+    assert checksum_tensors(args) == checksum_tensors(inputs())
+
+
+def test_in_place_modification_is_detected_at_its_leaf() -> None:
+    args = inputs()
+    before = checksum_tensors(args)
+    args[1][1].add_(1)
+    assert changed_inputs(before, checksum_tensors(args)) == [1]
+
+
+def test_rewriting_identical_bytes_is_not_flagged() -> None:
+    args = inputs()
+    before = checksum_tensors(args)
+    args[0].copy_(args[0].clone())
+    args[2]["mask"].fill_(True)
+    assert changed_inputs(before, checksum_tensors(args)) == []
+
+
+def test_in_place_metadata_change_is_detected() -> None:
+    args = inputs()
+    before = checksum_tensors(args)
+    args[0].t_()  # same bytes, different shape and strides
+    assert changed_inputs(before, checksum_tensors(args)) == [0]
+
+
+def test_a_leaf_that_appears_or_vanishes_counts_as_changed() -> None:
+    assert changed_inputs(["a", "b"], ["a"]) == [1]
+    assert changed_inputs(["a"], ["a", "c"]) == [1]
+
+
+def test_cpu_memory_cannot_be_poisoned() -> None:
+    assert poison_free_memory("cpu") is False
+
+
+def test_plain_tensor_of_the_expected_kind_has_no_problem() -> None:
+    x = torch.zeros(2, 3).t()  # non-contiguous is still a plain tensor
+    assert plain_tensor_problem(x, (3, 2), torch.float32, "cpu") is None
+
+
+class WrappedTensor(torch.Tensor):
+    """Stands in for any subclass that could override __torch_function__."""
+
+
+@pytest.mark.parametrize(("x", "problem"), [
+    (torch.zeros(2).as_subclass(WrappedTensor),
+     f"output is {WrappedTensor.__module__}.WrappedTensor, not a plain torch.Tensor"),
+    ([0.0, 0.0], "output is builtins.list, not a plain torch.Tensor"),
+    (torch.zeros(2).to_sparse(), "output has layout torch.sparse_coo, not a dense strided tensor"),
+    (torch.zeros(3), "output shape [3] differs from the expected [2]"),
+    (torch.zeros(2, dtype=torch.float16), "output dtype torch.float16 differs from the expected torch.float32"),
+    (torch.zeros(2, device="meta"), "output is on meta, expected cpu"),
+])
+def test_plain_tensor_problems(x: object, problem: str) -> None:
+    assert plain_tensor_problem(x, [2], torch.float32, torch.device("cpu")) == problem
+
+
+def test_cuda_without_an_index_matches_any_cuda_device() -> None:
+    assert same_device(torch.device("cuda", 1), torch.device("cuda"))
+    assert not same_device(torch.device("cuda", 1), torch.device("cuda", 0))
+    assert not same_device(torch.device("cpu"), torch.device("cuda"))
+
+
+def test_untouched_timers_are_not_reported() -> None:
+    assert patched_timers(timer_snapshot(), timer_snapshot()) == []
+
+
+def test_patched_perf_counter_and_event_record_are_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = timer_snapshot()
+    monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
+    monkeypatch.setattr(torch.cuda.Event, "record", lambda self, stream=None: None)
+    assert patched_timers(before, timer_snapshot()) == ["time.perf_counter", "torch.cuda.Event.record"]
+
+
+def test_replaced_event_class_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = timer_snapshot()
+    monkeypatch.setattr(torch.cuda, "Event", type("Event", (), {}))
+    assert patched_timers(before, timer_snapshot()) == [
+        "torch.cuda.Event", "torch.cuda.Event.elapsed_time", "torch.cuda.Event.record", "torch.cuda.Event.synchronize"]
+
+
+def test_thread_left_running_is_reported_by_name() -> None:
+    before = thread_idents()
+    release = threading.Event()
+    worker = threading.Thread(target=release.wait, name="candidate-side-work", daemon=True)
+    worker.start()
+    try:
+        assert threads_started(before, thread_idents()) == ["candidate-side-work"]
+    finally:
+        release.set()
+        worker.join()
+    assert threads_started(before, thread_idents()) == []
