@@ -66,6 +66,21 @@ def fill_chunks(device: torch.device, chunk_bytes: int, budget_bytes: int, chunk
             return
 
 
+def fill_cached_blocks(device: torch.device, chunks: list[torch.Tensor]) -> None:
+    """Poison every free block the allocator keeps inside segments that are still partly in use.
+
+    Asking for each block's exact size, smallest first, makes the best-fit allocator hand out exactly that block.
+    """
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    sizes = sorted(block["size"] for segment in torch.cuda.memory_snapshot() if segment["device"] == index
+                   for block in segment["blocks"] if block["state"] == "inactive")
+    for size in sizes:
+        try:
+            chunks.append(torch.empty(size, dtype=torch.uint8, device=device).fill_(POISON_BYTE))
+        except torch.cuda.OutOfMemoryError:
+            return
+
+
 def poison_free_memory(device: torch.device | str) -> bool:
     """Fill the memory the CUDA caching allocator will hand out next with NaN bytes; True when it did.
 
@@ -76,11 +91,16 @@ def poison_free_memory(device: torch.device | str) -> bool:
     device = torch.device(device)
     if device.type != "cuda":
         return False
+    # cached free blocks still hold what earlier runs left: wholly free segments go back to the driver, the
+    # rest are poisoned block by block (seen on an H200: a freed 4 MiB block came back with its old values)
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
     free_bytes, _ = torch.cuda.mem_get_info(device)
     budget = min(int(free_bytes * POISON_FREE_FRACTION), POISON_LIMIT_BYTES)
     chunks: list[torch.Tensor] = []
+    fill_cached_blocks(device, chunks)  # e.g. a freed output beside a live one in the same segment
     fill_chunks(device, SMALL_CHUNK_BYTES, min(SMALL_POOL_POISON_BYTES, budget), chunks)
-    fill_chunks(device, LARGE_CHUNK_BYTES, budget - len(chunks) * SMALL_CHUNK_BYTES, chunks)
+    fill_chunks(device, LARGE_CHUNK_BYTES, budget - sum(c.numel() for c in chunks), chunks)
     torch.cuda.synchronize(device)
     poisoned = bool(chunks)
     del chunks

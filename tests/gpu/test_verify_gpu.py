@@ -1,0 +1,43 @@
+"""Verification primitives on a real GPU: poisoned allocator memory, comparisons across devices."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.gpu.test_worker_gpu import gpu_present
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_present(), reason="needs an NVIDIA GPU with CUDA torch")]
+
+
+def test_an_unwritten_output_reads_poison_after_poisoning():
+    import torch
+
+    from kernel_lsp.verify.compare import compare_outputs
+    from kernel_lsp.verify.integrity import flush_allocator, poison_free_memory
+
+    flush_allocator("cuda")
+    leftover = torch.full((1 << 20,), 3.0, device="cuda")  # what a reference would leave behind
+    expected = leftover.clone()
+    del leftover
+    assert poison_free_memory("cuda") is True
+    lazy = torch.empty(1 << 20, device="cuda")  # a cheating candidate that writes nothing
+    assert torch.isnan(lazy).all().item()
+    verdict = compare_outputs(expected, lazy)
+    assert (verdict.ok, verdict.reason) == (False, "nan")
+    flush_allocator("cuda")
+
+
+def test_right_values_on_the_wrong_device_and_honest_gpu_outputs():
+    import torch
+
+    from kernel_lsp.verify.compare import compare_outputs
+    from kernel_lsp.verify.integrity import plain_tensor_problem
+
+    expected = torch.randn(256, 256, device="cuda")
+    assert compare_outputs(expected, expected.cpu()).reason == "device"
+    assert plain_tensor_problem(expected.cpu(), (256, 256), torch.float32, "cuda") == "output is on cpu, expected cuda"
+    honest = (expected.double() * 1.0).float()
+    assert compare_outputs(expected, honest).ok
+    half = expected.half()
+    assert compare_outputs(half, (half.float() + 5e-3).half()).ok
+    assert not compare_outputs(half, (half.float() + 5e-2).half()).ok
