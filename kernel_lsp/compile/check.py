@@ -11,7 +11,9 @@ import hashlib
 import logging
 import os
 import re
+import shutil
 import tempfile
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import AsyncIterator
@@ -57,6 +59,7 @@ class Scratch:
 
     def __init__(self) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="kernel-lsp-"))
+        weakref.finalize(self, shutil.rmtree, self.root, ignore_errors=True)  # also at interpreter exit
 
     def directory(self, uri: str) -> Path:
         d = self.root / hashlib.sha1(uri.encode()).hexdigest()[:16]

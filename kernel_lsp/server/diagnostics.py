@@ -14,12 +14,10 @@ class DiagnosticStore:
     def __init__(self, publish: Callable[[types.PublishDiagnosticsParams], None]) -> None:
         self._publish = publish
         self._findings: dict[str, dict[str, list[Finding]]] = {}
-        self._versions: dict[str, int | None] = {}
 
     def set(self, uri: str, producer: str, version: int | None, findings: list[Finding],
             visible: Callable[[Finding], bool] = lambda f: True) -> None:
         self._findings.setdefault(uri, {})[producer] = list(findings)
-        self._versions[uri] = version
         shown = [diagnostic(f) for fs in self._findings[uri].values() for f in fs if visible(f)]
         self._publish(types.PublishDiagnosticsParams(uri=uri, version=version, diagnostics=shown))
 
@@ -28,5 +26,4 @@ class DiagnosticStore:
 
     def clear(self, uri: str) -> None:
         self._findings.pop(uri, None)
-        self._versions.pop(uri, None)
         self._publish(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
