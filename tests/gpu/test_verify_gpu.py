@@ -41,3 +41,19 @@ def test_right_values_on_the_wrong_device_and_honest_gpu_outputs():
     half = expected.half()
     assert compare_outputs(half, (half.float() + 5e-3).half()).ok
     assert not compare_outputs(half, (half.float() + 5e-2).half()).ok
+
+
+def test_cuda_event_timing_is_stable_and_orders_work():
+    import torch
+
+    from kernel_lsp.verify.timing import make_input_sets, speedup, time_callable
+
+    sets = make_input_sets(lambda: [torch.randn(4096, 4096)], count=3, seed=0, device="cuda")
+    assert all(s[0].is_cuda for s in sets) and not torch.equal(sets[0][0], sets[1][0])
+    small = make_input_sets(lambda: [torch.randn(1024, 1024)], count=3, seed=0, device="cuda")
+    big = time_callable(lambda a: a @ a, sets, device="cuda", calls=50, warmup=5)
+    again = time_callable(lambda a: a @ a, sets, device="cuda", calls=50, warmup=5)
+    little = time_callable(lambda a: a @ a, small, device="cuda", calls=50, warmup=5)
+    assert (big.clock, big.l2_flushed, big.input_sets) == ("cuda-events", True, 3)
+    assert abs(big.median_ms - again.median_ms) / big.median_ms < 0.15  # same work, same figure
+    assert speedup(big, little) > 8  # 64x the FLOPs is far more than 8x the time

@@ -1,0 +1,166 @@
+"""Honest timing of a callable: the numbers a speedup claim rests on.
+
+On CUDA each call is bracketed by CUDA events, with a full-device synchronize before and after it (work the
+candidate left on other streams is counted), and the L2 cache is overwritten before each call so no call is
+served warm by the previous one. Calls rotate through several input sets, so a candidate that caches results
+by the identity or data pointer of its inputs gets no free calls. Warm-up calls run first and are not timed.
+The median and the spread (p10..p90 over the median) are reported together with how they were measured.
+
+On CPU the clock is time.perf_counter_ns and the timing says so: CPU and GPU timings are never compared.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+import torch
+
+CUDA_EVENTS = "cuda-events"
+CPU_PERF_COUNTER = "cpu-perf-counter"
+L2_FLUSH_FACTOR = 2  # writing twice the L2 size evicts every line even with a non-LRU replacement policy
+
+
+@dataclass(frozen=True)
+class Timing:
+    device: str  # 'cuda' | 'cpu'
+    clock: str  # 'cuda-events' | 'cpu-perf-counter'
+    calls: int
+    warmup: int
+    median_ms: float
+    mean_ms: float
+    min_ms: float
+    max_ms: float
+    p10_ms: float
+    p90_ms: float
+    spread: float  # (p90 - p10) / median
+    input_sets: int
+    l2_flushed: bool
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def resolve_device(device: str) -> torch.device:
+    """'cuda' becomes 'cuda:<current>', so tensors on the same GPU compare equal to the target device."""
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and resolved.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return resolved
+
+
+def percentile(sorted_values: Sequence[float], fraction: float) -> float:
+    """Linear interpolation between the closest ranks (numpy's default), defined for a single value too."""
+    position = fraction * (len(sorted_values) - 1)
+    lower = int(position)
+    upper = min(lower + 1, len(sorted_values) - 1)
+    return sorted_values[lower] + (sorted_values[upper] - sorted_values[lower]) * (position - lower)
+
+
+def relative_spread(p10: float, p90: float, median: float) -> float:
+    """(p90 - p10) / median; a zero median with any spread is infinitely noisy, not perfectly steady."""
+    if median > 0:
+        return (p90 - p10) / median
+    return 0.0 if p90 == p10 else float("inf")
+
+
+def summarize(samples_ms: list[float], *, device: str, clock: str, warmup: int, input_sets: int,
+              l2_flushed: bool) -> Timing:
+    ordered = sorted(samples_ms)
+    median = statistics.median(ordered)
+    p10, p90 = percentile(ordered, 0.1), percentile(ordered, 0.9)
+    return Timing(device=device, clock=clock, calls=len(ordered), warmup=warmup, median_ms=median,
+                  mean_ms=statistics.fmean(ordered), min_ms=ordered[0], max_ms=ordered[-1], p10_ms=p10,
+                  p90_ms=p90, spread=relative_spread(p10, p90, median), input_sets=input_sets,
+                  l2_flushed=l2_flushed)
+
+
+def l2_scratch(device: torch.device) -> torch.Tensor:
+    """A buffer whose overwrite evicts the whole L2 of the device; allocated once per timing run."""
+    l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size
+    return torch.empty(L2_FLUSH_FACTOR * l2_bytes, dtype=torch.uint8, device=device)
+
+
+def time_cuda_calls(fn: Callable[..., object], input_sets: list[tuple], count: int, device: torch.device,
+                    scratch: torch.Tensor | None) -> list[float]:
+    """Milliseconds per call from CUDA events; the flush runs before the start event, so it is not counted."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    samples: list[float] = []
+    with torch.cuda.device(device):
+        for index in range(count):
+            torch.cuda.synchronize()
+            if scratch is not None:
+                scratch.zero_()
+            start.record()
+            fn(*input_sets[index % len(input_sets)])
+            end.record()
+            torch.cuda.synchronize()  # the whole device, not just the event's stream
+            samples.append(start.elapsed_time(end))
+    return samples
+
+
+def time_cpu_calls(fn: Callable[..., object], input_sets: list[tuple], count: int) -> list[float]:
+    samples: list[float] = []
+    for index in range(count):
+        inputs = input_sets[index % len(input_sets)]
+        began = time.perf_counter_ns()
+        fn(*inputs)
+        samples.append((time.perf_counter_ns() - began) / 1e6)
+    return samples
+
+
+def time_callable(fn: Callable[..., object], input_sets: list[tuple], *, device: str, calls: int = 100,
+                  warmup: int = 10, flush_l2: bool = True) -> Timing:
+    """Run fn warmup times untimed, then calls times timed; call i gets input_sets[i % len(input_sets)]."""
+    if calls < 1:
+        raise ValueError(f"calls must be at least 1, got {calls}")
+    if warmup < 0:
+        raise ValueError(f"warmup must not be negative, got {warmup}")
+    if not input_sets:
+        raise ValueError("input_sets is empty: at least one set of inputs is needed to call the function")
+    target = resolve_device(device)
+    if target.type == "cuda":
+        scratch = l2_scratch(target) if flush_l2 else None
+        time_cuda_calls(fn, input_sets, warmup, target, scratch)
+        samples = time_cuda_calls(fn, input_sets, calls, target, scratch)
+        clock, flushed = CUDA_EVENTS, flush_l2
+    else:
+        time_cpu_calls(fn, input_sets, warmup)
+        samples = time_cpu_calls(fn, input_sets, calls)
+        clock, flushed = CPU_PERF_COUNTER, False  # no portable way to flush CPU caches from Python
+    return summarize(samples, device=target.type, clock=clock, warmup=warmup, input_sets=len(input_sets),
+                     l2_flushed=flushed)
+
+
+def on_device(value: object, device: torch.device) -> object:
+    """A tensor moved to device if it is elsewhere; anything else unchanged."""
+    if isinstance(value, torch.Tensor) and value.device != device:
+        return value.to(device)
+    return value
+
+
+def make_input_sets(get_inputs: Callable[[], list], count: int, seed: int, device: str) -> list[tuple]:
+    """count input sets, set i drawn with torch.manual_seed(seed + i) and device as torch's default device."""
+    target = resolve_device(device)
+    previous_default = torch.get_default_device()
+    torch.set_default_device(target)
+    try:
+        input_sets = []
+        for index in range(count):
+            torch.manual_seed(seed + index)
+            input_sets.append(tuple(on_device(value, target) for value in get_inputs()))
+        return input_sets
+    finally:
+        torch.set_default_device(previous_default)
+
+
+def speedup(reference: Timing, candidate: Timing) -> float:
+    """How many times faster the candidate's median is; only timings from the same device and clock compare."""
+    if (reference.device, reference.clock) != (candidate.device, candidate.clock):
+        raise ValueError(f"cannot compare a {reference.device}/{reference.clock} timing with a "
+                         f"{candidate.device}/{candidate.clock} timing")
+    if candidate.median_ms <= 0:
+        raise ValueError("the candidate's median is 0 ms: the clock is too coarse to give a speedup")
+    return reference.median_ms / candidate.median_ms
