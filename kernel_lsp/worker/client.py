@@ -151,7 +151,7 @@ class WorkerClient:
             except (OSError, asyncio.TimeoutError, ConnectionClosed, ProtocolError, WorkerUnavailable) as exc:
                 self._failures += 1
                 self._last_failure = time.monotonic()
-                message = f"kernel-lsp: the GPU worker ({self.status.address}) is unavailable: {exc}"
+                message = f"kernel-lsp: the GPU worker ({self.status.address}) is unavailable: {str(exc) or type(exc).__name__}"
                 self._set_status(state="failed", message=message)
                 raise WorkerUnavailable(message) from exc
             self._failures = 0
