@@ -17,9 +17,9 @@ from itertools import zip_longest
 import torch
 
 POISON_BYTE = 0xFF  # every float dtype reads 0xFF..FF as NaN, so an output never written cannot pass
-POISON_LIMIT_BYTES = 4 << 30
 POISON_FREE_FRACTION = 0.9
-LARGE_CHUNK_BYTES = 64 << 20
+DIGEST_CHUNK_BYTES = 1 << 30
+LARGE_CHUNK_BYTES = 64 << 20  # the smallest single block tried for the large pool
 SMALL_CHUNK_BYTES = 512 << 10  # the caching allocator serves requests <= 1 MiB from a separate small pool
 SMALL_POOL_POISON_BYTES = 64 << 20
 
@@ -42,8 +42,10 @@ def tensor_digest(tensor: torch.Tensor) -> str:
     digest = hashlib.blake2b(digest_size=16)
     digest.update(repr((tuple(tensor.shape), str(tensor.dtype), tensor.stride(), tensor.storage_offset(),
                         str(tensor.device))).encode())
-    raw = tensor.contiguous().reshape(-1).view(torch.uint8).cpu().contiguous()
-    digest.update(ctypes.string_at(raw.data_ptr(), raw.numel()))  # no numpy needed; raw is a dense CPU buffer
+    raw = tensor.contiguous().reshape(-1).view(torch.uint8)
+    for start in range(0, raw.numel(), DIGEST_CHUNK_BYTES):  # chunks: ctypes takes at most 2 GiB at once
+        chunk = raw[start:start + DIGEST_CHUNK_BYTES].cpu().contiguous()
+        digest.update(ctypes.string_at(chunk.data_ptr(), chunk.numel()))  # no numpy needed; a dense CPU buffer
     return digest.hexdigest()
 
 
@@ -64,6 +66,22 @@ def fill_chunks(device: torch.device, chunk_bytes: int, budget_bytes: int, chunk
             chunks.append(torch.empty(chunk_bytes, dtype=torch.uint8, device=device).fill_(POISON_BYTE))
         except torch.cuda.OutOfMemoryError:
             return
+
+
+def fill_largest_block(device: torch.device, budget_bytes: int, chunks: list[torch.Tensor]) -> None:
+    """One block as large as the allocator grants (halving from the budget), poisoned.
+
+    Any later large request, up to that size, is split from this one cached segment, so even an output
+    of many GiB lands on poison rather than on memory the driver hands back with old contents (filling
+    100 GiB takes tens of milliseconds at HBM bandwidth).
+    """
+    size = budget_bytes
+    while size >= LARGE_CHUNK_BYTES:
+        try:
+            chunks.append(torch.empty(size, dtype=torch.uint8, device=device).fill_(POISON_BYTE))
+            return
+        except torch.cuda.OutOfMemoryError:
+            size //= 2
 
 
 def fill_cached_blocks(device: torch.device, chunks: list[torch.Tensor]) -> None:
@@ -96,11 +114,11 @@ def poison_free_memory(device: torch.device | str) -> bool:
     torch.cuda.synchronize(device)
     torch.cuda.empty_cache()
     free_bytes, _ = torch.cuda.mem_get_info(device)
-    budget = min(int(free_bytes * POISON_FREE_FRACTION), POISON_LIMIT_BYTES)
+    budget = int(free_bytes * POISON_FREE_FRACTION)
     chunks: list[torch.Tensor] = []
     fill_cached_blocks(device, chunks)  # e.g. a freed output beside a live one in the same segment
     fill_chunks(device, SMALL_CHUNK_BYTES, min(SMALL_POOL_POISON_BYTES, budget), chunks)
-    fill_chunks(device, LARGE_CHUNK_BYTES, budget - sum(c.numel() for c in chunks), chunks)
+    fill_largest_block(device, budget - sum(c.numel() for c in chunks), chunks)
     torch.cuda.synchronize(device)
     poisoned = bool(chunks)
     del chunks
