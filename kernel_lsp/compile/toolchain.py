@@ -37,7 +37,7 @@ def nvcc_candidates(settings: Settings) -> list[str]:
     return [p for p in dict.fromkeys(found) if p]
 
 
-_tool_cache: dict[tuple[str, float], Tool] = {}
+_tool_cache: dict[tuple[str, float], Tool | ToolProblem] = {}  # a broken tool is probed once, not per compile
 
 
 async def find_nvcc(settings: Settings) -> Tool:
@@ -66,20 +66,25 @@ async def _probe(path: str, version_pattern: str, setting: str) -> Tool:
         key = (path, os.stat(path).st_mtime)
     except OSError as exc:
         raise ToolProblem(f"{path} cannot be read ({exc}); check the '{setting}' setting.") from exc
-    if key in _tool_cache:
-        return _tool_cache[key]
+    if key not in _tool_cache:  # keyed by mtime: a reinstalled tool is probed again
+        _tool_cache[key] = await _run_version(path, version_pattern, setting)
+    outcome = _tool_cache[key]
+    if isinstance(outcome, ToolProblem):
+        raise ToolProblem(str(outcome))
+    return outcome
+
+
+async def _run_version(path: str, version_pattern: str, setting: str) -> Tool | ToolProblem:
     try:
         result = await run_process([path, "--version"], timeout_s=VERSION_TIMEOUT_S)
     except OSError as exc:
-        raise ToolProblem(f"{path} does not run ({exc}); check the '{setting}' setting.") from exc
+        return ToolProblem(f"{path} does not run ({exc}); check the '{setting}' setting.")
     text = result.stdout + result.stderr
     match = re.search(version_pattern, text)
     if result.timed_out or result.returncode != 0 or not match:
         why = "timed out" if result.timed_out else f"exit status {result.returncode}: {text.strip()[:200]!r}"
-        raise ToolProblem(f"{path} --version failed ({why}); check the '{setting}' setting.")
-    tool = Tool(path, match.group(1))
-    _tool_cache[key] = tool
-    return tool
+        return ToolProblem(f"{path} --version failed ({why}); check the '{setting}' setting.")
+    return Tool(path, match.group(1))
 
 
 @dataclass(frozen=True)

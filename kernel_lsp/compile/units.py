@@ -7,6 +7,7 @@ the `cuda.cu` and `main.cpp` that torch would write, with source maps back into 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from kernel_lsp.findings import Range
@@ -36,8 +37,8 @@ class CompileUnit:
     kernels: list[tuple[CudaKernel, Range]] = field(default_factory=list)  # with name ranges in the document
     label: str = ""
 
-    @property
-    def lines(self) -> list[str]:
+    @cached_property
+    def lines(self) -> list[str]:  # split once: every compiler message looks its line up here
         return self.text.split("\n")
 
 
