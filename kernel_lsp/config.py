@@ -15,6 +15,8 @@ from typing import Any, get_type_hints
 
 CHECK_NAMES = ("compile", "resourceUsage", "hostCompile", "pythonSyntax")
 RESOURCE_USAGE_MODES = ("diagnostic", "codeLens", "both", "off")
+VERIFY_DEVICES = ("auto", "cuda", "cpu")
+BASELINE_KINDS = ("eager", "compile")
 _ARCH_RE = re.compile(r"^(sm|compute)_\d+[a-z]?$")
 
 
@@ -39,6 +41,15 @@ class Settings:
     job_timeout_s: float = 600.0
     max_frame_mib: int = 64
     references: dict[str, str] = field(default_factory=dict)  # candidate path or glob -> reference, workspace-relative
+    kernelbench_roots: tuple[str, ...] = ()  # folders holding level<N>/ problems, workspace-relative or absolute
+    verify_on_save: bool = True
+    verify_device: str = "auto"  # auto: cuda when the worker has a GPU, else cpu (Triton under TRITON_INTERPRET=1)
+    trials: int = 5
+    timed_calls: int = 100
+    warmup_calls: int = 10
+    tolerances: dict[str, dict[str, float]] = field(default_factory=dict)  # dtype name -> {"atol", "rtol"}
+    baselines: tuple[str, ...] = ("eager", "compile")
+    allowed_kernels: tuple[str, ...] = ()  # fnmatch patterns of stock kernels a candidate may also run
 
     def check_enabled(self, name: str) -> bool:
         return self.checks.get(name, True)
@@ -95,15 +106,21 @@ def _convert(name: str, hint: Any, value: Any, current: Any) -> Any:
             raise TypeError(f"expected a string, got {value!r}")
         if name == "resource_usage" and value not in RESOURCE_USAGE_MODES:
             raise ValueError(f"expected one of {', '.join(RESOURCE_USAGE_MODES)}, got {value!r}")
+        if name == "verify_device" and value not in VERIFY_DEVICES:
+            raise ValueError(f"expected one of {', '.join(VERIFY_DEVICES)}, got {value!r}")
         return value
     if name == "checks":
         return _convert_checks(value, current)
     if name == "references":
         return _convert_references(value, current)
+    if name == "tolerances":
+        return _convert_tolerances(value, current)
     # tuple[str, ...]: a list of strings, or one string
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list) or not all(isinstance(v, str) for v in items):
         raise TypeError(f"expected a list of strings, got {value!r}")
+    if name == "baselines" and not set(items) <= set(BASELINE_KINDS):
+        raise ValueError(f"expected a list of {', '.join(BASELINE_KINDS)}, got {value!r}")
     if name == "arch":
         bad = [a for a in items if not _ARCH_RE.match(a)]
         if bad or not items:
@@ -131,6 +148,19 @@ def _convert_references(value: Any, current: dict[str, str]) -> dict[str, str]:
     if bad:
         raise TypeError(f"expected candidate and reference paths as strings, got {bad!r}")
     return {**current, **value}
+
+
+def _convert_tolerances(value: Any, current: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    if not isinstance(value, dict):
+        raise TypeError(f"expected an object of dtype names to {{\"atol\": ..., \"rtol\": ...}}, got {value!r}")
+    merged = dict(current)
+    for dtype, tolerance in value.items():
+        if not isinstance(tolerance, dict) or set(tolerance) != {"atol", "rtol"}:
+            raise TypeError(f"tolerance for '{dtype}' needs exactly the keys atol and rtol, got {tolerance!r}")
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in tolerance.values()):
+            raise ValueError(f"tolerance for '{dtype}' needs non-negative numbers, got {tolerance!r}")
+        merged[dtype] = {"atol": float(tolerance["atol"]), "rtol": float(tolerance["rtol"])}
+    return merged
 
 
 def unwrap_section(raw: Any) -> dict[str, Any]:
