@@ -33,6 +33,14 @@ def main(argv: list[str] | None = None) -> int:
         from kernel_lsp.doctor import run_doctor
 
         return run_doctor(args.worker, args.token_file)
+    if args.command == "verify":
+        from kernel_lsp.bench.verify_command import run_verify
+
+        return run_verify(args)
+    if args.command == "bench":
+        from kernel_lsp.bench.command import run_bench
+
+        return run_bench(args)
     parser.print_help(sys.stderr)
     return EXIT_USAGE
 
@@ -63,6 +71,11 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--worker", default="", metavar="ADDRESS",
                         help="check a running worker (unix:PATH or tcp:HOST:PORT) instead of starting a local one")
     doctor.add_argument("--token-file", help="token for --worker (else $KERNEL_LSP_TOKEN)")
+    from kernel_lsp.bench.command import add_bench_parser
+    from kernel_lsp.bench.verify_command import add_verify_parser
+
+    add_verify_parser(sub)
+    add_bench_parser(sub)
     return parser
 
 

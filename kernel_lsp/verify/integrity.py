@@ -17,8 +17,11 @@ from itertools import zip_longest
 import torch
 
 POISON_BYTE = 0xFF  # every float dtype reads 0xFF..FF as NaN, so an output never written cannot pass
+SECOND_POISON_BYTE = 0x3C  # finite in every float dtype (fp32 0.0115, fp16 1.06): a rerun that differs read it
 POISON_FREE_FRACTION = 0.9
 DIGEST_CHUNK_BYTES = 1 << 30
+DEVICE_CHUNK_BYTES = 1 << 26  # 64 MiB of bytes -> three 512 MiB int64 temporaries at a time
+CHECKSUM_PRIME = 65521
 LARGE_CHUNK_BYTES = 64 << 20  # the smallest single block tried for the large pool
 SMALL_CHUNK_BYTES = 512 << 10  # the caching allocator serves requests <= 1 MiB from a separate small pool
 SMALL_POOL_POISON_BYTES = 64 << 20
@@ -37,16 +40,37 @@ def tensor_leaves(obj: object) -> Iterator[torch.Tensor]:
 
 
 def tensor_digest(tensor: torch.Tensor) -> str:
-    """Hash of the bytes and the metadata an in-place op could change (resize_, as_strided_, set_)."""
+    """Hash of the bytes and the metadata an in-place op could change (resize_, as_strided_, set_).
+
+    CUDA tensors are summed on the device (copying many GiB to the host would take seconds per trial).
+    """
     tensor = tensor.detach()
-    digest = hashlib.blake2b(digest_size=16)
-    digest.update(repr((tuple(tensor.shape), str(tensor.dtype), tensor.stride(), tensor.storage_offset(),
-                        str(tensor.device))).encode())
+    meta = repr((tuple(tensor.shape), str(tensor.dtype), tensor.stride(), tensor.storage_offset(),
+                 str(tensor.device)))
     raw = tensor.contiguous().reshape(-1).view(torch.uint8)
+    if raw.is_cuda:
+        return f"{meta}:{device_checksum(raw)}"
+    digest = hashlib.blake2b(meta.encode(), digest_size=16)
     for start in range(0, raw.numel(), DIGEST_CHUNK_BYTES):  # chunks: ctypes takes at most 2 GiB at once
         chunk = raw[start:start + DIGEST_CHUNK_BYTES].cpu().contiguous()
         digest.update(ctypes.string_at(chunk.data_ptr(), chunk.numel()))  # no numpy needed; a dense CPU buffer
     return digest.hexdigest()
+
+
+def device_checksum(raw: torch.Tensor) -> str:
+    """Two sums over the bytes, one weighted by position, computed where the bytes are.
+
+    A plain sum misses swapped bytes; weighting each byte by (position mod a prime) + 1 catches moves too.
+    Each term is below 2^24, so the int64 sums cannot overflow for tensors below 512 GiB.
+    """
+    plain = torch.zeros((), dtype=torch.int64, device=raw.device)
+    weighted = torch.zeros((), dtype=torch.int64, device=raw.device)
+    for start in range(0, raw.numel(), DEVICE_CHUNK_BYTES):
+        chunk = raw[start:start + DEVICE_CHUNK_BYTES].to(torch.int64)
+        weights = torch.arange(start, start + chunk.numel(), device=raw.device, dtype=torch.int64) % CHECKSUM_PRIME
+        plain += chunk.sum()
+        weighted += (chunk * (weights + 1)).sum()
+    return f"{int(plain)}:{int(weighted)}"
 
 
 def checksum_tensors(obj: object) -> list[str]:
@@ -59,16 +83,17 @@ def changed_inputs(before: list[str], after: list[str]) -> list[int]:
     return [index for index, (old, new) in enumerate(zip_longest(before, after)) if old != new]
 
 
-def fill_chunks(device: torch.device, chunk_bytes: int, budget_bytes: int, chunks: list[torch.Tensor]) -> None:
+def fill_chunks(device: torch.device, chunk_bytes: int, budget_bytes: int, chunks: list[torch.Tensor],
+                byte: int) -> None:
     """Allocate poisoned chunks until the budget is spent or the allocator refuses."""
     for _ in range(budget_bytes // chunk_bytes):
         try:
-            chunks.append(torch.empty(chunk_bytes, dtype=torch.uint8, device=device).fill_(POISON_BYTE))
+            chunks.append(torch.empty(chunk_bytes, dtype=torch.uint8, device=device).fill_(byte))
         except torch.cuda.OutOfMemoryError:
             return
 
 
-def fill_largest_block(device: torch.device, budget_bytes: int, chunks: list[torch.Tensor]) -> None:
+def fill_largest_block(device: torch.device, budget_bytes: int, chunks: list[torch.Tensor], byte: int) -> None:
     """One block as large as the allocator grants (halving from the budget), poisoned.
 
     Any later large request, up to that size, is split from this one cached segment, so even an output
@@ -78,13 +103,13 @@ def fill_largest_block(device: torch.device, budget_bytes: int, chunks: list[tor
     size = budget_bytes
     while size >= LARGE_CHUNK_BYTES:
         try:
-            chunks.append(torch.empty(size, dtype=torch.uint8, device=device).fill_(POISON_BYTE))
+            chunks.append(torch.empty(size, dtype=torch.uint8, device=device).fill_(byte))
             return
         except torch.cuda.OutOfMemoryError:
             size //= 2
 
 
-def fill_cached_blocks(device: torch.device, chunks: list[torch.Tensor]) -> None:
+def fill_cached_blocks(device: torch.device, chunks: list[torch.Tensor], byte: int) -> None:
     """Poison every free block the allocator keeps inside segments that are still partly in use.
 
     Asking for each block's exact size, smallest first, makes the best-fit allocator hand out exactly that block.
@@ -94,13 +119,13 @@ def fill_cached_blocks(device: torch.device, chunks: list[torch.Tensor]) -> None
                    for block in segment["blocks"] if block["state"] == "inactive")
     for size in sizes:
         try:
-            chunks.append(torch.empty(size, dtype=torch.uint8, device=device).fill_(POISON_BYTE))
+            chunks.append(torch.empty(size, dtype=torch.uint8, device=device).fill_(byte))
         except torch.cuda.OutOfMemoryError:
             return
 
 
-def poison_free_memory(device: torch.device | str) -> bool:
-    """Fill the memory the CUDA caching allocator will hand out next with NaN bytes; True when it did.
+def poison_free_memory(device: torch.device | str, byte: int = POISON_BYTE) -> bool:
+    """Fill the memory the CUDA caching allocator will hand out next with `byte` (NaN by default); True when it did.
 
     The chunks go back to the allocator's cache, not to the driver, so a candidate's `torch.empty` output that it
     never writes reads NaN instead of whatever the reference left there. CPU allocations come straight from the
@@ -116,9 +141,9 @@ def poison_free_memory(device: torch.device | str) -> bool:
     free_bytes, _ = torch.cuda.mem_get_info(device)
     budget = int(free_bytes * POISON_FREE_FRACTION)
     chunks: list[torch.Tensor] = []
-    fill_cached_blocks(device, chunks)  # e.g. a freed output beside a live one in the same segment
-    fill_chunks(device, SMALL_CHUNK_BYTES, min(SMALL_POOL_POISON_BYTES, budget), chunks)
-    fill_largest_block(device, budget - sum(c.numel() for c in chunks), chunks)
+    fill_cached_blocks(device, chunks, byte)  # e.g. a freed output beside a live one in the same segment
+    fill_chunks(device, SMALL_CHUNK_BYTES, min(SMALL_POOL_POISON_BYTES, budget), chunks, byte)
+    fill_largest_block(device, budget - sum(c.numel() for c in chunks), chunks, byte)
     torch.cuda.synchronize(device)
     poisoned = bool(chunks)
     del chunks

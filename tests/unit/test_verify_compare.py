@@ -6,24 +6,35 @@ import pytest
 import torch
 
 from kernel_lsp.verify.compare import (
-    Comparison,
     Tolerance,
     compare_outputs,
     tolerance_for,
 )
 
-EXPECTED = torch.tensor([[1024.0, 2.0], [1.0, 4.0]])
-# 1024 is off by more (0.0625) but within rtol; 1.0 is off by less (2**-7) and fails: it is the worst element.
-ACTUAL = torch.tensor([[1024.0625, 2.0], [1.0078125, 4.0]])
+EXPECTED = torch.tensor([[1.0, 0.5], [0.0078125, 0.25]])  # RMS below 1: atol is used as given
+# 1.0 is off by more (2**-13) but within atol + rtol; 0.0078125 is off by less (2**-13 - 2**-17) and fails.
+ACTUAL = torch.tensor([[1.0 + 2**-13, 0.5], [0.0078125 + 2**-13 - 2**-17, 0.25]])
 
 
 def test_mismatch_reports_exact_errors_and_the_element_that_fails_by_most() -> None:
     result = compare_outputs(EXPECTED, ACTUAL)
-    assert result == Comparison(
-        ok=False, reason="mismatch", max_abs_error=0.0625, max_rel_error=0.0078125, worst_index=(1, 0),
-        worst_expected=1.0, worst_actual=1.0078125, mismatched=1, total=4,
-        message="mismatch: 1 of 4 elements differ; max abs error 6.2e-02, max rel error 7.8e-03 at [1, 0] "
-                "(expected 1, got 1.008); fp32 tolerance atol=1e-4 rtol=1e-4")
+    assert (result.ok, result.reason, result.worst_index, result.mismatched, result.total) == (
+        False, "mismatch", (1, 0), 1, 4)
+    assert result.max_abs_error == 2**-13
+    assert (result.worst_expected, result.worst_actual) == (0.0078125, 0.0078125 + 2**-13 - 2**-17)
+    assert result.message == ("mismatch: 1 of 4 elements differ; max abs error 1.2e-04, max rel error 1.5e-02 "
+                              "at [1, 0] (expected 0.007812, got 0.007927); fp32 tolerance atol=1e-4 rtol=1e-4")
+
+
+def test_atol_grows_with_the_output_rms_so_a_different_summation_order_passes() -> None:
+    torch.manual_seed(0)
+    a, b = torch.randn(64, 4096, dtype=torch.float64), torch.randn(4096, 64, dtype=torch.float64)
+    exact = a @ b
+    reordered = (a[:, :2048].float() @ b[:2048].float()) + (a[:, 2048:].float() @ b[2048:].float())
+    result = compare_outputs(exact.float(), reordered)
+    assert result.ok, result.message
+    off = compare_outputs(exact.float(), reordered + 0.05)  # 0.05 > 1e-4 * RMS (~64) everywhere near 0
+    assert not off.ok and "x output RMS 6" in off.message
 
 
 def test_equal_outputs_pass_and_a_non_contiguous_output_is_fine() -> None:

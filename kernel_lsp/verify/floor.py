@@ -1,0 +1,260 @@
+"""The physical floor: no correct implementation of a problem can run faster than the device allows.
+
+A problem must at least read its inputs and write its outputs once (bytes over the measured copy bandwidth)
+and do its arithmetic (FLOPs counted on the reference, over the measured peak of the fastest matmul). A
+candidate timed well below that floor skipped work, reused results or did the work outside the timed region.
+The floor assumes caches were flushed between timed calls, as time_callable does on CUDA; on the CPU, whose
+caches are not flushed, the bandwidth is the best of a cache-resident and a memory-sized copy.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from kernel_lsp.verify.baselines import read_json_object, write_json_atomically
+from kernel_lsp.verify.timing import resolve_device, time_callable
+
+# Measured copy bandwidth and cuBLAS matmuls fall 5-20% short of the best kernels, and clocks drift ~10%
+# between runs: only a time under half the floor is impossible rather than excellent.
+BELOW_FLOOR_MARGIN = 0.5
+
+
+@dataclass(frozen=True)
+class MeasurementPlan:
+    copy_sizes: tuple[int, ...]  # bytes per copy; the best bandwidth over the sizes counts
+    matmul_size: int
+    matmul_dtypes: tuple[torch.dtype, ...]  # the fastest counts, so the floor is a lower bound for any dtype
+    repeats: int
+
+
+CUDA_COPY_BYTES = 1 << 30
+# cache-resident and memory-sized copies; float16 matmul has no fast path on most CPUs
+CPU_PLAN = MeasurementPlan(copy_sizes=(1 << 20, 128 << 20), matmul_size=1024,
+                           matmul_dtypes=(torch.float32, torch.bfloat16), repeats=5)
+
+
+@dataclass(frozen=True)
+class Work:
+    bytes: int  # each input read once, each output written once; not the weights, which may be held in any form
+    flops: int  # floating-point operations FlopCounterMode counts on the reference (0 for elementwise)
+
+
+@dataclass(frozen=True)
+class Peaks:
+    bandwidth_gbs: float  # measured copy bandwidth, bytes read + written per second, in GB/s
+    peak_tflops: float  # measured fastest matmul, in TFLOP/s
+    how: str  # what was measured, where
+
+
+@dataclass(frozen=True)
+class Floor:
+    work: Work
+    peaks: Peaks
+
+    @property
+    def ms(self) -> float:
+        return floor_ms(self.work, self.peaks)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"bytes": self.work.bytes, "flops": self.work.flops, "floor_ms": self.ms,
+                "bandwidth_gbs": self.peaks.bandwidth_gbs, "peak_tflops": self.peaks.peak_tflops}
+
+
+# --- the work a problem demands ---------------------------------------------------------------------------
+
+def problem_work(model: Callable[..., object], inputs: list | tuple) -> Work:
+    """Run the reference once, counting its FLOPs; bytes are those of the inputs and the outputs."""
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        outputs = model(*inputs)
+    tensors = list(tensors_in(inputs)) + list(tensors_in(outputs))
+    return Work(bytes=distinct_storage_bytes(tensors), flops=int(counter.get_total_flops()))
+
+
+def tensors_in(value: object) -> Iterator[torch.Tensor]:
+    """Every tensor in a nest of lists, tuples and dicts."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from tensors_in(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from tensors_in(item)
+
+
+def distinct_storage_bytes(tensors: list[torch.Tensor]) -> int:
+    """Bytes over distinct storages; views of one storage count once, as much as the largest view covers."""
+    covered: dict[tuple[str, int], int] = {}
+    for tensor in tensors:
+        if tensor.layout != torch.strided:
+            continue  # sparse and other layouts: leaving them out keeps the floor a lower bound
+        storage = tensor.untyped_storage()
+        identity = (str(tensor.device), storage.data_ptr())
+        covered[identity] = max(covered.get(identity, 0), min(view_bytes(tensor), storage.nbytes()))
+    return sum(covered.values())
+
+
+def view_bytes(tensor: torch.Tensor) -> int:
+    """Bytes of the distinct elements a view reaches: a broadcast (stride 0) dimension adds none."""
+    if tensor.numel() == 0:
+        return 0
+    reached = math.prod(size for size, stride in zip(tensor.shape, tensor.stride()) if stride != 0)
+    return reached * tensor.element_size()
+
+
+# --- what the device can do -------------------------------------------------------------------------------
+
+def device_peaks(device: str | torch.device, cache_dir: Path | None) -> Peaks:
+    """Measured bandwidth and matmul peak of device, measured once per (device, torch) and cached as JSON."""
+    target = resolve_device(str(device))
+    if cache_dir is None:
+        return measure_peaks(target)
+    name = device_name(target)
+    path = peaks_path(cache_dir, name)
+    cached = read_cached_peaks(path, name)
+    if cached is not None:
+        return cached
+    peaks = measure_peaks(target)
+    write_cached_peaks(path, name, peaks)
+    return peaks
+
+
+def device_name(device: torch.device) -> str:
+    """The model of the device; on the CPU with the thread count, which bounds what torch can reach."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"{cpu_model()} ({torch.get_num_threads()} threads)"
+
+
+def cpu_model() -> str:
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        cpuinfo = ""
+    found = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.MULTILINE)
+    return found.group(1).strip() if found else "cpu"
+
+
+def peaks_path(cache_dir: Path, name: str) -> Path:
+    key = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{name}-torch-{torch.__version__}")
+    return Path(cache_dir) / "peaks" / f"{key}.json"
+
+
+def read_cached_peaks(path: Path, name: str) -> Peaks | None:
+    """Peaks stored for this device and torch version; anything else in the file is a miss."""
+    stored = read_json_object(path)
+    if stored is None or (stored.get("device"), stored.get("torch")) != (name, torch.__version__):
+        return None
+    bandwidth, peak, how = stored.get("bandwidth_gbs"), stored.get("peak_tflops"), stored.get("how")
+    if not (is_positive_number(bandwidth) and is_positive_number(peak) and isinstance(how, str)):
+        return None
+    return Peaks(bandwidth_gbs=float(bandwidth), peak_tflops=float(peak), how=how)
+
+
+def is_positive_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def write_cached_peaks(path: Path, name: str, peaks: Peaks) -> None:
+    try:
+        write_json_atomically(path, {"device": name, "torch": torch.__version__,
+                                     "bandwidth_gbs": peaks.bandwidth_gbs, "peak_tflops": peaks.peak_tflops,
+                                     "how": peaks.how})
+    except OSError:
+        return  # an unwritable cache only costs measuring again next time
+
+
+def measure_peaks(device: torch.device) -> Peaks:
+    plan = cuda_plan(device) if device.type == "cuda" else CPU_PLAN
+    bandwidth = max(copy_bandwidth_gbs(device, size, plan.repeats) for size in plan.copy_sizes)
+    peak = max(matmul_tflops(device, plan.matmul_size, dtype, plan.repeats) for dtype in plan.matmul_dtypes)
+    copies = " and ".join(readable_bytes(size) for size in plan.copy_sizes)
+    dtypes = "/".join(str(dtype).removeprefix("torch.") for dtype in plan.matmul_dtypes)
+    how = (f"measured on {device_name(device)}: {copies} copy, {plan.matmul_size}×{plan.matmul_size} {dtypes} "
+           f"matmul, best of {plan.repeats}")
+    return Peaks(bandwidth_gbs=bandwidth, peak_tflops=peak, how=how)
+
+
+def cuda_plan(device: torch.device) -> MeasurementPlan:
+    """A 1 GiB copy, or less where the GPU has little free memory (source and destination both need room)."""
+    free_bytes, _ = torch.cuda.mem_get_info(device)
+    return MeasurementPlan(copy_sizes=(min(CUDA_COPY_BYTES, free_bytes // 4),), matmul_size=8192,
+                           matmul_dtypes=(torch.float16, torch.bfloat16), repeats=10)
+
+
+def fastest_ms(operation: Callable[[], object], device: torch.device, repeats: int) -> float:
+    """The best of repeats timed calls after one warm-up; the best is closest to what the hardware can do."""
+    timing = time_callable(operation, [()], device=str(device), calls=repeats, warmup=1, flush_l2=False)
+    return max(timing.min_ms, 1e-6)  # a coarse clock can read 0: never divide by it
+
+
+def copy_bandwidth_gbs(device: torch.device, size_bytes: int, repeats: int) -> float:
+    source = torch.ones(size_bytes // 4, dtype=torch.float32, device=device)
+    destination = torch.empty_like(source)
+    elapsed_ms = fastest_ms(lambda: destination.copy_(source), device, repeats)
+    return 2 * source.nbytes / (elapsed_ms / 1e3) / 1e9  # every byte is read once and written once
+
+
+def matmul_tflops(device: torch.device, size: int, dtype: torch.dtype, repeats: int) -> float:
+    left = torch.randn(size, size, device=device).to(dtype)
+    right = torch.randn(size, size, device=device).to(dtype)
+    result = torch.empty(size, size, dtype=dtype, device=device)
+    elapsed_ms = fastest_ms(lambda: torch.mm(left, right, out=result), device, repeats)
+    return 2 * size**3 / (elapsed_ms / 1e3) / 1e12
+
+
+# --- the floor and the verdict ----------------------------------------------------------------------------
+
+def floor_ms(work: Work, peaks: Peaks) -> float:
+    """The slower of moving the bytes and doing the FLOPs at the measured peaks, in milliseconds."""
+    return max(memory_ms(work, peaks), compute_ms(work, peaks))
+
+
+def memory_ms(work: Work, peaks: Peaks) -> float:
+    return work.bytes / (peaks.bandwidth_gbs * 1e9) * 1e3
+
+
+def compute_ms(work: Work, peaks: Peaks) -> float:
+    return work.flops / (peaks.peak_tflops * 1e12) * 1e3
+
+
+def below_floor(candidate_ms: float, floor: Floor, margin: float = BELOW_FLOOR_MARGIN) -> str | None:
+    """The message of finding integrity-below-floor when the candidate beats margin × floor, else None."""
+    floor_time = floor.ms
+    if candidate_ms >= margin * floor_time:
+        return None
+    work, peaks = floor.work, floor.peaks
+    if memory_ms(work, peaks) >= compute_ms(work, peaks):
+        bound = f"{readable_bytes(work.bytes)} must move at ≤ {readable_count(peaks.bandwidth_gbs * 1e9, 'B/s')}"
+    else:
+        bound = f"{readable_count(work.flops, 'FLOP')} at ≤ {readable_count(peaks.peak_tflops * 1e12, 'FLOPS')}"
+    return (f"{readable_ms(candidate_ms)} is below the physical floor {readable_ms(floor_time)}: {bound} "
+            f"({peaks.how}); under {margin:.0%} of the floor no correct kernel can run, so work was skipped, "
+            f"reused or done outside the timed call")
+
+
+def readable_ms(ms: float) -> str:
+    if ms >= 1:
+        return f"{ms:.3g} ms"
+    return f"{ms * 1e3:.3g} µs"
+
+
+def readable_bytes(count: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= scale:
+            return f"{count / scale:.3g} {unit}"
+    return f"{count} B"
+
+
+def readable_count(count: float, unit: str) -> str:
+    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.3g} {prefix}{unit}"
+    return f"{count:.3g} {unit}"

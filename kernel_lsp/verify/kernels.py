@@ -1,0 +1,289 @@
+"""Which kernels a candidate ran, and whether any of them is its own (integrity-no-custom-kernel, -other-stream).
+
+`own_kernel_names` reads the candidate's sources (torch-free). `KernelRecorder` runs in the sandbox child next to
+the candidate and watches what a few calls launch: on CUDA through torch's profiler (kineto/CUPTI), on the CPU
+through Triton's interpreter (TRITON_INTERPRET=1), the only way kernels run there. `classify` sorts the launches
+into the candidate's own kernels, kernels the problem allows, and stock (PyTorch, cuBLAS, cuDNN, inductor) ones.
+
+Stream ids are the profiler's (CUPTI stream ids, not `torch.cuda.Stream.cuda_stream` pointers): the recorder
+launches a marker kernel on the current stream first and takes the stream the profiler reports for it as current.
+"""
+
+from __future__ import annotations
+
+import ast
+import warnings
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from operator import methodcaller
+
+from kernel_lsp.sources import find_kernels, parse_python
+from profilers.ptxas import base_name_of
+
+CUDA_SUFFIXES = (".cu", ".cuh")
+PYTORCH_NAMESPACES = ("at::", "c10::", "torch::")
+STOCK_LISTED = 3  # stock kernels named in the no-custom-kernel message
+_SCOPE = "\x1f"  # stands in for '::' so that base_name_of keeps a kernel's namespaces
+
+
+@dataclass(frozen=True)
+class KernelLaunch:
+    name: str  # as the observer reports it: demangled C++ from the profiler, the function name from Triton
+    stream: int | None  # the profiler's stream id; None where the observer has no streams
+    source: str  # 'profiler' | 'triton-launcher'
+
+
+@dataclass
+class KernelUse:
+    custom: list[str] = field(default_factory=list)  # kernel names without return type, templates or parameters
+    stock: list[str] = field(default_factory=list)
+    allowed: list[str] = field(default_factory=list)
+
+    def problem(self) -> str | None:
+        """The message of integrity-no-custom-kernel; None when one of the candidate's own kernels ran.
+
+        Allowed kernels are what a problem may call besides its own: they do not stand in for a custom one.
+        """
+        if self.custom:
+            return None
+        called = self.stock + self.allowed
+        if not called:
+            return "no custom kernel ran: no kernel launch was seen"
+        listed = ", ".join(called[:STOCK_LISTED]) + (", ..." if len(called) > STOCK_LISTED else "")
+        return f"no custom kernel ran: the candidate's work was all stock kernels ({listed})"
+
+
+def own_kernel_names(files: dict[str, str]) -> set[str]:
+    """Names (with namespaces, 'ns::relu_kernel') of the kernels the candidate defines: __global__ functions of
+    .cu/.cuh files and of CUDA strings in .py files, and @triton.jit functions. Pass the candidate's files only."""
+    names: set[str] = set()
+    for name, text in files.items():
+        if name.endswith(CUDA_SUFFIXES):
+            names |= cuda_kernel_names(text)
+        elif name.endswith(".py"):
+            names |= python_kernel_names(text)
+    # a decoy definition in PyTorch's namespaces would pass PyTorch's own kernels off as the candidate's
+    return {name for name in names if not name.startswith(PYTORCH_NAMESPACES)}
+
+
+def cuda_kernel_names(text: str) -> set[str]:
+    """The __global__ functions defined (with a body) in CUDA text."""
+    return {f"{k.namespace}::{k.name}" if k.namespace else k.name for k in find_kernels(text) if k.has_body}
+
+
+def python_kernel_names(text: str) -> set[str]:
+    model = parse_python(text)
+    names = {kernel.name for kernel in model.triton_kernels}
+    for ext in model.extensions:
+        if ext.kind == "load_inline" and ext.cuda_sources:
+            # joined as load_inline joins them, so a namespace opened in one string covers the next
+            names |= cuda_kernel_names("\n".join(source.text for source in ext.cuda_sources))
+    # a literal piece read alone misses a namespace opened in another piece: the resolved name wins
+    resolved = {_last_part(name) for name in names}
+    return names | {name for name in _kernels_in_string_constants(text) if _last_part(name) not in resolved}
+
+
+def _kernels_in_string_constants(text: str) -> set[str]:
+    """Kernels in any string literal: sources that static reading cannot resolve (f-strings, strings built at run
+    time, RawKernel-style loaders) still name their kernels in literal pieces."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # invalid escapes in CUDA strings
+            tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return set()  # parse_python already recovered what a broken file holds
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "__global__" in node.value:
+            names |= cuda_kernel_names(node.value)
+    return names
+
+
+def kernel_name_of(launched: str) -> str:
+    """A launched kernel's name with its namespaces, without return type, template arguments or parameters:
+    'void ns::relu_kernel<float>(float const*, float*, int)' -> 'ns::relu_kernel'."""
+    return base_name_of(launched.replace("::", _SCOPE)).replace(_SCOPE, "::")
+
+
+def is_own_kernel(name: str, own_names: set[str]) -> bool:
+    """`name` as kernel_name_of gives it. An unqualified launch also matches a namespaced definition by its last
+    part: extern "C" kernels keep their plain name whatever namespace they are declared in."""
+    if name in own_names:
+        return True
+    return "::" not in name and any(_last_part(own) == name for own in own_names)
+
+
+def _last_part(name: str) -> str:
+    return name.rsplit("::", 1)[-1]
+
+
+def classify(launches: Iterable[KernelLaunch], own_names: set[str], allowed: tuple[str, ...] = ()) -> KernelUse:
+    """Each distinct kernel once, in launch order. `allowed` holds fnmatch patterns, matched against the short
+    name ('cutlass::Kernel') and the name as launched."""
+    use = KernelUse()
+    for launch in launches:
+        name = kernel_name_of(launch.name)
+        if is_own_kernel(name, own_names):
+            kind = use.custom
+        elif any(fnmatchcase(name, pattern) or fnmatchcase(launch.name, pattern) for pattern in allowed):
+            kind = use.allowed
+        else:
+            kind = use.stock
+        if name not in kind:
+            kind.append(name)
+    return use
+
+
+def launches_off_stream(launches: Iterable[KernelLaunch], current_stream: int | None) -> list[KernelLaunch]:
+    """Launches on a stream other than `current_stream` (KernelRecorder.current_stream, a profiler stream id);
+    none when the current stream is unknown."""
+    if current_stream is None:
+        return []
+    return [launch for launch in launches if launch.stream is not None and launch.stream != current_stream]
+
+
+class Unobservable(Exception):
+    """Nothing here can see kernel launches; the message says why."""
+
+
+class KernelRecorder:
+    """`with KernelRecorder(device) as seen: model(*inputs)`, then `seen.launches`, `seen.how`, `seen.reason`,
+    `seen.current_stream`. Meant for a few calls: the CUDA path synchronizes the device around the block."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.launches: list[KernelLaunch] = []
+        self.how = "none"  # 'profiler' | 'triton-launcher' | 'none'
+        self.reason: str | None = None  # why nothing could observe launches, when how == 'none'
+        self.current_stream: int | None = None  # profiler stream id of the harness's current stream
+        self._watch: _ProfilerWatch | _InterpreterWatch | None = None
+
+    def __enter__(self) -> KernelRecorder:
+        watch = _ProfilerWatch(self.device) if self.device.startswith("cuda") else _InterpreterWatch()
+        try:
+            watch.start()
+        except Unobservable as reason:
+            self.reason = str(reason)
+            return self
+        self._watch, self.how = watch, watch.how
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._watch is None:
+            return
+        watch, self._watch = self._watch, None
+        try:
+            self.launches = watch.stop()
+        except Unobservable as reason:
+            self.how, self.reason = "none", str(reason)
+        self.current_stream = getattr(watch, "current_stream", None)
+
+
+class _ProfilerWatch:
+    """CUDA kernels from torch's profiler. A synchronized marker kernel is the first to start, which marks the
+    current stream and is dropped from the launches."""
+
+    how = "profiler"
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.current_stream: int | None = None
+        self._profile = None
+
+    def start(self) -> None:
+        import torch
+        from torch.profiler import ProfilerActivity, profile, supported_activities
+
+        if not torch.cuda.is_available():
+            raise Unobservable("CUDA is not available to this process")
+        if ProfilerActivity.CUDA not in supported_activities():
+            raise Unobservable("torch's profiler cannot see CUDA kernels here (built without kineto/CUPTI)")
+        self._profile = profile(activities=[ProfilerActivity.CUDA])
+        self._profile.__enter__()
+        try:
+            torch.cuda.synchronize(self.device)  # earlier work must not start after the marker
+            torch.empty(1, device=self.device).fill_(1.0)
+            torch.cuda.synchronize(self.device)  # the marker ends before any candidate kernel starts
+        except BaseException:
+            self._profile.__exit__(None, None, None)  # a profiler left running would slow every later call
+            raise
+
+    def stop(self) -> list[KernelLaunch]:
+        import torch
+
+        torch.cuda.synchronize(self.device)
+        self._profile.__exit__(None, None, None)
+        results = getattr(getattr(self._profile, "profiler", None), "kineto_results", None)
+        if results is None:
+            raise Unobservable("this torch's profiler does not expose its kineto events")
+        kernels = sorted((event for event in results.events() if _is_kernel_event(event)), key=methodcaller("start_ns"))
+        if kernels and "fill" in kernels[0].name().lower():
+            self.current_stream = _stream_of(kernels.pop(0))
+        return [KernelLaunch(event.name(), _stream_of(event), "profiler") for event in kernels]
+
+
+def _is_kernel_event(event) -> bool:
+    """A kernel on the GPU: not a CPU op, runtime call, memcpy or memset."""
+    from torch.autograd import DeviceType
+
+    if event.device_type() != DeviceType.CUDA:
+        return False
+    activity = getattr(event, "activity_type", lambda: "kernel")()
+    return activity not in ("gpu_memcpy", "gpu_memset") and not event.name().startswith(("Memcpy", "Memset"))
+
+
+def _stream_of(event) -> int | None:
+    """The CUPTI stream id (kineto's device resource id for a GPU event)."""
+    resource = getattr(event, "device_resource_id", None)
+    return resource() if resource is not None else None
+
+
+class _InterpreterWatch:
+    """@triton.jit launches under TRITON_INTERPRET=1, by wrapping the interpreter's GridExecutor for the block.
+    A launch counts once at least one program of its grid ran: an empty grid does no work."""
+
+    how = "triton-launcher"
+
+    def __init__(self) -> None:
+        self.launches: list[KernelLaunch] = []
+        self.programs = 0  # programs the interpreter started, all launches together
+        self._restore: list[Callable[[], None]] = []
+
+    def start(self) -> None:
+        try:
+            import triton
+        except ImportError as error:
+            raise Unobservable(f"Triton is not importable here ({error}): no CPU kernel can be observed") from error
+        if not triton.knobs.runtime.interpret:
+            raise Unobservable("TRITON_INTERPRET=1 is not set: Triton kernels do not run on the CPU without it")
+        from triton.runtime.interpreter import GridExecutor, InterpreterBuilder
+
+        self._wrap(GridExecutor, "__call__", self._recorded_launch)
+        self._wrap(InterpreterBuilder, "set_grid_idx", self._counted_program)
+
+    def stop(self) -> list[KernelLaunch]:
+        for restore in reversed(self._restore):
+            restore()
+        self._restore.clear()
+        return self.launches
+
+    def _wrap(self, owner: type, attribute: str, make_wrapper: Callable[[Callable], Callable]) -> None:
+        original = owner.__dict__[attribute]
+        setattr(owner, attribute, make_wrapper(original))
+        self._restore.append(lambda: setattr(owner, attribute, original))
+
+    def _recorded_launch(self, original: Callable) -> Callable:
+        def launch(executor, *args, **kwargs):
+            programs_before = self.programs
+            result = original(executor, *args, **kwargs)
+            if self.programs > programs_before:
+                self.launches.append(KernelLaunch(executor.fn.__name__, None, "triton-launcher"))
+            return result
+        return launch
+
+    def _counted_program(self, original: Callable) -> Callable:
+        def set_grid_idx(builder, *args, **kwargs):
+            self.programs += 1
+            return original(builder, *args, **kwargs)
+        return set_grid_idx

@@ -1,0 +1,73 @@
+"""A VerifyReport as the user sees it: findings on the candidate's lines and the one-line summary of a code lens.
+
+Stdlib only (the server and the CLI import it; the report comes from kernel_lsp.verify.run in a sandbox child).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kernel_lsp.findings import Finding, Range, Severity
+from kernel_lsp.sources import parse_python
+
+SOURCE = "kernel-lsp"
+OUTPUT_REASONS = {"shape", "dtype", "device", "type", "structure"}
+
+
+def forward_range(candidate_text: str) -> Range:
+    """Where verdicts about the candidate's results belong: ModelNew.forward's name, else ModelNew, else line 1."""
+    model_new = parse_python(candidate_text).kernelbench.model_new
+    if model_new is None:
+        return Range.line(0)
+    return model_new.forward.name_range if model_new.forward is not None else model_new.name_range
+
+
+def correctness_code(reason: str) -> str:
+    if reason in ("nan", "inf"):
+        return "verify-nan"
+    return "verify-output" if reason in OUTPUT_REASONS else "verify-mismatch"
+
+
+def report_findings(report: dict[str, Any], candidate_uri: str, candidate_text: str) -> list[Finding]:
+    """One finding for failed trials (the worst one's numbers) and one per integrity problem."""
+    where = forward_range(candidate_text)
+    findings = []
+    correctness = report.get("correctness") or {}
+    worst = correctness.get("worst")
+    failed = correctness.get("trials", 0) - correctness.get("passed", 0)
+    if failed and worst:
+        message = (f"{failed} of {correctness['trials']} trials failed "
+                   f"(inputs: {', '.join(correctness.get('distributions', []))}); worst: {worst['message']}")
+        findings.append(Finding(candidate_uri, where, Severity.ERROR, SOURCE, correctness_code(worst["reason"]),
+                                message, data={"worst": worst}))
+    for problem in report.get("integrity", []):
+        findings.append(Finding(candidate_uri, where, Severity.ERROR, SOURCE, problem["code"], problem["message"]))
+    return findings
+
+
+def readable_ms(ms: float) -> str:
+    return f"{ms * 1000:.3g} µs" if ms < 1 else f"{ms:.3g} ms"
+
+
+def summary(verdict: str, report: dict[str, Any] | None, reason: str = "") -> str:
+    """The code lens title: 'correct 5/5 · 1.84× eager · 0.97× compile · 3.1 ms' or why not."""
+    if verdict == "unavailable" or report is None:
+        return f"not verified: {reason}" if verdict == "unavailable" else f"rejected: {reason}"
+    correctness = report["correctness"]
+    counts = f"correct {correctness['passed']}/{correctness['trials']}"
+    if verdict != "verified":
+        problems = [p["code"] for p in report.get("integrity", [])]
+        worst = correctness.get("worst") or {}
+        if correctness["passed"] < correctness["trials"]:
+            problems.insert(0, correctness_code(worst.get("reason", "mismatch")))
+        return f"rejected · {counts} · {', '.join(problems)}"
+    parts = [counts]
+    cpu = " (CPU)" if report.get("device") == "cpu" else ""
+    for kind in ("eager", "compile"):
+        value = (report.get("speedup") or {}).get(kind)
+        if value is not None:
+            parts.append(f"{value:.3g}× {kind}{cpu}")
+    timing = report.get("timing") or {}
+    if timing.get("candidate"):
+        parts.append(readable_ms(timing["candidate"]["median_ms"]) + cpu)
+    return " · ".join(parts)

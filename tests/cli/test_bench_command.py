@@ -1,0 +1,110 @@
+"""`kernel-lsp bench DIR`: usage errors, and (on the CPU, Triton under TRITON_INTERPRET=1) a whole run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from kernel_lsp.bench.command import add_bench_parser, run_bench
+
+
+def bench(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="kernel-lsp")
+    add_bench_parser(parser.add_subparsers(dest="command"))
+    return run_bench(parser.parse_args(["bench", *argv]))
+
+
+def test_a_folder_without_candidates_is_a_usage_error(tmp_path: Path, capsys):
+    (tmp_path / "notes.py").write_text("x = 1\n")
+    assert bench(str(tmp_path)) == 2
+    assert "no candidates" in capsys.readouterr().err
+
+
+def test_a_missing_folder_is_a_usage_error(tmp_path: Path, capsys):
+    assert bench(str(tmp_path / "nowhere")) == 2
+    assert "not a folder" in capsys.readouterr().err
+
+
+def test_unpaired_candidates_are_listed_and_the_run_refused(tmp_path: Path, capsys):
+    (tmp_path / "1_Relu.py").write_text("class ModelNew:\n    pass\n")
+    assert bench(str(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert f"skipped {tmp_path / '1_Relu.py'}: no reference found" in err and "--kernelbench ROOT" in err
+
+
+@pytest.mark.parametrize("options, message", [(["--baselines", "eager,jit"], "--baselines"),
+                                              (["--trials", "0"], "--trials must be at least 1"),
+                                              (["--kernelbench", "missing-root"], "--kernelbench: not a folder")])
+def test_bad_options_are_usage_errors(tmp_path: Path, capsys, options, message):
+    (tmp_path / "one.py").write_text("class Model:\n    pass\n\nclass ModelNew:\n    pass\n")
+    assert bench(str(tmp_path), *options) == 2
+    assert message in capsys.readouterr().err
+
+
+RELU_PROBLEM = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(4096)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+TRITON_RELU = """import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, tl.maximum(x, 0.0), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        out = torch.empty_like(x)
+        relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
+        return out
+"""
+
+
+def test_a_cpu_run_verifies_one_candidate_and_rejects_the_wrong_one(tmp_path: Path, capsys, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # Triton kernels run on the CPU only through its interpreter
+    (tmp_path / "kb" / "level1").mkdir(parents=True)
+    (tmp_path / "kb" / "level1" / "1_Relu.py").write_text(RELU_PROBLEM)
+    (tmp_path / "kb" / "level1" / "2_Double.py").write_text(RELU_PROBLEM.replace("torch.relu(x)", "x * 2.0"))
+    candidates = tmp_path / "candidates" / "level1"
+    candidates.mkdir(parents=True)
+    (candidates / "1_Relu.py").write_text(TRITON_RELU)
+    (candidates / "2_Double.py").write_text(TRITON_RELU.replace("tl.maximum(x, 0.0)", "x * 3.0"))  # wrong
+    out = tmp_path / "report"
+    status = bench(str(tmp_path / "candidates"), "--kernelbench", str(tmp_path / "kb"), "--device", "cpu",
+                   "--trials", "2", "--calls", "5", "--baselines", "eager", "--out", str(out))
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    rows = {line.split()[2]: line for line in captured.out.splitlines() if line.startswith("1 ")}
+    assert rows["Relu"].split()[3:5] == ["verified", "cpu"]
+    assert rows["Double"].split()[3] == "rejected" and "verify-mismatch" in rows["Double"]
+    assert "2 candidates: 1 verified, 1 rejected, 0 unavailable" in captured.out
+    assert "vs eager  0.5" in captured.out
+    assert "[2/2] level1/2_Double.py: rejected" in captured.err
+    document = json.loads((out / "bench.json").read_text())
+    assert document["metrics"]["fast_p"]["eager"]["0"] == 0.5
+    verified = next(p for p in document["problems"] if p["verdict"] == "verified")
+    assert verified["report"]["correctness"]["passed"] == 2 and verified["speedup"]["eager"] > 0
+    assert "<svg" in (out / "bench.html").read_text()

@@ -1,0 +1,287 @@
+"""The whole verification pipeline on the CPU: Triton candidates under TRITON_INTERPRET=1 in a real sandbox.
+
+Honest candidates must be verified (no false rejects, one with weights); a cheating candidate written for
+each integrity check that can be observed on the CPU must be rejected with that check's code. The checks
+that need a GPU (poisoned device memory, other CUDA streams) have their cheaters in tests/gpu.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernel_lsp.verify.verdict import report_findings, summary
+from kernel_lsp.worker.sandbox import Sandbox, SandboxLimits, SandboxTask
+
+pytestmark = pytest.mark.timeout(600)
+
+RELU_PROBLEM = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+def get_inputs():
+    return [torch.rand(64, 256) - 0.5]
+
+def get_init_inputs():
+    return []
+'''
+
+LINEAR_RELU_PROBLEM = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.linear = nn.Linear(features, features)
+
+    def forward(self, x):
+        return torch.relu(self.linear(x))
+
+def get_inputs():
+    return [torch.rand(32, 64)]
+
+def get_init_inputs():
+    return [64]
+'''
+
+TRITON_RELU = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+@triton.jit
+def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    tl.store(y_ptr + offsets, tl.maximum(x, 0.0), mask=mask)
+
+def triton_relu(x, out=None):
+    out = torch.empty_like(x) if out is None else out
+    n = x.numel()
+    relu_kernel[(triton.cdiv(n, 4096),)](x, out, n, BLOCK=4096)
+    return out
+'''
+
+HONEST = TRITON_RELU + '''
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return triton_relu(x.contiguous())
+'''
+
+HONEST_WITH_WEIGHTS = TRITON_RELU + '''
+import torch.nn.functional as F
+
+class ModelNew(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.linear = nn.Linear(features, features)
+
+    def forward(self, x):
+        return triton_relu(F.linear(x, self.linear.weight, self.linear.bias))
+'''
+
+WRONG = HONEST.replace("tl.maximum(x, 0.0)", "tl.maximum(x, 0.001)")
+
+MUTATES_INPUT = TRITON_RELU + '''
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return triton_relu(x, out=x)  # writes the result over the caller's input
+'''
+
+STOCK_ONLY = TRITON_RELU + '''
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)  # the Triton kernel is defined but never launched
+'''
+
+FALLS_BACK = TRITON_RELU + '''
+class ModelNew(nn.Module):
+    calls = 0
+
+    def forward(self, x):
+        ModelNew.calls += 1
+        return triton_relu(x) if ModelNew.calls == 1 else torch.relu(x)  # only the first call is custom
+'''
+
+SUBCLASS_OUTPUT = TRITON_RELU + '''
+class Lazy(torch.Tensor):
+    pass
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return triton_relu(x).as_subclass(Lazy)
+'''
+
+PATCHES_TIMER = TRITON_RELU + '''
+import time
+_real = time.perf_counter
+time.perf_counter = lambda: _real() / 1000  # makes every measured call look 1000x faster
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return triton_relu(x)
+'''
+
+FINISHES_IN_A_THREAD = TRITON_RELU + '''
+import threading, time
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        out = torch.zeros_like(x)
+        def finish():
+            time.sleep(0.2)
+            triton_relu(x, out=out)
+        threading.Thread(target=finish, name="hidden-work").start()
+        return out  # returned before the work is done
+'''
+
+NONDETERMINISTIC = TRITON_RELU + '''
+class ModelNew(nn.Module):
+    seen = set()
+
+    def forward(self, x):
+        out = triton_relu(x)
+        key = float(x.flatten()[0])
+        if key in ModelNew.seen:  # the same inputs again: returns something else
+            out = out + 1.0
+        ModelNew.seen.add(key)
+        return out
+'''
+
+READS_REFERENCE_OUTPUT = TRITON_RELU + '''
+import gc
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        triton_relu(x[:1])  # one custom launch, so only the stolen result is at issue
+        for obj in gc.get_objects():  # the reference's output, if it is still around
+            if type(obj) is torch.Tensor and obj.shape == x.shape and obj is not x and bool((obj >= 0).all()) \\
+                    and obj.data_ptr() != x.data_ptr() and bool((obj == x.clamp(min=0)).all()):
+                return obj.clone()
+        return torch.zeros_like(x)
+'''
+
+CACHES_BY_POINTER = TRITON_RELU + '''
+class ModelNew(nn.Module):
+    cache = {}
+
+    def forward(self, x):
+        hit = ModelNew.cache.get(x.data_ptr())
+        if hit is not None and float(hit[0]) == float(x.flatten()[0]):  # cheap check that it is the same input
+            return hit[1]
+        out = triton_relu(x)
+        ModelNew.cache[x.data_ptr()] = (x.flatten()[0].clone(), out)
+        return out
+'''
+
+BIG_RELU_PROBLEM = RELU_PROBLEM.replace("torch.rand(64, 256)", "torch.rand(2048, 2048)")
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("verify-cache")  # CPU peaks measured once for the module
+
+
+@pytest.fixture
+async def sandbox():
+    sandbox = Sandbox(preload=("torch",))
+    yield sandbox
+    await sandbox.close()
+
+
+async def verify(sandbox: Sandbox, cache_dir: Path, candidate: str, reference: str = RELU_PROBLEM,
+                 trials: int = 4, baselines: tuple[str, ...] = ("eager",), calls: int = 5) -> dict:
+    files = {"cand.py": candidate, "reference/problem.py": reference}
+    task = SandboxTask(entry="kernel_lsp.verify.run:verify_candidate", files=files,
+                       origins={"cand.py": "/work/project/cand.py"},
+                       args={"reference": "reference/problem.py", "candidate": "cand.py", "device": "cpu",
+                             "trials": trials, "timed_calls": calls, "warmup": 2, "baselines": list(baselines),
+                             "cache_dir": str(cache_dir), "files": files})
+    outcome = await sandbox.run(task, SandboxLimits(wall_time_s=300))
+    assert outcome.status == "ok", (outcome.message, outcome.stderr[-3000:])
+    return outcome.value
+
+
+def codes(report: dict) -> list[str]:
+    return [problem["code"] for problem in report["integrity"]]
+
+
+async def test_honest_triton_candidate_is_verified_with_cpu_timing(sandbox: Sandbox, cache_dir: Path):
+    report = await verify(sandbox, cache_dir, HONEST)
+    assert report["verdict"] == "verified", report
+    assert report["correctness"]["passed"] == report["correctness"]["trials"] == 4
+    assert report["correctness"]["distributions"] == ["own", "normal", "scaled", "own"]
+    assert report["kernels"] == {"custom": ["relu_kernel"], "stock": [], "how": "triton-launcher"}
+    assert report["timing"]["candidate"]["clock"] == "cpu-perf-counter" and report["speedup"]["eager"] > 0
+    assert report["floor"]["bytes"] == 2 * 64 * 256 * 4
+    title = summary("verified", report)
+    assert title.startswith("correct 4/4 · ") and "× eager (CPU)" in title and title.endswith("(CPU)")
+    assert report_findings(report, "file:///c.py", HONEST) == []
+
+
+async def test_honest_candidate_with_weights_is_verified(sandbox: Sandbox, cache_dir: Path):
+    report = await verify(sandbox, cache_dir, HONEST_WITH_WEIGHTS, reference=LINEAR_RELU_PROBLEM, trials=3)
+    assert report["verdict"] == "verified", report
+    assert report["correctness"]["weights"] == "state_dict: 2 of 2 tensors loaded"
+    assert report["kernels"]["custom"] == ["relu_kernel"]
+
+
+async def test_wrong_candidate_is_a_mismatch_on_forward(sandbox: Sandbox, cache_dir: Path):
+    report = await verify(sandbox, cache_dir, WRONG, trials=2)
+    assert report["verdict"] == "rejected" and report["timing"] is None
+    assert report["correctness"]["passed"] == 0 and report["correctness"]["worst"]["reason"] == "mismatch"
+    [finding] = report_findings(report, "file:///c.py", WRONG)
+    assert finding.code == "verify-mismatch" and "2 of 2 trials failed" in finding.message
+    forward_line = next(i for i, line in enumerate(WRONG.splitlines()) if "def forward" in line)
+    assert finding.range.start.line == forward_line
+
+
+@pytest.mark.parametrize(("candidate", "code"), [
+    (MUTATES_INPUT, "integrity-input-mutated"),
+    (STOCK_ONLY, "integrity-no-custom-kernel"),
+    (FALLS_BACK, "integrity-no-custom-kernel"),
+    (PATCHES_TIMER, "integrity-timer-patched"),
+    (FINISHES_IN_A_THREAD, "integrity-pending-work"),
+    (NONDETERMINISTIC, "integrity-nondeterministic"),
+    (READS_REFERENCE_OUTPUT, "integrity-order"),
+], ids=["mutates-input", "stock-only", "falls-back", "patches-timer", "thread", "nondeterministic",
+        "reads-reference-output"])
+async def test_cheating_candidate_is_rejected_with_its_code(sandbox: Sandbox, cache_dir: Path, candidate: str,
+                                                            code: str):
+    report = await verify(sandbox, cache_dir, candidate)
+    assert report["verdict"] == "rejected"
+    assert code in codes(report), report["integrity"]
+    assert any(f.code == code for f in report_findings(report, "file:///c.py", candidate))
+
+
+async def test_thread_left_running_is_named(sandbox: Sandbox, cache_dir: Path):
+    report = await verify(sandbox, cache_dir, FINISHES_IN_A_THREAD, trials=1)
+    assert "integrity-thread" in codes(report)
+    assert "hidden-work" in next(p["message"] for p in report["integrity"] if p["code"] == "integrity-thread")
+
+
+async def test_subclass_output_is_refused(sandbox: Sandbox, cache_dir: Path):
+    report = await verify(sandbox, cache_dir, SUBCLASS_OUTPUT, trials=1)
+    assert report["verdict"] == "rejected" and report["correctness"]["worst"]["reason"] == "type"
+    assert [f.code for f in report_findings(report, "file:///c.py", SUBCLASS_OUTPUT)] == ["verify-output"]
+
+
+async def test_caching_by_pointer_is_faster_than_physics_allows(sandbox: Sandbox, cache_dir: Path):
+    report = await verify(sandbox, cache_dir, CACHES_BY_POINTER, reference=BIG_RELU_PROBLEM, trials=2, calls=8)
+    assert report["correctness"]["passed"] == 2  # right answers...
+    assert codes(report) == ["integrity-below-floor"]  # ...served from a cache while being timed
+    assert report["verdict"] == "rejected"
+
+
+async def test_reference_that_fails_makes_the_verdict_unavailable(sandbox: Sandbox, cache_dir: Path):
+    broken = RELU_PROBLEM.replace("return torch.relu(x)", "return torch.relu(x, 3)")
+    report = await verify(sandbox, cache_dir, HONEST, reference=broken)
+    assert report["verdict"] == "unavailable" and "the reference's forward failed: TypeError" in report["reason"]

@@ -1,0 +1,126 @@
+"""Bench metrics (fast_p, geometric means, counts) and the reports written from them, on hand-made results."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from kernel_lsp.bench.candidates import ProblemName, problem_name, verify_job
+from kernel_lsp.bench.metrics import ProblemResult, bench_metrics, fast_p, fast_p_curve, geometric_mean_speedup
+from kernel_lsp.bench.report import bench_json, html_report, read_results, text_report, write_json
+from kernel_lsp.verify.pairing import Pairing
+
+BASELINES = ["eager", "compile"]
+
+
+def result(name: str, verdict: str = "verified", eager: float | None = None, compile: float | None = None,
+           reason: str | None = None) -> ProblemResult:
+    return ProblemResult(candidate=f"{name}.py", reference=f"kb/level1/{name}.py", level=1, problem_id=len(name),
+                         name=name, verdict=verdict, device="cpu", speedup={"eager": eager, "compile": compile},
+                         candidate_ms=1.5 if verdict == "verified" else None, reason=reason,
+                         report={"verdict": verdict, "speedup": {"eager": eager, "compile": compile}})
+
+
+RUN = [result("Relu", eager=2.0, compile=1.2), result("Gelu", eager=1.5, compile=0.5),
+       result("Tanh", eager=0.5, compile=None), result("Add", "rejected", reason="verify-mismatch: max abs 3"),
+       result("Mul", "unavailable", reason="verify-unavailable: no CUDA")]
+
+
+def test_fast_p_counts_every_problem_and_needs_more_than_p():
+    assert fast_p(RUN, "eager", 0) == pytest.approx(3 / 5)  # fast_0 is the correct rate
+    assert fast_p(RUN, "eager", 1) == pytest.approx(2 / 5)
+    assert fast_p(RUN, "eager", 1.5) == pytest.approx(1 / 5)  # exactly 1.5 is not > 1.5
+    assert fast_p(RUN, "eager", 2) == 0.0
+    assert fast_p(RUN, "compile", 0) == pytest.approx(3 / 5)  # correct without a compile timing still counts at 0
+    assert fast_p(RUN, "compile", 1) == pytest.approx(1 / 5)
+
+
+def test_fast_p_of_an_empty_run_and_an_all_rejected_run():
+    assert fast_p([], "eager", 0) is None
+    rejected = [result("A", "rejected", eager=5.0), result("B", "rejected")]
+    assert all(fast_p(rejected, "eager", p) == 0.0 for p in (0, 1, 1.5, 2))
+    metrics = bench_metrics(rejected, BASELINES)
+    assert metrics.counts == {"verified": 0, "rejected": 2, "unavailable": 0}
+    assert metrics.geomean["eager"].value is None and metrics.geomean["eager"].over == 0
+    empty = bench_metrics([], BASELINES)
+    assert empty.problems == 0 and empty.fast_p["eager"][0] is None
+
+
+def test_geometric_mean_over_correct_problems_with_a_speedup():
+    eager = geometric_mean_speedup(RUN, "eager")
+    assert eager.over == 3 and eager.value == pytest.approx((2.0 * 1.5 * 0.5) ** (1 / 3))
+    compile_ = geometric_mean_speedup(RUN, "compile")
+    assert compile_.over == 2 and compile_.value == pytest.approx(math.sqrt(1.2 * 0.5))
+
+
+def test_metrics_as_json_keys():
+    metrics = bench_metrics(RUN, BASELINES).to_dict()
+    assert metrics["counts"] == {"verified": 3, "rejected": 1, "unavailable": 1}
+    assert set(metrics["fast_p"]["eager"]) == {"0", "1", "1.5", "2"}
+    assert metrics["geomean_speedup"]["compile"]["over"] == 2
+
+
+def test_fast_p_curve_steps_down_at_each_speedup():
+    assert fast_p_curve(RUN, "eager") == [(0.0, 0.6), (0.5, 0.4), (1.5, 0.2), (2.0, 0.0)]
+
+
+def test_json_round_trip(tmp_path: Path):
+    metrics = bench_metrics(RUN, BASELINES)
+    path = tmp_path / "bench.json"
+    write_json(path, bench_json(RUN, metrics, {"device": "cpu"}))
+    assert read_results(path) == RUN
+    document = json.loads(path.read_text())
+    assert document["metrics"] == json.loads(json.dumps(metrics.to_dict()))
+    assert document["problems"][0]["report"]["speedup"]["eager"] == 2.0  # the full VerifyReport is kept
+
+
+def test_html_has_a_row_per_problem_and_inline_svg_plots():
+    page = html_report(RUN, bench_metrics(RUN, BASELINES), {"folder": "cands", "device": "cpu"})
+    assert page.count("<svg") == 2 and "<script" not in page and "http://" not in page.replace(
+        "http://www.w3.org/2000/svg", "")  # self-contained
+    for r in RUN:
+        assert f"<td>{r.name}</td>" in page
+    assert "verify-mismatch: max abs 3" in page and "fast_1.5" in page
+
+
+def test_html_escapes_what_the_candidate_controls():
+    page = html_report([result("<b>x</b>", "rejected", reason="<script>")], bench_metrics([], ["eager"]), {})
+    assert "<script>" not in page and "&lt;b&gt;x&lt;/b&gt;" in page
+
+
+def test_text_report_table_and_metrics():
+    text = text_report(RUN, bench_metrics(RUN, BASELINES))
+    assert "5 candidates: 3 verified, 1 rejected, 1 unavailable" in text
+    assert "vs eager    0.6  0.4  0.2    0" in text.splitlines()
+    assert "geomean speedup vs compile: 0.775x over 2 correct candidates" in text
+
+
+def test_problem_name_from_the_kernelbench_reference(tmp_path: Path):
+    pairing = Pairing(tmp_path / "c" / "x.py", tmp_path / "kb" / "level2" / "17_Conv_ReLU.py", "kernelbench", "")
+    assert problem_name(pairing) == ProblemName(2, 17, "Conv_ReLU")
+    same = Pairing(tmp_path / "mine.py", tmp_path / "mine.py", "same-file", "")
+    assert problem_name(same) == ProblemName(None, None, "mine")
+
+
+def test_verify_job_names_files_relative_to_the_candidate(tmp_path: Path):
+    (tmp_path / "kb" / "level1").mkdir(parents=True)
+    reference = tmp_path / "kb" / "level1" / "19_ReLU.py"
+    reference.write_text("class Model: ...\n")
+    (tmp_path / "c" / "csrc").mkdir(parents=True)
+    (tmp_path / "c" / "csrc" / "relu.cu").write_text("// kernel\n")
+    candidate = tmp_path / "c" / "19_ReLU.py"
+    candidate.write_text("from torch.utils.cpp_extension import load\n"
+                         "ext = load(name='relu', sources=['csrc/relu.cu'])\nclass ModelNew: ...\n")
+    job = verify_job(candidate, reference, {"device": "cpu", "trials": 2})
+    assert job.kind == "verify"
+    assert set(job.source_files) == {"19_ReLU.py", "reference/19_ReLU.py", "csrc/relu.cu"}
+    assert job.config["candidate"] == "19_ReLU.py" and job.config["reference"] == "reference/19_ReLU.py"
+    assert job.config["origins"]["csrc/relu.cu"] == str((tmp_path / "c" / "csrc" / "relu.cu").resolve())
+    assert (job.config["device"], job.config["trials"]) == ("cpu", 2) and job.content_hash
+    same = verify_job(reference, reference, {})
+    assert same.source_files == {"19_ReLU.py": "class Model: ...\n"} and same.config["reference"] == "19_ReLU.py"
+    with pytest.raises(ValueError, match="timed_calls"):
+        verify_job(candidate, reference, {"timed_calls": 5})
