@@ -83,13 +83,14 @@ class CompileFeature:
         async for report in self.service.run(doc, settings):
             if not self.scheduler.is_current(doc.uri, doc.version):
                 return  # a newer version is on its way; never publish over it
-            self.store.set(doc.uri, PRODUCER, doc.version, report.findings, self._visible)
+            self.store.set(doc.uri, PRODUCER, doc.version, report.findings)
             self._tell_tool_problems(report.findings)
             if report.final:
                 log.info("%s v%s: %d findings (%s)", doc.path.name, doc.version, len(report.findings), report.stage)
         self._refresh_lenses()
 
-    def _visible(self, f: Finding) -> bool:
+    def visible(self, f: Finding) -> bool:
+        """Whether a finding shows as a diagnostic (resources may be meant for code lenses only)."""
         return f.code != "ptxas-resources" or self.settings.settings.resource_usage in ("diagnostic", "both")
 
     def _tell_tool_problems(self, findings: list[Finding]) -> None:

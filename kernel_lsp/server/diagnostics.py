@@ -11,14 +11,15 @@ from kernel_lsp.server.convert import diagnostic
 
 
 class DiagnosticStore:
-    def __init__(self, publish: Callable[[types.PublishDiagnosticsParams], None]) -> None:
+    def __init__(self, publish: Callable[[types.PublishDiagnosticsParams], None],
+                 visible: Callable[[Finding], bool] = lambda f: True) -> None:
         self._publish = publish
+        self._visible = visible  # findings kept but not shown as diagnostics (e.g. resources shown as lenses only)
         self._findings: dict[str, dict[str, list[Finding]]] = {}
 
-    def set(self, uri: str, producer: str, version: int | None, findings: list[Finding],
-            visible: Callable[[Finding], bool] = lambda f: True) -> None:
+    def set(self, uri: str, producer: str, version: int | None, findings: list[Finding]) -> None:
         self._findings.setdefault(uri, {})[producer] = list(findings)
-        shown = [diagnostic(f) for fs in self._findings[uri].values() for f in fs if visible(f)]
+        shown = [diagnostic(f) for fs in self._findings[uri].values() for f in fs if self._visible(f)]
         self._publish(types.PublishDiagnosticsParams(uri=uri, version=version, diagnostics=shown))
 
     def findings(self, uri: str, producer: str) -> list[Finding]:

@@ -12,6 +12,7 @@ from kernel_lsp.compile.service import CompileService
 from kernel_lsp.server.compile_feature import CompileFeature
 from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.settings import SECTION, SettingsManager
+from kernel_lsp.server.verify_feature import VERIFY_COMMAND, VerifyFeature
 from kernel_lsp.server.worker_feature import STATUS_COMMAND, WorkerFeature
 
 log = logging.getLogger(__name__)
@@ -21,12 +22,18 @@ class KernelLanguageServer(LanguageServer):
     def __init__(self) -> None:
         super().__init__("kernel-lsp", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
         self.settings = SettingsManager(warn=lambda m: self.show(m, types.MessageType.Warning))
-        self.diagnostics = DiagnosticStore(self.text_document_publish_diagnostics)
+        self.diagnostics = DiagnosticStore(self.text_document_publish_diagnostics,
+                                           visible=lambda f: self.compile.visible(f))
         self.compile = CompileFeature(self.diagnostics, self.settings, CompileService(),
                                       tell_user=lambda m: self.show(m, types.MessageType.Error),
                                       refresh_lenses=self.refresh_code_lenses)
         self.worker = WorkerFeature(notify=self.protocol.notify,
                                     tell_user=lambda m: self.show(m, types.MessageType.Warning))
+        self.verify = VerifyFeature(self.diagnostics, self.settings, self.worker,
+                                    documents=lambda: self.workspace.text_documents, progress=self.work_done_progress,
+                                    supports_progress=self.supports_work_done_progress,
+                                    tell_user=lambda m: self.show(m, types.MessageType.Warning),
+                                    refresh_lenses=self.refresh_code_lenses)
 
     def show(self, message: str, kind: types.MessageType) -> None:
         log.warning("%s", message)
@@ -37,6 +44,10 @@ class KernelLanguageServer(LanguageServer):
         if workspace and workspace.code_lens and workspace.code_lens.refresh_support:
             future = self.workspace_code_lens_refresh(None)
             future.add_done_callback(lambda f: f.cancelled() or f.exception() and log.info("codeLens/refresh: %s", f.exception()))
+
+    def supports_work_done_progress(self) -> bool:
+        window = self.client_capabilities.window
+        return bool(window and window.work_done_progress)
 
     def supports_configuration(self) -> bool:
         workspace = self.client_capabilities.workspace
@@ -83,6 +94,7 @@ def create_server() -> KernelLanguageServer:
     def did_open(ls: KernelLanguageServer, params: types.DidOpenTextDocumentParams) -> None:
         doc = params.text_document
         ls.compile.document_open(doc.uri, doc.version, doc.text)
+        ls.verify.document_open(doc.uri, doc.text)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: KernelLanguageServer, params: types.DidChangeTextDocumentParams) -> None:
@@ -93,18 +105,24 @@ def create_server() -> KernelLanguageServer:
     def did_save(ls: KernelLanguageServer, params: types.DidSaveTextDocumentParams) -> None:
         doc = ls.workspace.get_text_document(params.text_document.uri)
         ls.compile.document_save(doc.uri, doc.version, doc.source)
+        ls.verify.document_save(doc.uri, doc.source)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: KernelLanguageServer, params: types.DidCloseTextDocumentParams) -> None:
         ls.compile.document_close(params.text_document.uri)
+        ls.verify.document_close(params.text_document.uri)
 
     @server.feature(types.TEXT_DOCUMENT_CODE_LENS)
     def code_lens(ls: KernelLanguageServer, params: types.CodeLensParams) -> list[types.CodeLens]:
-        return ls.compile.code_lenses(params.text_document.uri)
+        return ls.compile.code_lenses(params.text_document.uri) + ls.verify.code_lenses(params.text_document.uri)
 
     @server.command(STATUS_COMMAND)
     async def worker_status(ls: KernelLanguageServer, *args) -> dict:
         return await ls.worker.status(ls.settings.settings)
+
+    @server.command(VERIFY_COMMAND)
+    async def verify(ls: KernelLanguageServer, *args) -> dict:
+        return await ls.verify.verify_command(args)
 
     @server.feature(types.SHUTDOWN)
     async def shutdown(ls: KernelLanguageServer, params: None) -> None:

@@ -1,0 +1,392 @@
+"""Verification feature: saving a candidate (or the `kernel-lsp.verify` command) runs a "verify" job on the
+worker; its findings become diagnostics, its summary a code lens on `class ModelNew`, its progress `$/progress`.
+
+Saving any other file (a `.cu` a candidate builds with cpp_extension.load, a reference) verifies again the open
+candidates that depend on it. A newer run of a candidate cancels the older one, which cancels the worker's job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from lsprotocol import types
+
+from kernel_lsp.bench.candidates import verify_job, verify_options
+from kernel_lsp.config import Settings
+from kernel_lsp.findings import Finding, Range, Severity, path_to_uri, uri_to_path
+from kernel_lsp.server.convert import lsp_range
+from kernel_lsp.server.diagnostics import DiagnosticStore
+from kernel_lsp.server.settings import SettingsManager
+from kernel_lsp.server.worker_feature import WorkerFeature
+from kernel_lsp.sources import parse_python
+from kernel_lsp.verify.pairing import Pairing, ReferenceProblem, files_to_reverify, find_reference
+from kernel_lsp.worker.client import WorkerUnavailable
+from kernel_lsp.worker.protocol import Job, Result
+
+log = logging.getLogger(__name__)
+
+PRODUCER = "verify"
+VERIFY_COMMAND = "kernel-lsp.verify"
+SOURCE = "kernel-lsp"
+STALE = " (before your last edit)"
+RUNNING = "verifying…"
+_TITLE_MESSAGE_CHARS = 100
+
+
+class OpenDocument(Protocol):
+    uri: str
+    version: int | None
+    source: str
+
+
+# ---- the job -----------------------------------------------------------------------------------------------
+
+
+def candidate_job(pairing: Pairing, settings: Settings) -> Job:
+    """The candidate's "verify" job, the same as `kernel-lsp bench` builds: the files as saved on disk (what the
+    worker would load anyway), options from the settings."""
+    return verify_job(pairing.candidate, pairing.reference, verify_options(settings))
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+# ---- what one candidate shows ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VerifyRun:
+    state: str  # idle (known candidate, not run) | running | done (a result) | unavailable (no result)
+    reference: Path
+    text: str | None = None  # the candidate text the run verified
+    summary: str = ""  # metrics["summary"] of a done run
+    message: str = ""  # why an unavailable run has no result
+
+
+def lens_title(run: VerifyRun, current_text: str | None) -> str:
+    """The code lens title; a result for text the user has edited since says so (current_text None: not open)."""
+    if run.state == "idle":
+        return f"verify against {run.reference.name}"
+    if run.state == "running":
+        return RUNNING
+    if run.state == "done":
+        title = run.summary or "verified (no summary)"
+    else:
+        message = run.message.removeprefix("kernel-lsp: ").splitlines()[0] if run.message else "no result"
+        short = message if len(message) <= _TITLE_MESSAGE_CHARS else message[:_TITLE_MESSAGE_CHARS - 1] + "…"
+        title = f"not verified: {short}"
+    stale = current_text is not None and run.text is not None and current_text != run.text
+    return title + STALE if stale else title
+
+
+def outcome_of(result: Result) -> tuple[str, str, list[Finding]]:
+    """(state, summary or message, findings) of a finished job; a job that did not finish is one verify-unavailable
+    finding (placed on the candidate by the caller)."""
+    if result.status == "ok":
+        summary = str(result.metrics.get("summary") or result.metrics.get("verdict") or "")
+        return "done", summary, [Finding.from_dict(f) for f in result.findings]
+    message = f"verification did not finish ({result.status}): {result.error or 'no reason given'}"
+    return "unavailable", message, []
+
+
+def unavailable_finding(uri: str, message: str) -> Finding:
+    return Finding(uri, Range.line(0), Severity.ERROR, SOURCE, "verify-unavailable", message)
+
+
+# ---- the feature -------------------------------------------------------------------------------------------
+
+
+class VerifyFeature:
+    def __init__(self, store: DiagnosticStore, settings: SettingsManager, worker: WorkerFeature,
+                 documents: Callable[[], Mapping[str, OpenDocument]], progress: Any,
+                 supports_progress: Callable[[], bool], tell_user: Callable[[str], None],
+                 refresh_lenses: Callable[[], None]) -> None:
+        self.store = store
+        self.settings = settings
+        self.worker = worker
+        self._documents = documents
+        self._progress = progress  # pygls Progress (window/workDoneProgress/create, $/progress)
+        self._supports_progress = supports_progress
+        self._tell_user = tell_user
+        self._refresh_lenses = refresh_lenses
+        self._runs: dict[str, VerifyRun] = {}  # candidate URI -> what its lens shows
+        self._tasks: dict[str, asyncio.Task] = {}
+        self._published: dict[str, set[str]] = {}  # candidate URI -> URIs holding its findings
+
+    # --- document hooks -------------------------------------------------------------------------------------
+
+    def document_open(self, uri: str, text: str) -> None:
+        """Opening finds the reference (cheap) so the lens can offer a run; it never starts one."""
+        found = self._pair(uri, text)
+        if isinstance(found, Pairing) and uri not in self._runs:
+            self._runs[uri] = VerifyRun("idle", found.reference)
+
+    def document_save(self, uri: str, text: str) -> None:
+        if not self.settings.settings.verify_on_save:
+            return
+        found = self._pair(uri, text)
+        if isinstance(found, Pairing):
+            self._start(uri, found)
+        for dependent_uri, pairing in self._dependents(uri):
+            self._start(dependent_uri, pairing)
+
+    def document_close(self, uri: str) -> None:
+        task = self._tasks.pop(uri, None)
+        if task is not None:
+            task.cancel()
+        self._runs.pop(uri, None)
+        for other in self._published.pop(uri, set()) - {uri}:  # the candidate's own URI is cleared on close
+            self.store.set(other, self._producer(uri), self._version(other), [])
+
+    async def verify_command(self, args: tuple[Any, ...]) -> dict[str, Any]:
+        """kernel-lsp.verify [uri]: verifies now (whatever verifyOnSave says) and answers with the outcome."""
+        uri = args[0].get("uri") if args and isinstance(args[0], dict) else (args[0] if args else None)
+        if not isinstance(uri, str):
+            return {"status": "error", "message": "kernel-lsp.verify needs the document URI as its argument"}
+        document = self._document(uri)
+        try:
+            text = document.source if document is not None else _read(uri_to_path(uri))
+        except ValueError:
+            text = None
+        if text is None:
+            return {"uri": uri, "status": "error", "message": f"cannot read {uri}"}
+        found = self._pair(uri, text)
+        if not isinstance(found, Pairing):
+            message = (found.message if isinstance(found, ReferenceProblem)
+                       else "not a verification candidate: no ModelNew with a reference (Model in the same file, "
+                            "a '# kernel-lsp: reference=PATH' header, the 'references' setting or a KernelBench "
+                            "problem name)")
+            self._tell_user(f"kernel-lsp: {uri_to_path(uri).name}: {message}")
+            return {"uri": uri, "status": "not-a-candidate", "message": message}
+        task = self._start(uri, found)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.cancelled():  # a newer run took its place, or the document closed
+                return {"uri": uri, "status": "cancelled"}
+            raise
+
+    def code_lenses(self, uri: str) -> list[types.CodeLens]:
+        run = self._runs.get(uri)
+        if run is None:
+            return []
+        document = self._document(uri)
+        current = document.source if document is not None else None
+        parts = parse_python(current).kernelbench if current is not None else None
+        line = parts.model_new.def_range.start.line if parts is not None and parts.model_new is not None else 0
+        command = "" if run.state == "running" else VERIFY_COMMAND
+        return [types.CodeLens(range=lsp_range(Range.line(line)), command=types.Command(
+            title=lens_title(run, current), command=command, arguments=[uri] if command else None))]
+
+    # --- pairing --------------------------------------------------------------------------------------------
+
+    def _pair(self, uri: str, text: str) -> Pairing | ReferenceProblem | None:
+        """The reference of a .py candidate; a named reference that is missing becomes a diagnostic, and a file
+        that stopped being a candidate loses its verification."""
+        try:
+            path = uri_to_path(uri)
+        except ValueError:
+            return None
+        found = find_reference(path, text, *self._pairing_context()) if path.suffix == ".py" else None
+        if isinstance(found, ReferenceProblem):
+            self._forget(uri)
+            self._publish(uri, [Finding(uri, Range.line(found.line), Severity.ERROR, SOURCE,
+                                        "verify-reference-error", found.message)])
+        elif isinstance(found, Pairing) and any(f.code == "verify-reference-error"
+                                                for f in self.store.findings(uri, self._producer(uri))):
+            self._publish(uri, [])  # the reference is found again
+        elif found is None and (uri in self._published or uri in self._runs):
+            self._forget(uri)
+            self._publish(uri, [])
+            self._published.pop(uri, None)
+        return found
+
+    def _pairing_context(self) -> tuple[Path | None, dict[str, str], list[Path]]:
+        settings = self.settings.settings
+        workspace = self.settings.folders[0] if self.settings.folders else None
+        roots = [Path(r).expanduser() for r in settings.kernelbench_roots]
+        roots = [r if r.is_absolute() or workspace is None else workspace / r for r in roots]
+        return workspace, settings.references, roots
+
+    def _dependents(self, saved_uri: str) -> list[tuple[str, Pairing]]:
+        """Open candidates that build the saved file with cpp_extension.load, or whose reference it is."""
+        try:
+            saved = uri_to_path(saved_uri)
+        except ValueError:
+            return []
+        open_py = {}
+        for document in self._documents().values():
+            try:
+                path = uri_to_path(document.uri)
+            except ValueError:
+                continue
+            if path.suffix == ".py" and document.uri != saved_uri:
+                open_py[path] = document
+        workspace, pairs, roots = self._pairing_context()
+        stale = files_to_reverify(saved, {p: d.source for p, d in open_py.items()}, workspace=workspace,
+                                  settings_pairs=pairs, kernelbench_roots=roots)
+        dependents = []
+        for path in stale:
+            document = open_py[path]
+            found = self._pair(document.uri, document.source)
+            if isinstance(found, Pairing):
+                dependents.append((document.uri, found))
+        return dependents
+
+    # --- running ---------------------------------------------------------------------------------------------
+
+    def _start(self, uri: str, pairing: Pairing) -> asyncio.Task:
+        old = self._tasks.pop(uri, None)
+        if old is not None:
+            old.cancel()
+        previous = self._runs.get(uri)
+        if previous is not None and previous.state == "running":
+            previous = None
+        self._runs[uri] = VerifyRun("running", pairing.reference)
+        task = asyncio.ensure_future(self._run(uri, pairing, previous))
+        self._tasks[uri] = task
+        self._refresh_lenses()
+        return task
+
+    async def _run(self, uri: str, pairing: Pairing, previous: VerifyRun | None) -> dict[str, Any]:
+        log.info("verifying %s against %s (%s)", pairing.candidate.name, pairing.reference, pairing.how)
+        progress = None
+        try:
+            progress = await self._begin_progress(pairing)
+            text, state, summary, findings = await self._outcome(uri, pairing, progress)
+        except asyncio.CancelledError:
+            self._end_progress(progress, "cancelled")
+            if self._tasks.get(uri) is asyncio.current_task():  # cancelled by the user, not replaced by a newer run
+                self._tasks.pop(uri)
+                self._runs[uri] = previous or VerifyRun("idle", pairing.reference)
+                self._refresh_lenses()
+            raise
+        self._end_progress(progress, summary)
+        outcome = {"uri": uri, "status": "ok" if state == "done" else "unavailable", "summary": summary}
+        if self._tasks.get(uri) is not asyncio.current_task():
+            return outcome  # the document closed meanwhile
+        self._tasks.pop(uri)
+        if state == "done":
+            self._runs[uri] = VerifyRun("done", pairing.reference, text, summary=summary)
+        else:
+            self._runs[uri] = VerifyRun("unavailable", pairing.reference, text, message=summary)
+            findings = [unavailable_finding(uri, summary)]
+        self._publish(uri, findings)
+        self._refresh_lenses()
+        log.info("%s: %s", pairing.candidate.name, summary)
+        return {**outcome, "findings": len(findings)}
+
+    async def _outcome(self, uri: str, pairing: Pairing,
+                       progress: str | None) -> tuple[str | None, str, str, list[Finding]]:
+        """(candidate text verified, state, summary or message, findings)."""
+        text = None
+        try:
+            job = candidate_job(pairing, self.settings.settings)
+            text = job.source_files[job.config["candidate"]]
+            client = self.worker.client(self.settings.settings)
+            result = await client.run(job, progress=lambda m, f: self._report_progress(progress, m, f))
+        except WorkerUnavailable as exc:
+            return text, "unavailable", str(exc), []
+        except OSError as exc:
+            return text, "unavailable", f"cannot read the files to verify: {exc}", []
+        except Exception as exc:  # a bug here becomes a diagnostic, not a lens stuck on "verifying…"
+            log.exception("verifying %s failed", uri)
+            return text, "unavailable", f"kernel-lsp could not verify this file ({type(exc).__name__}: {exc})", []
+        return (text, *outcome_of(result))
+
+    # --- publishing ------------------------------------------------------------------------------------------
+
+    def _publish(self, candidate_uri: str, findings: list[Finding]) -> None:
+        """The candidate's findings, each on its own file (a .cu, the reference), replacing its earlier ones."""
+        settings = self.settings.settings
+        by_uri: dict[str, list[Finding]] = {candidate_uri: []}
+        known = self._uris_by_path()
+        for f in findings:
+            if settings.is_ignored(f.code):
+                continue
+            uri = self._client_uri(f.uri, known)
+            by_uri.setdefault(uri, []).append(dataclasses.replace(f, uri=uri))
+        producer = self._producer(candidate_uri)
+        for gone in self._published.get(candidate_uri, set()) - set(by_uri):
+            self.store.set(gone, producer, self._version(gone), [])
+        for uri, uri_findings in by_uri.items():
+            self.store.set(uri, producer, self._version(uri), uri_findings)
+        self._published[candidate_uri] = set(by_uri)
+
+    def _forget(self, uri: str) -> None:
+        task = self._tasks.pop(uri, None)
+        if task is not None:
+            task.cancel()
+        if self._runs.pop(uri, None) is not None:
+            self._refresh_lenses()
+
+    @staticmethod
+    def _producer(candidate_uri: str) -> str:
+        # one producer per candidate: two candidates loading the same .cu keep each other's findings
+        return f"{PRODUCER}:{candidate_uri}"
+
+    def _uris_by_path(self) -> dict[Path, str]:
+        known = {}
+        for document in self._documents().values():
+            try:
+                known[uri_to_path(document.uri).resolve()] = document.uri
+            except ValueError:
+                continue
+        return known
+
+    @staticmethod
+    def _client_uri(uri: str, known: dict[Path, str]) -> str:
+        """The URI the client uses for the file (its own spelling when it has the file open)."""
+        try:
+            path = uri_to_path(uri)
+        except ValueError:
+            return uri
+        return known.get(path.resolve(), path_to_uri(path))
+
+    def _document(self, uri: str) -> OpenDocument | None:
+        return next((d for d in self._documents().values() if d.uri == uri), None)
+
+    def _version(self, uri: str) -> int | None:
+        document = self._document(uri)
+        return document.version if document is not None else None
+
+    # --- $/progress ------------------------------------------------------------------------------------------
+
+    async def _begin_progress(self, pairing: Pairing) -> str | None:
+        if not self._supports_progress():
+            return None
+        token = f"kernel-lsp/verify/{uuid.uuid4().hex}"
+        try:
+            await asyncio.shield(self._progress.create_async(token))  # a cancelled run still takes the reply
+        except Exception as exc:  # a client that refuses the token still gets the result
+            log.info("window/workDoneProgress/create failed: %s", exc)
+            return None
+        against = "itself" if pairing.reference == pairing.candidate else pairing.reference.name
+        self._progress.begin(token, types.WorkDoneProgressBegin(
+            title=f"Verifying {pairing.candidate.name}", message=f"against {against}", cancellable=True))
+        task = asyncio.current_task()
+        future = self._progress.tokens.get(token)
+        if future is not None and task is not None:  # the client's cancel button cancels the run
+            future.add_done_callback(lambda f: f.cancelled() and task.get_loop().call_soon_threadsafe(task.cancel))
+        return token
+
+    def _report_progress(self, token: str | None, message: str, fraction: float | None) -> None:
+        if token is not None:
+            percentage = None if fraction is None else max(0, min(100, int(fraction * 100)))
+            self._progress.report(token, types.WorkDoneProgressReport(message=message, percentage=percentage))
+
+    def _end_progress(self, token: str | None, message: str) -> None:
+        if token is not None:
+            self._progress.end(token, types.WorkDoneProgressEnd(message=message))
+            self._progress.tokens.pop(token, None)
