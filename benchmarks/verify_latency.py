@@ -15,6 +15,7 @@ warm local worker.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import statistics
@@ -40,6 +41,9 @@ async def timed_verify(client: WorkerClient, candidate: Path, problem: str) -> t
     start = time.perf_counter()
     result = await client.run(verify_job(candidate, candidates.KERNELBENCH / problem, OPTIONS), timeout_s=900)
     elapsed = time.perf_counter() - start
+    report_ = result.metrics.get("report") or {}
+    print(f"{problem}: {elapsed:.1f} s wall, {report_.get('duration_s', 0):.1f} s in the sandbox entry; phases "
+          f"{json.dumps(report_.get('phases_s'))}", file=sys.stderr)
     assert result.status == "ok" and result.metrics.get("verdict") == "verified", (result.metrics.get("summary"),
                                                                                    result.findings)
     return elapsed, result.metrics["report"]

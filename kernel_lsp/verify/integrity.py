@@ -73,6 +73,46 @@ def device_checksum(raw: torch.Tensor) -> str:
     return f"{int(plain)}:{int(weighted)}"
 
 
+def tensor_metadata(tensor: torch.Tensor) -> tuple:
+    return (tuple(tensor.shape), str(tensor.dtype), tensor.stride(), tensor.storage_offset(), str(tensor.device))
+
+
+def as_bytes(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.detach().contiguous().reshape(-1).view(torch.uint8)
+
+
+def room_for_copy(tensor: torch.Tensor) -> bool:
+    """Whether a device copy fits with room to spare (cached free blocks count: the allocator reuses them)."""
+    index = tensor.device.index if tensor.device.index is not None else torch.cuda.current_device()
+    free, _ = torch.cuda.mem_get_info(index)
+    cached_free = torch.cuda.memory_reserved(index) - torch.cuda.memory_allocated(index)
+    return free + cached_free > 2 * tensor.numel() * tensor.element_size()
+
+
+def input_snapshot(obj: object) -> list[tuple[tuple, torch.Tensor | str]]:
+    """Per tensor leaf, its metadata and its bytes: a device copy on a GPU (comparing is one pass at memory
+    bandwidth), a digest on the CPU or where a copy does not fit."""
+    snapshot = []
+    for tensor in tensor_leaves(obj):
+        kept = as_bytes(tensor).clone() if tensor.is_cuda and room_for_copy(tensor) else tensor_digest(tensor)
+        snapshot.append((tensor_metadata(tensor), kept))
+    return snapshot
+
+
+def changed_since(snapshot: list[tuple[tuple, torch.Tensor | str]], obj: object) -> list[int]:
+    """Indices of tensor leaves that differ from the snapshot in bytes or metadata (an added or lost leaf too)."""
+    changed = []
+    for index, (record, tensor) in enumerate(zip_longest(snapshot, list(tensor_leaves(obj)))):
+        if record is None or tensor is None or record[0] != tensor_metadata(tensor):
+            changed.append(index)
+            continue
+        kept = record[1]
+        same = torch.equal(kept, as_bytes(tensor)) if isinstance(kept, torch.Tensor) else kept == tensor_digest(tensor)
+        if not same:
+            changed.append(index)
+    return changed
+
+
 def checksum_tensors(obj: object) -> list[str]:
     """One content digest per tensor leaf of (nested) args, to be compared before and after the candidate ran."""
     return [tensor_digest(tensor) for tensor in tensor_leaves(obj)]

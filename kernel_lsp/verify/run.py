@@ -12,10 +12,11 @@ Only a candidate that passed everything is timed, against the reference eager an
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,13 +25,14 @@ import torch
 
 from kernel_lsp.verify.baselines import BaselineCache, gpu_state
 from kernel_lsp.verify.compare import Comparison, Tolerance, compare_outputs, tolerance_for
-from kernel_lsp.verify.correctness import WEIGHTS_SEED, load_module, share_weights, worse
+from kernel_lsp.verify.models import WEIGHTS_SEED, load_module, share_weights
 from kernel_lsp.verify.floor import Floor, below_floor, device_peaks, problem_work
 from kernel_lsp.verify.integrity import (
     SECOND_POISON_BYTE,
-    changed_inputs,
-    checksum_tensors,
+    as_bytes,
+    changed_since,
     flush_allocator,
+    input_snapshot,
     patched_timers,
     poison_free_memory,
     tensor_leaves,
@@ -47,6 +49,24 @@ TIMING_SEED = 10_000  # timed inputs are drawn apart from the trials' seeds
 MAX_TIMING_INPUT_SETS = 4
 TIMING_MEMORY_FRACTION = 0.25  # rotated input sets may take this much of the free device memory
 THREAD_JOIN_S = 1.0  # how long a thread the candidate left running gets to finish before outputs are compared
+
+
+class Phases:
+    """Seconds spent per phase of one verification, reported so a slow verdict says where its time went."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
+
+PHASES = Phases()  # one verification per sandbox child, so one set of phases per process
 
 
 class ReferenceFailed(Exception):
@@ -87,17 +107,20 @@ def verify_candidate(reference: str, candidate: str, device: str = "auto", trial
     if target.type == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before the candidate imports triton
     overrides = {name: Tolerance(**t) for name, t in (tolerances or {}).items()}
+    PHASES.seconds.clear()
     try:
-        reference_module, ref_model = build_reference(reference, target)
-        distributions = accepted_distributions(reference_module.get_inputs, ref_model, target, seed)
+        with PHASES("reference set-up"):
+            reference_module, ref_model = build_reference(reference, target)
+            distributions = accepted_distributions(reference_module.get_inputs, ref_model, target, seed)
     except ReferenceFailed as exc:
         return {"verdict": "unavailable", "reason": str(exc)}
     timers, threads = timer_snapshot(), thread_idents()
-    candidate_module = load_module(candidate, "kernel_lsp_candidate")
-    torch.manual_seed(WEIGHTS_SEED)
-    cand_model = candidate_module.ModelNew(*init_inputs(reference_module))
-    weights = share_weights(ref_model, cand_model)
-    cand_model = cand_model.to(target).eval()
+    with PHASES("candidate import and build"):
+        candidate_module = load_module(candidate, "kernel_lsp_candidate")
+        torch.manual_seed(WEIGHTS_SEED)
+        cand_model = candidate_module.ModelNew(*init_inputs(reference_module))
+        weights = share_weights(ref_model, cand_model)
+        cand_model = cand_model.to(target).eval()
     verdict = Verdict(device=target.type)
     own = own_kernel_names(files or {})
     trials_report = run_trials(reference_module.get_inputs, ref_model, cand_model, target, trials, seed,
@@ -116,6 +139,7 @@ def verify_candidate(reference: str, candidate: str, device: str = "auto", trial
                 tuple(baselines), Path(cache_dir) if cache_dir else None, Path(reference).read_text(), verdict)
     report["verdict"] = "verified" if correct and not verdict.integrity else "rejected"
     report["duration_s"] = time.perf_counter() - started
+    report["phases_s"] = {name: round(seconds, 3) for name, seconds in PHASES.seconds.items()}
     return report
 
 
@@ -150,6 +174,7 @@ def build_reference(path: str, target: torch.device) -> tuple[Any, torch.nn.Modu
         raise ReferenceFailed(f"the reference {Path(path).name} failed to load: {type(exc).__name__}: {exc}") from exc
 
 
+@PHASES("reference runs")
 def run_reference(model: torch.nn.Module, inputs: tuple) -> Any:
     try:
         with torch.no_grad():
@@ -197,6 +222,7 @@ def clone_inputs(inputs: tuple) -> tuple:
     return tuple(v.clone() if isinstance(v, torch.Tensor) else v for v in inputs)
 
 
+@PHASES("poisoning memory")
 def fresh_memory(target: torch.device, byte: int | None = None) -> None:
     """Nothing of an earlier run left for the next one to read: allocator flushed, free memory poisoned."""
     flush_allocator(target)
@@ -210,10 +236,13 @@ def snapshot(output: Any) -> list[torch.Tensor]:
     return [t.detach().clone() for t in tensor_leaves(output)]
 
 
-def run_candidate(model: torch.nn.Module, inputs: tuple, target: torch.device) -> CandidateRun:
-    """Runs forward once, watching what it launches, what it changes, and what it leaves running."""
-    before, threads = checksum_tensors(inputs), thread_idents()
-    with torch.no_grad(), KernelRecorder(str(target)) as recorder:
+def run_candidate(model: torch.nn.Module, inputs: tuple, target: torch.device, record: bool = True) -> CandidateRun:
+    """Runs forward once, watching what it launches (unless `record` is off: profiling costs time), what it
+    changes, and what it leaves running."""
+    with PHASES("input snapshots"):
+        before, threads = input_snapshot(inputs), thread_idents()
+    recorder = KernelRecorder(str(target)) if record else contextlib.nullcontext()
+    with PHASES("candidate runs"), torch.no_grad(), recorder:
         output = model(*inputs)
         if target.type == "cuda":
             torch.cuda.current_stream(target).synchronize()  # what the caller may rely on, and no more
@@ -224,15 +253,14 @@ def run_candidate(model: torch.nn.Module, inputs: tuple, target: torch.device) -
     for thread in threading.enumerate():
         if thread.name in started:
             thread.join(THREAD_JOIN_S)
-    pending = any(not torch.equal(a, b) and not (a.isnan().any() and b.isnan().any() and same_with_nan(a, b))
-                  for a, b in zip(returned, tensor_leaves(output)))
+    pending = any(not torch.equal(as_bytes(a), as_bytes(b)) for a, b in zip(returned, tensor_leaves(output)))
+    with PHASES("input snapshots"):
+        mutated = changed_since(before, inputs)
+    del before
+    if not record:
+        return CandidateRun(output, [], "not recorded", [], mutated, pending, started)
     off_stream = [launch.name for launch in launches_off_stream(recorder.launches, recorder.current_stream)]
-    return CandidateRun(output, list(recorder.launches), recorder.how, off_stream,
-                        changed_inputs(before, checksum_tensors(inputs)), pending, started)
-
-
-def same_with_nan(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return bool(((a == b) | (a.isnan() & b.isnan())).all())
+    return CandidateRun(output, list(recorder.launches), recorder.how, off_stream, mutated, pending, started)
 
 
 def outputs_agree(first: Any, second: Any, overrides: dict[str, Tolerance]) -> bool:
@@ -324,7 +352,7 @@ def check_rerun(cand_model: torch.nn.Module, inputs: tuple, target: torch.device
                 overrides: dict[str, Tolerance], comparison: Comparison, verdict: Verdict) -> None:
     """Run again on the same inputs over memory poisoned with other bytes: a changed output read garbage."""
     fresh_memory(target, SECOND_POISON_BYTE)
-    second = run_candidate(cand_model, clone_inputs(inputs), target)
+    second = run_candidate(cand_model, clone_inputs(inputs), target, record=False)
     if outputs_agree(first.output, second.output, overrides):
         return
     if target.type == "cuda":
@@ -334,6 +362,13 @@ def check_rerun(cand_model: torch.nn.Module, inputs: tuple, target: torch.device
                        + (" (the first run read NaN poison)" if comparison.reason == "nan" else ""))
     else:
         verdict.reject("integrity-nondeterministic", "two runs on the same inputs gave different outputs")
+
+
+def worse(a: Comparison, b: Comparison) -> bool:
+    """A failure is worse than a pass; between equals, the larger absolute error."""
+    if a.ok != b.ok:
+        return not a.ok
+    return a.max_abs_error > b.max_abs_error
 
 
 def note_order(passed_by_order: dict[str, list[bool]], verdict: Verdict) -> None:
@@ -375,7 +410,9 @@ def measure(report: dict[str, Any], reference_module: Any, ref_model: torch.nn.M
     flush_allocator(target)
     input_sets = timing_input_sets(reference_module.get_inputs, target, seed)
     before = gpu_state(target)
-    candidate = time_callable(no_grad_call(cand_model), input_sets, device=str(target), calls=calls, warmup=warmup)
+    with PHASES("timing the candidate"):
+        candidate = time_callable(no_grad_call(cand_model), input_sets, device=str(target), calls=calls,
+                                  warmup=warmup)
     timings: dict[str, Any] = {"candidate": candidate.to_dict(), "eager": None, "compile": None,
                                "compileError": None, "cached": {"eager": False, "compile": False}}
     cache = BaselineCache(cache_dir) if cache_dir is not None else None
@@ -388,7 +425,8 @@ def measure(report: dict[str, Any], reference_module: Any, ref_model: torch.nn.M
             timings[kind], timings["cached"][kind] = cached, True
             continue
         try:
-            timed = time_baseline(kind, ref_model, input_sets, target, calls, warmup)
+            with PHASES(f"timing the {kind} baseline"):
+                timed = time_baseline(kind, ref_model, input_sets, target, calls, warmup)
         except Exception as exc:  # torch.compile fails on some models and machines: say why, keep eager
             timings["compileError"] = first_line(exc)
             continue
@@ -400,7 +438,8 @@ def measure(report: dict[str, Any], reference_module: Any, ref_model: torch.nn.M
     for kind in baselines:
         if timings[kind] is not None:
             report["speedup"][kind] = speedup(Timing(**timings[kind]), candidate)
-    report["floor"] = physical_floor(ref_model, input_sets[0], target, cache_dir, candidate, verdict)
+    with PHASES("physical floor"):
+        report["floor"] = physical_floor(ref_model, input_sets[0], target, cache_dir, candidate, verdict)
 
 
 def first_line(exc: BaseException) -> str:

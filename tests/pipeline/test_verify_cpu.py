@@ -182,6 +182,16 @@ class ModelNew(nn.Module):
         return out
 '''
 
+REMEMBERS_FIRST_OUTPUT = TRITON_RELU + '''
+class ModelNew(nn.Module):
+    remembered = None
+
+    def forward(self, x):
+        if ModelNew.remembered is None:
+            ModelNew.remembered = triton_relu(x)
+        return ModelNew.remembered.clone()  # right only for the first inputs it saw
+'''
+
 BIG_RELU_PROBLEM = RELU_PROBLEM.replace("torch.rand(64, 256)", "torch.rand(2048, 2048)")
 
 
@@ -242,6 +252,11 @@ async def test_wrong_candidate_is_a_mismatch_on_forward(sandbox: Sandbox, cache_
     assert finding.code == "verify-mismatch" and "2 of 2 trials failed" in finding.message
     forward_line = next(i for i, line in enumerate(WRONG.splitlines()) if "def forward" in line)
     assert finding.range.start.line == forward_line
+
+
+async def test_each_trial_draws_fresh_inputs(sandbox: Sandbox, cache_dir: Path):
+    report = await verify(sandbox, cache_dir, REMEMBERS_FIRST_OUTPUT, trials=3)
+    assert (report["verdict"], report["correctness"]["passed"]) == ("rejected", 1)
 
 
 @pytest.mark.parametrize(("candidate", "code"), [

@@ -119,3 +119,15 @@ def test_thread_left_running_is_reported_by_name() -> None:
         release.set()
         worker.join()
     assert threads_started(before, thread_idents()) == []
+
+
+def test_input_snapshot_sees_changed_bytes_metadata_and_leaves():
+    from kernel_lsp.verify.integrity import changed_since, input_snapshot
+
+    args = (torch.arange(12.0).reshape(3, 4), [torch.ones(5)], 7)
+    snapshot = input_snapshot(args)
+    assert changed_since(snapshot, args) == []
+    args[1][0][2] = float("nan")
+    assert changed_since(snapshot, args) == [1]
+    assert changed_since(snapshot, (args[0].t(), args[1])) == [0, 1]  # a transposed view: other strides
+    assert changed_since(snapshot, (args[0],)) == [1]  # a leaf gone

@@ -1,0 +1,38 @@
+"""The two models of a verification: files imported as modules, and the reference's weights given to the candidate.
+
+Both models get the same weights: the reference's state_dict where names and shapes match, else the same seed
+for both constructions.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+WEIGHTS_SEED = 1234
+
+
+def load_module(path: str, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, Path(path).resolve())
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def share_weights(reference: torch.nn.Module, candidate: torch.nn.Module) -> str:
+    ref_state = reference.state_dict()
+    cand_state = candidate.state_dict()
+    shared = {k: v for k, v in ref_state.items() if k in cand_state and cand_state[k].shape == v.shape}
+    if not ref_state:
+        return "no weights"
+    if shared:
+        candidate.load_state_dict(shared, strict=False)
+        return f"state_dict: {len(shared)} of {len(ref_state)} tensors loaded"
+    return "same seed for both constructions (no state_dict names matched)"
