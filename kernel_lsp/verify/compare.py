@@ -153,21 +153,35 @@ def metadata_problem(expected: torch.Tensor, actual: object) -> tuple[str, str] 
     return None
 
 
-def as_comparable(tensor: torch.Tensor) -> torch.Tensor:
-    """float64 for arithmetic that cannot overflow; complex as trailing (real, imag) pairs."""
+COMPARE_CHUNK = 1 << 26  # elements compared at a time: float64 temporaries stay a few GiB for any output size
+
+
+def flat_view(tensor: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...]]:
+    """The values in index order, and the shape their flat indices unravel to (complex: (real, imag) pairs)."""
     if tensor.dtype.is_complex:
         tensor = torch.view_as_real(tensor.resolve_conj())
-    return tensor.to(torch.float64)
+    return tensor.reshape(-1), tuple(tensor.shape)
+
+
+def chunks(expected: torch.Tensor, actual: torch.Tensor):
+    """(offset, expected chunk, actual chunk), the chunks in their own dtype."""
+    for start in range(0, expected.numel(), COMPARE_CHUNK):
+        yield start, expected[start:start + COMPARE_CHUNK], actual[start:start + COMPARE_CHUNK]
 
 
 def non_finite_problem(expected: torch.Tensor, actual: torch.Tensor) -> tuple[str, str] | None:
-    """NaN / Inf in either output, naming the reference when it is the one that produced them."""
-    for reason, test, label in (("nan", torch.isnan, "NaN"), ("inf", torch.isinf, "Inf")):
-        in_reference = int(test(expected).sum())
+    """NaN / Inf in either flat output, naming the reference when it is the one that produced them."""
+    counts = {"nan": [0, 0], "inf": [0, 0]}
+    if expected.is_floating_point():
+        for _, e, a in chunks(expected, actual):
+            for reason, test in (("nan", torch.isnan), ("inf", torch.isinf)):
+                counts[reason][0] += int(test(e).sum())
+                counts[reason][1] += int(test(a).sum())
+    for reason, label in (("nan", "NaN"), ("inf", "Inf")):
+        in_reference, in_candidate = counts[reason]
         if in_reference:
             return reason, (f"{reason}: the reference produced {in_reference} {label} of {expected.numel()} "
                             "elements; the problem is ill-posed for this input (change the inputs)")
-        in_candidate = int(test(actual).sum())
         if in_candidate:
             return reason, f"{reason}: {in_candidate} of {actual.numel()} elements are {label}"
     return None
@@ -181,45 +195,70 @@ def unravel(flat_index: int, shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(index))
 
 
+@dataclass
+class ErrorTally:
+    """Running figures over the chunks of one comparison."""
+
+    mismatched: int = 0
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    worst_excess: float = float("-inf")
+    worst_flat: int = 0
+    worst_expected: float = 0.0
+    worst_actual: float = 0.0
+
+    def add(self, offset: int, expected: torch.Tensor, actual: torch.Tensor, tolerance: Tolerance,
+            scale: float) -> None:
+        expected64, actual64 = expected.to(torch.float64), actual.to(torch.float64)
+        abs_error = (actual64 - expected64).abs()
+        excess = abs_error - (tolerance.atol * scale + tolerance.rtol * expected64.abs())
+        if tolerance == EXACT:
+            self.mismatched += int((actual != expected).sum())  # exact integers, even beyond float64's 2**53
+        else:
+            self.mismatched += int((excess > 0).sum())
+        rel_error = abs_error / expected64.abs().clamp_min(torch.finfo(torch.float64).tiny)
+        self.max_abs = max(self.max_abs, float(abs_error.max()))
+        self.max_rel = max(self.max_rel, float(rel_error.max()))
+        local = int(excess.argmax())
+        if float(excess[local]) > self.worst_excess:
+            self.worst_excess, self.worst_flat = float(excess[local]), offset + local
+            self.worst_expected, self.worst_actual = float(expected64[local]), float(actual64[local])
+
+
 def compare_values(expected: torch.Tensor, actual: torch.Tensor, tolerance: Tolerance) -> Comparison:
-    expected64, actual64 = as_comparable(expected), as_comparable(actual)
-    total = expected64.numel()
-    problem = non_finite_problem(expected64, actual64)
+    """Chunk by chunk, so that comparing a many-GiB output needs only a few GiB of float64 temporaries."""
+    expected_flat, shape = flat_view(expected)
+    actual_flat, _ = flat_view(actual)
+    total = expected_flat.numel()
+    problem = non_finite_problem(expected_flat, actual_flat)
     if problem is not None:
         return refused(*problem, total=total)
     if total == 0:
         return Comparison(True, "", 0.0, 0.0, None, None, None, 0, 0, "ok: empty output")
-    abs_error = (actual64 - expected64).abs()
-    scale = output_scale(expected64)
-    allowed = tolerance.atol * scale + tolerance.rtol * expected64.abs()
-    excess = abs_error - allowed
-    if tolerance == EXACT:
-        mismatched = int((actual != expected).sum())  # exact integers, even beyond float64's 2**53
-    else:
-        mismatched = int((excess > 0).sum())
-    rel_error = abs_error / expected64.abs().clamp_min(torch.finfo(torch.float64).tiny)
-    worst_flat = int(excess.flatten().argmax())
-    worst_index = unravel(worst_flat, expected64.shape)
-    worst_expected = float(expected64.flatten()[worst_flat])
-    worst_actual = float(actual64.flatten()[worst_flat])
-    max_abs, max_rel = float(abs_error.max()), float(rel_error.max())
-    ok = mismatched == 0
+    scale = output_scale(expected_flat)
+    tally = ErrorTally()
+    for offset, e, a in chunks(expected_flat, actual_flat):
+        tally.add(offset, e, a, tolerance, scale)
+    worst_index = unravel(tally.worst_flat, shape)
+    ok = tally.mismatched == 0
     head = (f"ok: {total} elements within tolerance" if ok
-            else f"mismatch: {mismatched} of {total} elements differ")
-    message = (f"{head}; max abs error {max_abs:.1e}, max rel error {max_rel:.1e} at {list(worst_index)} "
-               f"(expected {worst_expected:.4g}, got {worst_actual:.4g}); {describe_tolerance(expected.dtype, tolerance, scale)}")
-    return Comparison(ok, "" if ok else "mismatch", max_abs, max_rel, worst_index, worst_expected, worst_actual,
-                      mismatched, total, message)
+            else f"mismatch: {tally.mismatched} of {total} elements differ")
+    message = (f"{head}; max abs error {tally.max_abs:.1e}, max rel error {tally.max_rel:.1e} at {list(worst_index)} "
+               f"(expected {tally.worst_expected:.4g}, got {tally.worst_actual:.4g}); "
+               f"{describe_tolerance(expected.dtype, tolerance, scale)}")
+    return Comparison(ok, "" if ok else "mismatch", tally.max_abs, tally.max_rel, worst_index, tally.worst_expected,
+                      tally.worst_actual, tally.mismatched, total, message)
 
 
-def output_scale(expected64: torch.Tensor) -> float:
+def output_scale(expected: torch.Tensor) -> float:
     """The RMS of the reference output, at least 1: what atol is multiplied by.
 
     Summing signed terms cancels, so an element near 0 carries the rounding error of terms as large as the
     output's typical value; an absolute tolerance that ignores this rejects honest kernels that only sum in a
     different order (a 4096-long fp32 dot product of N(0, 1) values differs by ~1e-4 between orders).
     """
-    return max(1.0, float(expected64.square().mean().sqrt()))
+    squares = sum(float(e.to(torch.float64).square().sum()) for _, e, _ in chunks(expected, expected))
+    return max(1.0, (squares / expected.numel()) ** 0.5)
 
 
 def short_float(value: float) -> str:

@@ -146,3 +146,17 @@ def test_sparse_output_is_refused() -> None:
 def test_empty_outputs_pass() -> None:
     result = compare_outputs(torch.empty(0, 3), torch.empty(0, 3))
     assert (result.ok, result.total, result.message) == (True, 0, "ok: empty output")
+
+
+def test_chunked_comparison_gives_the_same_figures_as_one_chunk(monkeypatch) -> None:
+    import kernel_lsp.verify.compare as compare
+
+    torch.manual_seed(1)
+    expected = torch.randn(7, 11)
+    actual = expected + torch.randn(7, 11) * 1e-4
+    whole = compare_outputs(expected, actual)
+    monkeypatch.setattr(compare, "COMPARE_CHUNK", 5)
+    assert compare_outputs(expected, actual) == whole
+    late_nan = actual.clone()
+    late_nan[6, 10] = float("nan")  # in the last chunk
+    assert compare_outputs(expected, late_nan).reason == "nan"
