@@ -1,19 +1,20 @@
 """Which kernels a candidate ran, and whether any of them is its own (integrity-no-custom-kernel, -other-stream).
 
-`own_kernel_names` reads the candidate's sources (torch-free). `KernelRecorder` runs in the sandbox child next to
-the candidate and watches what a few calls launch: on CUDA through torch's profiler (kineto/CUPTI), on the CPU
-through Triton's interpreter (TRITON_INTERPRET=1), the only way kernels run there. `classify` sorts the launches
+`own_kernel_names` reads the candidate's sources (torch-free). `RecordingSession` runs in the sandbox child next to
+the candidate and watches what its runs launch, each run a window: on CUDA through torch's profiler (kineto/CUPTI),
+on the CPU through Triton's interpreter (TRITON_INTERPRET=1), the only way kernels run there. `classify` sorts the launches
 into the candidate's own kernels, kernels the problem allows, and stock (PyTorch, cuBLAS, cuDNN, inductor) ones.
 
-Stream ids are the profiler's (CUPTI stream ids, not `torch.cuda.Stream.cuda_stream` pointers): the recorder
-launches a marker kernel on the current stream first and takes the stream the profiler reports for it as current.
+Stream ids are the profiler's (CUPTI stream ids, not `torch.cuda.Stream.cuda_stream` pointers): each window opens
+with a marker kernel on the current stream, and the stream the profiler reports for it is taken as current.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from operator import methodcaller
@@ -147,19 +148,36 @@ class Unobservable(Exception):
     """Nothing here can see kernel launches; the message says why."""
 
 
-class KernelRecorder:
-    """`with KernelRecorder(device) as seen: model(*inputs)`, then `seen.launches`, `seen.how`, `seen.reason`,
-    `seen.current_stream`. Meant for a few calls: the CUDA path synchronizes the device around the block."""
+MARKER_CYCLES = 1000  # torch.cuda._sleep's spin_kernel for ~1 µs: the window marker on CUDA
+MARKER_KERNEL = "spin_kernel"
+
+
+@dataclass
+class Window:
+    """What one recorded stretch launched; filled in when its session ends."""
+
+    launches: list[KernelLaunch] = field(default_factory=list)
+    current_stream: int | None = None  # profiler stream id of the harness's current stream
+
+
+class RecordingSession:
+    """One recording over several windows: `with RecordingSession(device) as session:` then, per run,
+    `with session.window() as seen: model(*inputs)`; `seen.launches` is filled when the session ends.
+
+    Starting and stopping torch's profiler costs about a second on an H200, so the runs of one verification share a
+    session. On CUDA each window is bracketed by marker kernels (torch.cuda._sleep's spin_kernel, launched on the
+    current stream between device-wide synchronizations): the kernels between a pair belong to that window, and the
+    opening marker's stream is the current stream. On the CPU, Triton's interpreter reports each launch as it happens.
+    """
 
     def __init__(self, device: str) -> None:
         self.device = device
-        self.launches: list[KernelLaunch] = []
+        self.windows: list[Window] = []
         self.how = "none"  # 'profiler' | 'triton-launcher' | 'none'
         self.reason: str | None = None  # why nothing could observe launches, when how == 'none'
-        self.current_stream: int | None = None  # profiler stream id of the harness's current stream
         self._watch: _ProfilerWatch | _InterpreterWatch | None = None
 
-    def __enter__(self) -> KernelRecorder:
+    def __enter__(self) -> RecordingSession:
         watch = _ProfilerWatch(self.device) if self.device.startswith("cuda") else _InterpreterWatch()
         try:
             watch.start()
@@ -169,26 +187,65 @@ class KernelRecorder:
         self._watch, self.how = watch, watch.how
         return self
 
+    @contextlib.contextmanager
+    def window(self) -> Iterator[Window]:
+        window = Window()
+        self.windows.append(window)
+        watch = self._watch
+        if watch is None:
+            yield window
+            return
+        watch.open_window(len(self.windows) - 1)
+        try:
+            yield window
+        finally:
+            watch.close_window()
+
     def __exit__(self, *exc_info: object) -> None:
         if self._watch is None:
             return
         watch, self._watch = self._watch, None
         try:
-            self.launches = watch.stop()
+            seen = watch.stop(len(self.windows))
         except Unobservable as reason:
             self.how, self.reason = "none", str(reason)
-        self.current_stream = getattr(watch, "current_stream", None)
+            return
+        for window, (launches, stream) in zip(self.windows, seen):
+            window.launches, window.current_stream = launches, stream
+
+
+class KernelRecorder:
+    """A session of one window: `with KernelRecorder(device) as seen: model(*inputs)`, then `seen.launches`,
+    `seen.how`, `seen.reason`, `seen.current_stream`. The CUDA path synchronizes the device around the block."""
+
+    def __init__(self, device: str) -> None:
+        self._session = RecordingSession(device)
+        self._window: contextlib.AbstractContextManager[Window] | None = None
+        self.launches: list[KernelLaunch] = []
+        self.how, self.reason = "none", None
+        self.current_stream: int | None = None
+
+    def __enter__(self) -> KernelRecorder:
+        self._session.__enter__()
+        self._window = self._session.window()
+        self._window.__enter__()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._window.__exit__(None, None, None)
+        self._session.__exit__(None, None, None)
+        window = self._session.windows[0]
+        self.launches, self.current_stream = window.launches, window.current_stream
+        self.how, self.reason = self._session.how, self._session.reason
 
 
 class _ProfilerWatch:
-    """CUDA kernels from torch's profiler. A synchronized marker kernel is the first to start, which marks the
-    current stream and is dropped from the launches."""
+    """CUDA kernels from torch's profiler, split into windows by marker kernels."""
 
     how = "profiler"
 
     def __init__(self, device: str) -> None:
         self.device = device
-        self.current_stream: int | None = None
         self._profile = None
 
     def start(self) -> None:
@@ -201,15 +258,21 @@ class _ProfilerWatch:
             raise Unobservable("torch's profiler cannot see CUDA kernels here (built without kineto/CUPTI)")
         self._profile = profile(activities=[ProfilerActivity.CUDA])
         self._profile.__enter__()
-        try:
-            torch.cuda.synchronize(self.device)  # earlier work must not start after the marker
-            torch.empty(1, device=self.device).fill_(1.0)
-            torch.cuda.synchronize(self.device)  # the marker ends before any candidate kernel starts
-        except BaseException:
-            self._profile.__exit__(None, None, None)  # a profiler left running would slow every later call
-            raise
 
-    def stop(self) -> list[KernelLaunch]:
+    def open_window(self, index: int) -> None:
+        self._marker()
+
+    def close_window(self) -> None:
+        self._marker()
+
+    def _marker(self) -> None:
+        import torch
+
+        torch.cuda.synchronize(self.device)  # everything before the marker ends before it starts...
+        torch.cuda._sleep(MARKER_CYCLES)
+        torch.cuda.synchronize(self.device)  # ...and everything after it starts after it ends
+
+    def stop(self, windows: int) -> list[tuple[list[KernelLaunch], int | None]]:
         import torch
 
         torch.cuda.synchronize(self.device)
@@ -218,9 +281,26 @@ class _ProfilerWatch:
         if results is None:
             raise Unobservable("this torch's profiler does not expose its kineto events")
         kernels = sorted((event for event in results.events() if _is_kernel_event(event)), key=methodcaller("start_ns"))
-        if kernels and "fill" in kernels[0].name().lower():
-            self.current_stream = _stream_of(kernels.pop(0))
-        return [KernelLaunch(event.name(), _stream_of(event), "profiler") for event in kernels]
+        seen = split_at_markers([(event.name(), _stream_of(event)) for event in kernels])
+        if len(seen) != windows:
+            raise Unobservable(f"the profiler saw {len(seen)} of {windows} marked windows, so launches cannot be "
+                               "told apart")
+        return seen
+
+
+def split_at_markers(kernels: list[tuple[str, int | None]]) -> list[tuple[list[KernelLaunch], int | None]]:
+    """(launches, current stream) per window, from kernels in start order where marker pairs open and close each
+    window; kernels between windows (the reference's, the harness's) belong to none."""
+    windows: list[tuple[list[KernelLaunch], int | None]] = []
+    inside = False
+    for name, stream in kernels:
+        if MARKER_KERNEL in name:
+            if not inside:
+                windows.append(([], stream))
+            inside = not inside
+        elif inside:
+            windows[-1][0].append(KernelLaunch(name, stream, "profiler"))
+    return windows
 
 
 def _is_kernel_event(event) -> bool:
@@ -240,14 +320,15 @@ def _stream_of(event) -> int | None:
 
 
 class _InterpreterWatch:
-    """@triton.jit launches under TRITON_INTERPRET=1, by wrapping the interpreter's GridExecutor for the block.
+    """@triton.jit launches under TRITON_INTERPRET=1, by wrapping the interpreter's GridExecutor for the session.
     A launch counts once at least one program of its grid ran: an empty grid does no work."""
 
     how = "triton-launcher"
 
     def __init__(self) -> None:
-        self.launches: list[KernelLaunch] = []
+        self.launches: list[tuple[int, KernelLaunch]] = []  # (window, launch)
         self.programs = 0  # programs the interpreter started, all launches together
+        self.window: int | None = None
         self._restore: list[Callable[[], None]] = []
 
     def start(self) -> None:
@@ -262,11 +343,17 @@ class _InterpreterWatch:
         self._wrap(GridExecutor, "__call__", self._recorded_launch)
         self._wrap(InterpreterBuilder, "set_grid_idx", self._counted_program)
 
-    def stop(self) -> list[KernelLaunch]:
+    def open_window(self, index: int) -> None:
+        self.window = index
+
+    def close_window(self) -> None:
+        self.window = None
+
+    def stop(self, windows: int) -> list[tuple[list[KernelLaunch], int | None]]:
         for restore in reversed(self._restore):
             restore()
         self._restore.clear()
-        return self.launches
+        return [([launch for window, launch in self.launches if window == index], None) for index in range(windows)]
 
     def _wrap(self, owner: type, attribute: str, make_wrapper: Callable[[Callable], Callable]) -> None:
         original = owner.__dict__[attribute]
@@ -277,8 +364,8 @@ class _InterpreterWatch:
         def launch(executor, *args, **kwargs):
             programs_before = self.programs
             result = original(executor, *args, **kwargs)
-            if self.programs > programs_before:
-                self.launches.append(KernelLaunch(executor.fn.__name__, None, "triton-launcher"))
+            if self.programs > programs_before and self.window is not None:
+                self.launches.append((self.window, KernelLaunch(executor.fn.__name__, None, "triton-launcher")))
             return result
         return launch
 

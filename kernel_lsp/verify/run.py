@@ -40,7 +40,7 @@ from kernel_lsp.verify.integrity import (
     threads_started,
     timer_snapshot,
 )
-from kernel_lsp.verify.kernels import KernelRecorder, classify, launches_off_stream, own_kernel_names
+from kernel_lsp.verify.kernels import RecordingSession, Window, classify, launches_off_stream, own_kernel_names
 from kernel_lsp.verify.timing import Timing, make_input_sets, resolve_device, speedup, time_callable
 
 DISTRIBUTIONS = ("own", "normal", "scaled")
@@ -75,10 +75,8 @@ class ReferenceFailed(Exception):
 
 @dataclass
 class CandidateRun:
-    output: Any
-    launches: list
-    recorder_how: str
-    off_stream: list[str]  # kernels launched on a stream other than the current one
+    output: Any  # dropped once compared: a trial's output may take GiBs
+    window: Window | None  # the recorded launches (filled when the recording session ends); None when not recorded
     mutated: list[int]
     pending: bool  # the output changed after forward returned and the current stream was done
     threads: list[str]
@@ -236,19 +234,20 @@ def snapshot(output: Any) -> list[torch.Tensor]:
     return [t.detach().clone() for t in tensor_leaves(output)]
 
 
-def run_candidate(model: torch.nn.Module, inputs: tuple, target: torch.device, record: bool = True) -> CandidateRun:
-    """Runs forward once, watching what it launches (unless `record` is off: profiling costs time), what it
-    changes, and what it leaves running."""
+def run_candidate(model: torch.nn.Module, inputs: tuple, target: torch.device,
+                  session: RecordingSession | None) -> CandidateRun:
+    """Runs forward once, watching what it launches (in a window of `session`, unless None), what it changes,
+    and what it leaves running."""
     with PHASES("input snapshots"):
         before, threads = input_snapshot(inputs), thread_idents()
-    recorder = KernelRecorder(str(target)) if record else contextlib.nullcontext()
-    with PHASES("candidate runs"), torch.no_grad(), recorder:
+    window = session.window() if session is not None else contextlib.nullcontext()
+    with PHASES("candidate runs"), torch.no_grad(), window as seen:
         output = model(*inputs)
         if target.type == "cuda":
             torch.cuda.current_stream(target).synchronize()  # what the caller may rely on, and no more
         returned = snapshot(output)
-    if target.type == "cuda":
-        torch.cuda.synchronize(target)
+        if target.type == "cuda":
+            torch.cuda.synchronize(target)
     started = threads_started(threads, thread_idents())
     for thread in threading.enumerate():
         if thread.name in started:
@@ -256,11 +255,7 @@ def run_candidate(model: torch.nn.Module, inputs: tuple, target: torch.device, r
     pending = any(not torch.equal(as_bytes(a), as_bytes(b)) for a, b in zip(returned, tensor_leaves(output)))
     with PHASES("input snapshots"):
         mutated = changed_since(before, inputs)
-    del before
-    if not record:
-        return CandidateRun(output, [], "not recorded", [], mutated, pending, started)
-    off_stream = [launch.name for launch in launches_off_stream(recorder.launches, recorder.current_stream)]
-    return CandidateRun(output, list(recorder.launches), recorder.how, off_stream, mutated, pending, started)
+    return CandidateRun(output, seen, mutated, pending, started)
 
 
 def outputs_agree(first: Any, second: Any, overrides: dict[str, Tolerance]) -> bool:
@@ -283,61 +278,66 @@ def run_trials(get_inputs: Callable[[], list], ref_model: torch.nn.Module, cand_
                target: torch.device, trials: int, seed: int, distributions: list[str],
                overrides: dict[str, Tolerance], own: set[str], allowed: tuple[str, ...],
                verdict: Verdict) -> dict[str, Any]:
-    """Correctness over `trials` fresh input sets, alternating order and distribution; integrity noted in verdict."""
+    """Correctness over `trials` fresh input sets, alternating order and distribution; integrity noted in verdict.
+    One recording session covers the trials; what each run launched is judged once it ends."""
     passed_by_order = {"reference-first": [], "candidate-first": []}
     worst: Comparison | None = None
     used: list[str] = []
+    runs: list[CandidateRun] = []
+    with RecordingSession(str(target)) as session:
+        for index in range(trials):
+            distribution = distributions[index % len(distributions)]
+            used.append(distribution)
+            inputs = draw_inputs(get_inputs, seed + index, target, distribution)
+            order = "reference-first" if index % 2 == 0 else "candidate-first"
+            expected, run = one_trial(ref_model, cand_model, inputs, target, order, session)
+            comparison = compare_outputs(expected, run.output, overrides)
+            del expected
+            passed_by_order[order].append(comparison.ok)
+            if worst is None or worse(comparison, worst):
+                worst = comparison
+            if index == 0 or not comparison.ok:
+                check_rerun(cand_model, inputs, target, run, overrides, comparison, verdict)
+            run.output = None
+            runs.append(run)
     custom: set[str] = set()
     stock: set[str] = set()
-    how = "none"
-    for index in range(trials):
-        distribution = distributions[index % len(distributions)]
-        used.append(distribution)
-        inputs = draw_inputs(get_inputs, seed + index, target, distribution)
-        order = "reference-first" if index % 2 == 0 else "candidate-first"
-        expected, run = one_trial(ref_model, cand_model, inputs, target, order)
-        comparison = compare_outputs(expected, run.output, overrides)
-        passed_by_order[order].append(comparison.ok)
-        if worst is None or worse(comparison, worst):
-            worst = comparison
-        use = classify(run.launches, own, allowed)
+    for index, run in enumerate(runs):
+        use = classify(run.window.launches, own, allowed)
         custom.update(use.custom)
         stock.update(use.stock)
-        how = run.recorder_how
-        note_run_integrity(run, use, index, verdict)
-        if index == 0 or not comparison.ok:
-            check_rerun(cand_model, inputs, target, run, overrides, comparison, verdict)
+        note_run_integrity(run, use, index, verdict, session)
     note_order(passed_by_order, verdict)
     passed = sum(sum(oks) for oks in passed_by_order.values())
     return {"trials": trials, "passed": passed, "distributions": used,
             "worst": asdict(worst) if worst is not None else None,
-            "kernels": {"custom": sorted(custom), "stock": sorted(stock), "how": how}}
+            "kernels": {"custom": sorted(custom), "stock": sorted(stock), "how": session.how}}
 
 
 def one_trial(ref_model: torch.nn.Module, cand_model: torch.nn.Module, inputs: tuple, target: torch.device,
-              order: str) -> tuple[Any, CandidateRun]:
+              order: str, session: RecordingSession) -> tuple[Any, CandidateRun]:
     if order == "reference-first":
         expected = run_reference(ref_model, clone_inputs(inputs))
         fresh_memory(target)
-        run = run_candidate(cand_model, clone_inputs(inputs), target)
+        run = run_candidate(cand_model, clone_inputs(inputs), target, session)
     else:
         fresh_memory(target)
-        run = run_candidate(cand_model, clone_inputs(inputs), target)
+        run = run_candidate(cand_model, clone_inputs(inputs), target, session)
         flush_allocator(target)
         expected = run_reference(ref_model, clone_inputs(inputs))
     return expected, run
 
 
-def note_run_integrity(run: CandidateRun, use: Any, index: int, verdict: Verdict) -> None:
+def note_run_integrity(run: CandidateRun, use: Any, index: int, verdict: Verdict, session: RecordingSession) -> None:
     trial = f"trial {index + 1}"
     if run.mutated:
         verdict.reject("integrity-input-mutated",
                        f"the candidate changed input tensor(s) {run.mutated} in place ({trial})")
     problem = use.problem()
     if problem is not None:
-        detail = "" if run.recorder_how != "none" else " (kernel launches cannot be observed here)"
+        detail = "" if session.how != "none" else f" (kernel launches cannot be observed here: {session.reason})"
         verdict.reject("integrity-no-custom-kernel", f"{problem}{detail} ({trial})")
-    others = run.off_stream
+    others = [launch.name for launch in launches_off_stream(run.window.launches, run.window.current_stream)]
     if others:
         verdict.reject("integrity-other-stream", f"kernels ran on a stream other than the current one: "
                                                  f"{', '.join(sorted(set(others))[:3])} ({trial})")
@@ -352,7 +352,7 @@ def check_rerun(cand_model: torch.nn.Module, inputs: tuple, target: torch.device
                 overrides: dict[str, Tolerance], comparison: Comparison, verdict: Verdict) -> None:
     """Run again on the same inputs over memory poisoned with other bytes: a changed output read garbage."""
     fresh_memory(target, SECOND_POISON_BYTE)
-    second = run_candidate(cand_model, clone_inputs(inputs), target, record=False)
+    second = run_candidate(cand_model, clone_inputs(inputs), target, None)
     if outputs_agree(first.output, second.output, overrides):
         return
     if target.type == "cuda":

@@ -224,3 +224,14 @@ def test_recorder_says_why_it_sees_nothing_without_the_interpreter(tmp_path: Pat
     how, reason, launches = run_script(tmp_path, script, interpret=False)
     assert (how, launches) == ("none", [])
     assert "TRITON_INTERPRET=1" in reason
+
+
+def test_marker_pairs_split_launches_into_windows() -> None:
+    from kernel_lsp.verify.kernels import split_at_markers
+
+    marker = "at::cuda::(anonymous namespace)::spin_kernel(long)"
+    kernels = [("reference_gemm", 7), (marker, 7), ("relu_kernel", 7), ("side", 9), (marker, 7),
+               ("reference_relu", 7), (marker, 13), (marker, 13)]
+    windows = split_at_markers(kernels)
+    assert [([launch.name for launch in launches], stream) for launches, stream in windows] == [
+        (["relu_kernel", "side"], 7), ([], 13)]
