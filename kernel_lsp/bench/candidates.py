@@ -6,6 +6,7 @@ same file, KernelBench layout). `verify_job` builds the job the worker runs (see
 
 from __future__ import annotations
 
+import ast
 import logging
 import os
 import re
@@ -89,6 +90,8 @@ def verify_job(candidate: Path, reference: Path, options: dict) -> Job:
     text = _read(candidate)
     names = {candidate.resolve(): candidate.name}
     names.setdefault(reference.resolve(), _inside(reference.resolve(), folder) or f"reference/{reference.name}")
+    for module in sorted(local_imports(candidate, text)):
+        names.setdefault(module, _inside(module, folder))
     for source in sorted(_load_sources(candidate, text)):
         name = _inside(source, folder)
         if name is None:
@@ -99,6 +102,31 @@ def verify_job(candidate: Path, reference: Path, options: dict) -> Job:
     config = {**options, "candidate": names[candidate.resolve()], "reference": names[reference.resolve()],
               "origins": {name: str(path) for path, name in names.items()}}
     return Job("verify", source_files, config, cache_key("verify", source_files, config))
+
+
+def local_imports(candidate: Path, text: str) -> set[Path]:
+    """The .py files of modules and packages beside the candidate that it imports (`import helpers`,
+    `from kernels.relu import ...`): the job must carry them, or the candidate fails to import on the worker."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return set()
+    folder = candidate.resolve().parent
+    found: set[Path] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            tops = [alias.name.split(".")[0] for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            tops = [node.module.split(".")[0]]
+        else:
+            continue
+        for top in tops:
+            if (folder / f"{top}.py").is_file():
+                found.add(folder / f"{top}.py")
+            elif (folder / top / "__init__.py").is_file():
+                found.update(path.resolve() for path in (folder / top).rglob("*.py"))
+    found.discard(candidate.resolve())
+    return found
 
 
 def problem_name(pairing: Pairing) -> ProblemName:

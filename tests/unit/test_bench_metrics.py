@@ -124,3 +124,17 @@ def test_verify_job_names_files_relative_to_the_candidate(tmp_path: Path):
     assert same.source_files == {"19_ReLU.py": "class Model: ...\n"} and same.config["reference"] == "19_ReLU.py"
     with pytest.raises(ValueError, match="timed_calls"):
         verify_job(candidate, reference, {"timed_calls": 5})
+
+
+def test_verify_job_carries_the_modules_the_candidate_imports_from_its_folder(tmp_path: Path):
+    reference = tmp_path / "ref.py"
+    reference.write_text("class Model: ...\n")
+    (tmp_path / "helpers.py").write_text("SCALE = 2\n")
+    (tmp_path / "ops" / "cuda").mkdir(parents=True)
+    (tmp_path / "ops" / "__init__.py").write_text("")
+    (tmp_path / "ops" / "cuda" / "relu.py").write_text("def relu(x): ...\n")
+    (tmp_path / "unused.py").write_text("")
+    candidate = tmp_path / "cand.py"
+    candidate.write_text("import torch, helpers\nfrom ops.cuda.relu import relu\nclass ModelNew: ...\n")
+    job = verify_job(candidate, reference, {})
+    assert set(job.source_files) == {"cand.py", "ref.py", "helpers.py", "ops/__init__.py", "ops/cuda/relu.py"}
