@@ -17,6 +17,7 @@ from typing import Any
 from kernel_lsp.config import Settings
 from kernel_lsp.jobs.cache import cache_key
 from kernel_lsp.sources import parse_python
+from kernel_lsp.sources.cuda import find_includes
 from kernel_lsp.verify.pairing import Pairing, ReferenceProblem, _load_sources, find_reference
 from kernel_lsp.worker.protocol import Job
 
@@ -98,6 +99,8 @@ def verify_job(candidate: Path, reference: Path, options: dict) -> Job:
             log.warning("%s loads %s from outside its folder: the worker reads it at that path", candidate, source)
         elif source.is_file():
             names.setdefault(source, name)
+            for header in sorted(local_headers(source, folder)):
+                names.setdefault(header, _inside(header, folder))
     source_files = {name: _read(path) for path, name in names.items()}
     config = {**options, "candidate": names[candidate.resolve()], "reference": names[reference.resolve()],
               "origins": {name: str(path) for path, name in names.items()}}
@@ -126,6 +129,20 @@ def local_imports(candidate: Path, text: str) -> set[Path]:
             elif (folder / top / "__init__.py").is_file():
                 found.update(path.resolve() for path in (folder / top).rglob("*.py"))
     found.discard(candidate.resolve())
+    return found
+
+
+def local_headers(source: Path, folder: Path) -> set[Path]:
+    """Quoted #includes of a CUDA/C++ source, followed through the headers, that resolve inside `folder`."""
+    found: set[Path] = set()
+    pending = [source.resolve()]
+    while pending:
+        current = pending.pop()
+        for include in find_includes(_read(current)):
+            header = (current.parent / include.path).resolve()
+            if include.quoted and header.is_file() and header.is_relative_to(folder) and header not in found:
+                found.add(header)
+                pending.append(header)
     return found
 
 

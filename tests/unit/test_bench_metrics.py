@@ -110,13 +110,16 @@ def test_verify_job_names_files_relative_to_the_candidate(tmp_path: Path):
     reference = tmp_path / "kb" / "level1" / "19_ReLU.py"
     reference.write_text("class Model: ...\n")
     (tmp_path / "c" / "csrc").mkdir(parents=True)
-    (tmp_path / "c" / "csrc" / "relu.cu").write_text("// kernel\n")
+    (tmp_path / "c" / "csrc" / "relu.cu").write_text('#include "common/vec.cuh"\n#include <cuda.h>\n// kernel\n')
+    (tmp_path / "c" / "csrc" / "common").mkdir()
+    (tmp_path / "c" / "csrc" / "common" / "vec.cuh").write_text('#include "../../../outside.h"\n')
+    (tmp_path / "outside.h").write_text("")
     candidate = tmp_path / "c" / "19_ReLU.py"
     candidate.write_text("from torch.utils.cpp_extension import load\n"
                          "ext = load(name='relu', sources=['csrc/relu.cu'])\nclass ModelNew: ...\n")
     job = verify_job(candidate, reference, {"device": "cpu", "trials": 2})
     assert job.kind == "verify"
-    assert set(job.source_files) == {"19_ReLU.py", "reference/19_ReLU.py", "csrc/relu.cu"}
+    assert set(job.source_files) == {"19_ReLU.py", "reference/19_ReLU.py", "csrc/relu.cu", "csrc/common/vec.cuh"}
     assert job.config["candidate"] == "19_ReLU.py" and job.config["reference"] == "reference/19_ReLU.py"
     assert job.config["origins"]["csrc/relu.cu"] == str((tmp_path / "c" / "csrc" / "relu.cu").resolve())
     assert (job.config["device"], job.config["trials"]) == ("cpu", 2) and job.content_hash
