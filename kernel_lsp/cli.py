@@ -41,6 +41,10 @@ def main(argv: list[str] | None = None) -> int:
         from kernel_lsp.bench.command import run_bench
 
         return run_bench(args)
+    if args.command == "profile":
+        from kernel_lsp.profile.command import run_profile
+
+        return run_profile(args)
     parser.print_help(sys.stderr)
     return EXIT_USAGE
 
@@ -74,8 +78,11 @@ def _parser() -> argparse.ArgumentParser:
     from kernel_lsp.bench.command import add_bench_parser
     from kernel_lsp.bench.verify_command import add_verify_parser
 
+    from kernel_lsp.profile.command import add_profile_parser
+
     add_verify_parser(sub)
     add_bench_parser(sub)
+    add_profile_parser(sub)
     return parser
 
 

@@ -2,11 +2,13 @@
 
 Attached to timing results so a user can tell a noisy measurement (throttled clocks, another process
 on the GPU) from a real one. Without NVML or a GPU, `device_facts` raises `NvmlUnavailable` with one
-clear message.
+clear message. `energy_per_call` reads the total energy counter around a loop of calls.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 
@@ -94,3 +96,39 @@ def clock_event_reasons(mask: int) -> list[str]:
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+# --- energy ---------------------------------------------------------------------------------------------
+
+ENERGY_MIN_SECONDS = 0.5  # the energy counter updates every few to tens of ms: a longer loop averages its steps
+
+
+def energy_counter_mj(index: int = 0) -> int:
+    """The GPU's total energy counter (mJ since the driver loaded; Volta and newer)."""
+    nvml = _nvml()
+    try:
+        return int(nvml.nvmlDeviceGetTotalEnergyConsumption(nvml.nvmlDeviceGetHandleByIndex(index)))
+    except nvml.NVMLError as exc:
+        raise NvmlUnavailable(f"NVML cannot read GPU {index}'s energy counter ({exc}): it needs a Volta or "
+                              "newer GPU") from exc
+
+
+def energy_per_call(call: Callable[[], Any], synchronize: Callable[[], Any], index: int = 0,
+                    min_seconds: float = ENERGY_MIN_SECONDS) -> dict[str, Any]:
+    """Energy of one `call` in mJ: the counter read around a loop of calls lasting at least min_seconds.
+
+    The whole GPU's energy: idle power and other processes' work are counted too, so read it on a quiet GPU.
+    """
+    synchronize()
+    start_mj, start = energy_counter_mj(index), time.perf_counter()
+    calls = 0
+    while time.perf_counter() - start < min_seconds:
+        call()
+        calls += 1
+        if calls % 8 == 0:
+            synchronize()  # the clock must see the GPU's time, not how fast launches queue
+    synchronize()
+    seconds, used_mj = time.perf_counter() - start, energy_counter_mj(index) - start_mj
+    return {"mj_per_call": used_mj / calls, "calls": calls, "seconds": seconds,
+            "average_power_w": used_mj / 1000 / seconds if seconds > 0 else None,
+            "how": f"NVML total energy counter around {calls} calls ({seconds:.2f} s), whole GPU"}

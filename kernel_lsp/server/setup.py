@@ -11,9 +11,18 @@ from kernel_lsp import __version__
 from kernel_lsp.compile.service import CompileService
 from kernel_lsp.server.compile_feature import CompileFeature
 from kernel_lsp.server.diagnostics import DiagnosticStore
+from kernel_lsp.server.profile_feature import (
+    IMPORT_COMMAND,
+    PROFILE_ACTION_KIND,
+    PROFILE_COMMAND,
+    ProfileFeature,
+    verify_summary,
+)
 from kernel_lsp.server.settings import SECTION, SettingsManager
 from kernel_lsp.server.verify_feature import VERIFY_COMMAND, VerifyFeature
+from kernel_lsp.server.work_progress import WorkProgress
 from kernel_lsp.server.worker_feature import STATUS_COMMAND, WorkerFeature
+from kernel_lsp.worker.environment import cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +43,12 @@ class KernelLanguageServer(LanguageServer):
                                     supports_progress=self.supports_work_done_progress,
                                     tell_user=lambda m: self.show(m, types.MessageType.Warning),
                                     refresh_lenses=self.refresh_code_lenses)
+        self.profile = ProfileFeature(self.diagnostics, self.settings, self.worker,
+                                      documents=lambda: self.workspace.text_documents,
+                                      progress=WorkProgress(self.work_done_progress, self.supports_work_done_progress),
+                                      tell_user=lambda m: self.show(m, types.MessageType.Warning),
+                                      verify_summary=lambda uri: verify_summary(self.verify.code_lenses(uri)),
+                                      chart_dir=cache_dir() / "charts")
 
     def show(self, message: str, kind: types.MessageType) -> None:
         log.warning("%s", message)
@@ -69,6 +84,7 @@ class KernelLanguageServer(LanguageServer):
         """Settings decide what a check finds, so every open document is checked again."""
         for doc in list(self.workspace.text_documents.values()):
             self.compile.recheck(doc.uri, doc.version, doc.source)
+        self.profile.republish()  # the ignore list may have changed
 
 
 def create_server() -> KernelLanguageServer:
@@ -95,11 +111,13 @@ def create_server() -> KernelLanguageServer:
         doc = params.text_document
         ls.compile.document_open(doc.uri, doc.version, doc.text)
         ls.verify.document_open(doc.uri, doc.text)
+        ls.profile.document_open(doc.uri, doc.version, doc.text)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: KernelLanguageServer, params: types.DidChangeTextDocumentParams) -> None:
         doc = ls.workspace.get_text_document(params.text_document.uri)
         ls.compile.document_change(doc.uri, params.text_document.version, doc.source)
+        ls.profile.document_change(doc.uri, params.text_document.version, doc.source)
 
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE, types.SaveOptions(include_text=False))
     def did_save(ls: KernelLanguageServer, params: types.DidSaveTextDocumentParams) -> None:
@@ -111,10 +129,27 @@ def create_server() -> KernelLanguageServer:
     def did_close(ls: KernelLanguageServer, params: types.DidCloseTextDocumentParams) -> None:
         ls.compile.document_close(params.text_document.uri)
         ls.verify.document_close(params.text_document.uri)
+        ls.profile.document_close(params.text_document.uri)
 
     @server.feature(types.TEXT_DOCUMENT_CODE_LENS)
     def code_lens(ls: KernelLanguageServer, params: types.CodeLensParams) -> list[types.CodeLens]:
         return ls.compile.code_lenses(params.text_document.uri) + ls.verify.code_lenses(params.text_document.uri)
+
+    @server.feature(types.TEXT_DOCUMENT_HOVER)
+    def hover(ls: KernelLanguageServer, params: types.HoverParams) -> types.Hover | None:
+        return ls.profile.hover(params.text_document.uri, params.position)
+
+    @server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(code_action_kinds=[PROFILE_ACTION_KIND]))
+    def code_action(ls: KernelLanguageServer, params: types.CodeActionParams) -> list[types.CodeAction]:
+        return ls.profile.code_actions(params.text_document.uri, params.range, params.context.only)
+
+    @server.command(IMPORT_COMMAND)
+    async def import_profile(ls: KernelLanguageServer, *args) -> dict:
+        return await ls.profile.import_command(args)
+
+    @server.command(PROFILE_COMMAND)
+    async def profile(ls: KernelLanguageServer, *args) -> dict:
+        return await ls.profile.profile_command(args)
 
     @server.command(STATUS_COMMAND)
     async def worker_status(ls: KernelLanguageServer, *args) -> dict:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from kernel_lsp.findings import Finding, Range, Severity, path_to_uri, uri_to_pa
 from kernel_lsp.server.convert import lsp_range
 from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.settings import SettingsManager
+from kernel_lsp.server.work_progress import WorkProgress
 from kernel_lsp.server.worker_feature import WorkerFeature
 from kernel_lsp.sources import parse_python
 from kernel_lsp.verify.pairing import Pairing, ReferenceProblem, files_to_reverify, find_reference
@@ -116,8 +116,7 @@ class VerifyFeature:
         self.settings = settings
         self.worker = worker
         self._documents = documents
-        self._progress = progress  # pygls Progress (window/workDoneProgress/create, $/progress)
-        self._supports_progress = supports_progress
+        self._progress = WorkProgress(progress, supports_progress)
         self._tell_user = tell_user
         self._refresh_lenses = refresh_lenses
         self._runs: dict[str, VerifyRun] = {}  # candidate URI -> what its lens shows
@@ -364,29 +363,11 @@ class VerifyFeature:
     # --- $/progress ------------------------------------------------------------------------------------------
 
     async def _begin_progress(self, pairing: Pairing) -> str | None:
-        if not self._supports_progress():
-            return None
-        token = f"kernel-lsp/verify/{uuid.uuid4().hex}"
-        try:
-            await asyncio.shield(self._progress.create_async(token))  # a cancelled run still takes the reply
-        except Exception as exc:  # a client that refuses the token still gets the result
-            log.info("window/workDoneProgress/create failed: %s", exc)
-            return None
         against = "itself" if pairing.reference == pairing.candidate else pairing.reference.name
-        self._progress.begin(token, types.WorkDoneProgressBegin(
-            title=f"Verifying {pairing.candidate.name}", message=f"against {against}", cancellable=True))
-        task = asyncio.current_task()
-        future = self._progress.tokens.get(token)
-        if future is not None and task is not None:  # the client's cancel button cancels the run
-            future.add_done_callback(lambda f: f.cancelled() and task.get_loop().call_soon_threadsafe(task.cancel))
-        return token
+        return await self._progress.begin("verify", f"Verifying {pairing.candidate.name}", f"against {against}")
 
     def _report_progress(self, token: str | None, message: str, fraction: float | None) -> None:
-        if token is not None:
-            percentage = None if fraction is None else max(0, min(100, int(fraction * 100)))
-            self._progress.report(token, types.WorkDoneProgressReport(message=message, percentage=percentage))
+        self._progress.report(token, message, fraction)
 
     def _end_progress(self, token: str | None, message: str) -> None:
-        if token is not None:
-            self._progress.end(token, types.WorkDoneProgressEnd(message=message))
-            self._progress.tokens.pop(token, None)
+        self._progress.end(token, message)

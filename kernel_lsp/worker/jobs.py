@@ -170,10 +170,24 @@ async def _verify(job: Job, context: JobContext, on_gpu: bool) -> Result:
                                                                     "stderr": outcome.stderr[-4000:]})
 
 
+async def profile(job: Job, context: JobContext) -> Result:
+    """A candidate's ProfileReport (kernel_lsp.profile.worker_job): ncu, SASS, reference kernels and energy on a
+    GPU, holding the GPU slot; the static profile (ptxas + SASS) without one."""
+    from kernel_lsp.profile.worker_job import profile_result
+
+    await context.daemon.warmup.wait()
+    on_gpu = job.config.get("device", "cuda") != "cpu" and context.daemon.warmup.cuda_available
+    if on_gpu:
+        async with context.daemon.gpu_slot(context):
+            return await profile_result(job, context, on_gpu)
+    return await profile_result(job, context, on_gpu)
+
+
 JOB_KINDS: dict[str, Callable[[Job, JobContext], Awaitable[Result]]] = {
     "noop": noop,
     "device-info": device_info,
     "run-python": run_python,
     "build-extension": build_extension,
     "verify": verify,
+    "profile": profile,
 }

@@ -1,0 +1,221 @@
+"""`kernel-lsp profile FILE` and `kernel-lsp profile --import-csv FILE`: what limits each kernel, with numbers.
+
+FILE.py runs the "profile" job through the worker (ncu on a GPU; the static ptxas + SASS profile without one);
+FILE.cu is profiled statically here, no worker needed; --import-csv reads an `ncu --csv --page details` export
+made elsewhere. Exit 0 on success, 2 for usage or environment errors (and when nothing could be profiled).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from kernel_lsp.compile.units import CUDA_SUFFIXES
+from kernel_lsp.config import Settings, pyproject_settings, resolve_settings
+from kernel_lsp.profile.report import (
+    gain_text,
+    imported_kernels,
+    kernel_phrase,
+    summary_line,
+)
+
+EXIT_OK, EXIT_USAGE = 0, 2
+MESSAGE_CHARS = 300  # text output keeps each hint to a few lines; --format json has it whole
+NAME_CHARS = 100
+TOP_NCU_HINTS = 5  # ncu's rules shown per kernel in text, the largest gains; our own hint-* rules always show
+
+
+class ProfileUsageError(Exception):
+    """Bad arguments or an environment that cannot profile; the message says which."""
+
+
+def add_profile_parser(sub: Any) -> None:
+    profile = sub.add_parser("profile", help="profile a candidate's kernels (ncu through the worker; ptxas + SASS "
+                             "without a GPU) or read an ncu CSV export: bound, time, hints with estimated gains")
+    profile.add_argument("file", type=Path, nargs="?", metavar="FILE",
+                         help="a .py candidate (ModelNew; load_inline or Triton) or a .cu file (static profile)")
+    profile.add_argument("--import-csv", type=Path, metavar="CSV",
+                         help="an `ncu --csv --page details` export: the hints for every kernel in it")
+    profile.add_argument("--raw-csv", type=Path, metavar="CSV",
+                         help="with --import-csv: the same report's `--page raw` export (local-memory counters, "
+                              "theoretical roofline ceilings)")
+    profile.add_argument("--reference", type=Path, metavar="REF",
+                         help="the problem (Model, get_inputs) for a .py candidate (default: found as verify finds it; "
+                              "optional when the candidate defines get_inputs)")
+    profile.add_argument("--kernel", action="append", metavar="NAME", help="only this kernel (repeatable)")
+    profile.add_argument("--worker", metavar="ADDRESS",
+                         help="unix:PATH or tcp:HOST:PORT (default: the worker setting, else a local worker)")
+    profile.add_argument("--token-file", help="token for --worker (else workerTokenFile, else $KERNEL_LSP_TOKEN)")
+    profile.add_argument("--format", choices=["text", "json"], default="text")
+
+
+def run_profile(args: argparse.Namespace) -> int:
+    try:
+        return _profile(args)
+    except ProfileUsageError as exc:
+        print(f"kernel-lsp profile: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _profile(args: argparse.Namespace) -> int:
+    if (args.file is None) == (args.import_csv is None):
+        raise ProfileUsageError("give either FILE or --import-csv CSV")
+    if args.import_csv is not None:
+        return _import_csv(args)
+    if not args.file.is_file():
+        raise ProfileUsageError(f"not a file: {args.file}")
+    if args.file.suffix in CUDA_SUFFIXES:
+        report = asyncio.run(_static_cuda_report(args.file, args.kernel or ()))
+    elif args.file.suffix == ".py":
+        report = asyncio.run(_worker_report(args))
+    else:
+        raise ProfileUsageError(f"{args.file}: expected a .py candidate or a .cu file")
+    _print_report(args.format, args.file, report)
+    return EXIT_OK if report["kernels"] else EXIT_USAGE
+
+
+# --- --import-csv ---------------------------------------------------------------------------------------
+
+def _import_csv(args: argparse.Namespace) -> int:
+    details = _read(args.import_csv, "--import-csv")
+    raw = _read(args.raw_csv, "--raw-csv") if args.raw_csv is not None else None
+    kernels = imported_kernels(details, raw)
+    if not kernels:
+        raise ProfileUsageError(f"{args.import_csv}: no kernel launches found; expected the output of "
+                                "`ncu --import REPORT --csv --page details`")
+    if args.kernel:
+        kernels = [k for k in kernels if k["kernel"] in args.kernel]
+    if args.format == "json":
+        print(json.dumps(kernels, indent=2))
+    else:
+        print("\n".join(line for kernel in kernels for line in kernel_lines(kernel)))
+    return EXIT_OK
+
+
+def _read(path: Path, option: str) -> str:
+    try:
+        return path.read_bytes().decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise ProfileUsageError(f"{option}: cannot read {path}: {exc.strerror or exc}") from exc
+
+
+# --- FILE -----------------------------------------------------------------------------------------------
+
+async def _static_cuda_report(path: Path, kernels: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    from kernel_lsp.profile.static import static_profile
+
+    return await static_profile({path.name: _read(path, "FILE")}, path.name, {path.name: str(path.resolve())},
+                                kernels, _settings(path.parent))
+
+
+def _settings(folder: Path) -> Settings:
+    """[tool.kernel-lsp] of the nearest pyproject.toml above the file (arch, include dirs, nvcc path)."""
+    workspace = next((f for f in (folder.resolve(), *folder.resolve().parents) if (f / "pyproject.toml").is_file()),
+                     None)
+    layer, problems = pyproject_settings(workspace) if workspace else ({}, [])
+    settings, more = resolve_settings(layer)
+    for problem in problems + more:
+        print(f"kernel-lsp profile: warning: {problem}", file=sys.stderr)
+    return settings
+
+
+async def _worker_report(args: argparse.Namespace) -> dict[str, Any]:
+    from kernel_lsp.profile.job import profile_job
+    from kernel_lsp.worker.client import WorkerClient, WorkerUnavailable
+    from kernel_lsp.worker.daemon import UsageError, read_token
+
+    settings = _settings(args.file.parent)
+    reference = _reference(args, settings)
+    try:
+        token = read_token(args.token_file or settings.worker_token_file or None)
+    except (UsageError, OSError) as exc:
+        raise ProfileUsageError(f"worker token: {exc}") from exc
+    client = WorkerClient(address=args.worker if args.worker is not None else settings.worker, token=token,
+                          max_frame=settings.max_frame_mib * 2**20, job_timeout_s=settings.job_timeout_s)
+    job = profile_job(args.file, reference, {"kernels": args.kernel} if args.kernel else {})
+    print(f"kernel-lsp profile: {args.file}" + (f" with reference {reference}" if reference else ""), file=sys.stderr)
+    try:
+        result = await client.run(job, progress=lambda message, _: print(f"  {message}", file=sys.stderr))
+    except WorkerUnavailable as exc:
+        raise ProfileUsageError(str(exc)) from exc
+    finally:
+        await client.close()
+    if result.status != "ok":
+        raise ProfileUsageError(f"the profile job {result.status}: {result.error or 'no message'}")
+    run_failures = [f["message"] for f in result.findings if f["code"].startswith("run-")]
+    report = result.metrics["profile"]
+    report["problems"] = run_failures + report["problems"]
+    return report
+
+
+def _reference(args: argparse.Namespace, settings: Settings) -> Path | None:
+    """--reference, else the reference verify would use, else None (the candidate must define get_inputs)."""
+    from kernel_lsp.verify.pairing import Pairing, find_reference
+
+    if args.reference is not None:
+        if not args.reference.is_file():
+            raise ProfileUsageError(f"--reference: not a file: {args.reference}")
+        return args.reference
+    text = _read(args.file, "FILE")
+    workspace = next((f for f in (args.file.resolve().parent, *args.file.resolve().parents)
+                      if (f / "pyproject.toml").is_file()), None)
+    roots = [(workspace or Path.cwd()) / Path(root).expanduser() for root in settings.kernelbench_roots]
+    found = find_reference(args.file, text, workspace, settings.references, roots)
+    if isinstance(found, Pairing) and found.reference.resolve() != args.file.resolve():
+        return found.reference
+    return None
+
+
+# --- output ---------------------------------------------------------------------------------------------
+
+def _print_report(fmt: str, file: Path, report: dict[str, Any]) -> None:
+    if fmt == "json":
+        print(json.dumps({"file": str(file), "summary": summary_line(report), **report}, indent=2))
+        return
+    lines = [f"{file}: {summary_line(report)}"]
+    for kernel in report["kernels"]:
+        lines += kernel_lines(kernel)
+    lines += reference_lines(report.get("reference_kernels") or [])
+    lines += [f"problem: {problem}" for problem in report["problems"]]
+    print("\n".join(lines))
+
+
+def kernel_lines(kernel: dict[str, Any]) -> list[str]:
+    """The kernel's headline (bound, time, registers, occupancy), then its hints, the largest gains first."""
+    facts = [kernel_phrase(kernel)]
+    if kernel.get("registers") is not None:
+        facts.append(f"{kernel['registers']} registers")
+    ptxas = kernel.get("metrics", {}).get("ptxas") or {}
+    if ptxas.get("spill_stores") or ptxas.get("spill_loads"):
+        facts.append(f"{ptxas['spill_stores']}/{ptxas['spill_loads']} B spill stores/loads")
+    if ptxas.get("shared_bytes"):
+        facts.append(f"{ptxas['shared_bytes']} B static shared memory")
+    if kernel.get("occupancy_pct") is not None:
+        facts.append(f"occupancy {kernel['occupancy_pct']:.1f}%")
+    if kernel.get("energy_mj_per_call") is not None:
+        facts.append(f"{kernel['energy_mj_per_call']:.3g} mJ per forward call")
+    lines = ["", f"{kernel['name'][:NAME_CHARS]}", "  " + ", ".join(facts)]
+    ranked = sorted(kernel["findings"], key=lambda f: -(f.get("estimated_speedup") or 0.0))
+    ncu_rules = [f for f in ranked if f["code"].startswith("ncu-")]
+    shown = [f for f in ranked if f in ncu_rules[:TOP_NCU_HINTS] or not f["code"].startswith("ncu-")]
+    for finding in shown:
+        where = f"line {finding['line']}: " if finding.get("line") else ""
+        message = " ".join(finding["message"].split())
+        if len(message) > MESSAGE_CHARS:
+            message = message[:MESSAGE_CHARS - 3] + "..."
+        lines.append(f"  {finding['severity']:<11} {finding['code']}{gain_text(finding)}: {where}{message}")
+    if len(shown) < len(ranked):
+        lines.append(f"  ({len(ranked) - len(shown)} more ncu rule result(s) with smaller gains: --format json)")
+    return lines
+
+
+def reference_lines(kernels: list[dict[str, Any]]) -> list[str]:
+    if not kernels:
+        return []
+    lines = ["", "reference forward (PyTorch kernels the candidate replaces), per call:"]
+    lines += [f"  {k['device_ms']:9.4f} ms  x{k['calls']:<3} {k['name'][:NAME_CHARS]}" for k in kernels]
+    return lines

@@ -1,0 +1,60 @@
+"""Where a candidate's kernels and their instructions sit in the user's own files (torch-free).
+
+A kernel is found by its base name in `.cu`/`.cuh` files, in load_inline CUDA strings of `.py` files (mapped
+back through the generated cuda.cu's source map) and among @triton.jit functions. Positions are 0-based Ranges.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kernel_lsp.compile.units import CUDA_SUFFIXES, CompileUnit
+from kernel_lsp.findings import Range
+from kernel_lsp.sources import assemble_load_inline, find_kernels, parse_python
+
+
+@dataclass(frozen=True)
+class Location:
+    file: str  # the user's path (the job's origins), or the job's file name where no origin is known
+    range: Range
+
+
+def kernel_locations(files: dict[str, str], origins: dict[str, str]) -> dict[str, Location]:
+    """Kernel base name -> the range of its name where it is defined, over every file of the job."""
+    found: dict[str, Location] = {}
+    for name, text in files.items():
+        path = origins.get(name, name)
+        for kernel, rng in _kernels_in(name, text):
+            found.setdefault(kernel, Location(path, rng))
+    return found
+
+
+def _kernels_in(name: str, text: str) -> list[tuple[str, Range]]:
+    if name.endswith(CUDA_SUFFIXES):
+        return [(k.name, k.name_range) for k in find_kernels(text) if k.has_body]
+    if not name.endswith(".py"):
+        return []
+    model = parse_python(text)
+    kernels = [(k.name, k.name_range) for k in model.triton_kernels]
+    for ext in model.extensions:
+        if ext.kind != "load_inline" or not ext.cuda_sources:
+            continue
+        cuda_file, _ = assemble_load_inline(ext)
+        for kernel in find_kernels(cuda_file.text):
+            mapped = cuda_file.map.range_to_original(kernel.name_range) if kernel.has_body else None
+            if mapped is not None:
+                kernels.append((kernel.name, mapped))
+    return kernels
+
+
+def document_line(unit: CompileUnit, line: int) -> int | None:
+    """A 1-based line of the compiled unit as a 1-based line of the user's file; None for generated text
+    (torch's headers, the module definition)."""
+    if unit.source_map is None:
+        return line
+    text = unit.lines[line - 1] if 0 < line <= len(unit.lines) else ""
+    for column in (len(text) - len(text.lstrip()), 0):  # the first character of the code, else the line start
+        mapped = unit.source_map.to_original(line - 1, column)
+        if mapped is not None:
+            return mapped[0] + 1
+    return None

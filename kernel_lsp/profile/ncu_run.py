@@ -1,0 +1,108 @@
+"""Nsight Compute on a candidate, run by the worker (not inside the sandbox child: ncu must start the program it
+profiles): the driver under `ncu --profile-from-start off`, then the report's details and raw pages parsed."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernel_lsp.compile.process import run_process
+from profilers.ncu import (
+    DEFAULT_SECTIONS,
+    KernelLaunch,
+    NcuFailed,
+    NcuNotFound,
+    check_ncu_output,
+    find_ncu,
+    import_command,
+    ncu_command,
+    parse_details_csv,
+    parse_raw_csv,
+    with_raw,
+)
+
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+DEFAULT_LAUNCH_COUNT = 8  # launches profiled: each is replayed once per section pass, so this bounds the time
+NCU_TIMEOUT_S = 600.0
+IMPORT_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class NcuPlan:
+    candidate: str  # job file names, relative to the folder the files are written to
+    reference: str | None
+    kernels: tuple[str, ...]  # names to profile; empty: every kernel the forward launches
+    sections: tuple[str, ...] = DEFAULT_SECTIONS
+    launch_count: int = DEFAULT_LAUNCH_COUNT
+    timeout_s: float = NCU_TIMEOUT_S
+
+
+def kernel_name_filter(kernels: Sequence[str]) -> list[str]:
+    """`-k regex:...` matching each name with or without a namespace: ncu shows the function name it launched,
+    and a namespaced kernel's displayed name may carry its namespace."""
+    if not kernels:
+        return []
+    last_parts = sorted({name.rsplit("::", 1)[-1] for name in kernels})
+    return ["-k", f"regex:^(?:.*::)?(?:{'|'.join(map(re.escape, last_parts))})$"]
+
+
+def driver_program(plan: NcuPlan) -> list[str]:
+    program = [sys.executable, "-m", "kernel_lsp.profile.driver", "--candidate", plan.candidate]
+    return program + (["--reference", plan.reference] if plan.reference else [])
+
+
+def profiling_command(plan: NcuPlan, ncu: str, report: Path) -> list[str]:
+    """ncu_command with the name filter and --profile-from-start off (the driver's warm-up is not profiled)."""
+    argv = ncu_command(driver_program(plan), (), plan.sections, ncu=ncu, report=report,
+                       launch_count=plan.launch_count)
+    return argv[:1] + ["--profile-from-start", "off"] + kernel_name_filter(plan.kernels) + argv[1:]
+
+
+async def profile_launches(plan: NcuPlan, files: dict[str, str]) -> list[KernelLaunch]:
+    """Every profiled launch with its details and raw metrics; an NcuError says why there are none."""
+    ncu = find_ncu()
+    with tempfile.TemporaryDirectory(prefix="kernel-lsp-ncu-") as directory:
+        folder = Path(directory)
+        write_files(folder, files)
+        report = folder / "profile.ncu-rep"
+        await run_ncu_async(profiling_command(plan, ncu, report), plan.timeout_s, folder)
+        details = await run_ncu_async(import_command(report, "details", ncu=ncu), IMPORT_TIMEOUT_S, folder)
+        raw = await run_ncu_async(import_command(report, "raw", ncu=ncu), IMPORT_TIMEOUT_S, folder)
+    return with_raw(parse_details_csv(details), parse_raw_csv(raw))
+
+
+async def run_ncu_async(argv: list[str], timeout_s: float, cwd: Path) -> str:
+    """profilers.ncu.run_ncu as an asyncio subprocess: a cancelled job kills ncu and the program it runs."""
+    environment = dict(os.environ)
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_ROOT, environment.get("PYTHONPATH")]))
+    try:
+        result = await run_process(argv, timeout_s=timeout_s, cwd=str(cwd), env=environment)
+    except OSError as exc:
+        raise NcuNotFound(f"cannot run {argv[0]}: {exc}") from exc
+    if result.timed_out:
+        raise NcuFailed(f"ncu ran past {timeout_s:.0f} s and was stopped (raise limits.wallTimeS, or profile "
+                        "fewer launches with launchCount)")
+    try:
+        check_ncu_output(result.stdout + "\n" + result.stderr, result.returncode or 0)
+    except NcuFailed as exc:  # the profiled program's own error is what the user needs to see
+        raise NcuFailed(f"{exc}; last output: {output_tail(result.stderr or result.stdout)}") from exc
+    return result.stdout
+
+
+def output_tail(text: str, lines: int = 5) -> str:
+    kept = [line for line in text.strip().splitlines() if line.strip()][-lines:]
+    return " | ".join(kept) or "(none)"
+
+
+def write_files(folder: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = (folder / name).resolve()
+        if not path.is_relative_to(folder.resolve()):
+            raise ValueError(f"file name {name!r} leaves the profile folder")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")

@@ -1,0 +1,148 @@
+"""ProfileReports (docs: ../shared PROFILE_CONTRACT) shaped from ncu launches or SASS/ptxas, and turned into findings.
+
+A ProfileReport is a plain dict, msgpack and JSON safe: source, gpu, ceilings, kernels (one KernelProfile per
+profiled launch or compiled kernel), reference_kernels, problems. Torch-free: the server and CLI import it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kernel_lsp.findings import Finding, Range, Severity, path_to_uri
+from kernel_lsp.profile.locations import Location
+from profilers.hints import Hint
+from profilers.hints.ncu_rules import kernel_report
+from profilers.hints.sass_rules import sass_hints
+from profilers.ncu import (
+    LAUNCH_STATISTICS,
+    SPEED_OF_LIGHT,
+    KernelLaunch,
+    parse_details_csv,
+    parse_raw_csv,
+    with_raw,
+)
+from profilers.roofline import Ceilings, kernel_point, theoretical_ceilings
+from profilers.sass import SassStats
+
+SOURCE = "kernel-lsp"
+# hints are advice about speed, never errors: a warning-level hint still shows as Information
+FINDING_SEVERITY = {"warning": Severity.INFORMATION, "information": Severity.INFORMATION, "hint": Severity.HINT}
+
+
+def profile_report(source: str, kernels: list[dict[str, Any]], *, gpu: str | None = None,
+                   ceilings: Ceilings | None = None, reference_kernels: list[dict[str, Any]] | None = None,
+                   problems: list[str] | None = None) -> dict[str, Any]:
+    return {"source": source, "gpu": gpu, "ceilings": ceilings.to_dict() if ceilings else None,
+            "kernels": kernels, "reference_kernels": reference_kernels or [], "problems": problems or []}
+
+
+# --- kernels from ncu -----------------------------------------------------------------------------------
+
+def launch_profile(launch: KernelLaunch, ceilings: Ceilings | None = None, gpu_state: dict[str, Any] | None = None,
+                   sass: SassStats | None = None) -> dict[str, Any]:
+    """kernel_report plus duration, roofline point, registers, occupancy, grid and block, and, when the kernel's
+    SASS is known, its summary and the SASS rules' hints (those ncu did not already give)."""
+    profile = kernel_report(launch, ceilings, gpu_state)
+    duration = launch.value(SPEED_OF_LIGHT, "Duration")
+    point = kernel_point(launch, ceilings)
+    registers = launch.value(LAUNCH_STATISTICS, "Registers Per Thread")
+    profile.update(duration_ms=duration * 1e3 if duration is not None else None,
+                   point=point.to_dict() if point else None,
+                   registers=int(registers) if registers is not None else None,
+                   occupancy_pct=launch.value("Occupancy", "Achieved Occupancy"),
+                   grid=list(launch.grid_size), block=list(launch.block_size))
+    if sass is not None:
+        profile["sass"] = sass_summary(sass)
+        given = {finding["code"] for finding in profile["findings"]}
+        extra = sass_hints(sass, None, memory_bound=profile["bound"] == "memory" if profile["bound"] else None)
+        profile["findings"] += [hint_dict(h) for h in extra if h.code not in given]
+    return profile
+
+
+def imported_kernels(details_csv: str, raw_csv: str | None = None) -> list[dict[str, Any]]:
+    """`--import-csv`: one KernelProfile per launch of a details export; the raw page, when given, adds the
+    local-memory counters and the theoretical ceilings ncu's device attributes imply."""
+    launches = parse_details_csv(details_csv)
+    if raw_csv:
+        launches = with_raw(launches, parse_raw_csv(raw_csv))
+    return [launch_profile(launch, theoretical_ceilings(launch)) for launch in launches]
+
+
+def ncu_ceilings(launches: list[KernelLaunch], measured: Ceilings | None) -> Ceilings | None:
+    """The measured ceilings when there are some, else the first theoretical ones ncu's raw page gives."""
+    if measured is not None:
+        return measured
+    return next((c for c in map(theoretical_ceilings, launches) if c is not None), None)
+
+
+# --- SASS -----------------------------------------------------------------------------------------------
+
+def sass_summary(stats: SassStats) -> dict[str, Any]:
+    """What the kernel's SASS holds, widths as string keys (JSON objects have no integer keys)."""
+    return {"arch": stats.arch, "instructions": stats.instruction_count,
+            "global_loads": {str(bits): n for bits, n in sorted(stats.global_loads.items())},
+            "global_stores": {str(bits): n for bits, n in sorted(stats.global_stores.items())},
+            "local_loads": stats.local_loads, "local_stores": stats.local_stores,
+            "shared_loads": stats.shared_loads, "shared_stores": stats.shared_stores,
+            "tensor_core": dict(stats.tensor_core), "fma": stats.fma_count, "loops": stats.loop_count,
+            "line_info": stats.has_line_info}
+
+
+def hint_dict(hint: Hint, file: str | None = None, line: int | None = None) -> dict[str, Any]:
+    """A Hint as a KernelProfile finding; file/line (1-based) where the hint has a place in the user's file."""
+    finding: dict[str, Any] = {"code": hint.code, "severity": hint.severity, "message": hint.message,
+                               "estimated_speedup": hint.estimated_speedup, "speedup_type": hint.speedup_type}
+    if file is not None and line is not None:
+        finding.update(file=file, line=line)
+    return finding
+
+
+# --- findings -------------------------------------------------------------------------------------------
+
+def profile_findings(report: dict[str, Any], locations: dict[str, Location], fallback_file: str) -> list[Finding]:
+    """One finding per kernel hint: on its source line when known, else on the kernel's name, else on line 1;
+    a kernel launched several times gives each distinct finding once."""
+    findings: dict[tuple, Finding] = {}
+    for kernel in report["kernels"]:
+        where = locations.get(kernel["kernel"])
+        for hint in kernel["findings"]:
+            if hint.get("file") and hint.get("line"):
+                uri, rng = path_to_uri(hint["file"]), Range.line(hint["line"] - 1)
+            elif where is not None:
+                uri, rng = path_to_uri(where.file), where.range
+            else:
+                uri, rng = path_to_uri(fallback_file), Range.line(0)
+            finding = Finding(uri, rng, FINDING_SEVERITY.get(hint["severity"], Severity.HINT), SOURCE, hint["code"],
+                              f"{kernel['kernel']}: {hint['message']}{gain_text(hint)}",
+                              data={"kernel": kernel["kernel"], "estimatedSpeedup": hint["estimated_speedup"],
+                                    "speedupType": hint["speedup_type"], "producer": "profile"})
+            findings.setdefault((uri, rng, finding.code, finding.message), finding)
+    return list(findings.values())
+
+
+def gain_text(hint: dict[str, Any]) -> str:
+    speedup = hint.get("estimated_speedup")
+    if speedup is None:
+        return ""
+    kind = hint.get("speedup_type")
+    return f" (estimated gain {speedup:.3g}%{f' {kind}' if kind and kind != 'estimate' else ''})"
+
+
+def summary_line(report: dict[str, Any]) -> str:
+    """'3 kernels (ncu on NVIDIA H200): vec_add memory bound 1.23 ms; ...' or what went wrong."""
+    kernels = report["kernels"]
+    if not kernels:
+        return f"no kernel profiled: {'; '.join(report['problems']) or 'none found'}"
+    where = f"{report['source']} on {report['gpu']}" if report.get("gpu") else report["source"]
+    parts = [kernel_phrase(kernel) for kernel in kernels]
+    return f"{len(kernels)} kernel{'s' if len(kernels) != 1 else ''} ({where}): {'; '.join(parts)}"
+
+
+def kernel_phrase(kernel: dict[str, Any]) -> str:
+    words = [kernel["kernel"]]
+    if kernel.get("bound"):
+        words.append(f"{kernel['bound']} bound")
+    duration = kernel.get("duration_ms")
+    if duration is not None:
+        words.append(f"{duration * 1e3:.3g} µs" if duration < 1 else f"{duration:.4g} ms")
+    return " ".join(words)

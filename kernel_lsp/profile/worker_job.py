@@ -1,0 +1,160 @@
+"""The "profile" job's work in the worker (kernel_lsp.worker.jobs.profile holds the GPU slot around it).
+
+On a GPU: a sandboxed child measures what needs torch (reference kernels, energy, ceilings, the extension's
+binary), ncu profiles the candidate's own kernels, and the extension's SASS adds the SASS rules' hints. Without a
+GPU, or when ncu profiled nothing, the static profile (ptxas + SASS from nvcc) stands in. Every failure of a tool
+is a problem in the report; only the candidate's own crash is a finding of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from kernel_lsp.profile.locations import kernel_locations
+from kernel_lsp.profile.ncu_run import NcuPlan, profile_launches
+from kernel_lsp.profile.report import (
+    launch_profile,
+    ncu_ceilings,
+    profile_findings,
+    profile_report,
+    summary_line,
+)
+from kernel_lsp.profile.static import REFERENCE_FOLDER, static_profile
+from kernel_lsp.verify.kernels import own_kernel_names
+from kernel_lsp.worker.protocol import Job, Result
+from kernel_lsp.worker.sandbox import SandboxTask
+from profilers.ncu import DEFAULT_SECTIONS, KernelLaunch, NcuError
+from profilers.roofline import Ceilings, kernel_point, roofline_svg
+from profilers.sass import (
+    SassStats,
+    SassToolFailed,
+    SassToolMissing,
+    sass_stats_for_cubin,
+)
+
+if TYPE_CHECKING:
+    from kernel_lsp.worker.jobs import JobContext
+
+NO_GPU = ("no GPU visible to the worker: ncu, energy and the reference's kernel times need one; this is the "
+          "static profile (ptxas resources and SASS) of the candidate's CUDA")
+STATIC_STANDS_IN = "ncu profiled no kernel: the static profile (ptxas and SASS) stands in"
+MEASURE_LIMITS = {"wallTimeS": 900}  # a first run builds the extension and measures the ceilings
+
+
+async def profile_result(job: Job, context: JobContext, on_gpu: bool) -> Result:
+    config = job.config
+    origins = config.get("origins") or {}
+    candidate = config["candidate"]
+    if not on_gpu:
+        await context.progress(f"no GPU: static profile of {candidate}")
+        report = await static_profile(job.source_files, candidate, origins, config.get("kernels") or ())
+        report["problems"].insert(0, NO_GPU)
+        return profile_job_result(report, job)
+    return await gpu_profile(job, context)
+
+
+def profile_job_result(report: dict[str, Any], job: Job, artifacts: dict[str, Any] | None = None) -> Result:
+    origins = job.config.get("origins") or {}
+    candidate = job.config["candidate"]
+    locations = kernel_locations(candidate_files(job), origins)
+    findings = profile_findings(report, locations, origins.get(candidate, candidate))
+    return Result("ok", [f.to_dict() for f in findings], {"profile": report, "summary": summary_line(report)},
+                  artifacts or {})
+
+
+def candidate_files(job: Job) -> dict[str, str]:
+    """The candidate's own files: everything but the reference (whose kernels are PyTorch's, not the user's)."""
+    reference = job.config.get("reference")
+    return {name: text for name, text in job.source_files.items()
+            if name != reference and not name.startswith(REFERENCE_FOLDER)}
+
+
+async def gpu_profile(job: Job, context: JobContext) -> Result:
+    from kernel_lsp.worker.jobs import outcome_finding, sandbox_limits
+
+    config = job.config
+    task = SandboxTask(entry="kernel_lsp.profile.measure:measure_candidate", files=job.source_files,
+                       origins=config.get("origins") or {},
+                       args={"candidate": config["candidate"], "reference": config.get("reference"),
+                             "cache_dir": str(context.daemon.cache_dir), "uses_cuda": True})
+    await context.progress(f"building and measuring {config['candidate']} (reference kernels, energy, ceilings)")
+    outcome = await context.daemon.sandbox.run(task, sandbox_limits(config.get("limits") or MEASURE_LIMITS))
+    if outcome.status != "ok":
+        problem = f"the candidate did not run ({outcome.status}): {outcome.message}"
+        report = profile_report("ncu", [], problems=[problem])
+        result = profile_job_result(report, job, {"outcome": outcome.to_dict()})
+        result.findings.insert(0, outcome_finding(outcome, task).to_dict())
+        return result
+    measured = outcome.value
+    await context.progress(f"profiling {config['candidate']} under ncu")
+    report, artifacts = await ncu_report(job, measured)
+    if not report["kernels"]:
+        static = await static_profile(job.source_files, config["candidate"], config.get("origins") or {},
+                                      config.get("kernels") or ())
+        report.update(source="static", kernels=static["kernels"])
+        report["problems"] += [STATIC_STANDS_IN] + static["problems"]
+    return profile_job_result(report, job, artifacts)
+
+
+async def ncu_report(job: Job, measured: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ncu ProfileReport and its artifacts (the roofline chart) from the sandbox's measurements."""
+    config = job.config
+    problems = list(measured["problems"])
+    launches: list[KernelLaunch] = []
+    try:
+        launches = await profile_launches(ncu_plan(job), job.source_files)
+    except NcuError as exc:
+        problems.append(str(exc))
+    ceilings = ncu_ceilings(launches, ceilings_from(measured.get("ceilings")))
+    sass = await extension_sass(measured["extensions"], problems)
+    state = measured.get("gpu_state") or {}
+    kernels = [launch_profile(launch, ceilings, state, sass.get(launch.base_name)) for launch in launches]
+    energy = measured.get("energy")
+    for kernel in kernels:
+        kernel["energy_mj_per_call"] = energy["mj_per_call"] if energy else None  # of the whole forward call
+    if config.get("kernels"):
+        kernels = [k for k in kernels if k["kernel"] in config["kernels"]]
+    report = profile_report("ncu", kernels, gpu=state.get("name") or (ceilings.gpu if ceilings else None),
+                            ceilings=ceilings, reference_kernels=measured["reference_kernels"], problems=problems)
+    report["energy"] = energy
+    return report, roofline_artifacts(ceilings, launches)
+
+
+def ncu_plan(job: Job) -> NcuPlan:
+    config = job.config
+    kernels = tuple(config.get("kernels") or sorted(own_kernel_names(candidate_files(job))))
+    limits = config.get("limits") or {}
+    return NcuPlan(candidate=config["candidate"], reference=config.get("reference"), kernels=kernels,
+                   sections=tuple(config.get("sections") or DEFAULT_SECTIONS),
+                   launch_count=int(config.get("launchCount", NcuPlan.launch_count)),
+                   timeout_s=float(limits.get("wallTimeS", NcuPlan.timeout_s)))
+
+
+def ceilings_from(raw: dict[str, Any] | None) -> Ceilings | None:
+    if not raw:
+        return None
+    return Ceilings(gpu=raw["gpu"], dram_bandwidth_gbs=raw["dram_bandwidth_gbs"], fp32_tflops=raw["fp32_tflops"],
+                    tensor_tflops=raw.get("tensor_tflops"), how=raw["how"])
+
+
+async def extension_sass(binaries: list[str], problems: list[str]) -> dict[str, SassStats]:
+    """Base name -> SASS statistics of the kernels in the candidate's extension libraries (cuobjdump reads
+    shared libraries; it prints no source lines)."""
+    found: dict[str, SassStats] = {}
+    for binary in binaries:
+        try:
+            kernels = await asyncio.to_thread(sass_stats_for_cubin, binary)  # not a cubin: cuobjdump --dump-sass
+        except (SassToolMissing, SassToolFailed) as exc:
+            problems.append(f"no SASS of {binary}: {exc}")
+            continue
+        for stats in kernels:
+            found.setdefault(stats.base_name, stats)
+    return found
+
+
+def roofline_artifacts(ceilings: Ceilings | None, launches: list[KernelLaunch]) -> dict[str, Any]:
+    points = [p for p in (kernel_point(launch, ceilings) for launch in launches) if p is not None]
+    if ceilings is None or not points:
+        return {}
+    return {"roofline_svg": roofline_svg(ceilings, points)}

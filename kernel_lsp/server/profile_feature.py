@@ -1,0 +1,342 @@
+"""Profiles in the editor: hover cards on kernel names, hint diagnostics, and the "Profile this kernel" action.
+
+Profiles (KernelProfiles of the profiling contract) are kept in memory per kernel base name for this server's
+workspace. They come from `kernel-lsp.importProfile` [details CSV, raw CSV?] (an `ncu --csv` export read here: no
+worker, no GPU) or from `kernel-lsp.profile` [uri, kernel] (the code action), which runs the worker's "profile" job.
+Hints are placed on every open document that defines the kernel, again on each open and edit (names move), so a
+profile made from one file also marks the kernel where another file defines it. A hover is answered from memory:
+the chart is drawn when a profile arrives, never on hover.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from lsprotocol import types
+
+from kernel_lsp.findings import Finding, Position, uri_to_path
+from kernel_lsp.profile.job import profile_job
+from kernel_lsp.profile.locations import Location, kernel_locations
+from kernel_lsp.profile.report import profile_findings, summary_line
+from kernel_lsp.server import compile_feature
+from kernel_lsp.server.convert import lsp_range
+from kernel_lsp.server.diagnostics import DiagnosticStore
+from kernel_lsp.server.hover_card import CardFacts, hover_card
+from kernel_lsp.server.profile_report import ceilings_from, imported_report, point_from
+from kernel_lsp.server.settings import SettingsManager
+from kernel_lsp.server.verify_feature import RUNNING
+from kernel_lsp.server.work_progress import WorkProgress
+from kernel_lsp.server.worker_feature import WorkerFeature
+from kernel_lsp.verify.pairing import Pairing, ReferenceProblem, find_reference
+from kernel_lsp.worker.client import WorkerUnavailable
+from kernel_lsp.worker.protocol import Result
+from profilers.roofline import Ceilings, KernelPoint, roofline_svg
+
+log = logging.getLogger(__name__)
+
+PRODUCER = "profile"
+PROFILE_COMMAND = "kernel-lsp.profile"
+IMPORT_COMMAND = "kernel-lsp.importProfile"
+PROFILE_ACTION_KIND = "source.profileKernel"  # under "source": it acts on the file, it does not fix a diagnostic
+PROFILE_ACTION_TITLE = "Profile this kernel"
+STATIC_SOURCE = "static: ptxas and SASS, no GPU run"
+VERIFY_OFFER = "verify against "  # the verify lens of a candidate not verified yet (verify_feature.lens_title)
+
+
+@dataclass(frozen=True)
+class ProfiledKernel:
+    profile: dict[str, Any]  # KernelProfile
+    ceilings: Ceilings | None
+    point: KernelPoint | None
+    chart: Path | None
+    source: str  # for the card: "ncu on NVIDIA H200", "import-csv ncu_details.csv"
+
+
+class OpenDocument(Protocol):
+    uri: str
+    version: int | None
+    source: str
+
+
+class ProfileFeature:
+    def __init__(self, store: DiagnosticStore, settings: SettingsManager, worker: WorkerFeature,
+                 documents: Callable[[], Mapping[str, OpenDocument]], progress: WorkProgress,
+                 tell_user: Callable[[str], None], verify_summary: Callable[[str], str | None],
+                 chart_dir: Path) -> None:
+        self.store = store
+        self.settings = settings
+        self.worker = worker
+        self._documents = documents
+        self._progress = progress
+        self._tell_user = tell_user
+        self._verify_summary = verify_summary  # the verify lens's title for a candidate URI: correctness, speedups
+        self._chart_dir = chart_dir
+        self._kernels: dict[str, ProfiledKernel] = {}
+        self._locations: dict[str, tuple[str, dict[str, Location]]] = {}  # uri -> (text, kernel -> name range)
+
+    # --- document hooks -------------------------------------------------------------------------------------
+
+    def document_open(self, uri: str, version: int | None, text: str) -> None:
+        self._publish(uri, version, text)
+
+    def document_change(self, uri: str, version: int | None, text: str) -> None:
+        if self._kernels:  # the hints follow the kernel names as they move
+            self._publish(uri, version, text)
+
+    def document_close(self, uri: str) -> None:
+        self._locations.pop(uri, None)
+
+    def republish(self) -> None:
+        """Settings (the ignore list) or the profiles changed: every open document's hints again."""
+        for document in list(self._documents().values()):
+            self._publish(document.uri, document.version, document.source)
+
+    # --- hover and code action ------------------------------------------------------------------------------
+
+    def hover(self, uri: str, position: types.Position) -> types.Hover | None:
+        document = self._documents().get(uri)
+        if document is None:
+            return None
+        found = self._kernel_at(uri, document.source, Position(position.line, position.character))
+        if found is None:
+            return None
+        name, location = found
+        markdown = hover_card(self._card_facts(uri, name))
+        return types.Hover(contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=markdown),
+                           range=lsp_range(location.range))
+
+    def code_actions(self, uri: str, span: types.Range, only: Sequence[str] | None) -> list[types.CodeAction]:
+        if only and not any(PROFILE_ACTION_KIND == kind or PROFILE_ACTION_KIND.startswith(kind + ".")
+                            for kind in only):
+            return []
+        document = self._documents().get(uri)
+        if document is None:
+            return []
+        locations = self._locations_of(uri, document.source)
+        return [types.CodeAction(title=f"{PROFILE_ACTION_TITLE} ({name})", kind=PROFILE_ACTION_KIND,
+                                 command=types.Command(title=PROFILE_ACTION_TITLE, command=PROFILE_COMMAND,
+                                                       arguments=[uri, name]))
+                for name, location in locations.items()
+                if span.start.line <= location.range.start.line <= span.end.line]
+
+    # --- commands -------------------------------------------------------------------------------------------
+
+    async def import_command(self, args: tuple[Any, ...]) -> dict[str, Any]:
+        """kernel-lsp.importProfile [details CSV, raw CSV?] or [{"details", "raw"}]: paths relative to the
+        workspace folder; the raw page adds the DRAM bytes and the ceilings the roofline needs."""
+        details, raw = self._import_paths(args)
+        if details is None:
+            return {"status": "error", "message": f"{IMPORT_COMMAND} needs the path of an 'ncu --csv --page "
+                                                  "details' export (and, for the roofline, its raw page)"}
+        try:
+            report = await asyncio.to_thread(_read_import, details, raw)
+        except OSError as exc:
+            return {"status": "error", "message": f"cannot read {exc.filename}: {exc.strerror}"}
+        except (KeyError, ValueError, IndexError) as exc:
+            return {"status": "error", "message": f"{details.name} is not an 'ncu --csv --page details' export "
+                                                  f"({type(exc).__name__}: {exc})"}
+        kept = await self._keep(report, f"import-csv {details.name}")
+        return {"status": "ok" if kept else "empty", "kernels": kept, "problems": report["problems"],
+                "summary": summary_line(report)}
+
+    async def profile_command(self, args: tuple[Any, ...]) -> dict[str, Any]:
+        """kernel-lsp.profile [uri, kernel?]: the worker's "profile" job on the file as saved, with $/progress."""
+        uri, kernel = _profile_args(args)
+        if uri is None:
+            return {"status": "error", "message": f"{PROFILE_COMMAND} needs the document URI (and a kernel name)"}
+        try:
+            path = uri_to_path(uri)
+            reference = self._reference(uri, path)
+            job = profile_job(path, reference, {"kernels": [kernel]} if kernel else {})
+        except (ValueError, OSError) as exc:
+            return {"uri": uri, "status": "error", "message": f"cannot profile {uri}: {exc}"}
+        token = await self._progress.begin("profile", f"Profiling {kernel or path.name}", path.name)
+        try:
+            result = await self.worker.client(self.settings.settings).run(
+                job, progress=lambda message, fraction: self._progress.report(token, message, fraction))
+        except WorkerUnavailable as exc:
+            self._progress.end(token, "worker unavailable")
+            return self._unavailable(uri, str(exc))
+        except asyncio.CancelledError:
+            self._progress.end(token, "cancelled")
+            raise
+        outcome = await self._outcome(uri, result)
+        self._progress.end(token, outcome["message"])
+        return outcome
+
+    # --- profiles -------------------------------------------------------------------------------------------
+
+    async def _outcome(self, uri: str, result: Result) -> dict[str, Any]:
+        if result.status != "ok":
+            return self._unavailable(uri, f"profiling did not finish ({result.status}): "
+                                          f"{result.error or 'no reason given'}")
+        report = result.metrics.get("profile") or {}
+        kept = await self._keep(report, _source_label(report)) if report.get("kernels") else []
+        problems = list(report.get("problems") or [])
+        if problems:
+            self._tell_user(f"kernel-lsp: profile: {'; '.join(problems)}")
+        status = "ok" if report.get("source") == "ncu" and kept else "not-profiled"
+        message = str(result.metrics.get("summary") or (summary_line(report) if report else "no report"))
+        return {"uri": uri, "status": status, "source": report.get("source"), "kernels": kept,
+                "problems": problems, "message": message}
+
+    def _unavailable(self, uri: str, message: str) -> dict[str, Any]:
+        self._tell_user(f"kernel-lsp: {message}")
+        return {"uri": uri, "status": "unavailable", "message": message}
+
+    async def _keep(self, report: dict[str, Any], source: str) -> list[str]:
+        """Each kernel's profile replaces the one before it; charts are drawn now so hovers only read."""
+        ceilings = ceilings_from(report)
+        arrived = {}
+        for profile in report.get("kernels") or []:
+            point = point_from(profile)
+            chart = await asyncio.to_thread(self._draw_chart, ceilings, point)
+            arrived[profile["kernel"]] = ProfiledKernel(profile, ceilings, point, chart, source)
+        self._kernels.update(arrived)  # all at once: a publish meanwhile never shows half a report
+        self.republish()
+        return list(arrived)
+
+    def _draw_chart(self, ceilings: Ceilings | None, point: KernelPoint | None) -> Path | None:
+        """The kernel's roofline as an SVG file in the cache folder, named by its content."""
+        if ceilings is None or point is None:
+            return None
+        svg = roofline_svg(ceilings, [point])
+        path = self._chart_dir / f"{point.kernel}-{hashlib.sha256(svg.encode()).hexdigest()[:16]}.svg"
+        try:
+            self._chart_dir.mkdir(parents=True, exist_ok=True)
+            if not path.exists():
+                path.write_text(svg, encoding="utf-8")
+        except OSError as exc:  # an unwritable cache costs the chart, not the card
+            log.warning("cannot write the roofline chart %s: %s", path, exc)
+            return None
+        return path
+
+    def _card_facts(self, uri: str, name: str) -> CardFacts:
+        kept = self._kernels.get(name)
+        resources = tuple(entry for f in self.store.findings(uri, compile_feature.PRODUCER)
+                          if f.code == "ptxas-resources" and f.data and f.data.get("kernel") == name
+                          for entry in f.data.get("resources", []))
+        common = dict(kernel=name, resources=resources, verify_summary=self._verify_summary(uri))
+        if kept is None:
+            return CardFacts(**common)
+        # a file:// link, not a data: URI: the hover stays a few hundred bytes, clients that show markdown as
+        # text (Neovim) print a short path instead of kilobytes of base64, and VS Code renders local SVGs
+        chart = kept.chart.as_uri() if kept.chart is not None else None
+        return CardFacts(**common, profile=kept.profile, ceilings=kept.ceilings, point=kept.point, chart_uri=chart,
+                         source=kept.source)
+
+    # --- hint diagnostics -----------------------------------------------------------------------------------
+
+    def _publish(self, uri: str, version: int | None, text: str) -> None:
+        findings = self._hint_findings(uri, text)
+        if findings != self.store.findings(uri, PRODUCER):  # unchanged: no publish on every keystroke
+            self.store.set(uri, PRODUCER, version, findings)
+
+    def _hint_findings(self, uri: str, text: str) -> list[Finding]:
+        """The profiled kernels this document defines: each hint on its source line when the profile gives one
+        in this file, else on the kernel's name."""
+        try:
+            path = uri_to_path(uri)
+        except ValueError:
+            return []
+        locations = {name: location for name, location in self._locations_of(uri, text).items()
+                     if name in self._kernels}
+        if not locations:
+            return []
+        report = {"kernels": [self._kernels[name].profile for name in locations]}
+        settings, here = self.settings.settings, path.resolve()
+        return [dataclasses.replace(f, uri=uri) for f in profile_findings(report, locations, str(path))
+                if _path_of(f.uri) == here and not settings.is_ignored(f.code)]
+
+    # --- kernels in documents -------------------------------------------------------------------------------
+
+    def _locations_of(self, uri: str, text: str) -> dict[str, Location]:
+        """Kernel name -> where the document defines it, parsed once per text."""
+        cached = self._locations.get(uri)
+        if cached is not None and cached[0] == text:
+            return cached[1]
+        try:
+            path = uri_to_path(uri)
+        except ValueError:
+            return {}
+        found = kernel_locations({path.name: text}, {path.name: str(path)})
+        self._locations[uri] = (text, found)
+        return found
+
+    def _kernel_at(self, uri: str, text: str, position: Position) -> tuple[str, Location] | None:
+        for name, location in self._locations_of(uri, text).items():
+            if location.range.start <= position <= location.range.end:
+                return name, location
+        return None
+
+    def _reference(self, uri: str, path: Path) -> Path | None:
+        """A .py candidate's reference (as verification pairs it); a .cu is profiled on its own."""
+        if path.suffix != ".py":
+            return None
+        document = self._documents().get(uri)
+        text = document.source if document is not None else path.read_text(encoding="utf-8", errors="replace")
+        settings = self.settings.settings
+        workspace = self.settings.folders[0] if self.settings.folders else None
+        roots = [Path(r).expanduser() for r in settings.kernelbench_roots]
+        roots = [r if r.is_absolute() or workspace is None else workspace / r for r in roots]
+        found = find_reference(path, text, workspace, settings.references, roots)
+        if isinstance(found, ReferenceProblem):
+            raise ValueError(found.message)
+        return found.reference if isinstance(found, Pairing) and found.reference != path else None
+
+    def _import_paths(self, args: tuple[Any, ...]) -> tuple[Path | None, Path | None]:
+        first = args[0] if args else None
+        if isinstance(first, dict):
+            details, raw = first.get("details"), first.get("raw")
+        else:
+            details, raw = first, args[1] if len(args) > 1 else None
+        return self._workspace_path(details), self._workspace_path(raw)
+
+    def _workspace_path(self, value: Any) -> Path | None:
+        if not isinstance(value, str) or not value:
+            return None
+        path = uri_to_path(value) if value.startswith("file:") else Path(value).expanduser()
+        workspace = self.settings.folders[0] if self.settings.folders else None
+        return path if path.is_absolute() or workspace is None else workspace / path
+
+
+def _read_import(details: Path, raw: Path | None) -> dict[str, Any]:
+    raw_text = raw.read_text(encoding="utf-8", errors="replace") if raw is not None else None
+    return imported_report(details.read_text(encoding="utf-8", errors="replace"), raw_text)
+
+
+def _source_label(report: dict[str, Any]) -> str:
+    """Where a job's profile came from, for the card: "ncu on NVIDIA H200", or a static profile said plainly."""
+    source = report.get("source", "ncu")
+    if source == "static":
+        return STATIC_SOURCE
+    return f"{source} on {report['gpu']}" if report.get("gpu") else source
+
+
+def _profile_args(args: tuple[Any, ...]) -> tuple[str | None, str | None]:
+    first = args[0] if args else None
+    if isinstance(first, dict):
+        uri, kernel = first.get("uri"), first.get("kernel")
+    else:
+        uri, kernel = first, args[1] if len(args) > 1 else None
+    return (uri if isinstance(uri, str) else None), (kernel if isinstance(kernel, str) and kernel else None)
+
+
+def _path_of(uri: str) -> Path | None:
+    try:
+        return uri_to_path(uri).resolve()
+    except ValueError:
+        return None
+
+
+def verify_summary(lenses: list[types.CodeLens]) -> str | None:
+    """The verify lens's title when it holds a result (correctness, speedups, time), not an offer or a run."""
+    titles = [lens.command.title for lens in lenses if lens.command]
+    return next((t for t in titles if t != RUNNING and not t.startswith(VERIFY_OFFER)), None)

@@ -1,0 +1,244 @@
+"""Profiles in the editor through a real LSP client: importing the H200 fixture's ncu export, hover cards on kernel
+names, hint diagnostics (filterable by code), the "Profile this kernel" action, and the profile command."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Union
+
+import pytest
+import pytest_lsp
+from lsprotocol import types
+from pytest_lsp import ClientServerConfig, LanguageClient
+
+from kernel_lsp.findings import uri_to_path
+from tests.conftest import FIXTURES
+from tests.lsp.helpers import (
+    SERVER,
+    initialize_params,
+    needs_nvcc,
+    open_document,
+    recording_client,
+    wait_for_publish,
+)
+
+CHARTS = Path(tempfile.mkdtemp(prefix="kernel-lsp-test-cache-"))  # the server's cache folder: charts land here
+PROFILE_CODE = re.compile(r"^(ncu|hint)-")
+
+LOAD_INLINE = '''\
+import triton
+from torch.utils.cpp_extension import load_inline
+
+cuda_source = """
+__global__ void vec_add(const float* a, const float* b, float* c, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) c[i] = a[i] + b[i];
+}
+"""
+module = load_inline(name="vec", cpp_sources="", cuda_sources=cuda_source)
+
+
+@triton.jit
+def tiny_grid(x_ptr):
+    pass
+'''
+
+
+def code_action_client() -> LanguageClient:
+    """The recording client, reading codeAction replies right: lsprotocol's converter structures a CodeAction
+    (whose `command` is an object) as a Command with that object as its string."""
+    client = recording_client()
+    converter = client.protocol._converter
+    converter.register_structure_hook(
+        Union[types.Command, types.CodeAction],
+        lambda obj, _: converter.structure(obj, types.Command if isinstance(obj.get("command"), str)
+                                           else types.CodeAction))
+    return client
+
+
+CONFIG = ClientServerConfig(server_command=SERVER, client_factory=code_action_client,
+                            server_env={**os.environ, "KERNEL_LSP_CACHE_DIR": str(CHARTS)})
+
+
+@pytest_lsp.fixture(config=CONFIG)
+async def client(lsp_client: LanguageClient, workspace: Path, request):
+    options = {"debounceMs": 50, "compileOnChange": False, **getattr(request, "param", {})}
+    await lsp_client.initialize_session(initialize_params(workspace, options))
+    yield
+    await lsp_client.shutdown_session()
+
+
+def open_kernels(client: LanguageClient, workspace: Path) -> tuple[str, list[str]]:
+    path = workspace / "kernels.cu"
+    shutil.copy(FIXTURES / "kernels.cu", path)
+    text = path.read_text()
+    return open_document(client, path, text), text.splitlines()
+
+
+async def import_fixture(client: LanguageClient, raw: bool = True) -> dict:
+    args = [str(FIXTURES / "ncu_details.csv")] + ([str(FIXTURES / "ncu_raw.csv")] if raw else [])
+    return await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="kernel-lsp.importProfile", arguments=args))
+
+
+def name_position(lines: list[str], name: str) -> types.Position:
+    """The position of a kernel's name on its `__global__` line."""
+    line = next(i for i, text in enumerate(lines) if "__global__" in text and f" {name}(" in text)
+    return types.Position(line=line, character=lines[line].index(f" {name}(") + 2)
+
+
+async def hover(client: LanguageClient, uri: str, position: types.Position) -> str | None:
+    result = await client.text_document_hover_async(types.HoverParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), position=position))
+    return None if result is None else result.contents.value
+
+
+def chart_path(card: str) -> Path:
+    link = re.search(r"!\[[^\]]*\]\((file://[^)]+\.svg)\)", card)
+    assert link, card
+    return uri_to_path(link.group(1))
+
+
+async def test_hover_shows_the_imported_profile(client: LanguageClient, workspace: Path):
+    uri, lines = open_kernels(client, workspace)
+    outcome = await import_fixture(client)
+    assert outcome["status"] == "ok" and "smem_conflict" in outcome["kernels"] and not outcome["problems"]
+
+    card = await hover(client, uri, name_position(lines, "smem_conflict"))
+    assert card is not None
+    assert "**smem_conflict**" in card and "memory bound" in card
+    hints = card.split("top hints:")[1]
+    assert re.search(r"`ncu-SharedMemoryConflicts` \(est\. gain 95\.8%\)", hints), card
+    assert "bank conflict" in hints
+    assert "DRAM 460 of 4809 GB/s" in card and "achieved occupancy 47.1%" in card
+    chart = chart_path(card)
+    assert chart.is_file() and chart.read_text().lstrip().startswith("<svg")
+
+    tiny = await hover(client, uri, name_position(lines, "tiny_grid"))
+    assert "latency bound" in tiny and re.search(r"`hint-small-grid` \(est\. gain 97%\): 4 blocks on 132 SMs", tiny)
+
+
+async def test_hover_away_from_a_kernel_name_is_empty(client: LanguageClient, workspace: Path):
+    uri, lines = open_kernels(client, workspace)
+    await import_fixture(client)
+    body_line = name_position(lines, "vec_add").line + 1
+    assert await hover(client, uri, types.Position(line=body_line, character=4)) is None
+
+
+async def test_hover_before_any_profile_says_how_to_get_one(client: LanguageClient, workspace: Path):
+    uri, lines = open_kernels(client, workspace)
+    card = await hover(client, uri, name_position(lines, "vec_add"))
+    assert "**vec_add**" in card and "no profile yet: use 'Profile this kernel'" in card
+
+
+@needs_nvcc
+async def test_hover_without_profile_shows_ptxas_resources(client: LanguageClient, workspace: Path):
+    uri, lines = open_kernels(client, workspace)
+    await wait_for_publish(client, uri, lambda p: any(d.code == "ptxas-resources" for d in p.diagnostics))
+    card = await hover(client, uri, name_position(lines, "spills"))
+    assert re.search(r"ptxas sm_90: \d+ registers", card) and "no profile yet" in card
+
+
+async def test_import_without_the_raw_page_has_no_chart_and_says_why(client: LanguageClient, workspace: Path):
+    uri, lines = open_kernels(client, workspace)
+    outcome = await import_fixture(client, raw=False)
+    assert outcome["status"] == "ok" and "raw page" in outcome["problems"][0]
+    card = await hover(client, uri, name_position(lines, "smem_conflict"))
+    assert "ncu-SharedMemoryConflicts" in card and "![" not in card
+
+
+async def test_import_of_a_missing_file_is_an_error(client: LanguageClient, workspace: Path):
+    outcome = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="kernel-lsp.importProfile", arguments=[str(workspace / "none.csv")]))
+    assert outcome["status"] == "error" and "none.csv" in outcome["message"]
+
+
+async def test_hints_become_diagnostics_on_kernel_names(client: LanguageClient, workspace: Path):
+    uri, lines = open_kernels(client, workspace)
+    await import_fixture(client)
+    params = await wait_for_publish(client, uri, lambda p: any(PROFILE_CODE.match(str(d.code)) for d in p.diagnostics))
+    hints = [d for d in params.diagnostics if PROFILE_CODE.match(str(d.code))]
+    assert {d.severity for d in hints} <= {types.DiagnosticSeverity.Information, types.DiagnosticSeverity.Hint}
+    codes = {str(d.code) for d in hints}
+    assert {"ncu-SharedMemoryConflicts", "hint-small-grid", "hint-memory-bound"} <= codes
+    small_grid = next(d for d in hints if d.code == "hint-small-grid")
+    assert small_grid.range.start.line == name_position(lines, "tiny_grid").line
+
+
+@pytest.mark.parametrize("client", [{"ignore": ["ncu-*"]}], indirect=True)
+async def test_ignore_setting_filters_hint_codes(client: LanguageClient, workspace: Path):
+    uri, _ = open_kernels(client, workspace)
+    await import_fixture(client)
+    params = await wait_for_publish(client, uri, lambda p: any(str(d.code).startswith("hint-") for d in p.diagnostics))
+    assert not [d.code for d in params.diagnostics if str(d.code).startswith("ncu-")]
+
+
+async def test_hints_are_published_when_a_document_opens_later(client: LanguageClient, workspace: Path):
+    await import_fixture(client)
+    uri, _ = open_kernels(client, workspace)
+    await wait_for_publish(client, uri, lambda p: any(d.code == "hint-small-grid" for d in p.diagnostics))
+
+
+async def test_hover_on_load_inline_and_triton_kernels_in_python(client: LanguageClient, workspace: Path):
+    path = workspace / "model_new.py"
+    path.write_text(LOAD_INLINE)
+    uri = open_document(client, path, LOAD_INLINE)
+    await import_fixture(client)
+    lines = LOAD_INLINE.splitlines()
+    card = await hover(client, uri, name_position(lines, "vec_add"))
+    assert "**vec_add**" in card and "memory bound" in card
+    triton_line = lines.index("def tiny_grid(x_ptr):")
+    card = await hover(client, uri, types.Position(line=triton_line, character=len("def ti")))
+    assert "**tiny_grid**" in card and "hint-small-grid" in card
+    await wait_for_publish(client, uri, lambda p: any(d.code == "hint-memory-bound" for d in p.diagnostics))
+
+
+async def test_profile_action_is_offered_on_a_kernel_name(client: LanguageClient, workspace: Path):
+    uri, lines = open_kernels(client, workspace)
+    at = name_position(lines, "smem_conflict")
+    actions = await client.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), range=types.Range(start=at, end=at),
+        context=types.CodeActionContext(diagnostics=[])))
+    assert len(actions) == 1
+    action = actions[0]
+    assert action.kind == "source.profileKernel" and action.title.startswith("Profile this kernel")
+    assert action.command.command == "kernel-lsp.profile" and list(action.command.arguments) == [uri, "smem_conflict"]
+
+    elsewhere = types.Position(line=0, character=0)
+    none = await client.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), range=types.Range(start=elsewhere, end=elsewhere),
+        context=types.CodeActionContext(diagnostics=[])))
+    assert not none
+    quickfix_only = await client.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), range=types.Range(start=at, end=at),
+        context=types.CodeActionContext(diagnostics=[], only=[types.CodeActionKind.QuickFix])))
+    assert not quickfix_only
+
+
+async def test_profile_command_without_a_gpu_says_so(client: LanguageClient, workspace: Path):
+    uri, lines = open_kernels(client, workspace)
+    outcome = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="kernel-lsp.profile", arguments=[uri, "spills"]))
+    assert outcome["status"] == "not-profiled" and outcome["source"] == "static", outcome
+    assert "no GPU" in outcome["problems"][0]
+    assert any("no GPU" in m.message for m in client.messages)
+    reports = [r for token, r in client.progress_reports.items() if str(token).startswith("kernel-lsp/profile/")]
+    assert reports and isinstance(reports[0][0], types.WorkDoneProgressBegin)
+    assert isinstance(reports[0][-1], types.WorkDoneProgressEnd)
+
+
+@needs_nvcc
+async def test_static_profile_without_a_gpu_marks_source_lines(client: LanguageClient, workspace: Path):
+    uri, lines = open_kernels(client, workspace)
+    outcome = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="kernel-lsp.profile", arguments=[uri, "spills"]))
+    assert outcome["kernels"] == ["spills"], outcome
+    card = await hover(client, uri, name_position(lines, "spills"))
+    assert "`hint-local-memory`" in card and "no GPU run" in card
+    params = await wait_for_publish(client, uri, lambda p: any(d.code == "hint-local-memory" for d in p.diagnostics))
+    local = next(d for d in params.diagnostics if d.code == "hint-local-memory")
+    assert "buf[" in lines[local.range.start.line]  # on the source line (-lineinfo), not on the kernel's name

@@ -1,0 +1,101 @@
+"""The hover card on a kernel name, from the H200 fixture's ncu export read as the server imports it."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from kernel_lsp.server.hover_card import (
+    NO_PROFILE,
+    CardFacts,
+    gain,
+    hover_card,
+    roofline_line,
+    short_message,
+    top_hints,
+)
+from kernel_lsp.server.profile_report import NO_CEILINGS, ceilings_from, imported_report, point_from
+from profilers.roofline import Ceilings, KernelPoint
+from tests.conftest import FIXTURES
+
+pytestmark = pytest.mark.skipif(not FIXTURES.is_dir(), reason=f"needs the recorded fixtures at {FIXTURES}")
+
+PTXAS = {"name": "smem_conflict(float *)", "arch": "sm_90", "registers": 32, "stackFrame": 0, "spillStores": 0,
+         "spillLoads": 0, "sharedBytes": 4096, "barriers": 1}
+
+
+@pytest.fixture(scope="module")
+def report() -> dict:
+    return imported_report((FIXTURES / "ncu_details.csv").read_text(), (FIXTURES / "ncu_raw.csv").read_text())
+
+
+def facts(report: dict, kernel: str, **extra) -> CardFacts:
+    profile = next(k for k in report["kernels"] if k["kernel"] == kernel)
+    return CardFacts(kernel, profile, ceilings_from(report), point_from(profile), **extra)
+
+
+def test_import_with_the_raw_page_has_ceilings_and_one_profile_per_kernel(report: dict):
+    assert report["source"] == "import-csv" and report["gpu"] == "NVIDIA H200" and not report["problems"]
+    assert [k["kernel"] for k in report["kernels"]] == ["vec_add", "transpose_read_uncoalesced", "smem_conflict",
+                                                        "divergent", "spills", "tiny_grid", "matmul_naive"]
+    assert round(ceilings_from(report).dram_bandwidth_gbs) == 4809
+
+
+def test_import_without_the_raw_page_says_the_roofline_needs_it():
+    report = imported_report((FIXTURES / "ncu_details.csv").read_text())
+    assert report["ceilings"] is None and report["problems"] == [NO_CEILINGS]
+
+
+def test_card_of_a_profiled_kernel(report: dict):
+    card = hover_card(facts(report, "smem_conflict", resources=(PTXAS,), verify_summary="correct 5/5 · 1.84× eager",
+                            chart_uri="file:///cache/charts/smem.svg", source="import-csv ncu_details.csv"))
+    assert card.startswith("**smem_conflict** · 153 µs · memory bound")
+    assert "verify: correct 5/5 · 1.84× eager" in card
+    assert "memory 95.0% of peak (L1/TEX 98.9%), compute 5.9%" in card
+    assert "DRAM 460 of 4809 GB/s (9.6%)" in card
+    hints = re.findall(r"^\d\. `([^`]+)` \(est\. gain ([\d.]+)%\)", card, re.MULTILINE)
+    assert hints == [("ncu-SharedMemoryConflicts", "95.8"), ("ncu-UncoalescedSharedAccess", "91.3"),
+                     ("ncu-MemoryCacheAccessPattern", "83.2")]
+    assert "32 registers/thread · achieved occupancy 47.1%" in card
+    assert "ptxas sm_90: 32 registers, 4096 B smem" in card
+    assert "![roofline of smem_conflict](file:///cache/charts/smem.svg)" in card
+    assert card.endswith("_profile: import-csv ncu_details.csv_")
+
+
+def test_card_of_a_small_grid_names_the_hint(report: dict):
+    card = hover_card(facts(report, "tiny_grid"))
+    assert "latency bound" in card and "`hint-small-grid` (est. gain 97%): 4 blocks on 132 SMs" in card
+
+
+def test_card_without_a_profile_shows_resources_and_how_to_profile():
+    card = hover_card(CardFacts("smem_conflict", resources=(PTXAS,)))
+    resources = "ptxas sm_90: 32 registers, 4096 B smem, 0/0 B spills, 0 B stack"
+    assert card == f"**smem_conflict**\n\n{resources}\n\n_{NO_PROFILE}_"
+
+
+def test_roofline_line_with_flop_counters_compares_against_the_attainable_roof():
+    ceilings = Ceilings("GPU", dram_bandwidth_gbs=1000.0, fp32_tflops=50.0, tensor_tflops=None, how="test")
+    point = KernelPoint("k", duration_s=1e-3, dram_bytes=1e9, flops=4e9, bytes_from="", flops_from="")
+    line = roofline_line({}, ceilings, point)  # 4 FLOP/B under a ridge of 50: the roof is 4 TFLOP/s
+    assert line == "roofline: arithmetic intensity 4 FLOP/B (ridge 50) · 4 of 4 TFLOP/s attainable (100.0%)"
+
+
+def test_top_hints_rank_kernel_wide_gains_first_and_keep_one_per_code():
+    findings = [{"code": "a", "estimated_speedup": 99.0, "speedup_type": "local", "message": ""},
+                {"code": "b", "estimated_speedup": 40.0, "speedup_type": "global", "message": ""},
+                {"code": "b", "estimated_speedup": 60.0, "speedup_type": "global", "message": ""},
+                {"code": "c", "estimated_speedup": None, "speedup_type": None, "message": ""},
+                {"code": "d", "estimated_speedup": 10.0, "speedup_type": "estimate", "message": ""}]
+    assert [(f["code"], f["estimated_speedup"]) for f in top_hints(findings)] == [("b", 60.0), ("d", 10.0), ("a", 99.0)]
+
+
+def test_gain_says_when_it_is_local_or_unknown():
+    assert gain({"estimated_speedup": 95.0, "speedup_type": "local"}) == "(est. gain 95% of one unit's time)"
+    assert gain({"estimated_speedup": None}) == "(gain not estimated)"
+
+
+def test_short_message_keeps_the_first_sentence_and_caps_it():
+    assert short_message("Shared loads conflict 32.1 - way. Check the table.") == "Shared loads conflict 32.1 - way."
+    long = short_message("x" * 500)
+    assert len(long) == 180 and long.endswith("…")

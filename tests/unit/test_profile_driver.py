@@ -1,0 +1,118 @@
+"""The program ncu runs: the candidate's ModelNew and the problem's inputs, built on the CPU here."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernel_lsp.profile.driver import (
+    ProblemError,
+    build_model,
+    load_problem,
+    main,
+    make_inputs,
+    run_forward,
+)
+
+PROBLEM = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.linear = nn.Linear(features, features)
+
+    def forward(self, x):
+        return torch.relu(self.linear(x))
+
+def get_inputs():
+    return [torch.rand(4, 8)]
+
+def get_init_inputs():
+    return [8]
+'''
+
+CANDIDATE = '''
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.linear = nn.Linear(features, features)
+
+    def forward(self, x):
+        return self.linear(x).clamp_min(0)
+'''
+
+
+@pytest.fixture(autouse=True)
+def _forget_loaded_modules():
+    yield
+    for name in ("kernel_lsp_candidate", "kernel_lsp_reference"):
+        sys.modules.pop(name, None)
+
+
+def write(folder: Path, name: str, text: str) -> str:
+    (folder / name).write_text(text)
+    return str(folder / name)
+
+
+def test_model_new_and_inputs_come_from_candidate_and_reference(tmp_path: Path):
+    candidate_module, inputs_module = load_problem(write(tmp_path, "cand.py", CANDIDATE),
+                                                   write(tmp_path, "ref.py", PROBLEM))
+    model = build_model(candidate_module, inputs_module, "cpu")
+    inputs = make_inputs(inputs_module, "cpu")
+    assert not model.training and model.linear.in_features == 8
+    assert inputs[0].shape == (4, 8) and inputs[0].device.type == "cpu"
+    assert run_forward(model, inputs, 2).shape == (4, 8)
+    same = make_inputs(inputs_module, "cpu")
+    assert torch.equal(inputs[0], same[0])  # seeded: ncu and the energy loop see the same inputs
+
+
+def test_a_file_with_model_and_model_new_needs_no_reference(tmp_path: Path):
+    candidate_module, inputs_module = load_problem(write(tmp_path, "both.py", PROBLEM + CANDIDATE), None)
+    assert inputs_module is candidate_module
+    assert build_model(candidate_module, inputs_module, "cpu").linear.out_features == 8
+
+
+@pytest.mark.parametrize("candidate, reference, message", [
+    (CANDIDATE, None, r"defines no get_inputs\(\): pass the reference"),
+    (PROBLEM, PROBLEM, "defines no ModelNew"),
+])
+def test_files_that_make_no_problem_say_what_is_missing(tmp_path: Path, candidate, reference, message):
+    ref = write(tmp_path, "ref.py", reference) if reference else None
+    with pytest.raises(ProblemError, match=message):
+        load_problem(write(tmp_path, "cand.py", candidate), ref)
+
+
+def test_main_runs_warmup_and_profiled_calls_on_the_cpu(tmp_path: Path, capsys):
+    candidate, reference = write(tmp_path, "cand.py", CANDIDATE), write(tmp_path, "ref.py", PROBLEM)
+    assert main(["--candidate", candidate, "--reference", reference, "--device", "cpu", "--calls", "2"]) == 0
+    assert main(["--candidate", candidate, "--device", "cpu"]) == 2
+    assert "defines no get_inputs()" in capsys.readouterr().err
+
+
+def test_the_sandbox_measurement_says_what_the_cpu_cannot_measure(tmp_path: Path):
+    from kernel_lsp.profile.measure import measure_candidate
+
+    measured = measure_candidate(write(tmp_path, "cand.py", CANDIDATE), write(tmp_path, "ref.py", PROBLEM),
+                                 device="cpu")
+    assert measured["extensions"] == [] and measured["reference_kernels"] == [] and measured["energy"] is None
+    problems = " | ".join(measured["problems"])
+    assert "no reference kernel list: CUDA is not available" in problems
+    assert "no energy reading: the candidate ran on cpu" in problems and "no roofline ceilings" in problems
+    assert "unavailable" in measured["gpu_state"]
+
+
+def test_only_the_candidates_own_libraries_count_as_its_extensions():
+    from kernel_lsp.profile.measure import own_libraries
+
+    paths = {f"{sys.prefix}/lib/python3.11/lib-dynload/_bz2.so", "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+             "/home/u/.venv/lib/python3.11/site-packages/torch/lib/libtorch.so",
+             "/home/u/.triton/cache/abc/cuda_utils.so", "/home/u/.cache/torch_extensions/py311_cu130/ext/ext.so"}
+    assert own_libraries(paths) == {"/home/u/.cache/torch_extensions/py311_cu130/ext/ext.so"}

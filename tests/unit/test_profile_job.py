@@ -1,0 +1,73 @@
+"""The "profile" job: built from paths, and run by a real worker on this machine's CPU (the static profile)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kernel_lsp.findings import Severity
+from kernel_lsp.profile.job import profile_job
+from kernel_lsp.profile.worker_job import NO_GPU
+from kernel_lsp.worker.client import WorkerClient
+from kernel_lsp.worker.protocol import Job
+from tests.unit.test_profile_static import LOAD_INLINE_CANDIDATE, LOCAL_ARRAY_LINE
+
+PROBLEM = "import torch\n\nclass Model:\n    pass\n\ndef get_inputs():\n    return [torch.rand(8)]\n"
+
+
+def test_files_are_named_from_the_candidates_folder(tmp_path: Path):
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "k.cu").write_text("__global__ void k() {}\n")
+    candidate = tmp_path / "cand.py"
+    candidate.write_text("from torch.utils.cpp_extension import load\next = load(name='e', sources=['kernels/k.cu'])\n")
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-problems"
+    elsewhere.mkdir()
+    (elsewhere / "1_Relu.py").write_text(PROBLEM)
+    job = profile_job(candidate, elsewhere / "1_Relu.py", {"kernels": ["k"], "launchCount": 2})
+    assert job.kind == "profile"
+    assert sorted(job.source_files) == ["cand.py", "kernels/k.cu", "reference/1_Relu.py"]
+    assert job.config["candidate"] == "cand.py" and job.config["reference"] == "reference/1_Relu.py"
+    assert job.config["origins"]["kernels/k.cu"] == str((tmp_path / "kernels" / "k.cu").resolve())
+    assert job.config["kernels"] == ["k"] and job.config["launchCount"] == 2
+    assert job.content_hash == profile_job(candidate, elsewhere / "1_Relu.py", {"kernels": ["k"], "launchCount": 2}
+                                           ).content_hash
+
+
+def test_without_a_reference_the_job_has_none(tmp_path: Path):
+    candidate = tmp_path / "both.py"
+    candidate.write_text(PROBLEM + "class ModelNew:\n    pass\n")
+    job = profile_job(candidate, None, {})
+    assert list(job.source_files) == ["both.py"] and "reference" not in job.config
+
+
+def test_unknown_options_are_refused(tmp_path: Path):
+    candidate = tmp_path / "cand.py"
+    candidate.write_text("")
+    with pytest.raises(ValueError, match="unknown profile options: trials"):
+        profile_job(candidate, None, {"trials": 3})
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+async def test_the_worker_gives_the_static_profile_on_the_python_lines_without_a_gpu(tmp_path: Path):
+    candidate = tmp_path / "cand.py"
+    candidate.write_text(LOAD_INLINE_CANDIDATE)
+    client = WorkerClient(job_timeout_s=600)
+    try:
+        info = await client.run(Job("device-info", {}, {}, ""), timeout_s=300)
+        if info.metrics["cudaAvailable"]:
+            pytest.skip("a GPU is present: the worker profiles with ncu (tests/gpu/test_profile_gpu.py)")
+        result = await client.run(profile_job(candidate, None, {"device": "cuda"}))
+    finally:
+        await client.close()
+    assert result.status == "ok", result.error
+    report = result.metrics["profile"]
+    assert report["source"] == "static" and report["problems"][0] == NO_GPU
+    assert result.metrics["summary"].startswith("1 kernel (static): gather_kernel")
+    local = next(f for f in result.findings if f["code"] == "hint-local-memory")
+    assert local["uri"].endswith(f"{tmp_path.name}/cand.py")
+    assert local["range"][0] == LOCAL_ARRAY_LINE - 1
+    assert {f["severity"] for f in result.findings} <= {Severity.INFORMATION, Severity.HINT}
+    assert local["message"].startswith("gather_kernel: ") and local["data"]["kernel"] == "gather_kernel"
