@@ -18,7 +18,17 @@ from kernel_lsp import __version__
 from kernel_lsp.bench.candidates import find_candidates, pair_candidates, problem_name, verify_job, verify_options
 from kernel_lsp.bench.metrics import VERDICTS, ProblemResult, bench_metrics
 from kernel_lsp.bench.report import bench_json, html_report, text_report, write_json
-from kernel_lsp.config import BASELINE_KINDS, VERIFY_DEVICES, Settings, pyproject_settings, resolve_settings
+from kernel_lsp.command_line import (
+    CommandUsageError,
+    add_verify_options,
+    add_worker_options,
+    reports_usage_errors,
+    kernelbench_roots,
+    nearest_settings,
+    verify_option_overrides,
+    worker_client,
+)
+from kernel_lsp.config import Settings
 from kernel_lsp.verify.pairing import Pairing
 from kernel_lsp.worker.protocol import Result
 
@@ -28,42 +38,23 @@ EXIT_OK, EXIT_USAGE = 0, 2
 OUT_FOLDER = ".kernel-lsp-bench"  # inside DIR by default; hidden, so the next run does not scan it
 
 
-class BenchUsageError(Exception):
-    """Bad options or an environment that cannot run the bench; the message says which."""
-
-
 def add_bench_parser(sub: Any) -> None:
     bench = sub.add_parser("bench", help="verify every candidate in a folder: per-problem table, fast_p, geometric "
                            "means, bench.json and bench.html")
     bench.add_argument("folder", type=Path, metavar="DIR", help="folder of candidates (.py files defining ModelNew)")
-    bench.add_argument("--kernelbench", action="append", type=Path, metavar="ROOT",
-                       help="folder holding level<N>/ problems (repeatable; default: the kernelbenchRoots setting)")
-    bench.add_argument("--device", choices=VERIFY_DEVICES, help="default: the verifyDevice setting")
-    bench.add_argument("--trials", type=int, help="correctness trials per candidate (default: the trials setting)")
-    bench.add_argument("--calls", type=int, help="timed calls per candidate (default: the timedCalls setting)")
-    bench.add_argument("--baselines", help="comma-separated, from eager,compile; '' for none (default: the setting)")
+    add_verify_options(bench, " per candidate")
     bench.add_argument("--out", type=Path, help=f"where bench.json and bench.html go (default: DIR/{OUT_FOLDER})")
-    bench.add_argument("--worker", metavar="ADDRESS",
-                       help="unix:PATH or tcp:HOST:PORT (default: the worker setting, else a local worker)")
-    bench.add_argument("--token-file", help="token for --worker (else workerTokenFile, else $KERNEL_LSP_TOKEN)")
-    bench.add_argument("--format", choices=["text", "json"], default="text")
+    add_worker_options(bench)
 
 
+@reports_usage_errors("bench")
 def run_bench(args: argparse.Namespace) -> int:
-    try:
-        return _bench(args)
-    except BenchUsageError as exc:
-        print(f"kernel-lsp bench: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-
-
-def _bench(args: argparse.Namespace) -> int:
     folder = args.folder
     if not folder.is_dir():
-        raise BenchUsageError(f"not a folder: {folder}")
-    workspace, settings = _settings(folder)
-    pairs = _paired_candidates(folder, workspace, settings, _kernelbench_roots(args, workspace, settings))
-    options = {**verify_options(settings), **_option_overrides(args)}
+        raise CommandUsageError(f"not a folder: {folder}")
+    workspace, settings = nearest_settings(folder, "bench")
+    pairs = _paired_candidates(folder, workspace, settings, kernelbench_roots(args, workspace, settings))
+    options = {**verify_options(settings), **verify_option_overrides(args)}
     started, start = datetime.now(UTC), time.monotonic()
     results = asyncio.run(_verify_all(pairs, options, folder, settings, args))
     metrics = bench_metrics(results, options["baselines"])
@@ -79,71 +70,26 @@ def _bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _settings(folder: Path) -> tuple[Path | None, Settings]:
-    """The nearest pyproject.toml above DIR gives the workspace and its [tool.kernel-lsp] settings."""
-    workspace = next((f for f in (folder.resolve(), *folder.resolve().parents) if (f / "pyproject.toml").is_file()),
-                     None)
-    layer, problems = pyproject_settings(workspace) if workspace else ({}, [])
-    settings, more = resolve_settings(layer)
-    for problem in problems + more:
-        print(f"kernel-lsp bench: warning: {problem}", file=sys.stderr)
-    return workspace, settings
-
-
-def _kernelbench_roots(args: argparse.Namespace, workspace: Path | None, settings: Settings) -> list[Path]:
-    if args.kernelbench:
-        missing = [str(r) for r in args.kernelbench if not r.is_dir()]
-        if missing:
-            raise BenchUsageError(f"--kernelbench: not a folder: {', '.join(missing)}")
-        return list(args.kernelbench)
-    base = workspace or Path.cwd()
-    return [base / Path(root).expanduser() for root in settings.kernelbench_roots]  # an absolute root stays absolute
-
-
 def _paired_candidates(folder: Path, workspace: Path | None, settings: Settings, roots: list[Path]) -> list[Pairing]:
     candidates = find_candidates(folder)
     if not candidates:
-        raise BenchUsageError(f"no candidates in {folder} (no .py file there defines ModelNew)")
+        raise CommandUsageError(f"no candidates in {folder} (no .py file there defines ModelNew)")
     pairs, unpaired = pair_candidates(candidates, workspace, settings, roots)
     for skipped in unpaired:
         print(f"kernel-lsp bench: skipped {skipped.path}: {skipped.reason}", file=sys.stderr)
     if not pairs:
-        raise BenchUsageError(f"none of the {len(candidates)} candidates has a reference: pass --kernelbench ROOT "
+        raise CommandUsageError(f"none of the {len(candidates)} candidates has a reference: pass --kernelbench ROOT "
                               "(a folder of level<N>/ problems), set kernelbenchRoots or references in "
                               "[tool.kernel-lsp], or name one with a '# kernel-lsp: reference=PATH' line")
     return pairs
 
 
-def _option_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    overrides: dict[str, Any] = {}
-    if args.device:
-        overrides["device"] = args.device
-    for name, key in (("trials", "trials"), ("calls", "timedCalls")):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise BenchUsageError(f"--{name} must be at least 1, got {value}")
-        if value is not None:
-            overrides[key] = value
-    if args.baselines is not None:
-        baselines = [b.strip() for b in args.baselines.split(",") if b.strip()]
-        if not set(baselines) <= set(BASELINE_KINDS):
-            raise BenchUsageError(f"--baselines takes {','.join(BASELINE_KINDS)} (or ''), got {args.baselines!r}")
-        overrides["baselines"] = baselines
-    return overrides
-
-
 async def _verify_all(pairs: list[Pairing], options: dict[str, Any], folder: Path, settings: Settings,
                       args: argparse.Namespace) -> list[ProblemResult]:
     """One job at a time: candidates timed while another runs would slow each other down."""
-    from kernel_lsp.worker.client import WorkerClient, WorkerUnavailable
-    from kernel_lsp.worker.daemon import UsageError, read_token
+    from kernel_lsp.worker.client import WorkerUnavailable
 
-    try:
-        token = read_token(args.token_file or settings.worker_token_file or None)
-    except (UsageError, OSError) as exc:
-        raise BenchUsageError(f"worker token: {exc}") from exc
-    client = WorkerClient(address=args.worker if args.worker is not None else settings.worker, token=token,
-                          max_frame=settings.max_frame_mib * 2**20, job_timeout_s=settings.job_timeout_s)
+    client = worker_client(args, settings)
     results = []
     try:
         for number, pairing in enumerate(pairs, 1):
@@ -156,7 +102,7 @@ async def _verify_all(pairs: list[Pairing], options: dict[str, Any], folder: Pat
             print(f"[{number}/{len(pairs)}] {shown}: {_one_line(results[-1])} ({time.monotonic() - start:.1f} s)",
                   file=sys.stderr)
     except WorkerUnavailable as exc:
-        raise BenchUsageError(str(exc)) from exc
+        raise CommandUsageError(str(exc)) from exc
     finally:
         await client.close()
     return results
@@ -201,7 +147,7 @@ def _write_reports(out: Path, results: list[ProblemResult], metrics: Any, run: d
         write_json(json_path, bench_json(results, metrics, run))
         html_path.write_text(html_report(results, metrics, run), encoding="utf-8")
     except OSError as exc:
-        raise BenchUsageError(f"cannot write the reports to {out}: {exc}") from exc
+        raise CommandUsageError(f"cannot write the reports to {out}: {exc}") from exc
     return [json_path, html_path]
 
 

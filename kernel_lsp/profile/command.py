@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from kernel_lsp.compile.units import CUDA_SUFFIXES
-from kernel_lsp.config import Settings, pyproject_settings, resolve_settings
+from kernel_lsp.command_line import (
+    CommandUsageError,
+    add_worker_options,
+    reports_usage_errors,
+    nearest_settings,
+    print_progress,
+    worker_client,
+)
+from kernel_lsp.config import Settings
 from kernel_lsp.profile.report import (
     gain_text,
     imported_kernels,
@@ -27,10 +35,6 @@ EXIT_OK, EXIT_USAGE = 0, 2
 MESSAGE_CHARS = 300  # text output keeps each hint to a few lines; --format json has it whole
 NAME_CHARS = 100
 TOP_NCU_HINTS = 5  # ncu's rules shown per kernel in text, the largest gains; our own hint-* rules always show
-
-
-class ProfileUsageError(Exception):
-    """Bad arguments or an environment that cannot profile; the message says which."""
 
 
 def add_profile_parser(sub: Any) -> None:
@@ -47,33 +51,23 @@ def add_profile_parser(sub: Any) -> None:
                          help="the problem (Model, get_inputs) for a .py candidate (default: found as verify finds it; "
                               "optional when the candidate defines get_inputs)")
     profile.add_argument("--kernel", action="append", metavar="NAME", help="only this kernel (repeatable)")
-    profile.add_argument("--worker", metavar="ADDRESS",
-                         help="unix:PATH or tcp:HOST:PORT (default: the worker setting, else a local worker)")
-    profile.add_argument("--token-file", help="token for --worker (else workerTokenFile, else $KERNEL_LSP_TOKEN)")
-    profile.add_argument("--format", choices=["text", "json"], default="text")
+    add_worker_options(profile)
 
 
+@reports_usage_errors("profile")
 def run_profile(args: argparse.Namespace) -> int:
-    try:
-        return _profile(args)
-    except ProfileUsageError as exc:
-        print(f"kernel-lsp profile: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-
-
-def _profile(args: argparse.Namespace) -> int:
     if (args.file is None) == (args.import_csv is None):
-        raise ProfileUsageError("give either FILE or --import-csv CSV")
+        raise CommandUsageError("give either FILE or --import-csv CSV")
     if args.import_csv is not None:
         return _import_csv(args)
     if not args.file.is_file():
-        raise ProfileUsageError(f"not a file: {args.file}")
+        raise CommandUsageError(f"not a file: {args.file}")
     if args.file.suffix in CUDA_SUFFIXES:
         report = asyncio.run(_static_cuda_report(args.file, args.kernel or ()))
     elif args.file.suffix == ".py":
         report = asyncio.run(_worker_report(args))
     else:
-        raise ProfileUsageError(f"{args.file}: expected a .py candidate or a .cu file")
+        raise CommandUsageError(f"{args.file}: expected a .py candidate or a .cu file")
     _print_report(args.format, args.file, report)
     return EXIT_OK if report["kernels"] else EXIT_USAGE
 
@@ -85,7 +79,7 @@ def _import_csv(args: argparse.Namespace) -> int:
     raw = _read(args.raw_csv, "--raw-csv") if args.raw_csv is not None else None
     kernels = imported_kernels(details, raw)
     if not kernels:
-        raise ProfileUsageError(f"{args.import_csv}: no kernel launches found; expected the output of "
+        raise CommandUsageError(f"{args.import_csv}: no kernel launches found; expected the output of "
                                 "`ncu --import REPORT --csv --page details`")
     if args.kernel:
         kernels = [k for k in kernels if k["kernel"] in args.kernel]
@@ -100,7 +94,7 @@ def _read(path: Path, option: str) -> str:
     try:
         return path.read_bytes().decode("utf-8", errors="replace")
     except OSError as exc:
-        raise ProfileUsageError(f"{option}: cannot read {path}: {exc.strerror or exc}") from exc
+        raise CommandUsageError(f"{option}: cannot read {path}: {exc.strerror or exc}") from exc
 
 
 # --- FILE -----------------------------------------------------------------------------------------------
@@ -109,43 +103,26 @@ async def _static_cuda_report(path: Path, kernels: tuple[str, ...] | list[str]) 
     from kernel_lsp.profile.static import static_profile
 
     return await static_profile({path.name: _read(path, "FILE")}, path.name, {path.name: str(path.resolve())},
-                                kernels, _settings(path.parent))
-
-
-def _settings(folder: Path) -> Settings:
-    """[tool.kernel-lsp] of the nearest pyproject.toml above the file (arch, include dirs, nvcc path)."""
-    workspace = next((f for f in (folder.resolve(), *folder.resolve().parents) if (f / "pyproject.toml").is_file()),
-                     None)
-    layer, problems = pyproject_settings(workspace) if workspace else ({}, [])
-    settings, more = resolve_settings(layer)
-    for problem in problems + more:
-        print(f"kernel-lsp profile: warning: {problem}", file=sys.stderr)
-    return settings
+                                kernels, nearest_settings(path.parent, "profile")[1])
 
 
 async def _worker_report(args: argparse.Namespace) -> dict[str, Any]:
     from kernel_lsp.profile.job import profile_job
-    from kernel_lsp.worker.client import WorkerClient, WorkerUnavailable
-    from kernel_lsp.worker.daemon import UsageError, read_token
+    from kernel_lsp.worker.client import WorkerUnavailable
 
-    settings = _settings(args.file.parent)
+    settings = nearest_settings(args.file.parent, "profile")[1]
     reference = _reference(args, settings)
-    try:
-        token = read_token(args.token_file or settings.worker_token_file or None)
-    except (UsageError, OSError) as exc:
-        raise ProfileUsageError(f"worker token: {exc}") from exc
-    client = WorkerClient(address=args.worker if args.worker is not None else settings.worker, token=token,
-                          max_frame=settings.max_frame_mib * 2**20, job_timeout_s=settings.job_timeout_s)
+    client = worker_client(args, settings)
     job = profile_job(args.file, reference, {"kernels": args.kernel} if args.kernel else {})
     print(f"kernel-lsp profile: {args.file}" + (f" with reference {reference}" if reference else ""), file=sys.stderr)
     try:
-        result = await client.run(job, progress=lambda message, _: print(f"  {message}", file=sys.stderr))
+        result = await client.run(job, progress=print_progress)
     except WorkerUnavailable as exc:
-        raise ProfileUsageError(str(exc)) from exc
+        raise CommandUsageError(str(exc)) from exc
     finally:
         await client.close()
     if result.status != "ok":
-        raise ProfileUsageError(f"the profile job {result.status}: {result.error or 'no message'}")
+        raise CommandUsageError(f"the profile job {result.status}: {result.error or 'no message'}")
     run_failures = [f["message"] for f in result.findings if f["code"].startswith("run-")]
     report = result.metrics["profile"]
     report["problems"] = run_failures + report["problems"]
@@ -158,7 +135,7 @@ def _reference(args: argparse.Namespace, settings: Settings) -> Path | None:
 
     if args.reference is not None:
         if not args.reference.is_file():
-            raise ProfileUsageError(f"--reference: not a file: {args.reference}")
+            raise CommandUsageError(f"--reference: not a file: {args.reference}")
         return args.reference
     text = _read(args.file, "FILE")
     workspace = next((f for f in (args.file.resolve().parent, *args.file.resolve().parents)

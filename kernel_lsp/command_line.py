@@ -1,0 +1,111 @@
+"""What the worker-backed commands (verify, bench, profile) share: options, settings, the worker client."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kernel_lsp.config import BASELINE_KINDS, VERIFY_DEVICES, Settings, pyproject_settings, resolve_settings
+
+if TYPE_CHECKING:
+    from kernel_lsp.worker.client import WorkerClient
+
+
+EXIT_USAGE = 2
+
+
+class CommandUsageError(Exception):
+    """Bad options or an environment the command cannot run in; the message says which (exit status 2)."""
+
+
+def reports_usage_errors(command: str) -> Callable[[Callable[[argparse.Namespace], int]],
+                                                   Callable[[argparse.Namespace], int]]:
+    """A command's run function that turns a CommandUsageError into one line on stderr and exit status 2."""
+    def wrap(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+        @functools.wraps(run)
+        def guarded(args: argparse.Namespace) -> int:
+            try:
+                return run(args)
+            except CommandUsageError as exc:
+                print(f"kernel-lsp {command}: {exc}", file=sys.stderr)
+                return EXIT_USAGE
+        return guarded
+    return wrap
+
+
+def add_worker_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--worker", metavar="ADDRESS",
+                        help="unix:PATH or tcp:HOST:PORT (default: the worker setting, else a local worker)")
+    parser.add_argument("--token-file", help="token for --worker (else workerTokenFile, else $KERNEL_LSP_TOKEN)")
+    parser.add_argument("--format", choices=["text", "json"], default="text")
+
+
+def add_verify_options(parser: argparse.ArgumentParser, each: str) -> None:
+    """Options that override the verification settings; `each` says per what ('' or ' per candidate')."""
+    parser.add_argument("--kernelbench", action="append", type=Path, metavar="ROOT",
+                        help="folder holding level<N>/ problems (repeatable; default: the kernelbenchRoots setting)")
+    parser.add_argument("--device", choices=VERIFY_DEVICES, help="default: the verifyDevice setting")
+    parser.add_argument("--trials", type=int, help=f"correctness trials{each} (default: the trials setting)")
+    parser.add_argument("--calls", type=int, help=f"timed calls{each} (default: the timedCalls setting)")
+    parser.add_argument("--baselines", help="comma-separated, from eager,compile; '' for none (default: the setting)")
+
+
+def nearest_settings(folder: Path, command: str) -> tuple[Path | None, Settings]:
+    """The nearest pyproject.toml above `folder` gives the workspace and its [tool.kernel-lsp] settings; problems
+    with them are warnings on stderr."""
+    workspace = next((f for f in (folder.resolve(), *folder.resolve().parents) if (f / "pyproject.toml").is_file()),
+                     None)
+    layer, problems = pyproject_settings(workspace) if workspace else ({}, [])
+    settings, more = resolve_settings(layer)
+    for problem in problems + more:
+        print(f"kernel-lsp {command}: warning: {problem}", file=sys.stderr)
+    return workspace, settings
+
+
+def kernelbench_roots(args: argparse.Namespace, workspace: Path | None, settings: Settings) -> list[Path]:
+    if args.kernelbench:
+        missing = [str(r) for r in args.kernelbench if not r.is_dir()]
+        if missing:
+            raise CommandUsageError(f"--kernelbench: not a folder: {', '.join(missing)}")
+        return list(args.kernelbench)
+    base = workspace or Path.cwd()
+    return [base / Path(root).expanduser() for root in settings.kernelbench_roots]  # an absolute root stays absolute
+
+
+def verify_option_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    overrides: dict[str, Any] = {}
+    if args.device:
+        overrides["device"] = args.device
+    for name, key in (("trials", "trials"), ("calls", "timedCalls")):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise CommandUsageError(f"--{name} must be at least 1, got {value}")
+        if value is not None:
+            overrides[key] = value
+    if args.baselines is not None:
+        baselines = [b.strip() for b in args.baselines.split(",") if b.strip()]
+        if not set(baselines) <= set(BASELINE_KINDS):
+            raise CommandUsageError(f"--baselines takes {','.join(BASELINE_KINDS)} (or ''), got {args.baselines!r}")
+        overrides["baselines"] = baselines
+    return overrides
+
+
+def worker_client(args: argparse.Namespace, settings: Settings) -> WorkerClient:
+    """A client for --worker (else the worker setting, else a local worker), with its token."""
+    from kernel_lsp.worker.client import WorkerClient
+    from kernel_lsp.worker.daemon import UsageError, read_token
+
+    try:
+        token = read_token(args.token_file or settings.worker_token_file or None)
+    except (UsageError, OSError) as exc:
+        raise CommandUsageError(f"worker token: {exc}") from exc
+    return WorkerClient(address=args.worker if args.worker is not None else settings.worker, token=token,
+                        max_frame=settings.max_frame_mib * 2**20, job_timeout_s=settings.job_timeout_s)
+
+
+def print_progress(message: str, _fraction: Any = None) -> None:
+    print(f"  {message}", file=sys.stderr)
