@@ -1,0 +1,1 @@
+"""The optimization agent: model client, tools, search tree, rubric, budgets and trajectories."""

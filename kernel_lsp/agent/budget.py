@@ -1,0 +1,101 @@
+"""Budgets of an optimization pass: what may be spent (Budget) and what has been (Spend).
+
+A limit of None is unlimited. A limit is spent once the counter reaches it, so a budget of 20 model calls allows
+exactly 20. Limits are checked in the order of LIMIT_ORDER (model calls, tokens, dollars, wall seconds, evaluations),
+so when several are spent at once the message names the first of them. Tokens count input and output together.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+LIMIT_ORDER = ("model_calls", "tokens", "dollars", "wall_s", "evaluations")
+MODEL_CALL_LIMITS = ("model_calls", "tokens", "dollars", "wall_s")  # what one more model call would spend
+EVALUATION_LIMITS = ("evaluations", "wall_s")  # what one more worker evaluation would spend
+
+
+@dataclass
+class Spend:
+    """Counters of one pass; wall seconds run from `started` (time.monotonic) to now."""
+
+    model_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    dollars: float = 0.0
+    evaluations: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    @property
+    def wall_s(self) -> float:
+        return time.monotonic() - self.started
+
+    def add_model_call(self, input_tokens: int, output_tokens: int, dollars: float) -> None:
+        self.model_calls += 1
+        self.input_tokens += input_tokens
+        self.output_tokens += output_tokens
+        self.dollars += dollars
+
+    def add_evaluation(self) -> None:
+        self.evaluations += 1
+
+    def to_dict(self) -> dict[str, Any]:
+        """The counters as the trajectory's "spend" events and the progress line show them."""
+        return {"model_calls": self.model_calls, "input_tokens": self.input_tokens,
+                "output_tokens": self.output_tokens, "dollars": round(self.dollars, 6),
+                "evaluations": self.evaluations, "wall_s": round(self.wall_s, 3)}
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Limits of one pass; None means no limit on that counter."""
+
+    model_calls: int | None = None
+    tokens: int | None = None
+    dollars: float | None = None
+    wall_s: float | None = None
+    evaluations: int | None = None
+
+    def exceeded(self, spend: Spend) -> str | None:
+        """The first spent limit in LIMIT_ORDER, as a sentence; None while every limit has room left."""
+        return self._first_spent(spend, LIMIT_ORDER)
+
+    def refuses_model_call(self, spend: Spend) -> str | None:
+        """Why the next model call may not start (a limit it would add to is already spent), else None."""
+        return self._first_spent(spend, MODEL_CALL_LIMITS)
+
+    def refuses_evaluation(self, spend: Spend) -> str | None:
+        """Why the next compile-and-verify run may not start, else None."""
+        return self._first_spent(spend, EVALUATION_LIMITS)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in LIMIT_ORDER}
+
+    def _first_spent(self, spend: Spend, names: tuple[str, ...]) -> str | None:
+        for name in LIMIT_ORDER:
+            limit = getattr(self, name)
+            if name in names and limit is not None and getattr(spend, name) >= limit:
+                return spent_message(name, limit, getattr(spend, name))
+        return None
+
+
+def spent_message(name: str, limit: float, used: float) -> str:
+    """'the budget of 20 model calls is spent' and its kin, with the amount used where it can overshoot."""
+    if name == "model_calls":
+        return f"the budget of {counted(limit, 'model call')} is spent"
+    if name == "tokens":
+        return f"the budget of {counted(limit, 'token')} is spent ({used} used)"
+    if name == "dollars":
+        return f"the budget of ${limit:.2f} is spent (${used:.2f} used)"
+    if name == "wall_s":
+        return f"the wall-time budget of {limit:g} s is spent ({used:.0f} s elapsed)"
+    return f"the budget of {counted(limit, 'evaluation')} is spent"
+
+
+def counted(number: float, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"

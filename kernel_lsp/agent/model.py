@@ -1,0 +1,234 @@
+"""The agent's model client: one Messages API turn through the `anthropic` SDK, streamed, with tool use,
+retries with backoff on rate limits, overloads and server errors, a time-out, and tokens and dollars counted.
+
+The API key comes from the caller (the editor's setting) or ANTHROPIC_API_KEY and is never logged; the base URL
+from the caller or ANTHROPIC_BASE_URL. Every failure is a ModelError whose message says what to fix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import random
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import anthropic
+import httpx2  # the SDK's HTTP library: a time-out or dropped connection in mid-stream arrives as its error, unwrapped
+
+log = logging.getLogger(__name__)
+
+API_KEY_ENV = "ANTHROPIC_API_KEY"
+BASE_URL_ENV = "ANTHROPIC_BASE_URL"
+MAX_BACKOFF_S = 30.0
+MAX_RETRY_AFTER_S = 60.0  # a longer wait asked by the API is cut to this, so a pass never hangs on one header
+
+# USD per million tokens (input, output), from https://platform.claude.com/docs/en/about-claude/pricing
+# (standard tier, no prompt caching). Ids with a date suffix ("claude-sonnet-4-5-20250929") take their alias's price.
+PRICES_PER_MTOK: dict[str, tuple[float, float]] = {
+    "claude-opus-4-6": (5.0, 25.0),
+    "claude-opus-4-5": (5.0, 25.0),
+    "claude-opus-4-1": (15.0, 75.0),
+    "claude-opus-4": (15.0, 75.0),
+    "claude-sonnet-4-6": (3.0, 15.0),
+    "claude-sonnet-4-5": (3.0, 15.0),
+    "claude-sonnet-4": (3.0, 15.0),
+    "claude-3-7-sonnet": (3.0, 15.0),
+    "claude-haiku-4-5": (1.0, 5.0),
+    "claude-3-5-haiku": (0.8, 4.0),
+    "claude-3-haiku": (0.25, 1.25),
+}
+_DATE_SUFFIX = re.compile(r"-\d{8}$")
+
+RETRIED_KINDS = frozenset({"rate-limit", "overloaded", "server", "connection"})
+API_FAILURES = (anthropic.APIError, httpx2.TransportError)
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class ModelTurn:
+    blocks: list[dict]  # {"type": "text", "text"} | {"type": "tool_use", "id", "name", "input"}
+    stop_reason: str  # "end_turn" | "tool_use" | "max_tokens" | ...
+    usage: Usage
+    cost_usd: float
+    retries: int = 0  # retried attempts this turn took (rate limits, overloads, server errors)
+
+
+class ModelError(Exception):
+    """A model call that failed for good; kind is one of
+    missing-key | auth | rate-limit | overloaded | timeout | connection | bad-request | server."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+def price_per_mtok(model: str) -> tuple[float, float] | None:
+    return PRICES_PER_MTOK.get(_DATE_SUFFIX.sub("", model))
+
+
+def cost_usd(model: str, usage: Usage) -> float:
+    """Dollars for one turn's tokens; a model missing from PRICES_PER_MTOK costs 0, with a warning saying so."""
+    price = price_per_mtok(model)
+    if price is None:
+        _warn_unpriced(model)
+        return 0.0
+    input_price, output_price = price
+    return (usage.input_tokens * input_price + usage.output_tokens * output_price) / 1_000_000
+
+
+@functools.cache
+def _warn_unpriced(model: str) -> None:
+    log.warning("no price is known for model %s: its turns count as $0, so a dollar budget does not bind", model)
+
+
+class ModelClient:
+    def __init__(
+        self,
+        api_key: str | None,
+        base_url: str | None,
+        model: str,
+        max_tokens: int,
+        temperature: float | None,
+        max_retries: int = 4,
+        timeout_s: float = 120.0,
+        first_backoff_s: float = 1.0,
+    ) -> None:
+        self._api_key = api_key or os.environ.get(API_KEY_ENV) or None  # private: never logged, never in a repr
+        self.base_url = base_url or os.environ.get(BASE_URL_ENV) or None  # None: the SDK's default endpoint
+        self.model = model
+        self.max_tokens = max_tokens
+        self.temperature = temperature  # None: the model's default (newer models refuse the parameter)
+        self.max_retries = max_retries
+        self.timeout_s = timeout_s  # the longest silence: before the answer starts, or between two of its pieces
+        self.first_backoff_s = first_backoff_s
+
+    def __repr__(self) -> str:
+        return f"ModelClient(model={self.model!r}, base_url={self.base_url!r})"
+
+    async def turn(self, system: str, messages: list[dict], tools: list[dict]) -> ModelTurn:
+        """One assistant turn: retried on rate limits, overloads, server and connection errors; else ModelError."""
+        if not self._api_key:
+            raise ModelError(
+                "missing-key",
+                f"no Anthropic API key: set {API_KEY_ENV} (or the editor setting apiKey) to let the agent call Claude",
+            )
+        retries = 0
+        while True:
+            try:
+                message = await self._streamed_message(system, messages, tools)
+            except API_FAILURES as error:
+                failure = self._model_error(error)
+                delay_s = self._retry_delay_s(error, failure, retries)
+                if delay_s is None:
+                    raise failure from error
+                retries += 1
+                log.warning(
+                    "model API: %s; retry %d of %d in %.1f s", failure.message, retries, self.max_retries, delay_s
+                )
+                await asyncio.sleep(delay_s)
+                continue
+            return self._model_turn(message, retries)
+
+    async def _streamed_message(self, system: str, messages: list[dict], tools: list[dict]) -> Any:
+        # A client per turn: no connection outlives the event loop that made it, and nothing needs closing.
+        # max_retries=0: our loop retries instead, counting and logging each retry, and retrying streamed errors too.
+        sdk = anthropic.AsyncAnthropic(
+            api_key=self._api_key, base_url=self.base_url, max_retries=0, timeout=self.timeout_s
+        )
+        async with sdk, sdk.messages.stream(**self._request(system, messages, tools)) as stream:
+            return await stream.get_final_message()
+
+    def _request(self, system: str, messages: list[dict], tools: list[dict]) -> dict[str, Any]:
+        request: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens, "messages": messages}
+        if system:
+            request["system"] = system
+        if tools:
+            request["tools"] = tools
+        if self.temperature is not None:
+            request["extra_body"] = {"temperature": self.temperature}  # not a named argument of this SDK any more
+        return request
+
+    def _model_turn(self, message: Any, retries: int) -> ModelTurn:
+        usage = Usage(message.usage.input_tokens or 0, message.usage.output_tokens or 0)
+        turn_cost = cost_usd(self.model, usage)
+        log.info(
+            "model turn: %d input + %d output tokens, $%.4f, stop %s",
+            usage.input_tokens, usage.output_tokens, turn_cost, message.stop_reason,
+        )
+        return ModelTurn(
+            blocks=[block for block in map(block_dict, message.content) if block is not None],
+            stop_reason=message.stop_reason or "",
+            usage=usage,
+            cost_usd=turn_cost,
+            retries=retries,
+        )
+
+    def _retry_delay_s(self, error: Exception, failure: ModelError, retries: int) -> float | None:
+        if failure.kind not in RETRIED_KINDS or retries >= self.max_retries:
+            return None
+        asked = retry_after_s(error)
+        if asked is not None:
+            return min(asked, MAX_RETRY_AFTER_S)
+        backoff = min(self.first_backoff_s * 2**retries, MAX_BACKOFF_S)
+        return backoff * random.uniform(0.75, 1.0)  # jitter: clients that failed together do not retry together
+
+    def _model_error(self, error: Exception) -> ModelError:
+        if isinstance(error, (anthropic.APITimeoutError, httpx2.TimeoutException)):
+            return ModelError(
+                "timeout",
+                f"the model API sent nothing for {self.timeout_s:g} s; try again, or raise the time-out",
+            )
+        if isinstance(error, (anthropic.APIConnectionError, httpx2.TransportError)):
+            return ModelError(
+                "connection",
+                f"cannot reach the model API at {self.base_url or 'api.anthropic.com'}: {error.__cause__ or error}; "
+                f"check the network and {BASE_URL_ENV}",
+            )
+        if isinstance(error, anthropic.APIStatusError):
+            return self._status_error(error)
+        return ModelError("server", f"the model API answered something unexpected: {error}")
+
+    def _status_error(self, error: anthropic.APIStatusError) -> ModelError:
+        status, error_type = error.status_code, error.type or "error"
+        said = f"{status} {error_type}: {error.api_message or 'no message'}"
+        if status in (401, 403):
+            return ModelError("auth", f"the model API refused the API key ({said}); check {API_KEY_ENV} or apiKey")
+        if status == 429:
+            return ModelError("rate-limit", f"rate limited by the model API ({said})")
+        if status == 529 or error_type == "overloaded_error":  # a streamed error event arrives with status 200
+            return ModelError("overloaded", f"the model API is overloaded ({said})")
+        if status >= 500 or error_type == "api_error":
+            return ModelError("server", f"the model API failed ({said})")
+        return ModelError("bad-request", f"the model API rejected the request for {self.model} ({said})")
+
+
+def block_dict(block: Any) -> dict | None:
+    """The plain dict of a text or tool_use content block; other kinds (thinking, server tools) are not the agent's."""
+    if block.type == "text":
+        return {"type": "text", "text": block.text}
+    if block.type == "tool_use":
+        return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
+    return None
+
+
+def retry_after_s(error: Exception) -> float | None:
+    """The wait the API asked for in retry-after-ms or retry-after (seconds); None when it asked for none."""
+    response = getattr(error, "response", None)
+    if response is None:
+        return None
+    for header, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        try:
+            return max(0.0, float(response.headers[header]) * scale)
+        except (KeyError, ValueError):
+            continue
+    return None

@@ -1,0 +1,190 @@
+"""The search tree of one pass: candidates as nodes, which one to improve next, dead ends, and a memory for the model.
+
+Node 0 is the user's kernel. The loop asks select() for the node to improve, has the model write a new candidate
+from it (add_child), evaluates that candidate and record()s the result, which adds one visit and the score to the
+node and every ancestor (mean-value backup).
+
+select() walks down from the root. At each node it stops and returns that node when the node may take one more child
+(progressive widening: children < max(1, floor(WIDENING_K * visits ** WIDENING_ALPHA)), or none of its children is
+alive; otherwise it moves to the live child of highest UCT:
+    mean score + UCT_C * sqrt(ln(parent visits) / child visits),   an unvisited child first.
+UCT_C = 1.0 suits rubric scores, where one doubling of speed adds about 1. With WIDENING_K = 2 and
+WIDENING_ALPHA = 0.5 a node may have 2 children after 1 visit, 4 after 4, 6 after 9.
+
+Pruning marks a node dead, and dead nodes are never selected nor expanded: an integrity reject (a cheat is not a
+place to start from), or a compile failure that is the COMPILE_FAILURE_LIMIT-th in a row along its branch. The root
+is never dead: the user's kernel is always a place to start again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernel_lsp.agent.rubric import RubricScore
+
+UCT_C = 1.0
+WIDENING_K = 2.0
+WIDENING_ALPHA = 0.5
+COMPILE_FAILURE_LIMIT = 3
+MEMORY_LINE_CHARS = 200  # one line per attempt keeps the memory cheap in tokens
+
+
+def source_hash(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
+@dataclass
+class Node:
+    """One candidate. value: the sum of the scores backed up through it; rubric: None until evaluated."""
+
+    id: int
+    parent_id: int | None
+    source: str
+    evaluation: dict[str, Any] | None = None
+    rubric: RubricScore | None = None
+    feedback: str = ""
+    visits: int = 0
+    value: float = 0.0
+    dead: bool = False
+    dead_reason: str = ""
+    children: list[int] = field(default_factory=list)
+
+    @property
+    def score(self) -> float:
+        return self.rubric.score if self.rubric else 0.0
+
+    @property
+    def mean_value(self) -> float:
+        return self.value / self.visits if self.visits else 0.0
+
+    @property
+    def outcome(self) -> str:
+        """The rubric's one-line reason ('verified 1.4× eager', 'rejected: ...'), or 'not evaluated'."""
+        return self.rubric.reason if self.rubric else "not evaluated"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "parent_id": self.parent_id, "source": self.source,
+                "source_sha256": source_hash(self.source), "evaluation": self.evaluation,
+                "rubric": self.rubric.to_dict() if self.rubric else None, "feedback": self.feedback,
+                "visits": self.visits, "value": self.value, "dead": self.dead, "dead_reason": self.dead_reason,
+                "children": list(self.children)}
+
+
+class SearchTree:
+    """The candidates of one pass, rooted at the user's kernel (node 0)."""
+
+    def __init__(self, root_source: str, uct_c: float = UCT_C, widening_k: float = WIDENING_K,
+                 widening_alpha: float = WIDENING_ALPHA, compile_failure_limit: int = COMPILE_FAILURE_LIMIT) -> None:
+        self.uct_c = uct_c
+        self.widening_k = widening_k
+        self.widening_alpha = widening_alpha
+        self.compile_failure_limit = compile_failure_limit
+        self.nodes: list[Node] = [Node(0, None, root_source)]
+
+    @property
+    def root(self) -> Node:
+        return self.nodes[0]
+
+    def add_child(self, parent: Node, source: str) -> Node:
+        """A new, unevaluated candidate written from `parent`."""
+        if parent.dead:
+            raise ValueError(f"node {parent.id} is a dead end ({parent.dead_reason}); it takes no children")
+        child = Node(len(self.nodes), parent.id, source)
+        self.nodes.append(child)
+        parent.children.append(child.id)
+        return child
+
+    def record(self, node: Node, evaluation: dict[str, Any], rubric: RubricScore, feedback: str) -> None:
+        """Store a candidate's evaluation and score, apply the prune rules, and back the score up to the root."""
+        node.evaluation, node.rubric, node.feedback = evaluation, rubric, feedback
+        node.dead_reason = self.dead_end_reason(node)
+        node.dead = bool(node.dead_reason)
+        for ancestor in self.path_to_root(node):
+            ancestor.visits += 1
+            ancestor.value += rubric.score
+
+    def dead_end_reason(self, node: Node) -> str:
+        """Why a just-evaluated node is pruned, or '' when it is not."""
+        if node.parent_id is None:
+            return ""
+        if node.rubric is not None and node.rubric.outcome == "integrity":
+            return "integrity reject"
+        failures = self.compile_failures_in_a_row(node)
+        if failures >= self.compile_failure_limit:
+            return f"{failures} compile failures in a row"
+        return ""
+
+    def compile_failures_in_a_row(self, node: Node) -> int:
+        count = 0
+        for step in self.path_to_root(node):
+            if step.rubric is None or step.rubric.outcome != "compile-error":
+                break
+            count += 1
+        return count
+
+    def path_to_root(self, node: Node) -> list[Node]:
+        path = [node]
+        while path[-1].parent_id is not None:
+            path.append(self.nodes[path[-1].parent_id])
+        return path
+
+    def select(self) -> Node:
+        """The node to write the next candidate from (module docstring); never a dead node."""
+        node = self.root
+        while True:
+            live = [self.nodes[i] for i in node.children if not self.nodes[i].dead]
+            if not live or len(node.children) < self.widening_limit(node):
+                return node
+            node = max(live, key=lambda child: self.uct(child, node))
+
+    def widening_limit(self, node: Node) -> int:
+        """How many children a node may have at its number of visits."""
+        return max(1, math.floor(self.widening_k * node.visits ** self.widening_alpha))
+
+    def uct(self, child: Node, parent: Node) -> float:
+        if child.visits == 0:
+            return math.inf
+        exploration = math.sqrt(math.log(max(parent.visits, 1)) / child.visits)
+        return child.mean_value + self.uct_c * exploration
+
+    def best_verified(self) -> Node | None:
+        """The verified node of highest score (the earlier one on a tie), None when nothing verified."""
+        verified = [n for n in self.nodes if n.rubric is not None and n.rubric.verified]
+        return max(verified, key=lambda n: (n.score, -n.id), default=None)
+
+    def memory(self, limit: int = 20) -> str:
+        """What was tried and how it went, newest first, one line per distinct source, at most `limit` lines."""
+        lines: list[str] = []
+        seen: set[str] = set()
+        for node in reversed(self.nodes):
+            digest = source_hash(node.source)
+            if node.rubric is None or digest in seen:
+                continue
+            seen.add(digest)
+            lines.append(memory_line(node))
+            if len(lines) == limit:
+                break
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        best = self.best_verified()
+        return {"constants": {"uct_c": self.uct_c, "widening_k": self.widening_k,
+                              "widening_alpha": self.widening_alpha,
+                              "compile_failure_limit": self.compile_failure_limit},
+                "best_verified": best.id if best else None,
+                "nodes": [node.to_dict() for node in self.nodes]}
+
+
+def memory_line(node: Node) -> str:
+    """'#4 from #1: verified 1.4× eager · fused the loads' (plus 'dead end: ...' when pruned), on one line."""
+    origin = f" from #{node.parent_id}" if node.parent_id is not None else " (the original)"
+    text = f"#{node.id}{origin}: {node.outcome}"
+    feedback = node.feedback.strip().splitlines()
+    if feedback:
+        text += f" · {feedback[0]}"
+    if node.dead:
+        text += f" · dead end: {node.dead_reason}"
+    return text if len(text) <= MEMORY_LINE_CHARS else text[:MEMORY_LINE_CHARS - 1] + "…"

@@ -1,0 +1,230 @@
+"""A local stand-in for the Anthropic Messages API, for tests that drive the real `anthropic` client.
+
+It answers POST /v1/messages from a script of turns, in order: content blocks (text, tool_use) with usage figures,
+streamed as server-sent events when the request says "stream": true and as one JSON message otherwise; or an HTTP
+error with the API's JSON error body and an optional retry-after header; each after an optional delay. It records
+every request it got (path, headers, body).
+
+    with FakeMessagesApi([tool_use_turn("compile", {"path": "k.py"}), text_turn("done")]) as api:
+        client = ModelClient(api_key="test-key", base_url=api.url, ...)
+        ...
+        assert api.requests[0].body["stream"] is True
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from dataclasses import dataclass, field, replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Self
+
+DELTA_CHARS = 7  # text and tool input are streamed in pieces this long, so clients must join several deltas
+
+
+@dataclass(frozen=True)
+class Turn:
+    # {"type": "text", "text"} | {"type": "tool_use", "id", "name", "input"}
+    blocks: list[dict] = field(default_factory=list)
+    stop_reason: str = "end_turn"
+    input_tokens: int = 100
+    output_tokens: int = 20
+    status: int = 200  # not 200: answer with this error status instead of a message
+    error_type: str = ""
+    error_message: str = ""
+    retry_after: float | None = None
+    delay_s: float = 0.0  # wait this long before answering (time-out tests)
+    stall_s: float = 0.0  # streamed: wait this long after message_start (a stream that stops in the middle)
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    path: str
+    headers: dict[str, str]  # names in lower case
+    body: dict[str, Any]
+
+    @property
+    def api_key(self) -> str | None:
+        """The key the client sent: in x-api-key, or as the Bearer token this SDK version sends it in."""
+        bearer = self.headers.get("authorization", "")
+        if "x-api-key" in self.headers:
+            return self.headers["x-api-key"]
+        return bearer.removeprefix("Bearer ") if bearer.startswith("Bearer ") else None
+
+
+_tool_ids = itertools.count(1)
+
+
+def text_turn(text: str, *, input_tokens: int = 100, output_tokens: int = 20) -> Turn:
+    return Turn([{"type": "text", "text": text}], "end_turn", input_tokens, output_tokens)
+
+
+def tool_use_turn(
+    name: str, input: dict, *, text: str = "", input_tokens: int = 100, output_tokens: int = 50
+) -> Turn:
+    """The model calling one tool, after an optional sentence of text."""
+    call = {"type": "tool_use", "id": f"toolu_{next(_tool_ids):04d}", "name": name, "input": input}
+    blocks = ([{"type": "text", "text": text}] if text else []) + [call]
+    return Turn(blocks, "tool_use", input_tokens, output_tokens)
+
+
+def error_turn(status: int, type: str, message: str, retry_after: float | None = None) -> Turn:
+    return Turn(status=status, error_type=type, error_message=message, retry_after=retry_after)
+
+
+def delayed(turn: Turn, delay_s: float) -> Turn:
+    return replace(turn, delay_s=delay_s)
+
+
+def stalled(turn: Turn, stall_s: float) -> Turn:
+    return replace(turn, stall_s=stall_s)
+
+
+class FakeMessagesApi:
+    """Serves the scripted turns on 127.0.0.1 at a free port while in its `with` block."""
+
+    def __init__(self, turns: list[Turn], model: str = "claude-fake") -> None:
+        self.turns = list(turns)
+        self.model = model
+        self.requests: list[RecordedRequest] = []
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()  # ends pending delays at exit, so a timed-out test does not wait them out
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_class(self))
+        self._server.daemon_threads = True
+        # a short poll interval: shutdown() waits up to one interval, and every test pays it
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    @property
+    def turns_left(self) -> int:
+        return len(self.turns)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stopping.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+
+    def _record(self, request: RecordedRequest) -> None:
+        with self._lock:
+            self.requests.append(request)
+
+    def _next_turn(self) -> Turn | None:
+        with self._lock:
+            return self.turns.pop(0) if self.turns else None
+
+
+def _handler_class(api: FakeMessagesApi) -> type[BaseHTTPRequestHandler]:
+    class MessagesHandler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
+            api._record(RecordedRequest(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+            if self.path.split("?")[0] == "/v1/messages":
+                turn = api._next_turn() or error_turn(500, "api_error", "the fake Messages API has no turn left")
+            else:
+                turn = error_turn(404, "not_found_error", f"the fake Messages API does not serve {self.path}")
+            api._stopping.wait(turn.delay_s)
+            try:
+                self._answer(turn, body)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (a time-out test): nobody is left to answer
+
+        def _answer(self, turn: Turn, body: dict) -> None:
+            if turn.status != 200:
+                self._send_error(turn)
+            elif body.get("stream"):
+                self._send_events(turn, body.get("model", api.model))
+            else:
+                self._send_json(200, message_json(turn, body.get("model", api.model)))
+
+        def _send_error(self, turn: Turn) -> None:
+            headers = {} if turn.retry_after is None else {"retry-after": f"{turn.retry_after:g}"}
+            error = {"type": "error", "error": {"type": turn.error_type, "message": turn.error_message}}
+            self._send_json(turn.status, error, headers)
+
+        def _send_json(self, status: int, payload: dict, headers: dict[str, str] | None = None) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.send_header("request-id", "req_fake")
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _send_events(self, turn: Turn, model: str) -> None:
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("cache-control", "no-cache")
+            self.send_header("connection", "close")  # HTTP/1.0: the stream ends when the connection closes
+            self.end_headers()
+            for event in stream_events(turn, model):
+                self.wfile.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
+                self.wfile.flush()
+                if event["type"] == "message_start":
+                    api._stopping.wait(turn.stall_s)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # keep test output clean; the requests are recorded instead
+
+    return MessagesHandler
+
+
+def message_json(turn: Turn, model: str) -> dict:
+    return {
+        "id": "msg_fake",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": turn.blocks,
+        "stop_reason": turn.stop_reason,
+        "stop_sequence": None,
+        "usage": {"input_tokens": turn.input_tokens, "output_tokens": turn.output_tokens},
+    }
+
+
+def stream_events(turn: Turn, model: str) -> list[dict]:
+    """The server-sent events of one streamed message, as the Messages API orders them."""
+    start = message_json(replace(turn, blocks=[]), model)
+    start.update(stop_reason=None, usage={"input_tokens": turn.input_tokens, "output_tokens": 1})
+    events: list[dict] = [{"type": "message_start", "message": start}, {"type": "ping"}]
+    for index, block in enumerate(turn.blocks):
+        events.extend(block_events(index, block))
+    events.append({
+        "type": "message_delta",
+        "delta": {"stop_reason": turn.stop_reason, "stop_sequence": None},
+        "usage": {"output_tokens": turn.output_tokens},
+    })
+    events.append({"type": "message_stop"})
+    return events
+
+
+def block_events(index: int, block: dict) -> list[dict]:
+    if block["type"] == "text":
+        opening, delta_type, delta_key, whole = {"type": "text", "text": ""}, "text_delta", "text", block["text"]
+    else:
+        opening = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+        delta_type, delta_key, whole = "input_json_delta", "partial_json", json.dumps(block["input"])
+    deltas = [
+        {"type": "content_block_delta", "index": index, "delta": {"type": delta_type, delta_key: piece}}
+        for piece in pieces(whole)
+    ]
+    return [
+        {"type": "content_block_start", "index": index, "content_block": opening},
+        *deltas,
+        {"type": "content_block_stop", "index": index},
+    ]
+
+
+def pieces(text: str) -> list[str]:
+    return [text[i : i + DELTA_CHARS] for i in range(0, len(text), DELTA_CHARS)]

@@ -1,0 +1,170 @@
+"""The search tree: UCT with progressive widening, prune rules, the best verified node, the memory for the model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kernel_lsp.agent.rubric import RubricScore, score
+from kernel_lsp.agent.search import COMPILE_FAILURE_LIMIT, SearchTree
+
+
+def verified(eager: float) -> dict[str, Any]:
+    return {"compile": {"compiled": True, "errors": 0}, "verdict": "verified",
+            "report": {"verdict": "verified", "correctness": {"trials": 5, "passed": 5}, "integrity": [],
+                       "speedup": {"eager": eager, "compile": None}}}
+
+
+def cheat(eager: float = 100.0) -> dict[str, Any]:
+    evaluation = verified(eager)
+    evaluation["verdict"] = evaluation["report"]["verdict"] = "rejected"
+    evaluation["report"]["integrity"] = [{"code": "integrity-input-mutated", "message": "x was written"}]
+    return evaluation
+
+
+def compile_error() -> dict[str, Any]:
+    return {"compile": {"compiled": False, "errors": 1, "first_error": "error: expected ';'"}}
+
+
+def evaluate(tree: SearchTree, parent_id: int, source: str, evaluation: dict[str, Any], feedback: str = "") -> int:
+    child = tree.add_child(tree.nodes[parent_id], source)
+    tree.record(child, evaluation, score(evaluation), feedback)
+    return child.id
+
+
+def test_a_fresh_tree_expands_the_root() -> None:
+    tree = SearchTree("original")
+    assert tree.select() is tree.root
+    assert tree.best_verified() is None and tree.memory() == ""
+
+
+def test_record_backs_the_score_up_to_the_root() -> None:
+    tree = SearchTree("original")
+    child = evaluate(tree, 0, "a", verified(2.0))
+    grandchild = evaluate(tree, child, "b", verified(4.0))
+    root, a, b = tree.root, tree.nodes[child], tree.nodes[grandchild]
+    assert (root.visits, a.visits, b.visits) == (2, 2, 1)
+    assert root.value == a.value == a.score + b.score
+    assert b.parent_id == a.id and a.children == [b.id]
+
+
+def test_uct_picks_an_unvisited_child_first() -> None:
+    tree = SearchTree("original", widening_k=1.0)
+    tree.record(tree.root, verified(1.0), score(verified(1.0)), "the original")
+    good = evaluate(tree, 0, "good", verified(8.0))
+    for _ in range(3):  # root visits grow so that it stops widening at 2 children
+        tree.record(tree.nodes[good], verified(8.0), score(verified(8.0)), "")
+    unvisited = tree.add_child(tree.root, "not evaluated yet")
+    assert tree.widening_limit(tree.root) == 2
+    assert tree.select() is unvisited
+
+
+def test_widening_allows_more_children_as_visits_grow() -> None:
+    tree = SearchTree("original")
+    limits = []
+    for visits in (0, 1, 4, 9, 16):
+        tree.root.visits = visits
+        limits.append(tree.widening_limit(tree.root))
+    assert limits == [1, 2, 4, 6, 8]
+
+
+def test_a_node_under_its_widening_limit_is_expanded_before_its_children_are_visited() -> None:
+    tree = SearchTree("original")
+    evaluate(tree, 0, "a", verified(1.5))
+    assert tree.root.visits == 1 and tree.widening_limit(tree.root) == 2
+    assert tree.select() is tree.root  # one child of two allowed
+    evaluate(tree, 0, "b", verified(1.2))
+    assert tree.select().id == 1  # both slots used: descend to the better child (UCT), which may widen itself
+
+
+def test_uct_prefers_the_better_child_among_equally_visited_ones() -> None:
+    tree = SearchTree("original")
+    slow = evaluate(tree, 0, "slow", verified(0.5))
+    fast = evaluate(tree, 0, "fast", verified(4.0))
+    assert tree.uct(tree.nodes[fast], tree.root) > tree.uct(tree.nodes[slow], tree.root)
+    assert tree.select().id == fast
+
+
+def test_an_integrity_reject_is_a_dead_end_and_never_selected() -> None:
+    tree = SearchTree("original", widening_k=1.0)
+    cheater = evaluate(tree, 0, "cheat", cheat())
+    node = tree.nodes[cheater]
+    assert node.dead and node.dead_reason == "integrity reject"
+    assert tree.select() is tree.root  # its only child is dead: the root is expanded again
+    evaluate(tree, 0, "honest", verified(1.1))
+    assert tree.select().id != cheater
+
+
+def test_compile_failures_in_a_row_along_a_branch_kill_it() -> None:
+    tree = SearchTree("original")
+    parent = 0
+    for attempt in range(COMPILE_FAILURE_LIMIT):
+        parent = evaluate(tree, parent, f"broken {attempt}", compile_error())
+        assert tree.nodes[parent].dead == (attempt == COMPILE_FAILURE_LIMIT - 1)
+    assert tree.nodes[parent].dead_reason == f"{COMPILE_FAILURE_LIMIT} compile failures in a row"
+
+
+def test_a_fixed_compile_error_resets_the_count() -> None:
+    tree = SearchTree("original")
+    first = evaluate(tree, 0, "broken", compile_error())
+    fixed = evaluate(tree, first, "fixed", verified(1.0))
+    again = evaluate(tree, fixed, "broken again", compile_error())
+    assert not tree.nodes[first].dead and not tree.nodes[again].dead
+    assert tree.compile_failures_in_a_row(tree.nodes[again]) == 1
+
+
+def test_the_root_is_never_dead_and_a_dead_node_takes_no_children() -> None:
+    tree = SearchTree("original", compile_failure_limit=1)
+    tree.record(tree.root, compile_error(), score(compile_error()), "the user's kernel does not compile")
+    assert not tree.root.dead
+    dead = tree.nodes[evaluate(tree, 0, "broken", compile_error())]
+    assert dead.dead
+    with pytest.raises(ValueError, match="dead end"):
+        tree.add_child(dead, "from a dead end")
+
+
+def test_best_verified_ignores_rejected_nodes_with_high_speedup_claims() -> None:
+    tree = SearchTree("original")
+    evaluate(tree, 0, "cheat", cheat(eager=1000.0))
+    mismatch = verified(500.0)
+    mismatch["report"]["correctness"]["passed"] = 4
+    evaluate(tree, 0, "wrong", mismatch)
+    fine = evaluate(tree, 0, "fine", verified(1.3))
+    better = evaluate(tree, fine, "better", verified(1.8))
+    best = tree.best_verified()
+    assert best is not None and best.id == better
+
+
+def test_memory_lists_attempts_newest_first_without_repeating_a_source() -> None:
+    tree = SearchTree("original")
+    broken = evaluate(tree, 0, "v1", compile_error(), "vectorized the loads")
+    evaluate(tree, broken, "v2", cheat(), "reused the input buffer\nsecond line is dropped")
+    evaluate(tree, 0, "v3", verified(1.4), "tiled by 128")
+    evaluate(tree, 0, "v1", compile_error(), "vectorized the loads again")  # the same source as #1
+    lines = tree.memory().splitlines()
+    assert lines == [
+        "#4 from #0: compile error: error: expected ';' · vectorized the loads again",
+        "#3 from #0: verified 1.4× eager · tiled by 128",
+        "#2 from #1: rejected: integrity-input-mutated · reused the input buffer · dead end: integrity reject",
+    ]
+    assert tree.memory(limit=1) == lines[0]
+
+
+def test_memory_lines_stay_short() -> None:
+    tree = SearchTree("original")
+    evaluate(tree, 0, "v", verified(1.0), "x" * 1000)
+    line = tree.memory()
+    assert len(line) == 200 and line.endswith("…")
+
+
+def test_to_dict_holds_every_node_and_the_constants() -> None:
+    tree = SearchTree("original")
+    tree.record(tree.root, verified(1.0), RubricScore(1.0, reason="verified 1× eager", outcome="verified"), "")
+    evaluate(tree, 0, "a", cheat())
+    data = tree.to_dict()
+    assert data["best_verified"] == 0
+    assert set(data["constants"]) == {"uct_c", "widening_k", "widening_alpha", "compile_failure_limit"}
+    assert [n["id"] for n in data["nodes"]] == [0, 1]
+    assert data["nodes"][1]["rubric"]["outcome"] == "integrity" and data["nodes"][1]["dead"]
+    assert len(data["nodes"][1]["source_sha256"]) == 64
