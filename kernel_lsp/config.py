@@ -16,6 +16,7 @@ from typing import Any, get_type_hints
 CHECK_NAMES = ("compile", "resourceUsage", "hostCompile", "pythonSyntax")
 RESOURCE_USAGE_MODES = ("diagnostic", "codeLens", "both", "off")
 VERIFY_DEVICES = ("auto", "cuda", "cpu")
+SECRET_SETTINGS = frozenset({"anthropic_api_key"})  # never echoed in messages or logs
 BASELINE_KINDS = ("eager", "compile")
 _ARCH_RE = re.compile(r"^(sm|compute)_\d+[a-z]?$")
 
@@ -50,6 +51,17 @@ class Settings:
     tolerances: dict[str, dict[str, float]] = field(default_factory=dict)  # dtype name -> {"atol", "rtol"}
     baselines: tuple[str, ...] = ("eager", "compile")
     allowed_kernels: tuple[str, ...] = ()  # fnmatch patterns of stock kernels a candidate may also run
+    agent_model: str = "claude-sonnet-4-5"
+    agent_max_tokens: int = 8192  # per model turn
+    agent_temperature: float | None = None  # None: the model's default (newer models refuse the parameter)
+    anthropic_api_key: str = field(default="", repr=False)  # empty: $ANTHROPIC_API_KEY; never logged
+    anthropic_base_url: str = ""  # empty: $ANTHROPIC_BASE_URL, else the SDK's default
+    agent_max_model_calls: int = 30
+    agent_max_total_tokens: int = 2_000_000
+    agent_max_dollars: float = 5.0
+    agent_max_wall_s: float = 1800.0
+    agent_max_evaluations: int = 40
+    trajectory_dir: str = ""  # empty: trajectories/ in the worker's cache folder
 
     def check_enabled(self, name: str) -> bool:
         return self.checks.get(name, True)
@@ -71,7 +83,8 @@ class Settings:
             try:
                 updates[name] = _convert(name, hints[name], value, getattr(self, name))
             except (TypeError, ValueError) as exc:
-                problems.append(f"setting '{_camel(name)}': {exc}; using {getattr(self, name)!r}")
+                kept = "the previous value" if name in SECRET_SETTINGS else repr(getattr(self, name))
+                problems.append(f"setting '{_camel(name)}': {exc}; using {kept}")
         return dataclasses.replace(self, **updates), problems
 
     def fingerprint(self) -> tuple:
@@ -95,6 +108,8 @@ def _convert(name: str, hint: Any, value: Any, current: Any) -> Any:
         if not isinstance(value, bool):
             raise TypeError(f"expected true or false, got {value!r}")
         return value
+    if hint == (float | None):
+        return None if value is None else _convert(name, float, value, current)
     if hint is int or hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(f"expected a number, got {value!r}")

@@ -48,3 +48,21 @@ def test_pyproject_table_and_broken_file(tmp_path: Path):
     (tmp_path / "pyproject.toml").write_text('[tool.kernel-lsp\n')
     section, problems = pyproject_settings(tmp_path)
     assert section == {} and len(problems) == 1 and "cannot read" in problems[0]
+
+
+def test_the_api_key_setting_is_never_echoed():
+    from kernel_lsp.config import resolve_settings
+
+    settings, _ = resolve_settings({"anthropicApiKey": "sk-ant-secret-1"})
+    assert "sk-ant-secret-1" not in repr(settings)
+    _, problems = resolve_settings({"anthropicApiKey": "sk-ant-secret-1"}, {"anthropicApiKey": 7})
+    assert problems and not any("sk-ant-secret-1" in p for p in problems)
+
+
+def test_optional_temperature_takes_none_or_a_number():
+    from kernel_lsp.config import resolve_settings
+
+    assert resolve_settings({"agentTemperature": 0.2})[0].agent_temperature == 0.2
+    assert resolve_settings({"agentTemperature": 0.2}, {"agentTemperature": None})[0].agent_temperature is None
+    settings, problems = resolve_settings({"agentTemperature": "warm"})
+    assert settings.agent_temperature is None and "expected a number" in problems[0]
