@@ -45,6 +45,10 @@ def main(argv: list[str] | None = None) -> int:
         from kernel_lsp.profile.command import run_profile
 
         return run_profile(args)
+    if args.command == "optimize":
+        from kernel_lsp.agent.command import run_optimize
+
+        return run_optimize(args)
     parser.print_help(sys.stderr)
     return EXIT_USAGE
 
@@ -79,10 +83,12 @@ def _parser() -> argparse.ArgumentParser:
     from kernel_lsp.bench.verify_command import add_verify_parser
 
     from kernel_lsp.profile.command import add_profile_parser
+    from kernel_lsp.agent.command import add_optimize_parser
 
     add_verify_parser(sub)
     add_bench_parser(sub)
     add_profile_parser(sub)
+    add_optimize_parser(sub)
     return parser
 
 

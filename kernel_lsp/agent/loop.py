@@ -1,0 +1,313 @@
+"""One optimization pass: the model proposes candidates through the tools, the worker judges them, the search tree
+decides where to go next, and the pass stops at the first spent budget, when the model finishes, or when cancelled.
+
+A pass is a sequence of expansions. Each expansion starts a fresh conversation from the node SearchTree.select()
+picks, given the tree's memory (what was tried and how it went) and that node's verdict. Within it, each verify of
+a changed candidate adds a child node (to the expansion's latest live node, so a fix hangs under what it fixes) with
+its rubric score. An expansion ends after VERIFIES_PER_EXPANSION verifies (enough to act on the verifier's answer
+while the context is fresh) or when the model ends its turn without a tool call; two such idle expansions in a row
+end the pass, as does `finish`.
+
+The original candidate (node 0) is verified first: an improvement is a verified candidate faster than it by more
+than IMPROVEMENT_MARGIN of its time; when the original does not verify (or the file has no ModelNew), an improvement
+is a verified candidate faster than PyTorch eager.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kernel_lsp.agent import rubric
+from kernel_lsp.agent.budget import Budget, Spend
+from kernel_lsp.agent.model import ModelClient, ModelError
+from kernel_lsp.agent.search import Node, SearchTree
+from kernel_lsp.agent.tools import ToolResult, Workbench, candidate_ms
+from kernel_lsp.agent.trajectory import TrajectoryWriter
+from kernel_lsp.worker.client import WorkerUnavailable
+
+log = logging.getLogger(__name__)
+
+VERIFIES_PER_EXPANSION = 3
+IDLE_EXPANSIONS_LIMIT = 2
+IMPROVEMENT_MARGIN = 0.03  # a time within 3% of the original's is timing noise, not an improvement
+MEMORY_LINES = 20
+SIDE_FILE_SUFFIX = ".kernel-lsp-best.py"
+
+SYSTEM_PROMPT = """You optimize a GPU kernel. The user's file defines ModelNew, which must compute the same function \
+as the reference's Model (same outputs, within floating-point tolerance, for the inputs get_inputs() makes) and \
+should be faster. You work only through the tools: read the reference and the current candidate, write a new \
+candidate (the whole file or line edits), compile it, verify it, and, once its structure has settled, profile it.
+
+Rules:
+- Only a candidate the verifier accepts counts, and only its measured speedup. The verifier checks correctness \
+on several input sets and checks integrity: mutating or aliasing the inputs, reusing outputs, caching by pointer, \
+calling PyTorch instead of your kernel, hiding work on other streams or threads, patching timers. Any of these is \
+rejected and scores zero.
+- Keep the file self-contained: the same imports, ModelNew with the same constructor arguments as Model, and \
+the kernels written in the same language as the current candidate (Triton or CUDA through load_inline).
+- Compile before you verify; read the verifier's problems and fix them. Do not repeat an attempt the memory \
+lists as failed.
+- Call finish when you have no better idea; the best verified candidate is what the user gets.
+
+{device_note}"""
+
+CPU_NOTE = ("This pass runs on the CPU: Triton kernels run under TRITON_INTERPRET=1, where every program instance is "
+            "interpreted, so fewer, larger blocks are faster. CUDA cannot run here.")
+GPU_NOTE = "This pass runs on the worker's GPU."
+UNKNOWN_DEVICE_NOTE = "The worker picks the device: its GPU when it has one, else the CPU (Triton's interpreter)."
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    """What the editor's progress report and the CLI show: the stage, the best verified speedup, the spend."""
+
+    stage: str
+    message: str
+    best_speedup_eager: float | None
+    spend: dict[str, Any]
+
+
+@dataclass
+class PassOutcome:
+    best_source: str | None  # the best verified candidate that is not the original, None when none verified
+    best_summary: str | None
+    best_speedup: dict[str, Any] | None  # {"eager", "compile"} as the worker measured them
+    improved: bool  # the module docstring's rule
+    improvement: str  # one sentence: what the best was compared with, and how it came out
+    stop_reason: str
+    spend: dict[str, Any]
+    trajectory_path: Path
+    side_file: Path | None  # the best candidate, or the best attempt when none verified; None when nothing was tried
+    original_verdict: str | None
+    error_kind: str | None = None  # a ModelError's kind, or "worker", when the pass stopped on one
+    nodes: int = 0
+    finish_summary: str = ""
+    attempts: list[dict[str, Any]] = field(default_factory=list)  # one per evaluated node: id, parent, outcome
+
+
+class StopPass(Exception):
+    """The pass ends here; the message is the stop reason."""
+
+
+class Optimizer:
+    """Runs one pass (module docstring). Cancelling the task running `run` stops it cleanly: the trajectory is
+    closed with an "end" event, the side file written, `self.outcome` set, and the CancelledError re-raised."""
+
+    def __init__(self, model: ModelClient, workbench: Workbench, budget: Budget, trajectory: TrajectoryWriter,
+                 device: str, on_event: Callable[[ProgressEvent], None] | None = None,
+                 verifies_per_expansion: int = VERIFIES_PER_EXPANSION) -> None:
+        self.model = model
+        self.workbench = workbench
+        self.budget = budget
+        self.trajectory = trajectory
+        self.device = device
+        self.on_event = on_event or (lambda event: None)
+        self.verifies_per_expansion = verifies_per_expansion
+        self.tree = SearchTree(workbench.state.source)
+        self.spend = Spend()
+        self.outcome: PassOutcome | None = None
+        self._error_kind: str | None = None
+
+    async def run(self) -> PassOutcome:
+        self.trajectory.write("start", original=str(self.workbench.original), reference=str(self.workbench.reference),
+                              model=self.model.model, device=self.device, budget=self.budget.to_dict(),
+                              verify_options=self.workbench.verify_options, system=self.system_prompt())
+        try:
+            reason = await self._search()
+        except asyncio.CancelledError:
+            self.outcome = self._finish("cancelled")
+            raise
+        except StopPass as stop:
+            reason = str(stop)
+        except ModelError as error:
+            self._error_kind, reason = error.kind, f"model API error: {error.message}"
+        except WorkerUnavailable as error:
+            self._error_kind, reason = "worker", f"worker unavailable: {error}"
+        self.outcome = self._finish(reason)
+        return self.outcome
+
+    def system_prompt(self) -> str:
+        note = {"cpu": CPU_NOTE, "cuda": GPU_NOTE}.get(self.device, UNKNOWN_DEVICE_NOTE)
+        return SYSTEM_PROMPT.format(device_note=note)
+
+    # --- the search ----------------------------------------------------------------------------------
+
+    async def _search(self) -> str:
+        await self._evaluate_original()
+        idle = 0
+        while True:
+            self._check_budget(self.budget.exceeded(self.spend))
+            start = self.tree.select()
+            verifies = await self._expand(start)
+            if self.workbench.state.finished is not None:
+                return f"the model finished: {self.workbench.state.finished or 'no summary'}"
+            idle = 0 if verifies else idle + 1
+            if idle >= IDLE_EXPANSIONS_LIMIT:
+                return "the model stopped proposing candidates"
+
+    async def _evaluate_original(self) -> None:
+        root = self.tree.root
+        if not root.source.strip():
+            self._emit("start", "no ModelNew in the file: the model writes the first candidate")
+            return
+        self._check_budget(self.budget.refuses_evaluation(self.spend))
+        self._emit("verify", "verifying the original candidate")
+        result = await self.workbench.execute("verify", {})
+        for _ in range(result.worker_jobs):
+            self.spend.add_evaluation()
+        self._record(root, result)
+        if self.device == "auto":  # the worker chose: the prompt says which
+            self.device = ((result.evaluation or {}).get("report") or {}).get("device") or "auto"
+
+    async def _expand(self, start: Node) -> int:
+        """One conversation from `start`; returns how many verifies added nodes."""
+        self.workbench.start_from(start.source)
+        messages: list[dict[str, Any]] = [{"role": "user", "content": self._expansion_prompt(start)}]
+        self.trajectory.write("message", role="user", node=start.id, content=messages[0]["content"])
+        base, verifies = start, 0
+        while verifies < self.verifies_per_expansion and self.workbench.state.finished is None:
+            self._check_budget(self.budget.refuses_model_call(self.spend))
+            calls = await self._model_turn(messages)
+            if not calls:
+                return verifies
+            results = []
+            for call in calls:
+                result = await self._run_tool(call)
+                if result.evaluation is not None:
+                    base = self._add_node(base, start, result)
+                    verifies += 1
+                results.append({"type": "tool_result", "tool_use_id": call["id"], "content": result.content,
+                                **({"is_error": True} if result.is_error else {})})
+            messages.append({"role": "user", "content": results})
+        return verifies
+
+    async def _model_turn(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        self._emit("model", f"asking {self.model.model}")
+        turn = await self.model.turn(self.system_prompt(), messages, self.workbench.tool_definitions())
+        self.spend.add_model_call(turn.usage.input_tokens, turn.usage.output_tokens, turn.cost_usd)
+        self.trajectory.write("message", role="assistant", content=turn.blocks, stop_reason=turn.stop_reason,
+                              usage={"input_tokens": turn.usage.input_tokens,
+                                     "output_tokens": turn.usage.output_tokens},
+                              cost_usd=turn.cost_usd)
+        self.trajectory.write("spend", **self.spend.to_dict())
+        messages.append({"role": "assistant", "content": turn.blocks})
+        return [block for block in turn.blocks if block["type"] == "tool_use"]
+
+    async def _run_tool(self, call: dict[str, Any]) -> ToolResult:
+        name, arguments = call["name"], call.get("input") or {}
+        self.trajectory.write("tool_call", id=call["id"], name=name, input=arguments)
+        refusal = self.budget.refuses_evaluation(self.spend) if name in ("verify", "profile") else None
+        if refusal:
+            result = ToolResult(json.dumps({"error": f"not run: {refusal}"}), is_error=True)
+        else:
+            self._emit(name, f"{name}…")
+            result = await self.workbench.execute(name, arguments)
+        for _ in range(result.worker_jobs):
+            self.spend.add_evaluation()
+        self.trajectory.write("tool_result", id=call["id"], name=name, content=result.content,
+                              is_error=result.is_error)
+        return result
+
+    def _add_node(self, base: Node, start: Node, result: ToolResult) -> Node:
+        parent = base if not base.dead else start
+        node = self.tree.add_child(parent, self.workbench.state.source)
+        self._record(node, result)
+        return node
+
+    def _record(self, node: Node, result: ToolResult) -> None:
+        evaluation = result.evaluation or {}
+        score = rubric.score(evaluation)
+        self.tree.record(node, evaluation, score, evaluation.get("summary") or "")
+        self.trajectory.write("evaluation", node=node.id, parent=node.parent_id, source=node.source,
+                              verdict=evaluation.get("verdict"), summary=evaluation.get("summary"),
+                              evaluation=evaluation)
+        self.trajectory.write("score", node=node.id, **score.to_dict(), dead=node.dead, dead_reason=node.dead_reason)
+        self._emit(score.outcome, f"#{node.id}: {score.reason}")
+
+    def _expansion_prompt(self, start: Node) -> str:
+        memory = self.tree.memory(MEMORY_LINES) or "nothing yet"
+        if not start.source.strip():
+            here = "There is no candidate yet: write the first ModelNew (read the reference first)."
+        else:
+            here = (f"The current candidate is node #{start.id} ({start.outcome}). Read it with read_candidate, "
+                    "then improve it.")
+        return f"{here}\n\nWhat was tried so far (newest first):\n{memory}"
+
+    def _check_budget(self, refusal: str | None) -> None:
+        if refusal:
+            raise StopPass(refusal)
+
+    # --- the end -------------------------------------------------------------------------------------
+
+    def _finish(self, reason: str) -> PassOutcome:
+        best = best_candidate(self.tree)
+        improved, sentence = improvement(self.tree.root, best)
+        side = best or best_attempt(self.tree)
+        side_file = write_side_file(self.workbench.original, side.source) if side is not None else None
+        outcome = PassOutcome(
+            best_source=best.source if best else None, best_summary=best.evaluation.get("summary") if best else None,
+            best_speedup=((best.evaluation.get("report") or {}).get("speedup")) if best else None,
+            improved=improved, improvement=sentence, stop_reason=reason, spend=self.spend.to_dict(),
+            trajectory_path=self.trajectory.path, side_file=side_file,
+            original_verdict=(self.tree.root.evaluation or {}).get("verdict"), error_kind=self._error_kind,
+            nodes=len(self.tree.nodes), finish_summary=self.workbench.state.finished or "",
+            attempts=[{"node": n.id, "parent": n.parent_id, "outcome": n.outcome, "score": n.score, "dead": n.dead}
+                      for n in self.tree.nodes if n.rubric is not None])
+        self.trajectory.write("end", stop_reason=reason, improved=improved, improvement=sentence,
+                              best_node=best.id if best else None, side_file=str(side_file) if side_file else None,
+                              spend=outcome.spend, tree=self.tree.to_dict())
+        self.trajectory.close()
+        self._emit("done", f"{reason}; {sentence}")
+        return outcome
+
+    def _emit(self, stage: str, message: str) -> None:
+        best = best_candidate(self.tree)
+        speedup = ((best.evaluation.get("report") or {}).get("speedup") or {}).get("eager") if best else None
+        log.info("optimize: %s: %s", stage, message)
+        self.on_event(ProgressEvent(stage, message, speedup, self.spend.to_dict()))
+
+
+def best_candidate(tree: SearchTree) -> Node | None:
+    """The verified node of highest rubric score other than the original (the earlier one on a tie)."""
+    verified = [n for n in tree.nodes[1:] if n.rubric is not None and n.rubric.verified]
+    return max(verified, key=lambda n: (n.score, -n.id), default=None)
+
+
+def best_attempt(tree: SearchTree) -> Node | None:
+    """When nothing verified: the newest candidate that got furthest (compiled beats a compile error)."""
+    attempts = [n for n in tree.nodes[1:] if n.evaluation is not None and n.rubric.outcome != "integrity"]
+    compiled = [n for n in attempts if (n.evaluation.get("compile") or {}).get("compiled")]
+    return (compiled or attempts or [None])[-1]
+
+
+def improvement(root: Node, best: Node | None) -> tuple[bool, str]:
+    """Whether `best` is a verified improvement (module docstring), and the sentence saying against what."""
+    if best is None:
+        return False, "no candidate verified"
+    best_ms = candidate_ms(best.evaluation)
+    original_ms = candidate_ms(root.evaluation) if root.evaluation else None
+    if original_ms is not None and best_ms is not None:
+        faster = best_ms < original_ms * (1 - IMPROVEMENT_MARGIN)
+        return faster, (f"#{best.id} takes {best_ms:.4g} ms against the original's {original_ms:.4g} ms "
+                        f"({original_ms / best_ms:.3g}× {'faster' if faster else 'no real gain'})")
+    eager = ((best.evaluation.get("report") or {}).get("speedup") or {}).get("eager")
+    if eager is None:
+        return False, f"#{best.id} verified but was not timed against eager"
+    faster = eager > 1.0
+    return faster, f"#{best.id} runs at {eager:.3g}× PyTorch eager (there was no verified original to beat)"
+
+
+def side_file_path(original: Path) -> Path:
+    return original.with_name(original.stem + SIDE_FILE_SUFFIX)
+
+
+def write_side_file(original: Path, source: str) -> Path:
+    path = side_file_path(original)
+    path.write_text(source, encoding="utf-8")
+    return path

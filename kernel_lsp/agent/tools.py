@@ -1,0 +1,392 @@
+"""The tools the model calls during an optimization pass, and their executors.
+
+Every tool that runs code goes through the same worker jobs the user sees ("verify", "profile") and the same
+compile checks as the editor, so the model is told, and scored on, exactly what the user would be shown.
+Results are short JSON texts; compile and verify problems are cut to the first few, with line numbers.
+
+Profiling is delayed (CuTeGen found that it pays): `profile` is offered only once the current candidate is
+verified as it stands and the last two verified versions have the same kernels (names and signatures), i.e.
+its structure has stopped changing and a profile of it will still describe the next version.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import itertools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kernel_lsp.bench.candidates import verify_job
+from kernel_lsp.compile.check import Document
+from kernel_lsp.compile.service import CompileService
+from kernel_lsp.config import Settings
+from kernel_lsp.findings import Finding, Severity, path_to_uri
+from kernel_lsp.profile.job import profile_job
+from kernel_lsp.sources import find_kernels, parse_python
+from kernel_lsp.worker.client import WorkerClient
+from kernel_lsp.worker.protocol import Job, Result
+
+MAX_PROBLEMS = 5  # errors and findings shown to the model; the rest are counted
+MAX_MESSAGE_CHARS = 400
+MAX_HINTS = 3  # profile hints per kernel, the largest estimated gains first
+# compile findings that say this machine lacks a tool, not that the code is wrong
+ENVIRONMENT_CODES = {"nvcc-missing", "host-compiler-missing", "torch-missing", "compile-timeout", "compile-failed"}
+
+TOOL_DEFINITIONS: dict[str, dict[str, Any]] = {
+    "read_reference": {
+        "description": "Read the reference problem (Model, get_inputs, get_init_inputs) the candidate must match.",
+        "input_schema": {"type": "object", "properties": {}},
+    },
+    "read_candidate": {
+        "description": "Read the current candidate (the file defining ModelNew), with 1-based line numbers.",
+        "input_schema": {"type": "object", "properties": {}},
+    },
+    "write_candidate": {
+        "description": "Replace the current candidate: either the whole file (`source`) or line edits (`edits`, "
+                       "1-based inclusive line ranges of the current text, applied together; end_line = "
+                       "start_line - 1 inserts before start_line; empty text deletes the lines).",
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "source": {"type": "string", "description": "the whole new file"},
+                "edits": {"type": "array", "items": {
+                    "type": "object",
+                    "properties": {"start_line": {"type": "integer"}, "end_line": {"type": "integer"},
+                                   "text": {"type": "string"}},
+                    "required": ["start_line", "end_line", "text"]}},
+            },
+        },
+    },
+    "compile": {
+        "description": "Check the current candidate without running it: Python syntax, ModelNew defined, and the "
+                       "CUDA sources of load_inline compiled with nvcc. Returns the first errors with line numbers.",
+        "input_schema": {"type": "object", "properties": {}},
+    },
+    "verify": {
+        "description": "Run the current candidate against the reference on the worker: correctness over several "
+                       "input sets, integrity checks (cheating is rejected and scores zero), and timing against "
+                       "PyTorch. Only a verified candidate counts.",
+        "input_schema": {"type": "object", "properties": {}},
+    },
+    "profile": {
+        "description": "Profile the current (verified) candidate's kernels: what limits each one, its time, and "
+                       "hints with estimated gains.",
+        "input_schema": {"type": "object", "properties": {}},
+    },
+    "finish": {
+        "description": "End the optimization pass. The best verified candidate so far is what the user gets.",
+        "input_schema": {"type": "object", "properties": {
+            "summary": {"type": "string", "description": "what was tried and what worked, in a few lines"}}},
+    },
+}
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    content: str  # the JSON text the model reads
+    is_error: bool = False
+    evaluation: dict[str, Any] | None = None  # set by a verify that ran: what the search tree records
+    worker_jobs: int = 0  # evaluations spent on the worker (counted against the budget)
+
+
+@dataclass
+class CandidateState:
+    """What the tools know about the current candidate."""
+
+    source: str
+    verified_structures: list[tuple[str, ...]] = field(default_factory=list)  # one per verified version, in order
+    last_verified_source: str | None = None
+    verdicts: dict[str, ToolResult] = field(default_factory=dict)  # source -> its verify result, this pass
+    finished: str | None = None  # finish's summary, once called
+
+
+class Workbench:
+    """The tools' executors over one pass's candidate. Candidates are written, for the length of a job build
+    only, as hidden files beside the original, so that the files they load or import relatively are found."""
+
+    def __init__(self, original: Path, reference: Path, start_source: str, settings: Settings,
+                 worker: WorkerClient, verify_options: dict[str, Any], pass_id: str,
+                 compile_service: CompileService | None = None) -> None:
+        self.original = original
+        self.reference = reference
+        self.settings = settings
+        self.worker = worker
+        self.verify_options = verify_options
+        self.pass_id = pass_id
+        self.compile_service = compile_service or CompileService()
+        self.state = CandidateState(start_source)
+        self._scratch_numbers = itertools.count(1)
+
+    # --- what the model is offered -------------------------------------------------------------------
+
+    def profile_ready(self) -> bool:
+        """The current text is verified and the last two verified versions have the same kernels."""
+        structures = self.state.verified_structures
+        return (self.state.last_verified_source == self.state.source and len(structures) >= 2
+                and structures[-1] == structures[-2])
+
+    def tool_definitions(self) -> list[dict[str, Any]]:
+        offered = [name for name in TOOL_DEFINITIONS if name != "profile" or self.profile_ready()]
+        return [{"name": name, **TOOL_DEFINITIONS[name]} for name in offered]
+
+    def start_from(self, source: str) -> None:
+        """The next expansion edits this node's source."""
+        self.state.source = source
+
+    # --- dispatch --------------------------------------------------------------------------------------
+
+    async def execute(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        executors = {"read_reference": self.read_reference, "read_candidate": self.read_candidate,
+                     "write_candidate": self.write_candidate, "compile": self.compile, "verify": self.verify,
+                     "profile": self.profile, "finish": self.finish}
+        executor = executors.get(name)
+        if executor is None:
+            return _error(f"unknown tool {name!r}; the tools are {', '.join(TOOL_DEFINITIONS)}")
+        if name == "profile" and not self.profile_ready():
+            return _error("profile is offered once the current candidate is verified and its last two verified "
+                          "versions have the same kernels; verify first")
+        return await executor(arguments if isinstance(arguments, dict) else {})
+
+    # --- executors -------------------------------------------------------------------------------------
+
+    async def read_reference(self, _arguments: dict[str, Any]) -> ToolResult:
+        return _ok({"path": self.reference.name, "source": _read(self.reference)})
+
+    async def read_candidate(self, _arguments: dict[str, Any]) -> ToolResult:
+        lines = self.state.source.splitlines()
+        numbered = "\n".join(f"{number:4d}| {line}" for number, line in enumerate(lines, 1))
+        return _ok({"lines": len(lines), "source": numbered})
+
+    async def write_candidate(self, arguments: dict[str, Any]) -> ToolResult:
+        source, edits = arguments.get("source"), arguments.get("edits")
+        if (source is None) == (edits is None):
+            return _error("give either `source` (the whole file) or `edits` (line edits), not both or neither")
+        if source is not None and not isinstance(source, str):
+            return _error("`source` must be a string")
+        try:
+            new_text = source if source is not None else apply_line_edits(self.state.source, edits)
+        except ValueError as exc:
+            return _error(str(exc))
+        self.state.source = new_text
+        return _ok({"written": True, "lines": len(new_text.splitlines())})
+
+    async def compile(self, _arguments: dict[str, Any]) -> ToolResult:
+        return _ok(await self._compile_report(self.state.source))
+
+    async def verify(self, _arguments: dict[str, Any]) -> ToolResult:
+        """Compile check first (no worker job for a file that cannot build), then the worker's "verify" job."""
+        source = self.state.source
+        previous = self.state.verdicts.get(source)
+        if previous is not None:  # verified before in this pass: the same answer, no new node, no job
+            return ToolResult(_json({**json.loads(previous.content), "unchanged": True}), previous.is_error)
+        compiled = await self._compile_report(source)
+        if compiled["ok"]:
+            result = await self.worker.run(self._job(source, lambda path: verify_job(path, self.reference,
+                                                                                       self.verify_options)))
+            evaluation = verify_evaluation(source, result)
+        else:
+            evaluation = compile_failure_evaluation(source, compiled)
+        if evaluation["verdict"] == "verified":
+            self.state.verified_structures.append(kernel_structure(source))
+            self.state.last_verified_source = source
+        outcome = ToolResult(_json(verify_feedback(evaluation)), evaluation=evaluation, worker_jobs=int(compiled["ok"]))
+        self.state.verdicts[source] = outcome
+        return outcome
+
+    async def profile(self, _arguments: dict[str, Any]) -> ToolResult:
+        result = await self.worker.run(self._job(self.state.source,
+                                                 lambda path: profile_job(path, self.reference, {})))
+        if result.status != "ok":
+            return ToolResult(_json({"ok": False, "error": _cut(result.error or result.status)}), True,
+                              worker_jobs=1)
+        return ToolResult(_json(profile_feedback(result.metrics.get("profile") or {})), worker_jobs=1)
+
+    async def finish(self, arguments: dict[str, Any]) -> ToolResult:
+        self.state.finished = str(arguments.get("summary") or "")
+        return _ok({"finished": True})
+
+    # --- helpers ---------------------------------------------------------------------------------------
+
+    def scratch_path(self) -> Path:
+        """A hidden file beside the original: relative loads and imports resolve as they would for it."""
+        number = next(self._scratch_numbers)
+        return self.original.parent / f".{self.original.stem}.kernel-lsp-agent-{self.pass_id}-{number}.py"
+
+    def _job(self, source: str, build) -> Job:
+        path = self.scratch_path()
+        path.write_text(source, encoding="utf-8")
+        try:
+            return build(path)  # the job carries the text: the file is not needed once it is built
+        finally:
+            path.unlink(missing_ok=True)
+
+    async def _compile_report(self, source: str) -> dict[str, Any]:
+        """Python syntax, ModelNew defined, the load_inline CUDA built by nvcc; imports resolvable here (notes)."""
+        model = parse_python(source)
+        if model.syntax_error is not None:
+            error = model.syntax_error
+            return {"ok": False, "errors": [{"line": error.range.start.line + 1, "code": "python-syntax",
+                                             "message": error.message}]}
+        errors = [] if model.kernelbench.model_new is not None else [{"line": None, "code": "no-model-new",
+                                                                      "message": "ModelNew is not defined"}]
+        findings = await self._compile_findings(source) if model.extensions else []
+        errors += [_problem(f) for f in findings if f.severity == Severity.ERROR and f.code not in ENVIRONMENT_CODES]
+        notes = [f"not compiled here: {_cut(f.message)}" for f in findings if f.code in ENVIRONMENT_CODES]
+        notes += [f"module {name!r} is not importable here (the worker's environment may differ)"
+                  for name in sorted(_missing_imports(source))]
+        warnings = [_problem(f) for f in findings if f.severity == Severity.WARNING]
+        report: dict[str, Any] = {"ok": not errors, "errors": errors[:MAX_PROBLEMS]}
+        if len(errors) > MAX_PROBLEMS:
+            report["more_errors"] = len(errors) - MAX_PROBLEMS
+        return {**report, **({"warnings": warnings[:MAX_PROBLEMS]} if warnings else {}),
+                **({"notes": notes} if notes else {})}
+
+    async def _compile_findings(self, source: str) -> list[Finding]:
+        path = self.original.parent / f".{self.original.stem}.kernel-lsp-agent-{self.pass_id}-compile.py"
+        document = Document(path_to_uri(path), path, source)
+        final: list[Finding] = []
+        async for report in self.compile_service.run(document, self.settings):
+            final = report.findings
+        return final
+
+
+# --- pure parts ----------------------------------------------------------------------------------------------
+
+def apply_line_edits(text: str, edits: Any) -> str:
+    """Line edits applied together on `text` (1-based inclusive ranges of the text as it is now)."""
+    if not isinstance(edits, list) or not edits:
+        raise ValueError("`edits` must be a non-empty list of {start_line, end_line, text}")
+    lines = text.splitlines(keepends=True)
+    parsed = sorted((_edit(e, len(lines)) for e in edits), key=lambda e: (e[0], e[1]))
+    for (start, end, _), (next_start, _, _) in zip(parsed, parsed[1:]):
+        if next_start <= end:
+            raise ValueError(f"edits overlap: lines {start}-{end} and a range starting at {next_start}")
+    for start, end, new in reversed(parsed):
+        replacement = new.splitlines(keepends=True)
+        if replacement and not replacement[-1].endswith("\n"):
+            replacement[-1] += "\n"
+        lines[start - 1:end] = replacement
+    return "".join(lines)
+
+
+def _edit(edit: Any, line_count: int) -> tuple[int, int, str]:
+    if not isinstance(edit, dict):
+        raise ValueError("each edit must be an object {start_line, end_line, text}")
+    start, end, text = edit.get("start_line"), edit.get("end_line"), edit.get("text")
+    if not isinstance(start, int) or not isinstance(end, int) or not isinstance(text, str):
+        raise ValueError("each edit needs integer start_line and end_line and a string text")
+    if not 1 <= start <= line_count + 1 or not start - 1 <= end <= line_count:
+        raise ValueError(f"edit lines {start}-{end} are outside the candidate's 1-{line_count}")
+    return start, end, text
+
+
+def kernel_structure(source: str) -> tuple[str, ...]:
+    """The candidate's kernels, each as its name and signature: what must stay put before profiling pays."""
+    model = parse_python(source)
+    parts = [" ".join(_range_text(source, k.def_range).split()) for k in model.triton_kernels]
+    for extension in model.extensions:
+        for string in extension.cuda_sources:
+            parts += [" ".join(_range_text(string.text, k.signature_range).split()) for k in find_kernels(string.text)]
+    return tuple(sorted(parts))
+
+
+def verify_evaluation(source: str, result: Result) -> dict[str, Any]:
+    """What the tree and the rubric record of one verify job (kernel_lsp.agent.rubric's evaluation): only the
+    worker's verdict and report count."""
+    verdict = result.metrics.get("verdict") if result.status == "ok" else "unavailable"
+    return {"compile": {"compiled": True, "errors": 0}, "verdict": verdict or "unavailable",
+            "summary": result.metrics.get("summary") or f"job {result.status}: {result.error or 'no message'}",
+            "report": result.metrics.get("report"),
+            "problems": [_problem(Finding.from_dict(f)) for f in result.findings
+                         if f["severity"] == Severity.ERROR][:MAX_PROBLEMS],
+            "structure": list(kernel_structure(source))}
+
+
+def compile_failure_evaluation(source: str, compiled: dict[str, Any]) -> dict[str, Any]:
+    first = compiled["errors"][0]
+    where = f"line {first['line']}: " if first.get("line") else ""
+    return {"compile": {"compiled": False, "errors": len(compiled["errors"]) + compiled.get("more_errors", 0),
+                        "first_error": where + first["message"]},
+            "verdict": None, "summary": f"compile error: {where}{first['message']}", "report": None,
+            "problems": compiled["errors"], "structure": list(kernel_structure(source))}
+
+
+def candidate_ms(evaluation: dict[str, Any]) -> float | None:
+    """The verified candidate's median time, None when it was not verified or not timed."""
+    if evaluation.get("verdict") != "verified":
+        return None
+    return ((((evaluation.get("report") or {}).get("timing") or {}).get("candidate")) or {}).get("median_ms")
+
+
+def verify_feedback(evaluation: dict[str, Any]) -> dict[str, Any]:
+    report = evaluation.get("report") or {}
+    shown: dict[str, Any] = {"verdict": evaluation["verdict"] or "compile-error", "summary": evaluation["summary"],
+                             "problems": evaluation["problems"]}
+    if evaluation["verdict"] == "verified":
+        shown.update(speedup=report.get("speedup"), median_ms=candidate_ms(evaluation))
+    integrity = [problem.get("code") for problem in report.get("integrity") or []]
+    if integrity:
+        shown["integrity"] = integrity
+        shown["note"] = "an integrity reject scores zero: the candidate must compute the result itself"
+    return shown
+
+
+def profile_feedback(report: dict[str, Any]) -> dict[str, Any]:
+    kernels = []
+    for kernel in report.get("kernels") or []:
+        hints = sorted(kernel.get("findings") or [], key=lambda f: -(f.get("estimated_speedup") or 0.0))
+        kernels.append({"name": kernel.get("name"), "bound": kernel.get("bound"),
+                        "duration_ms": kernel.get("duration_ms"), "registers": kernel.get("registers"),
+                        "occupancy_pct": kernel.get("occupancy_pct"),
+                        "hints": [{"code": h.get("code"), "line": h.get("line"), "message": _cut(h.get("message", "")),
+                                   "estimated_speedup": h.get("estimated_speedup")} for h in hints[:MAX_HINTS]]})
+    return {"ok": bool(kernels), "kernels": kernels, "problems": [_cut(p) for p in report.get("problems") or []]}
+
+
+def _problem(finding: Finding) -> dict[str, Any]:
+    return {"line": finding.range.start.line + 1, "code": finding.code, "message": _cut(finding.message)}
+
+
+def _missing_imports(source: str) -> set[str]:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    names = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+             for alias in node.names}
+    names |= {node.module.split(".")[0] for node in ast.walk(tree)
+              if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module}
+    return {name for name in names if importlib.util.find_spec(name) is None}
+
+
+def _range_text(text: str, span) -> str:
+    lines = text.splitlines()
+    start, end = span.start, span.end
+    if start.line == end.line:
+        return lines[start.line][start.character:end.character]
+    middle = lines[start.line + 1:end.line]
+    return "\n".join([lines[start.line][start.character:], *middle, lines[end.line][:end.character]])
+
+
+def _cut(message: str) -> str:
+    message = " ".join(str(message).split())
+    return message if len(message) <= MAX_MESSAGE_CHARS else message[:MAX_MESSAGE_CHARS - 3] + "..."
+
+
+def _json(value: dict[str, Any]) -> str:
+    return json.dumps(value, separators=(",", ":"), default=str)
+
+
+def _ok(value: dict[str, Any]) -> ToolResult:
+    return ToolResult(_json(value))
+
+
+def _error(message: str) -> ToolResult:
+    return ToolResult(_json({"error": message}), is_error=True)
+
+
+def _read(path: Path) -> str:
+    return path.read_bytes().decode("utf-8", errors="replace")

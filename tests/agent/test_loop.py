@@ -1,0 +1,150 @@
+"""Whole passes: the real anthropic client against the fake Messages API, a real local worker on the CPU (Triton
+under TRITON_INTERPRET=1). The model's turns are scripted; the verdicts, scores, tree and files are real."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from kernel_lsp.agent.budget import Budget
+from kernel_lsp.agent.loop import Optimizer, side_file_path
+from kernel_lsp.agent.model import ModelClient
+from kernel_lsp.agent.tools import Workbench
+from kernel_lsp.agent.trajectory import TrajectoryWriter, read_trajectory
+from kernel_lsp.config import Settings
+from kernel_lsp.worker.client import WorkerClient
+from tests.agent.fake_api import FakeMessagesApi, delayed, text_turn, tool_use_turn
+from tests.agent.test_tools import REFERENCE, TRITON
+
+pytestmark = pytest.mark.timeout(300)
+
+SLOW = TRITON  # 64 programs of 64 elements: each one interpreted
+FAST = TRITON.replace("x.numel(), 64)", "x.numel(), 4096)").replace("BLOCK=64", "BLOCK=4096")
+BROKEN = FAST.replace("mask = offsets < n", "mask = offsets <")
+WRONG = FAST.replace("tl.maximum(x, 0.0)", "x * 3.0")
+MUTATES_INPUT = FAST.replace("out = torch.empty_like(x)", "out = x  # writes over the caller's input")
+OPTIONS = {"device": "cpu", "trials": 2, "timedCalls": 5, "baselines": ["eager"]}
+
+
+@pytest.fixture(autouse=True)
+def interpreted_triton(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # Triton kernels run on the CPU only through its interpreter
+
+
+def problem(folder: Path, candidate: str | None) -> Path:
+    """ref.py, and relu.py holding `candidate`; the file to optimize (the reference itself when no candidate)."""
+    (folder / "ref.py").write_text(REFERENCE)
+    if candidate is None:
+        return folder / "ref.py"
+    (folder / "relu.py").write_text(candidate)
+    return folder / "relu.py"
+
+
+def optimizer(api: FakeMessagesApi, file: Path, budget: Budget = Budget()) -> Optimizer:
+    start = "" if file.name == "ref.py" else file.read_text()
+    workbench = Workbench(file, file.parent / "ref.py", start, Settings(), WorkerClient(), OPTIONS, "t1")
+    model = ModelClient("test-key", api.url, "claude-sonnet-4-5", 2048, None, max_retries=0, timeout_s=60)
+    return Optimizer(model, workbench, budget, TrajectoryWriter(file.parent / "trajectories", "t1"), "cpu")
+
+
+async def run_pass(api: FakeMessagesApi, file: Path, budget: Budget = Budget()):
+    pass_ = optimizer(api, file, budget)
+    try:
+        return pass_, await pass_.run()
+    finally:
+        await pass_.workbench.worker.close()
+
+
+def edit(line: int, text: str) -> dict:
+    return {"edits": [{"start_line": line, "end_line": line, "text": text}]}
+
+
+async def test_a_compile_error_is_fixed_then_verified_and_offered(tmp_path: Path):
+    file = problem(tmp_path, SLOW)
+    script = [tool_use_turn("read_candidate", {}), tool_use_turn("write_candidate", {"source": BROKEN}),
+              tool_use_turn("compile", {}), tool_use_turn("write_candidate", edit(10, "    mask = offsets < n")),
+              tool_use_turn("compile", {}), tool_use_turn("verify", {}),
+              tool_use_turn("finish", {"summary": "one program of 4096"})]
+    with FakeMessagesApi(script) as api:
+        pass_, outcome = await run_pass(api, file)
+    assert outcome.stop_reason == "the model finished: one program of 4096"
+    assert outcome.best_source == FAST and outcome.improved, outcome.improvement
+    assert outcome.original_verdict == "verified" and "against the original's" in outcome.improvement
+    assert outcome.side_file == side_file_path(file) and outcome.side_file.read_text() == FAST
+    assert file.read_text() == SLOW  # the user's file is the user's: the edit is only offered
+    compile_answer = api.requests[3].body["messages"][-1]["content"][0]
+    assert '"ok":false' in compile_answer["content"] and '"line":10' in compile_answer["content"]
+    assert outcome.spend["model_calls"] == 7 and outcome.spend["evaluations"] == 2
+    assert not list(tmp_path.glob(".relu.kernel-lsp-agent-*"))  # no scratch file left behind
+    events = read_trajectory(outcome.trajectory_path)
+    assert [e["kind"] for e in events][:1] == ["start"] and events[-1]["kind"] == "end"
+    evaluations = [e for e in events if e["kind"] == "evaluation"]
+    assert [(e["node"], e["verdict"]) for e in evaluations] == [(0, "verified"), (1, "verified")]
+    assert evaluations[1]["source"] == FAST
+    assert [e["name"] for e in events if e["kind"] == "tool_call"][-1] == "finish"
+    prompts = [e for e in events if e["kind"] == "message" and e["role"] == "user"]
+    assert prompts[0]["node"] == 0 and "#0 (the original): verified" in prompts[0]["content"]
+
+
+async def test_a_wrong_kernel_scores_zero_and_the_right_one_is_kept(tmp_path: Path):
+    file = problem(tmp_path, SLOW)
+    script = [tool_use_turn("write_candidate", {"source": WRONG}), tool_use_turn("verify", {}),
+              tool_use_turn("write_candidate", {"source": FAST}), tool_use_turn("verify", {}),
+              tool_use_turn("finish", {"summary": "fixed the arithmetic"})]
+    with FakeMessagesApi(script) as api:
+        pass_, outcome = await run_pass(api, file)
+    wrong, right = pass_.tree.nodes[1], pass_.tree.nodes[2]
+    assert wrong.rubric.outcome == "rejected" and wrong.score == 0 and "verify-mismatch" in wrong.outcome
+    assert right.parent_id == wrong.id and right.rubric.verified  # the fix hangs under what it fixes
+    assert outcome.best_source == FAST and outcome.improved
+    verify_answer = api.requests[2].body["messages"][-1]["content"][0]["content"]
+    assert '"verdict":"rejected"' in verify_answer
+    memory = api.requests[2].body["messages"][0]["content"]
+    assert "#0 (the original): verified" in memory
+
+
+async def test_a_cheat_is_rejected_scores_zero_and_is_never_the_best(tmp_path: Path):
+    file = problem(tmp_path, SLOW)
+    script = [tool_use_turn("write_candidate", {"source": MUTATES_INPUT}), tool_use_turn("verify", {}),
+              tool_use_turn("finish", {"summary": "gave up"})]
+    with FakeMessagesApi(script) as api:
+        pass_, outcome = await run_pass(api, file)
+    cheat = pass_.tree.nodes[1]
+    assert cheat.rubric.outcome == "integrity" and cheat.score == 0 and cheat.dead
+    assert outcome.best_source is None and not outcome.improved and outcome.side_file is None
+    assert '"integrity":["integrity-input-mutated"]' in api.requests[2].body["messages"][-1]["content"][0]["content"]
+    scores = [e for e in read_trajectory(outcome.trajectory_path) if e["kind"] == "score"]
+    assert [(s["node"], s["outcome"], s["score"]) for s in scores][1] == (1, "integrity", 0.0)
+
+
+async def test_the_pass_stops_at_the_model_call_budget_and_says_so(tmp_path: Path):
+    file = problem(tmp_path, None)
+    script = [tool_use_turn("read_reference", {}), tool_use_turn("read_candidate", {}),
+              tool_use_turn("write_candidate", {"source": FAST})]
+    with FakeMessagesApi(script) as api:
+        pass_, outcome = await run_pass(api, file, Budget(model_calls=2))
+    assert outcome.stop_reason == "the budget of 2 model calls is spent"
+    assert len(api.requests) == 2 and api.turns_left == 1
+    assert outcome.best_source is None and outcome.side_file is None
+    assert "There is no candidate yet" in api.requests[0].body["messages"][0]["content"]
+    assert read_trajectory(outcome.trajectory_path)[-1]["stop_reason"] == outcome.stop_reason
+
+
+async def test_cancelling_a_pass_keeps_its_trajectory(tmp_path: Path):
+    file = problem(tmp_path, None)
+    script = [tool_use_turn("write_candidate", {"source": WRONG}), delayed(text_turn("too late"), 30)]
+    with FakeMessagesApi(script) as api:
+        pass_ = optimizer(api, file)
+        task = asyncio.create_task(pass_.run())
+        while len(api.requests) < 2:  # the second turn is in flight
+            await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await pass_.workbench.worker.close()
+    assert pass_.outcome.stop_reason == "cancelled"
+    events = read_trajectory(pass_.outcome.trajectory_path)
+    assert [e["kind"] for e in events if e["kind"] in ("tool_call", "end")] == ["tool_call", "end"]
+    assert events[-1]["stop_reason"] == "cancelled"

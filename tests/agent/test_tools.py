@@ -1,0 +1,178 @@
+"""The agent's tools without a worker: line edits, compile checks, the profile rule, where candidates are written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kernel_lsp.agent.tools import Workbench, apply_line_edits, kernel_structure
+from kernel_lsp.config import Settings
+from kernel_lsp.worker.protocol import Job, Result
+
+REFERENCE = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(4096)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+TRITON = """import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, tl.maximum(x, 0.0), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        out = torch.empty_like(x)
+        relu_kernel[(triton.cdiv(x.numel(), 64),)](x, out, x.numel(), BLOCK=64)
+        return out
+"""
+
+
+class RecordingWorker:
+    """Answers every job with a verified verdict and keeps the jobs (and whether their file was still on disk)."""
+
+    def __init__(self) -> None:
+        self.jobs: list[Job] = []
+        self.files_left: list[bool] = []
+
+    async def run(self, job: Job, progress=None, timeout_s=None) -> Result:
+        self.jobs.append(job)
+        self.files_left.append(Path(job.config["origins"][job.config["candidate"]]).exists())
+        report = {"verdict": "verified", "device": "cpu", "correctness": {"trials": 2, "passed": 2},
+                  "integrity": [], "speedup": {"eager": 0.5, "compile": None},
+                  "timing": {"candidate": {"median_ms": 2.0}}}
+        if job.kind == "profile":
+            return Result("ok", metrics={"profile": {"kernels": [{"name": "relu_kernel", "bound": "memory",
+                                                                  "findings": []}], "problems": []}})
+        return Result("ok", metrics={"verdict": "verified", "summary": "correct 2/2", "report": report})
+
+
+@pytest.fixture
+def bench(tmp_path: Path) -> tuple[Workbench, RecordingWorker]:
+    (tmp_path / "ref.py").write_text(REFERENCE)
+    (tmp_path / "relu.py").write_text(TRITON)
+    worker = RecordingWorker()
+    workbench = Workbench(tmp_path / "relu.py", tmp_path / "ref.py", TRITON, Settings(), worker, {"device": "cpu"},
+                          "p1")
+    return workbench, worker
+
+
+def test_line_edits_replace_insert_and_delete_together():
+    text = "a\nb\nc\nd\n"
+    edits = [{"start_line": 2, "end_line": 2, "text": "B1\nB2"}, {"start_line": 4, "end_line": 3, "text": "new"},
+             {"start_line": 4, "end_line": 4, "text": ""}]
+    assert apply_line_edits(text, edits) == "a\nB1\nB2\nc\nnew\n"
+
+
+@pytest.mark.parametrize("edits, message", [
+    ([{"start_line": 1, "end_line": 3, "text": "x"}, {"start_line": 2, "end_line": 2, "text": "y"}], "overlap"),
+    ([{"start_line": 9, "end_line": 9, "text": "x"}], "outside the candidate's 1-4"),
+    ([{"start_line": "1", "end_line": 1, "text": "x"}], "integer start_line"),
+    ([], "non-empty list"),
+])
+def test_bad_line_edits_say_what_is_wrong(edits, message):
+    with pytest.raises(ValueError, match=message):
+        apply_line_edits("a\nb\nc\nd\n", edits)
+
+
+async def test_write_candidate_takes_a_whole_file_or_edits_but_not_both(bench):
+    workbench, _ = bench
+    both = await workbench.execute("write_candidate", {"source": "x = 1\n", "edits": []})
+    assert both.is_error and "either" in json.loads(both.content)["error"]
+    edited = await workbench.execute("write_candidate", {"edits": [{"start_line": 1, "end_line": 1,
+                                                                    "text": "import torch  # edited"}]})
+    assert not edited.is_error and workbench.state.source.startswith("import torch  # edited\n")
+    shown = json.loads((await workbench.execute("read_candidate", {})).content)
+    assert shown["source"].splitlines()[0] == "   1| import torch  # edited"
+
+
+async def test_compile_reports_a_syntax_error_with_its_line(bench):
+    workbench, _ = bench
+    await workbench.execute("write_candidate", {"source": TRITON.replace("mask = offsets < n", "mask = offsets <")})
+    report = json.loads((await workbench.execute("compile", {})).content)
+    assert report["ok"] is False and report["errors"][0]["line"] == 10
+    assert report["errors"][0]["code"] == "python-syntax"
+
+
+async def test_compile_wants_model_new(bench):
+    workbench, _ = bench
+    await workbench.execute("write_candidate", {"source": TRITON.replace("class ModelNew", "class Other")})
+    report = json.loads((await workbench.execute("compile", {})).content)
+    assert report == {"ok": False, "errors": [{"line": None, "code": "no-model-new",
+                                               "message": "ModelNew is not defined"}]}
+
+
+async def test_verify_skips_the_worker_for_a_file_that_does_not_compile(bench):
+    workbench, worker = bench
+    await workbench.execute("write_candidate", {"source": "def broken(:\n"})
+    result = await workbench.execute("verify", {})
+    assert worker.jobs == [] and result.worker_jobs == 0
+    assert result.evaluation["compile"]["compiled"] is False and result.evaluation["verdict"] is None
+    assert json.loads(result.content)["verdict"] == "compile-error"
+
+
+async def test_a_candidate_is_written_beside_the_original_only_while_its_job_is_built(bench, tmp_path: Path):
+    workbench, worker = bench
+    result = await workbench.execute("verify", {})
+    job = worker.jobs[0]
+    scratch = Path(job.config["origins"][job.config["candidate"]])
+    assert scratch.parent == tmp_path and scratch.name.startswith(".relu.kernel-lsp-agent-p1-")
+    assert job.source_files[job.config["candidate"]] == TRITON and job.config["reference"] == "ref.py"
+    assert worker.files_left == [False] and not scratch.exists()
+    assert result.evaluation["verdict"] == "verified" and result.worker_jobs == 1
+    again = await workbench.execute("verify", {})
+    assert len(worker.jobs) == 1 and json.loads(again.content)["unchanged"] is True and again.evaluation is None
+
+
+async def test_profile_is_offered_once_two_verified_versions_share_their_kernels(bench):
+    workbench, worker = bench
+    names = lambda: [tool["name"] for tool in workbench.tool_definitions()]  # noqa: E731
+    assert "profile" not in names()
+    refused = await workbench.execute("profile", {})
+    assert refused.is_error and worker.jobs == []
+    await workbench.execute("verify", {})
+    assert "profile" not in names()  # one verified version: its structure may still change
+    await workbench.execute("write_candidate", {"source": TRITON.replace("BLOCK=64", "BLOCK=1024")})
+    assert "profile" not in names()  # the current text is not verified yet
+    await workbench.execute("verify", {})
+    assert "profile" in names()
+    profiled = json.loads((await workbench.execute("profile", {})).content)
+    assert profiled["kernels"][0]["name"] == "relu_kernel" and worker.jobs[-1].kind == "profile"
+    await workbench.execute("write_candidate", {"source": TRITON.replace("n, BLOCK", "n, other, BLOCK")})
+    assert "profile" not in names()
+
+
+def test_kernel_structure_is_the_kernels_names_and_signatures():
+    assert kernel_structure(TRITON) == ("def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):",)
+    assert kernel_structure(TRITON.replace("BLOCK=64", "BLOCK=8")) == kernel_structure(TRITON)
+    cuda = 'from torch.utils.cpp_extension import load_inline\nm = load_inline(name="k", cpp_sources="", ' \
+           'cuda_sources="__global__ void k(float* x, int n) { }")\n'
+    assert kernel_structure(cuda) == ("__global__ void k(float* x, int n)",)
+
+
+async def test_unknown_tools_are_refused_by_name(bench):
+    workbench, _ = bench
+    result = await workbench.execute("rm_rf", {})
+    assert result.is_error and "unknown tool 'rm_rf'" in json.loads(result.content)["error"]
