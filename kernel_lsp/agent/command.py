@@ -121,18 +121,21 @@ def _recorded_reference(args: argparse.Namespace) -> Path | None:
     return recorded if recorded is not None and recorded.is_file() else None
 
 
-def _budget(args: argparse.Namespace, settings: Settings) -> Budget:
+def settings_budget(settings: Settings, model_calls: int | None = None, tokens: int | None = None,
+                    dollars: float | None = None, wall_s: float | None = None,
+                    evaluations: int | None = None) -> Budget:
+    """The agent budgets of the settings, each replaced by its option where one is given; 0 means unlimited."""
     def limit(option: Any, setting: Any) -> Any:
         if option is not None and option < 0:
             raise CommandUsageError(f"budget options take 0 (unlimited) or more, got {option}")
         chosen = setting if option is None else option
-        return chosen or None  # 0 means unlimited
+        return chosen or None
 
-    return Budget(model_calls=limit(args.max_model_calls, settings.agent_max_model_calls),
-                  tokens=limit(args.max_tokens, settings.agent_max_total_tokens),
-                  dollars=limit(args.max_dollars, settings.agent_max_dollars),
-                  wall_s=limit(args.max_wall_s, settings.agent_max_wall_s),
-                  evaluations=limit(args.max_evaluations, settings.agent_max_evaluations))
+    return Budget(model_calls=limit(model_calls, settings.agent_max_model_calls),
+                  tokens=limit(tokens, settings.agent_max_total_tokens),
+                  dollars=limit(dollars, settings.agent_max_dollars),
+                  wall_s=limit(wall_s, settings.agent_max_wall_s),
+                  evaluations=limit(evaluations, settings.agent_max_evaluations))
 
 
 def trajectory_directory(settings: Settings, workspace: Path | None, file: Path) -> Path:
@@ -144,26 +147,35 @@ def trajectory_directory(settings: Settings, workspace: Path | None, file: Path)
     return (workspace or file.resolve().parent) / Path(settings.trajectory_dir).expanduser()
 
 
-def _optimizer(file: Path, reference: Path, args: argparse.Namespace, workspace: Path | None, settings: Settings,
-               options: dict[str, Any]) -> Optimizer:
+def build_optimizer(file: Path, reference: Path, start_text: str, workspace: Path | None, settings: Settings,
+                    worker: Any, options: dict[str, Any], budget: Budget, model: str | None = None,
+                    on_event: Any = None) -> Optimizer:
+    """One pass over `file` (its text `start_text`, '' to let the model write the first ModelNew), as the command and
+    the editor run it."""
     from kernel_lsp.agent.loop import Optimizer
     from kernel_lsp.agent.model import ModelClient
     from kernel_lsp.agent.tools import Workbench
     from kernel_lsp.agent.trajectory import TrajectoryWriter, new_pass_id
 
-    api_key = settings.anthropic_api_key or os.environ.get(API_KEY_ENV)
-    if not api_key:
-        raise CommandUsageError(f"no Anthropic API key: set {API_KEY_ENV} (or the anthropicApiKey setting) to let "
-                                "the agent call Claude")
-    budget = _budget(args, settings)
-    model = ModelClient(api_key, settings.anthropic_base_url or os.environ.get(BASE_URL_ENV) or None,
-                        args.model or settings.agent_model, settings.agent_max_tokens, settings.agent_temperature)
+    client = ModelClient(settings.anthropic_api_key or os.environ.get(API_KEY_ENV),
+                         settings.anthropic_base_url or os.environ.get(BASE_URL_ENV) or None,
+                         model or settings.agent_model, settings.agent_max_tokens, settings.agent_temperature)
     pass_id = new_pass_id()
     trajectory = TrajectoryWriter(trajectory_directory(settings, workspace, file), pass_id)
+    workbench = Workbench(file.resolve(), reference.resolve(), start_text, settings, worker, options, pass_id)
+    return Optimizer(client, workbench, budget, trajectory, options["device"], on_event=on_event)
+
+
+def _optimizer(file: Path, reference: Path, args: argparse.Namespace, workspace: Path | None, settings: Settings,
+               options: dict[str, Any]) -> Optimizer:
+    if not (settings.anthropic_api_key or os.environ.get(API_KEY_ENV)):
+        raise CommandUsageError(f"no Anthropic API key: set {API_KEY_ENV} (or the anthropicApiKey setting) to let "
+                                "the agent call Claude")
+    budget = settings_budget(settings, args.max_model_calls, args.max_tokens, args.max_dollars, args.max_wall_s,
+                             args.max_evaluations)
     start = _read(file) if parse_python(_read(file)).kernelbench.model_new is not None else ""
-    workbench = Workbench(file.resolve(), reference.resolve(), start, settings, worker_client(args, settings),
-                          options, pass_id)
-    return Optimizer(model, workbench, budget, trajectory, options["device"], on_event=_print_progress)
+    return build_optimizer(file, reference, start, workspace, settings, worker_client(args, settings), options,
+                           budget, args.model, _print_progress)
 
 
 async def _run_pass(optimizer: Optimizer) -> PassOutcome:
@@ -185,6 +197,7 @@ async def _replay(file: Path, reference: Path, args: argparse.Namespace, setting
     from kernel_lsp.agent.search import SearchTree
     from kernel_lsp.agent.tools import Workbench
     from kernel_lsp.agent.trajectory import candidates_of
+    from kernel_lsp.worker.client import WorkerUnavailable
 
     try:
         sources = candidates_of(args.replay)
@@ -198,7 +211,10 @@ async def _replay(file: Path, reference: Path, args: argparse.Namespace, setting
         for source in [original] * bool(original.strip()) + [s for s in sources if s != original]:
             node = tree.root if source == original else tree.add_child(tree.root, source)
             workbench.start_from(source)
-            result = await workbench.execute("verify", {})
+            try:
+                result = await workbench.execute("verify", {})
+            except WorkerUnavailable as exc:
+                raise CommandUsageError(f"--replay: the worker is unavailable: {exc}") from exc
             tree.record(node, result.evaluation, rubric.score(result.evaluation), result.evaluation["summary"])
             print(f"  #{node.id}: {node.outcome}", file=sys.stderr)
     finally:

@@ -120,7 +120,7 @@ class ModelClient:
         if not self._api_key:
             raise ModelError(
                 "missing-key",
-                f"no Anthropic API key: set {API_KEY_ENV} (or the editor setting apiKey) to let the agent call Claude",
+                f"no Anthropic API key: set {API_KEY_ENV} (or the setting anthropicApiKey) to let the agent call Claude",
             )
         retries = 0
         while True:
@@ -202,7 +202,7 @@ class ModelClient:
         status, error_type = error.status_code, error.type or "error"
         said = f"{status} {error_type}: {error.api_message or 'no message'}"
         if status in (401, 403):
-            return ModelError("auth", f"the model API refused the API key ({said}); check {API_KEY_ENV} or apiKey")
+            return ModelError("auth", f"the model API refused the API key ({said}); check {API_KEY_ENV} or the setting anthropicApiKey")
         if status == 429:
             return ModelError("rate-limit", f"rate limited by the model API ({said})")
         if status == 529 or error_type == "overloaded_error":  # a streamed error event arrives with status 200

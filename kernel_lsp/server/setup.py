@@ -11,6 +11,11 @@ from kernel_lsp import __version__
 from kernel_lsp.compile.service import CompileService
 from kernel_lsp.server.compile_feature import CompileFeature
 from kernel_lsp.server.diagnostics import DiagnosticStore
+from kernel_lsp.server.optimize_feature import (
+    OPTIMIZE_ACTION_KIND,
+    OPTIMIZE_COMMAND,
+    OptimizeFeature,
+)
 from kernel_lsp.server.profile_feature import (
     IMPORT_COMMAND,
     PROFILE_ACTION_KIND,
@@ -49,6 +54,12 @@ class KernelLanguageServer(LanguageServer):
                                       tell_user=lambda m: self.show(m, types.MessageType.Warning),
                                       verify_summary=lambda uri: verify_summary(self.verify.code_lenses(uri)),
                                       chart_dir=cache_dir() / "charts")
+        self.optimize = OptimizeFeature(self.settings, self.worker, documents=lambda: self.workspace.text_documents,
+                                        progress=WorkProgress(self.work_done_progress,
+                                                              self.supports_work_done_progress),
+                                        tell_user=self.show, apply_edit=self.workspace_apply_edit_async,
+                                        ask_user=self.window_show_message_request_async,
+                                        supports_annotations=self.supports_change_annotations)
 
     def show(self, message: str, kind: types.MessageType) -> None:
         log.warning("%s", message)
@@ -63,6 +74,12 @@ class KernelLanguageServer(LanguageServer):
     def supports_work_done_progress(self) -> bool:
         window = self.client_capabilities.window
         return bool(window and window.work_done_progress)
+
+    def supports_change_annotations(self) -> bool:
+        """Whether a workspace edit can carry a change annotation that the editor previews before applying."""
+        workspace = self.client_capabilities.workspace
+        edit = workspace.workspace_edit if workspace else None
+        return bool(edit and edit.document_changes and edit.change_annotation_support)
 
     def supports_configuration(self) -> bool:
         workspace = self.client_capabilities.workspace
@@ -139,9 +156,11 @@ def create_server() -> KernelLanguageServer:
     def hover(ls: KernelLanguageServer, params: types.HoverParams) -> types.Hover | None:
         return ls.profile.hover(params.text_document.uri, params.position)
 
-    @server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(code_action_kinds=[PROFILE_ACTION_KIND]))
+    @server.feature(types.TEXT_DOCUMENT_CODE_ACTION,
+                    types.CodeActionOptions(code_action_kinds=[PROFILE_ACTION_KIND, OPTIMIZE_ACTION_KIND]))
     def code_action(ls: KernelLanguageServer, params: types.CodeActionParams) -> list[types.CodeAction]:
-        return ls.profile.code_actions(params.text_document.uri, params.range, params.context.only)
+        uri, span, only = params.text_document.uri, params.range, params.context.only
+        return ls.profile.code_actions(uri, span, only) + ls.optimize.code_actions(uri, span, only)
 
     @server.command(IMPORT_COMMAND)
     async def import_profile(ls: KernelLanguageServer, *args) -> dict:
@@ -150,6 +169,10 @@ def create_server() -> KernelLanguageServer:
     @server.command(PROFILE_COMMAND)
     async def profile(ls: KernelLanguageServer, *args) -> dict:
         return await ls.profile.profile_command(args)
+
+    @server.command(OPTIMIZE_COMMAND)
+    async def optimize(ls: KernelLanguageServer, *args) -> dict:
+        return await ls.optimize.optimize_command(args)
 
     @server.command(STATUS_COMMAND)
     async def worker_status(ls: KernelLanguageServer, *args) -> dict:

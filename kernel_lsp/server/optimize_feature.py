@@ -1,0 +1,312 @@
+"""The "Optimize this kernel" code action: on on a kernel name or `class ModelNew` of a verification candidate runs one
+agent pass (kernel_lsp.agent.loop.Optimizer, built as `kernel-lsp optimize` builds it) as a task per document.
+
+`$/progress` shows the stage, the best verified speedup so far and the spend; its cancel button stops the pass
+(the trajectory and the side file are still written). At the end a verified improvement is offered as a
+`workspace/applyEdit` replacing the whole document, under a change annotation that needs confirmation, so the
+editor shows a preview first; a client without change annotations is asked with `window/showMessageRequest`.
+Nothing is applied when the document changed during the pass: the user is told where the side file is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import os
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from lsprotocol import types
+
+from kernel_lsp.bench.candidates import verify_options
+from kernel_lsp.config import Settings
+from kernel_lsp.findings import uri_to_path
+from kernel_lsp.profile.locations import kernel_locations
+from kernel_lsp.server.settings import SettingsManager
+from kernel_lsp.server.work_progress import WorkProgress
+from kernel_lsp.server.worker_feature import WorkerFeature
+from kernel_lsp.sources import parse_python
+from kernel_lsp.verify.pairing import Pairing, ReferenceProblem, find_reference
+
+if TYPE_CHECKING:  # the anthropic SDK takes ~2 s to import: the first pass pays for it, in a thread
+    from kernel_lsp.agent.loop import Optimizer, PassOutcome, ProgressEvent
+
+log = logging.getLogger(__name__)
+
+OPTIMIZE_COMMAND = "kernel-lsp.optimize"
+OPTIMIZE_ACTION_KIND = "refactor.rewrite.optimizeKernel"  # a rewrite of the code under the cursor: in the lightbulb
+OPTIMIZE_ACTION_TITLE = "Optimize this kernel"
+ANNOTATION_ID = "kernel-lsp.optimize"
+APPLY, KEEP = "Apply", "Keep mine"
+API_KEY_ENV = "ANTHROPIC_API_KEY"  # as kernel_lsp.agent.model and agent.command read it
+_PROGRESS_MESSAGE_CHARS = 160
+
+Tell = Callable[[str, types.MessageType], None]
+
+
+class OpenDocument(Protocol):
+    uri: str
+    version: int | None
+    source: str
+
+
+@dataclass(frozen=True)
+class PassStart:
+    """What one pass started from: the edit is offered only if the document still holds `text`."""
+
+    uri: str
+    path: Path
+    reference: Path
+    text: str
+
+
+class OptimizeFeature:
+    def __init__(self, settings: SettingsManager, worker: WorkerFeature,
+                 documents: Callable[[], Mapping[str, OpenDocument]], progress: WorkProgress, tell_user: Tell,
+                 apply_edit: Callable[[types.ApplyWorkspaceEditParams], Awaitable[types.ApplyWorkspaceEditResult]],
+                 ask_user: Callable[[types.ShowMessageRequestParams], Awaitable[types.MessageActionItem | None]],
+                 supports_annotations: Callable[[], bool]) -> None:
+        self.settings = settings
+        self.worker = worker
+        self._documents = documents
+        self._progress = progress
+        self._tell_user = tell_user
+        self._apply_edit = apply_edit
+        self._ask_user = ask_user
+        self._supports_annotations = supports_annotations
+        self._tasks: dict[str, asyncio.Task] = {}  # document URI -> its running pass
+
+    # --- code action ----------------------------------------------------------------------------------------
+
+    def code_actions(self, uri: str, span: types.Range, only: Sequence[str] | None) -> list[types.CodeAction]:
+        if only and not any(OPTIMIZE_ACTION_KIND == kind or OPTIMIZE_ACTION_KIND.startswith(kind + ".")
+                            for kind in only):
+            return []
+        document = self._documents().get(uri)
+        if document is None:
+            return []
+        target = _target_at(uri, document.source, span)
+        if target is None or not isinstance(self._pair(uri, document.source), Pairing):
+            return []
+        title = f"{OPTIMIZE_ACTION_TITLE} ({target})"
+        return [types.CodeAction(title=title, kind=OPTIMIZE_ACTION_KIND, command=types.Command(
+            title=OPTIMIZE_ACTION_TITLE, command=OPTIMIZE_COMMAND, arguments=[uri]))]
+
+    # --- the command ----------------------------------------------------------------------------------------
+
+    async def optimize_command(self, args: tuple[Any, ...]) -> dict[str, Any]:
+        """kernel-lsp.optimize [uri]: starts a pass and answers at once; the pass ends with an edit or a message."""
+        uri = args[0].get("uri") if args and isinstance(args[0], dict) else (args[0] if args else None)
+        if not isinstance(uri, str):
+            return {"status": "error", "message": f"{OPTIMIZE_COMMAND} needs the document URI as its argument"}
+        running = self._tasks.get(uri)
+        if running is not None and not running.done():
+            message = f"kernel-lsp: an optimization pass is already running on {_name(uri)}; cancel it to start again"
+            self._tell_user(message, types.MessageType.Info)
+            return {"uri": uri, "status": "running", "message": message}
+        start = self._pass_start(uri)
+        if isinstance(start, str):
+            self._tell_user(f"kernel-lsp: {_name(uri)}: {start}", types.MessageType.Warning)
+            return {"uri": uri, "status": "not-a-candidate", "message": start}
+        settings = self.settings.settings
+        if not (settings.anthropic_api_key or os.environ.get(API_KEY_ENV)):
+            message = (f"kernel-lsp: no Anthropic API key: set {API_KEY_ENV} in the environment the editor starts "
+                       "kernel-lsp from (or the anthropicApiKey setting) to let the agent call Claude")
+            self._tell_user(message, types.MessageType.Error)
+            return {"uri": uri, "status": "error", "message": message}
+        try:
+            await asyncio.to_thread(importlib.import_module, "kernel_lsp.agent.loop")  # off the event loop
+            optimizer = self._optimizer(start, settings)
+        except Exception as exc:  # e.g. the trajectory folder cannot be made: said once, the server goes on
+            log.exception("cannot start an optimization pass on %s", uri)
+            message = f"kernel-lsp: cannot start optimizing {start.path.name}: {type(exc).__name__}: {exc}"
+            self._tell_user(message, types.MessageType.Error)
+            return {"uri": uri, "status": "error", "message": message}
+        task = asyncio.ensure_future(self._run(start, optimizer))
+        self._tasks[uri] = task
+        return {"uri": uri, "status": "started", "reference": str(start.reference),
+                "trajectory": str(optimizer.trajectory.path)}
+
+    def _pass_start(self, uri: str) -> PassStart | str:
+        """The pass's starting point, or why there is none."""
+        try:
+            path = uri_to_path(uri)
+        except ValueError:
+            return "not a file"
+        document = self._documents().get(uri)
+        text = document.source if document is not None else _read(path)
+        if text is None:
+            return "cannot read the file"
+        found = self._pair(uri, text)
+        if isinstance(found, ReferenceProblem):
+            return found.message
+        if not isinstance(found, Pairing) or parse_python(text).kernelbench.model_new is None:
+            return ("not an optimization candidate: no ModelNew with a reference (Model in the same file, a "
+                    "'# kernel-lsp: reference=PATH' header, the 'references' setting or a KernelBench problem name)")
+        return PassStart(uri, path, found.reference, text)
+
+    def _pair(self, uri: str, text: str) -> Pairing | ReferenceProblem | None:
+        try:
+            path = uri_to_path(uri)
+        except ValueError:
+            return None
+        if path.suffix != ".py":
+            return None
+        settings = self.settings.settings
+        workspace = self.settings.folders[0] if self.settings.folders else None
+        roots = [Path(r).expanduser() for r in settings.kernelbench_roots]
+        roots = [r if r.is_absolute() or workspace is None else workspace / r for r in roots]
+        return find_reference(path, text, workspace, settings.references, roots)
+
+    def _optimizer(self, start: PassStart, settings: Settings) -> Optimizer:
+        """As `kernel-lsp optimize` builds one, from the settings alone; the server's worker, not a new one."""
+        from kernel_lsp.agent.command import build_optimizer, settings_budget
+
+        workspace = self.settings.folders[0] if self.settings.folders else None
+        return build_optimizer(start.path, start.reference, start.text, workspace, settings,
+                               self.worker.client(settings), verify_options(settings), settings_budget(settings))
+
+    # --- the pass -------------------------------------------------------------------------------------------
+
+    async def _run(self, start: PassStart, optimizer: Optimizer) -> None:
+        """The pass, then its offer; the task stays the document's running pass until the user has answered."""
+        token = None
+        try:
+            token = await self._progress.begin("optimize", f"Optimizing {start.path.name}",
+                                               f"against {start.reference.name}")
+            optimizer.on_event = lambda event: self._progress.report(token, progress_message(event), None)
+            outcome = await optimizer.run()
+            self._progress.end(token, outcome.improvement)
+            token = None
+            await self._offer(start, outcome)
+        except asyncio.CancelledError:
+            self._progress.end(token, "cancelled")
+            self._cancelled(start, optimizer.outcome)
+            raise
+        except Exception as exc:  # a bug here is one message, never a dead server
+            log.exception("optimizing %s failed", start.uri)
+            self._progress.end(token, "failed")
+            self._tell_user(f"kernel-lsp: optimizing {start.path.name} failed: {type(exc).__name__}: {exc}",
+                            types.MessageType.Error)
+        finally:
+            if self._tasks.get(start.uri) is asyncio.current_task():
+                self._tasks.pop(start.uri)
+
+    async def _offer(self, start: PassStart, outcome: PassOutcome) -> None:
+        name, side = start.path.name, outcome.side_file
+        if outcome.error_kind is not None:
+            kept = f"; the best so far is in {side}" if side else ""
+            self._tell_user(f"kernel-lsp: optimizing {name} stopped: {outcome.stop_reason}{kept}",
+                            types.MessageType.Error)
+            if not outcome.improved:
+                return
+        if not outcome.improved or outcome.best_source is None:
+            kept = (f"; the best attempt is kept in {side}" if side is not None
+                    else "; no candidate got far enough to keep")
+            self._tell_user(f"kernel-lsp: no verified improvement for {name}: {outcome.improvement} "
+                            f"(stopped: {outcome.stop_reason}){kept}", types.MessageType.Info)
+            return
+        current, version = self._current(start)
+        if current != start.text:
+            self._tell_user(f"kernel-lsp: {name} changed during the optimization pass, so nothing was applied; "
+                            f"the verified improvement ({outcome.improvement}) is in {side}", types.MessageType.Warning)
+            return
+        applied, reason = await self._apply(start, version, outcome)
+        if not applied:
+            self._tell_user(f"kernel-lsp: the optimized {name} was not applied ({reason}); it is in {side}",
+                            types.MessageType.Info)
+
+    async def _apply(self, start: PassStart, version: int | None, outcome: PassOutcome) -> tuple[bool, str]:
+        label = f"Optimized {start.path.name}: {outcome.improvement}"
+        annotated = self._supports_annotations()
+        if not annotated:  # no preview in this client: ask first, so nothing is applied without the user's say
+            answer = await self._ask_user(types.ShowMessageRequestParams(
+                type=types.MessageType.Info, message=f"kernel-lsp: {label}. Apply it to {start.path.name}?",
+                actions=[types.MessageActionItem(title=APPLY), types.MessageActionItem(title=KEEP)]))
+            if answer is None or answer.title != APPLY:
+                return False, "you kept your version"
+        edit = whole_document_edit(start.uri, version, start.text, outcome.best_source or "", label, annotated)
+        try:
+            result = await self._apply_edit(types.ApplyWorkspaceEditParams(edit=edit, label=label))
+        except Exception as exc:
+            log.warning("workspace/applyEdit failed: %s", exc)
+            return False, f"the editor answered: {exc}"
+        return result.applied, result.failure_reason or "declined in the preview"
+
+    def _cancelled(self, start: PassStart, outcome: PassOutcome | None) -> None:
+        side = outcome.side_file if outcome is not None else None
+        what = ("the best verified candidate so far" if outcome is not None and outcome.best_source
+                else "the best attempt")
+        kept = f"; {what} is in {side}" if side is not None else ""
+        self._tell_user(f"kernel-lsp: optimizing {start.path.name} was cancelled{kept}", types.MessageType.Info)
+
+    def _current(self, start: PassStart) -> tuple[str | None, int | None]:
+        document = self._documents().get(start.uri)
+        if document is not None:
+            return document.source, document.version
+        return _read(start.path), None
+
+
+# ---- pure parts -----------------------------------------------------------------------------------------------
+
+
+def progress_message(event: ProgressEvent) -> str:
+    """One line: the stage, the best verified speedup so far and the spend."""
+    best = (f"best {event.best_speedup_eager:.3g}× eager" if event.best_speedup_eager is not None
+            else "nothing verified faster yet")
+    spend = event.spend
+    message = event.message if len(event.message) <= _PROGRESS_MESSAGE_CHARS \
+        else event.message[:_PROGRESS_MESSAGE_CHARS - 1] + "…"
+    return (f"{event.stage}: {message} · {best} · {spend['model_calls']} calls, ${spend['dollars']:.2f}, "
+            f"{spend['evaluations']} evaluations")
+
+
+def whole_document_edit(uri: str, version: int | None, old_text: str, new_text: str, label: str,
+                        annotated: bool) -> types.WorkspaceEdit:
+    """Replaces all of `old_text`; annotated: under a change annotation that needs confirmation (a preview)."""
+    lines = old_text.split("\n")
+    end = types.Position(line=len(lines) - 1, character=len(lines[-1].encode("utf-16-le")) // 2)
+    span = types.Range(start=types.Position(line=0, character=0), end=end)
+    identifier = types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=version)
+    if not annotated:
+        return types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(
+            text_document=identifier, edits=[types.TextEdit(range=span, new_text=new_text)])])
+    return types.WorkspaceEdit(
+        document_changes=[types.TextDocumentEdit(text_document=identifier, edits=[
+            types.AnnotatedTextEdit(range=span, new_text=new_text, annotation_id=ANNOTATION_ID)])],
+        change_annotations={ANNOTATION_ID: types.ChangeAnnotation(
+            label="Optimize this kernel", needs_confirmation=True, description=label)})
+
+
+def _target_at(uri: str, text: str, span: types.Range) -> str | None:
+    """The kernel whose name, or `ModelNew` when its class line, lies within the requested lines."""
+    try:
+        path = uri_to_path(uri)
+    except ValueError:
+        return None
+    if path.suffix != ".py":
+        return None
+    for name, location in kernel_locations({path.name: text}, {path.name: str(path)}).items():
+        if span.start.line <= location.range.start.line <= span.end.line:
+            return name
+    model_new = parse_python(text).kernelbench.model_new
+    if model_new is not None and span.start.line <= model_new.def_range.start.line <= span.end.line:
+        return "ModelNew"
+    return None
+
+
+def _name(uri: str) -> str:
+    try:
+        return uri_to_path(uri).name
+    except ValueError:
+        return uri
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_bytes().decode("utf-8", errors="replace")
+    except OSError:
+        return None
