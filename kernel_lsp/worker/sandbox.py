@@ -127,6 +127,7 @@ class Sandbox:
         try:
             task_frame = _task_frame(task, limits, task_dir)  # a task msgpack cannot carry fails before a child is used
             child = await self._take_child()
+            self._prestart()  # the next child imports while this one runs, so back-to-back runs do not wait for it
             return await _run_in(child, task_frame, limits, task_dir, task.origins)
         except SandboxStartError as failure:
             return _start_failure_outcome(str(failure))
