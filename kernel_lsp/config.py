@@ -54,6 +54,8 @@ class Settings:
     agent_model: str = "claude-sonnet-4-5"
     agent_max_tokens: int = 8192  # per model turn
     agent_temperature: float | None = None  # None: the model's default (newer models refuse the parameter)
+    agent_timeout_s: float = 120.0  # the longest silence from the model API, before or within an answer
+    agent_max_retries: int = 4  # per model turn, on 429, 5xx, 529 and lost connections
     anthropic_api_key: str = field(default="", repr=False)  # empty: $ANTHROPIC_API_KEY; never logged
     anthropic_base_url: str = ""  # empty: $ANTHROPIC_BASE_URL, else the SDK's default
     agent_max_model_calls: int = 30

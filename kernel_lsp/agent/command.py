@@ -159,7 +159,8 @@ def build_optimizer(file: Path, reference: Path, start_text: str, workspace: Pat
 
     client = ModelClient(settings.anthropic_api_key or os.environ.get(API_KEY_ENV),
                          settings.anthropic_base_url or os.environ.get(BASE_URL_ENV) or None,
-                         model or settings.agent_model, settings.agent_max_tokens, settings.agent_temperature)
+                         model or settings.agent_model, settings.agent_max_tokens, settings.agent_temperature,
+                         max_retries=settings.agent_max_retries, timeout_s=settings.agent_timeout_s)
     pass_id = new_pass_id()
     trajectory = TrajectoryWriter(trajectory_directory(settings, workspace, file), pass_id)
     workbench = Workbench(file.resolve(), reference.resolve(), start_text, settings, worker, options, pass_id)

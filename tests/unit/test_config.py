@@ -66,3 +66,16 @@ def test_optional_temperature_takes_none_or_a_number():
     assert resolve_settings({"agentTemperature": 0.2}, {"agentTemperature": None})[0].agent_temperature is None
     settings, problems = resolve_settings({"agentTemperature": "warm"})
     assert settings.agent_temperature is None and "expected a number" in problems[0]
+
+
+def test_the_model_client_takes_its_timeout_and_retries_from_the_settings(tmp_path):
+    from kernel_lsp.agent.budget import Budget
+    from kernel_lsp.agent.command import build_optimizer
+    from kernel_lsp.config import resolve_settings
+
+    settings, _ = resolve_settings({"agentTimeoutS": 7.5, "agentMaxRetries": 1, "trajectoryDir": str(tmp_path),
+                                    "anthropicApiKey": "sk-ant-test"})
+    (tmp_path / "cand.py").write_text("class ModelNew: ...\n")
+    optimizer = build_optimizer(tmp_path / "cand.py", tmp_path / "cand.py", "", tmp_path, settings, None,
+                                {"device": "cpu"}, Budget())
+    assert (optimizer.model.timeout_s, optimizer.model.max_retries) == (7.5, 1)
