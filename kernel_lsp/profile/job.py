@@ -17,7 +17,7 @@ from kernel_lsp.worker.protocol import Job
 log = logging.getLogger(__name__)
 
 # the config keys a caller may set; candidate, reference and origins come from the files
-PROFILE_OPTIONS = frozenset({"kernels", "sections", "device", "limits", "launchCount", "warmup", "energyCalls"})
+PROFILE_OPTIONS = frozenset({"kernels", "sections", "limits", "launchCount"})
 
 
 def profile_job(candidate: Path, reference: Path | None, options: dict[str, Any]) -> Job:

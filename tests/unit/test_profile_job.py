@@ -59,7 +59,7 @@ async def test_the_worker_gives_the_static_profile_on_the_python_lines_without_a
         info = await client.run(Job("device-info", {}, {}, ""), timeout_s=300)
         if info.metrics["cudaAvailable"]:
             pytest.skip("a GPU is present: the worker profiles with ncu (tests/gpu/test_profile_gpu.py)")
-        result = await client.run(profile_job(candidate, None, {"device": "cuda"}))
+        result = await client.run(profile_job(candidate, None, {}))
     finally:
         await client.close()
     assert result.status == "ok", result.error
