@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from lsprotocol import types
 
 from kernel_lsp.findings import Finding, Range
@@ -24,3 +26,8 @@ def code_lens(f: Finding) -> types.CodeLens:
     # the lens sits on the kernel's signature line; its title is the resource summary without the kernel name
     title = f.message.split(": ", 1)[1] if ": " in f.message else f.message
     return types.CodeLens(range=lsp_range(f.range), command=types.Command(title=f"ptxas {title}", command=""))
+
+
+def kind_requested(kind: str, only: Sequence[str] | None) -> bool:
+    """Whether a code action of `kind` answers a request filtered to `only` (a kind covers its sub-kinds)."""
+    return not only or any(kind == wanted or kind.startswith(wanted + ".") for wanted in only)

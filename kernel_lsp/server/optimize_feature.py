@@ -25,6 +25,7 @@ from kernel_lsp.bench.candidates import verify_options
 from kernel_lsp.config import Settings
 from kernel_lsp.findings import uri_to_path
 from kernel_lsp.profile.locations import kernel_locations
+from kernel_lsp.server.convert import kind_requested
 from kernel_lsp.server.settings import SettingsManager
 from kernel_lsp.server.work_progress import WorkProgress
 from kernel_lsp.server.worker_feature import WorkerFeature
@@ -82,8 +83,7 @@ class OptimizeFeature:
     # --- code action ----------------------------------------------------------------------------------------
 
     def code_actions(self, uri: str, span: types.Range, only: Sequence[str] | None) -> list[types.CodeAction]:
-        if only and not any(OPTIMIZE_ACTION_KIND == kind or OPTIMIZE_ACTION_KIND.startswith(kind + ".")
-                            for kind in only):
+        if not kind_requested(OPTIMIZE_ACTION_KIND, only):
             return []
         document = self._documents().get(uri)
         if document is None:

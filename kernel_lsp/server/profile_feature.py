@@ -26,7 +26,7 @@ from kernel_lsp.profile.job import profile_job
 from kernel_lsp.profile.locations import Location, kernel_locations
 from kernel_lsp.profile.report import profile_findings, summary_line
 from kernel_lsp.server import compile_feature
-from kernel_lsp.server.convert import lsp_range
+from kernel_lsp.server.convert import kind_requested, lsp_range
 from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.hover_card import CardFacts, hover_card
 from kernel_lsp.server.profile_report import ceilings_from, imported_report, point_from
@@ -113,8 +113,7 @@ class ProfileFeature:
                            range=lsp_range(location.range))
 
     def code_actions(self, uri: str, span: types.Range, only: Sequence[str] | None) -> list[types.CodeAction]:
-        if only and not any(PROFILE_ACTION_KIND == kind or PROFILE_ACTION_KIND.startswith(kind + ".")
-                            for kind in only):
+        if not kind_requested(PROFILE_ACTION_KIND, only):
             return []
         document = self._documents().get(uri)
         if document is None:

@@ -113,16 +113,6 @@ def changed_since(snapshot: list[tuple[tuple, torch.Tensor | str]], obj: object)
     return changed
 
 
-def checksum_tensors(obj: object) -> list[str]:
-    """One content digest per tensor leaf of (nested) args, to be compared before and after the candidate ran."""
-    return [tensor_digest(tensor) for tensor in tensor_leaves(obj)]
-
-
-def changed_inputs(before: list[str], after: list[str]) -> list[int]:
-    """Indices of tensor leaves whose digest changed (a leaf that appeared or vanished counts as changed)."""
-    return [index for index, (old, new) in enumerate(zip_longest(before, after)) if old != new]
-
-
 def fill_chunks(device: torch.device, chunk_bytes: int, budget_bytes: int, chunks: list[torch.Tensor],
                 byte: int) -> None:
     """Allocate poisoned chunks until the budget is spent or the allocator refuses."""
