@@ -48,6 +48,7 @@ SCALE = 16.0  # "scaled" inputs: the problem's own values times this, so magnitu
 TIMING_SEED = 10_000  # timed inputs are drawn apart from the trials' seeds
 MAX_TIMING_INPUT_SETS = 4
 TIMING_MEMORY_FRACTION = 0.25  # rotated input sets may take this much of the free device memory
+WARMUP_MS = 250.0  # warm-up calls run at least this long before a candidate or a baseline is timed
 THREAD_JOIN_S = 1.0  # how long a thread the candidate left running gets to finish before outputs are compared
 
 
@@ -412,7 +413,7 @@ def measure(report: dict[str, Any], reference_module: Any, ref_model: torch.nn.M
     before = gpu_state(target)
     with PHASES("timing the candidate"):
         candidate = time_callable(no_grad_call(cand_model), input_sets, device=str(target), calls=calls,
-                                  warmup=warmup)
+                                  warmup=warmup, warmup_ms=WARMUP_MS)
     timings: dict[str, Any] = {"candidate": candidate.to_dict(), "eager": None, "compile": None,
                                "compileError": None, "cached": {"eager": False, "compile": False}}
     cache = BaselineCache(cache_dir) if cache_dir is not None else None
@@ -453,7 +454,8 @@ def time_baseline(kind: str, ref_model: torch.nn.Module, input_sets: list[tuple]
     if kind == "compile":
         model = torch.compile(ref_model)
         no_grad_call(model)(*input_sets[0])  # compiles here, so warm-up calls time the compiled code only
-    return time_callable(no_grad_call(model), input_sets, device=str(target), calls=calls, warmup=warmup)
+    return time_callable(no_grad_call(model), input_sets, device=str(target), calls=calls, warmup=warmup,
+                         warmup_ms=WARMUP_MS)
 
 
 def device_name(target: torch.device) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,12 @@ import pytest
 from kernel_lsp.cli import main
 from kernel_lsp.profile.job import profile_job
 from kernel_lsp.worker.client import WorkerClient
+from profilers.hints.ncu_rules import ncu_hints
+from profilers.ncu import find_ncu, import_command, ncu_command, parse_details_csv, parse_raw_csv, run_ncu, with_raw
+from tests.conftest import FIXTURES
+from tests.gpu import candidates
 from tests.gpu.test_worker_gpu import gpu_present
+from tests.unit.test_ncu_rules import KNOWN_PROBLEM
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_present(), reason="needs an NVIDIA GPU with CUDA torch"),
               pytest.mark.skipif(shutil.which("ncu") is None and not Path("/usr/local/cuda/bin/ncu").exists(),
@@ -126,3 +132,42 @@ def test_the_cli_prints_the_profile(tmp_path: Path, capsys):
     assert main(["profile", str(path), "--kernel", "matmul_naive"]) == 0
     out = capsys.readouterr().out
     assert "matmul_naive" in out and "registers, occupancy" in out and "reference forward" in out
+
+
+def test_the_fixture_kernels_profiled_live_yield_their_known_problems(tmp_path: Path):
+    """The seven kernels of the recorded fixture, built and profiled here with the default sections: each must
+    still yield the problem it was written to have, from ncu's output on this GPU rather than the recording."""
+    program = tmp_path / "k"
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    subprocess.run([nvcc, "-arch=sm_90", "-lineinfo", "-o", str(program), str(FIXTURES / "kernels.cu")], check=True)
+    ncu = find_ncu()
+    report = tmp_path / "rep.ncu-rep"
+    run_ncu(ncu_command([str(program)], ncu=ncu, report=report), timeout_s=600, cwd=tmp_path)
+    details = parse_details_csv(run_ncu(import_command(report, "details", ncu=ncu)))
+    raw = parse_raw_csv(run_ncu(import_command(report, "raw", ncu=ncu)))
+    launches = {launch.base_name: launch for launch in with_raw(details, raw)}
+    assert set(launches) == set(KNOWN_PROBLEM)
+    missing = {kernel: sorted({hint.code for hint in ncu_hints(launches[kernel])})
+               for kernel, code in KNOWN_PROBLEM.items()
+               if code not in {hint.code for hint in ncu_hints(launches[kernel])}}
+    assert not missing, missing
+
+
+async def test_a_kernelbench_candidate_is_profiled_against_its_reference(tmp_path: Path):
+    """The honest load_inline ReLU for KernelBench level1/19_ReLU, its reference in another folder."""
+    candidate = tmp_path / "19_ReLU_new.py"
+    candidate.write_text(candidates.HONEST_RELU)
+    client = WorkerClient(job_timeout_s=900)
+    try:
+        result = await client.run(profile_job(candidate, candidates.KERNELBENCH / candidates.RELU_PROBLEM,
+                                              {"launchCount": 1}))
+    finally:
+        await client.close()
+    assert result.status == "ok", result.error
+    report = result.metrics["profile"]
+    assert report["source"] == "ncu", report["problems"]
+    assert [kernel["kernel"] for kernel in report["kernels"]] == ["relu_kernel"]
+    relu = report["kernels"][0]
+    assert relu["bound"] == "memory" and relu["duration_ms"] > 0
+    assert relu["sass"]["global_loads"].get("128"), relu["sass"]  # float4 loads
+    assert report["reference_kernels"] and all(k["device_ms"] > 0 for k in report["reference_kernels"])

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from kernel_lsp.verify.timing import (
+    MAX_WARMUP_CALLS,
     Timing,
     make_input_sets,
     percentile,
@@ -121,7 +122,7 @@ def test_speedup_refuses_a_zero_candidate_median() -> None:
 @pytest.mark.parametrize("kwargs, message", [
     ({"input_sets": [()], "calls": 0}, "calls must be at least 1"),
     ({"input_sets": [], "calls": 5}, "input_sets is empty"),
-    ({"input_sets": [()], "calls": 5, "warmup": -1}, "warmup must not be negative"),
+    ({"input_sets": [()], "calls": 5, "warmup": -1}, "warm-up must not be negative"),
 ])
 def test_bad_arguments_raise_value_error(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -132,3 +133,16 @@ def test_percentiles_interpolate_between_ranks() -> None:
     values = [float(v) for v in range(11)]
     assert (percentile(values, 0.1), percentile(values, 0.9), percentile([4.0], 0.9)) == (1.0, 9.0, 4.0)
     assert percentile([0.0, 10.0], 0.25) == 2.5
+
+
+def test_warm_up_runs_until_it_took_warmup_ms():
+    started = []
+
+    def sleep_one_ms():
+        started.append(time.perf_counter())
+        time.sleep(0.001)
+    timing = time_callable(sleep_one_ms, [()], device="cpu", calls=5, warmup=2, warmup_ms=30)
+    assert 2 < timing.warmup < MAX_WARMUP_CALLS and len(started) == timing.warmup + 5
+    assert started[timing.warmup] - started[0] >= 0.03  # the first timed call began after 30 ms of warm-up
+    quick = time_callable(lambda: None, [()], device="cpu", calls=5, warmup=2, warmup_ms=1e9)
+    assert quick.warmup == MAX_WARMUP_CALLS  # a bound, however long the minimum
