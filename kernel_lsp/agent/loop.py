@@ -182,6 +182,8 @@ class Optimizer:
                 if result.evaluation is not None:
                     base = self._add_node(base, start, result)
                     verifies += 1
+                if result.energy is not None:
+                    self._add_energy(result.energy)
                 results.append({"type": "tool_result", "tool_use_id": call["id"], "content": result.content,
                                 **({"is_error": True} if result.is_error else {})})
             messages.append({"role": "user", "content": results})
@@ -228,6 +230,21 @@ class Optimizer:
                               verdict=evaluation.get("verdict"), summary=evaluation.get("summary"),
                               evaluation=evaluation)
         self.trajectory.write("score", node=node.id, **score.to_dict(), dead=node.dead, dead_reason=node.dead_reason)
+        self._emit(score.outcome, f"#{node.id}: {score.reason}")
+
+    def _add_energy(self, energy: dict[str, Any]) -> None:
+        """A profile read the energies of the current candidate, which verified before (profile is offered only
+        then): its node's rubric gains the energy term."""
+        source = self.workbench.state.source
+        node = next((n for n in reversed(self.tree.nodes) if n.source == source and n.rubric is not None
+                     and n.rubric.verified), None)
+        if node is None:
+            return
+        node.evaluation = {**node.evaluation, "energy": energy}
+        score = rubric.score(node.evaluation)
+        self.tree.rescore(node, score)
+        self.trajectory.write("score", node=node.id, **score.to_dict(), dead=node.dead, dead_reason=node.dead_reason,
+                              energy=energy)
         self._emit(score.outcome, f"#{node.id}: {score.reason}")
 
     def _expansion_prompt(self, start: Node) -> str:

@@ -5,7 +5,8 @@ An evaluation is a dict:
     verdict   "verified" | "rejected" | "unavailable"                  (the verify job's metrics)
     summary   the verify job's one-line summary
     report    the VerifyReport (docs/ARCHITECTURE.md), None when the run itself failed
-    energy?   {"candidate_mj_per_call": float, "reference_mj_per_call": float}  (from profile runs, when present)
+    energy?   {"candidate_mj_per_call": float, "reference_mj_per_call": float}  (added when the profile tool read
+              both on a GPU; the loop then scores the node again)
 
 Score 0, with the reason, for: a compile failure, no verdict yet, an unavailable verdict, a rejected verdict, any
 integrity problem, or failed trials. A speedup in such a report never counts.

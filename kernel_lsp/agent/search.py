@@ -106,6 +106,14 @@ class SearchTree:
             ancestor.visits += 1
             ancestor.value += rubric.score
 
+    def rescore(self, node: Node, rubric: RubricScore) -> None:
+        """A new score for an evaluated node (its evaluation gained a measurement): the difference is backed up to
+        the root, so every ancestor's value stays the sum of its subtree's scores."""
+        delta = rubric.score - node.score
+        node.rubric = rubric
+        for ancestor in self.path_to_root(node):
+            ancestor.value += delta
+
     def dead_end_reason(self, node: Node) -> str:
         """Why a just-evaluated node is pruned, or '' when it is not."""
         if node.parent_id is None:

@@ -90,6 +90,7 @@ class ToolResult:
     is_error: bool = False
     evaluation: dict[str, Any] | None = None  # set by a verify that ran: what the search tree records
     worker_jobs: int = 0  # evaluations spent on the worker (counted against the budget)
+    energy: dict[str, Any] | None = None  # set by a profile that read both energies: the rubric's energy term
 
 
 @dataclass
@@ -202,7 +203,8 @@ class Workbench:
         if result.status != "ok":
             return ToolResult(_json({"ok": False, "error": _cut(result.error or result.status)}), True,
                               worker_jobs=1)
-        return ToolResult(_json(profile_feedback(result.metrics.get("profile") or {})), worker_jobs=1)
+        report = result.metrics.get("profile") or {}
+        return ToolResult(_json(profile_feedback(report)), worker_jobs=1, energy=rubric_energy(report))
 
     async def finish(self, arguments: dict[str, Any]) -> ToolResult:
         self.state.finished = str(arguments.get("summary") or "")
@@ -343,7 +345,20 @@ def profile_feedback(report: dict[str, Any]) -> dict[str, Any]:
                         "occupancy_pct": kernel.get("occupancy_pct"),
                         "hints": [{"code": h.get("code"), "line": h.get("line"), "message": _cut(h.get("message", "")),
                                    "estimated_speedup": h.get("estimated_speedup")} for h in hints[:MAX_HINTS]]})
-    return {"ok": bool(kernels), "kernels": kernels, "problems": [_cut(p) for p in report.get("problems") or []]}
+    shown = {"ok": bool(kernels), "kernels": kernels, "problems": [_cut(p) for p in report.get("problems") or []]}
+    energy = rubric_energy(report)
+    if energy:
+        shown["energy"] = energy
+    return shown
+
+
+def rubric_energy(report: dict[str, Any]) -> dict[str, Any] | None:
+    """The candidate's and the reference's energy per forward call from one profile run, when both were read."""
+    candidate = (report.get("energy") or {}).get("mj_per_call")
+    reference = (report.get("reference_energy") or {}).get("mj_per_call")
+    if candidate is None or reference is None:
+        return None
+    return {"candidate_mj_per_call": candidate, "reference_mj_per_call": reference}
 
 
 def _problem(finding: Finding) -> dict[str, Any]:

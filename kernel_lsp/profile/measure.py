@@ -32,9 +32,14 @@ def measure_candidate(candidate: str, reference: str | None = None, cache_dir: s
     model = build_model(candidate_module, inputs_module, device)
     inputs = make_inputs(inputs_module, device)
     run_forward(model, inputs, 1)  # extensions built and loaded, lazy initialisation done
+    reference_model = build_reference(inputs_module, device, problems)
+    candidate_energy = energy(model, inputs, device, energy_seconds, problems)
     return {"extensions": sorted(own_libraries(mapped_libraries() - before)),
-            "reference_kernels": reference_kernels(inputs_module, inputs, device, problems),
-            "energy": energy(model, inputs, device, energy_seconds, problems),
+            "reference_kernels": reference_kernels(reference_model, inputs, problems),
+            "energy": candidate_energy,
+            # the reference on the same inputs, read the same way: what the agent's rubric compares against
+            "reference_energy": (energy(reference_model, inputs, device, energy_seconds, problems)
+                                 if candidate_energy is not None and reference_model is not None else None),
             "ceilings": ceilings(device, cache_dir, problems),
             "gpu_state": gpu_state(device), "problems": problems}
 
@@ -56,19 +61,32 @@ def own_libraries(paths: set[str]) -> set[str]:
             and not any(marker in path for marker in FOREIGN_LIBRARY_MARKERS)}
 
 
-def reference_kernels(inputs_module: Any, inputs: tuple, device: str, problems: list[str]) -> list[dict[str, Any]]:
-    """The PyTorch kernels of the reference's forward (Model in the reference, or in the candidate's own file)."""
+def build_reference(inputs_module: Any, device: str, problems: list[str]) -> Any:
+    """The reference's Model (in the reference, or in the candidate's own file) with the verification's weights
+    seed; None when there is none or it cannot be built (said in problems)."""
     import torch
 
     from kernel_lsp.verify.models import WEIGHTS_SEED
     from kernel_lsp.verify.run import init_inputs
-    from profilers.torch_kernels import KernelTimesUnavailable, forward_kernels
 
     if not hasattr(inputs_module, "Model"):
-        return []
+        return None
     try:
         torch.manual_seed(WEIGHTS_SEED)
-        model = inputs_module.Model(*init_inputs(inputs_module)).to(device).eval()
+        return inputs_module.Model(*init_inputs(inputs_module)).to(device).eval()
+    except Exception as exc:  # the reference's failure is reported, not the candidate's
+        problems.append(f"no reference measurements: the reference's Model could not be built: "
+                        f"{type(exc).__name__}: {exc}")
+        return None
+
+
+def reference_kernels(model: Any, inputs: tuple, problems: list[str]) -> list[dict[str, Any]]:
+    """The PyTorch kernels of the reference's forward and their device times."""
+    from profilers.torch_kernels import KernelTimesUnavailable, forward_kernels
+
+    if model is None:
+        return []
+    try:
         return [kernel.to_dict() for kernel in forward_kernels(lambda: model(*inputs))]
     except KernelTimesUnavailable as exc:
         problems.append(f"no reference kernel list: {exc}")

@@ -118,6 +118,7 @@ async def ncu_report(job: Job, measured: dict[str, Any]) -> tuple[dict[str, Any]
     report = profile_report("ncu", kernels, gpu=state.get("name") or (ceilings.gpu if ceilings else None),
                             ceilings=ceilings, reference_kernels=measured["reference_kernels"], problems=problems)
     report["energy"] = energy
+    report["reference_energy"] = measured.get("reference_energy")  # the reference forward, read the same way
     return report, roofline_artifacts(ceilings, launches)
 
 

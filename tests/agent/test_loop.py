@@ -148,3 +148,25 @@ async def test_cancelling_a_pass_keeps_its_trajectory(tmp_path: Path):
     events = read_trajectory(pass_.outcome.trajectory_path)
     assert [e["kind"] for e in events if e["kind"] in ("tool_call", "end")] == ["tool_call", "end"]
     assert events[-1]["stop_reason"] == "cancelled"
+
+
+async def test_a_profile_with_both_energies_adds_the_energy_term_to_the_profiled_node(tmp_path: Path):
+    from tests.agent.test_tools import RecordingWorker  # answers verified at 0.5x eager; profiles read 40 / 50 mJ
+
+    file = problem(tmp_path, SLOW)
+    worker = RecordingWorker()
+    workbench = Workbench(file, tmp_path / "ref.py", file.read_text(), Settings(), worker, OPTIONS, "t1")
+    script = [tool_use_turn("write_candidate", {"source": FAST}), tool_use_turn("verify", {}),
+              tool_use_turn("write_candidate", {"source": FAST + "\n"}), tool_use_turn("verify", {}),
+              tool_use_turn("profile", {}), tool_use_turn("finish", {"summary": "profiled"})]
+    with FakeMessagesApi(script) as api:
+        model = ModelClient("test-key", api.url, "claude-sonnet-4-5", 2048, None, max_retries=0, timeout_s=60)
+        pass_ = Optimizer(model, workbench, Budget(), TrajectoryWriter(tmp_path / "trajectories", "t1"), "cpu")
+        outcome = await pass_.run()
+    unprofiled, profiled = pass_.tree.nodes[1], pass_.tree.nodes[2]
+    assert "energy" not in unprofiled.rubric.parts and profiled.rubric.parts["energy"] > 0  # 50 / 40 mJ
+    assert profiled.evaluation["energy"] == {"candidate_mj_per_call": 40.0, "reference_mj_per_call": 50.0}
+    assert profiled.score > unprofiled.score and outcome.best_source == FAST + "\n"
+    assert pass_.tree.root.value == pytest.approx(sum(node.score for node in pass_.tree.nodes))
+    scores = [e for e in read_trajectory(outcome.trajectory_path) if e["kind"] == "score" and e["node"] == 2]
+    assert len(scores) == 2 and scores[-1]["energy"]["reference_mj_per_call"] == 50.0

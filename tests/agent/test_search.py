@@ -49,6 +49,21 @@ def test_record_backs_the_score_up_to_the_root() -> None:
     assert b.parent_id == a.id and a.children == [b.id]
 
 
+def test_a_rescore_moves_the_ancestors_values_by_the_difference() -> None:
+    tree = SearchTree("original")
+    child = evaluate(tree, 0, "a", verified(2.0))
+    grandchild = evaluate(tree, child, "b", verified(4.0))
+    a, b = tree.nodes[child], tree.nodes[grandchild]
+    before = (tree.root.value, a.value, b.value, a.visits)
+    tree.rescore(b, score({**verified(4.0), "energy": {"candidate_mj_per_call": 10.0,
+                                                       "reference_mj_per_call": 40.0}}))
+    gained = b.score - (before[2])
+    assert gained > 0 and "energy" in b.rubric.parts
+    assert (tree.root.value, a.value, b.value, a.visits) == pytest.approx(
+        (before[0] + gained, before[1] + gained, before[2] + gained, before[3]))
+    assert tree.root.value == pytest.approx(a.score + b.score)
+
+
 def test_uct_picks_an_unvisited_child_first() -> None:
     tree = SearchTree("original", widening_k=1.0)
     tree.record(tree.root, verified(1.0), score(verified(1.0)), "the original")

@@ -65,7 +65,9 @@ class RecordingWorker:
                   "timing": {"candidate": {"median_ms": 2.0}}}
         if job.kind == "profile":
             return Result("ok", metrics={"profile": {"kernels": [{"name": "relu_kernel", "bound": "memory",
-                                                                  "findings": []}], "problems": []}})
+                                                                  "findings": []}], "problems": [],
+                                                     "energy": {"mj_per_call": 40.0, "calls": 100},
+                                                     "reference_energy": {"mj_per_call": 50.0, "calls": 100}}})
         return Result("ok", metrics={"verdict": "verified", "summary": "correct 2/2", "report": report})
 
 
@@ -158,8 +160,10 @@ async def test_profile_is_offered_once_two_verified_versions_share_their_kernels
     assert "profile" not in names()  # the current text is not verified yet
     await workbench.execute("verify", {})
     assert "profile" in names()
-    profiled = json.loads((await workbench.execute("profile", {})).content)
+    result = await workbench.execute("profile", {})
+    profiled = json.loads(result.content)
     assert profiled["kernels"][0]["name"] == "relu_kernel" and worker.jobs[-1].kind == "profile"
+    assert profiled["energy"] == result.energy == {"candidate_mj_per_call": 40.0, "reference_mj_per_call": 50.0}
     await workbench.execute("write_candidate", {"source": TRITON.replace("n, BLOCK", "n, other, BLOCK")})
     assert "profile" not in names()
 

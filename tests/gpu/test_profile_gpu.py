@@ -121,6 +121,7 @@ async def test_reference_kernels_and_energy_come_with_the_profile(tmp_path: Path
     assert any("gemm" in k["name"].lower() or "sm90" in k["name"].lower() for k in reference)
     assert report["energy"]["mj_per_call"] > 0 and report["energy"]["calls"] > 0
     assert report["kernels"][0]["energy_mj_per_call"] == report["energy"]["mj_per_call"]
+    assert report["reference_energy"]["mj_per_call"] > 0 and report["reference_energy"]["calls"] > 0
 
 
 def test_the_cli_prints_the_profile(tmp_path: Path, capsys):

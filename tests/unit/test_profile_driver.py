@@ -103,6 +103,7 @@ def test_the_sandbox_measurement_says_what_the_cpu_cannot_measure(tmp_path: Path
     measured = measure_candidate(write(tmp_path, "cand.py", CANDIDATE), write(tmp_path, "ref.py", PROBLEM),
                                  device="cpu")
     assert measured["extensions"] == [] and measured["reference_kernels"] == [] and measured["energy"] is None
+    assert measured["reference_energy"] is None
     problems = " | ".join(measured["problems"])
     assert "no reference kernel list: CUDA is not available" in problems
     assert "no energy reading: the candidate ran on cpu" in problems and "no roofline ceilings" in problems
