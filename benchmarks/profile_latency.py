@@ -13,11 +13,8 @@ with the default sections on the candidate's kernel, and the extension's SASS.
 
 from __future__ import annotations
 
-import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -25,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import report  # noqa: E402
-from benchmarks.verify_latency import PROBLEMS, gpu_name  # noqa: E402
+from benchmarks.verify_latency import gpu_name, warm_worker  # noqa: E402
 from kernel_lsp.profile.job import profile_job  # noqa: E402
 from kernel_lsp.worker.client import WorkerClient  # noqa: E402
 from tests.gpu import candidates  # noqa: E402
@@ -46,15 +43,9 @@ async def timed_profile(client: WorkerClient, candidate: Path, problem: str) -> 
 
 
 async def measure(repeat: int) -> list[tuple[str, str, str, str]]:
-    cache = Path(tempfile.mkdtemp(prefix="kernel-lsp-bench-cache-"))
-    os.environ["KERNEL_LSP_CACHE_DIR"] = str(cache)  # the local worker inherits it
-    work = Path(tempfile.mkdtemp(prefix="kernel-lsp-bench-"))
-    client = WorkerClient(job_timeout_s=900)
     rows = []
-    try:
-        for name, problem, source in PROBLEMS:
-            candidate = work / f"{name}_new.py"
-            candidate.write_text(source)
+    async with warm_worker() as (_, written, client):
+        for name, problem, candidate in written:
             first, _ = await timed_profile(client, candidate, problem)
             warm = []
             for _ in range(max(repeat, 1)):
@@ -67,10 +58,6 @@ async def measure(repeat: int) -> list[tuple[str, str, str, str]]:
                  f"<= {TARGET_S:.0f} s", "met" if max(warm) <= TARGET_S else "NOT met"),
                 (f"{name}: kernels profiled", kernels, "", f"{len(profile['kernels'][0]['findings'])} hints"),
             ]
-    finally:
-        await client.close()
-        shutil.rmtree(work, ignore_errors=True)
-        shutil.rmtree(cache, ignore_errors=True)
     return rows
 
 

@@ -15,6 +15,7 @@ warm local worker.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -22,6 +23,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,16 +55,30 @@ def relative_difference(values: list[float]) -> float:
     return (max(values) - min(values)) / min(values)
 
 
-async def measure(repeat: int) -> list[tuple[str, str, str, str]]:
+@contextlib.asynccontextmanager
+async def warm_worker() -> AsyncIterator[tuple[Path, list[tuple[str, str, Path]], WorkerClient]]:
+    """A fresh cache folder (the local worker inherits it), the candidates written to a work folder as
+    (name, problem, path), and one local worker; all removed afterwards."""
     cache = Path(tempfile.mkdtemp(prefix="kernel-lsp-bench-cache-"))
-    os.environ["KERNEL_LSP_CACHE_DIR"] = str(cache)  # the local worker inherits it
+    os.environ["KERNEL_LSP_CACHE_DIR"] = str(cache)
     work = Path(tempfile.mkdtemp(prefix="kernel-lsp-bench-"))
+    written = []
+    for name, problem, source in PROBLEMS:
+        (work / f"{name}_new.py").write_text(source)
+        written.append((name, problem, work / f"{name}_new.py"))
     client = WorkerClient(job_timeout_s=900)
-    rows = []
     try:
-        for name, problem, source in PROBLEMS:
-            candidate = work / f"{name}_new.py"
-            candidate.write_text(source)
+        yield cache, written, client
+    finally:
+        await client.close()
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+async def measure(repeat: int) -> list[tuple[str, str, str, str]]:
+    rows = []
+    async with warm_worker() as (cache, written, client):
+        for name, problem, candidate in written:
             first, _ = await timed_verify(client, candidate, problem)
             warm, speedups = [], {"eager": [], "compile": []}
             for _ in range(max(repeat, 2)):
@@ -87,10 +103,6 @@ async def measure(repeat: int) -> list[tuple[str, str, str, str]]:
                 (f"{name}: candidate median / spread", f"{timing['candidate']['median_ms']:.3f} ms",
                  "", f"spread {timing['candidate']['spread']:.1%}"),
             ]
-    finally:
-        await client.close()
-        shutil.rmtree(work, ignore_errors=True)
-        shutil.rmtree(cache, ignore_errors=True)
     return rows
 
 
