@@ -10,44 +10,11 @@ import pytest
 from kernel_lsp.agent.tools import Workbench, apply_line_edits, kernel_structure
 from kernel_lsp.config import Settings
 from kernel_lsp.worker.protocol import Job, Result
+from tests.problems import relu_problem, triton_relu
 
-REFERENCE = """import torch
-import torch.nn as nn
+REFERENCE = relu_problem()
 
-
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-
-
-def get_inputs():
-    return [torch.randn(4096)]
-
-
-def get_init_inputs():
-    return []
-"""
-
-TRITON = """import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    x = tl.load(x_ptr + offsets, mask=mask)
-    tl.store(out_ptr + offsets, tl.maximum(x, 0.0), mask=mask)
-
-
-class ModelNew(nn.Module):
-    def forward(self, x):
-        out = torch.empty_like(x)
-        relu_kernel[(triton.cdiv(x.numel(), 64),)](x, out, x.numel(), BLOCK=64)
-        return out
-"""
+TRITON = triton_relu(64)
 
 
 class RecordingWorker:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kernel_lsp.bench.command import add_bench_parser, run_bench
+from tests.problems import relu_problem, triton_relu
 
 
 def bench(*argv: str) -> int:
@@ -44,43 +45,9 @@ def test_bad_options_are_usage_errors(tmp_path: Path, capsys, options, message):
     assert message in capsys.readouterr().err
 
 
-RELU_PROBLEM = """import torch
-import torch.nn as nn
+RELU_PROBLEM = relu_problem()
 
-
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-
-
-def get_inputs():
-    return [torch.randn(4096)]
-
-
-def get_init_inputs():
-    return []
-"""
-
-TRITON_RELU = """import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    x = tl.load(x_ptr + offsets, mask=mask)
-    tl.store(out_ptr + offsets, tl.maximum(x, 0.0), mask=mask)
-
-
-class ModelNew(nn.Module):
-    def forward(self, x):
-        out = torch.empty_like(x)
-        relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
-        return out
-"""
+TRITON_RELU = triton_relu(1024)
 
 
 def test_a_cpu_run_verifies_one_candidate_and_rejects_the_wrong_one(tmp_path: Path, capsys, monkeypatch):

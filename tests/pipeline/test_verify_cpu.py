@@ -13,6 +13,7 @@ import pytest
 
 from kernel_lsp.verify.verdict import report_findings, summary
 from kernel_lsp.worker.sandbox import Sandbox, SandboxLimits, SandboxTask
+from tests.problems import linear_relu_problem
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -31,24 +32,7 @@ def get_init_inputs():
     return []
 '''
 
-LINEAR_RELU_PROBLEM = '''
-import torch
-import torch.nn as nn
-
-class Model(nn.Module):
-    def __init__(self, features):
-        super().__init__()
-        self.linear = nn.Linear(features, features)
-
-    def forward(self, x):
-        return torch.relu(self.linear(x))
-
-def get_inputs():
-    return [torch.rand(32, 64)]
-
-def get_init_inputs():
-    return [64]
-'''
+LINEAR_RELU_PROBLEM = linear_relu_problem("torch.rand(32, 64)", 64)
 
 TRITON_RELU = '''
 import torch

@@ -16,25 +16,9 @@ from kernel_lsp.profile.driver import (
     make_inputs,
     run_forward,
 )
+from tests.problems import linear_relu_problem
 
-PROBLEM = '''
-import torch
-import torch.nn as nn
-
-class Model(nn.Module):
-    def __init__(self, features):
-        super().__init__()
-        self.linear = nn.Linear(features, features)
-
-    def forward(self, x):
-        return torch.relu(self.linear(x))
-
-def get_inputs():
-    return [torch.rand(4, 8)]
-
-def get_init_inputs():
-    return [8]
-'''
+PROBLEM = linear_relu_problem("torch.rand(4, 8)", 8)
 
 CANDIDATE = '''
 import torch

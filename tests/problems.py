@@ -1,0 +1,69 @@
+"""Problem and candidate texts the CPU tests share (KernelBench's layout: Model, get_inputs, get_init_inputs)."""
+
+from __future__ import annotations
+
+
+def relu_problem(inputs: str = "torch.randn(4096)") -> str:
+    """Model = torch.relu on the one input `inputs` makes."""
+    return f"""import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [{inputs}]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def triton_relu(block: int = 64) -> str:
+    """ModelNew: ReLU as a Triton kernel, one program per `block` elements."""
+    return f"""import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, tl.maximum(x, 0.0), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        out = torch.empty_like(x)
+        relu_kernel[(triton.cdiv(x.numel(), {block}),)](x, out, x.numel(), BLOCK={block})
+        return out
+"""
+
+
+def linear_relu_problem(inputs: str, features: int) -> str:
+    """Model = relu(Linear(features, features)(x)): weights that the candidate must share."""
+    return f"""
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.linear = nn.Linear(features, features)
+
+    def forward(self, x):
+        return torch.relu(self.linear(x))
+
+def get_inputs():
+    return [{inputs}]
+
+def get_init_inputs():
+    return [{features}]
+"""
