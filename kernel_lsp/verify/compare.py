@@ -144,6 +144,8 @@ def metadata_problem(expected: torch.Tensor, actual: object) -> tuple[str, str] 
         return "type", f"expected a plain torch.Tensor, got {type(actual).__module__}.{type(actual).__qualname__}"
     if actual.layout != torch.strided:
         return "type", f"expected a dense (strided) tensor, got layout {actual.layout}"
+    if actual.is_nested:  # a nested tensor may have the strided layout
+        return "type", "expected a dense (strided) tensor, got a nested tensor"
     if actual.shape != expected.shape:
         return "shape", f"shape: expected {list(expected.shape)}, got {list(actual.shape)}"
     if actual.dtype != expected.dtype:

@@ -194,24 +194,6 @@ def same_device(actual: torch.device, expected: torch.device) -> bool:
     return actual.type == expected.type and (expected.index is None or actual.index == expected.index)
 
 
-def plain_tensor_problem(x: object, expected_shape: Sequence[int], expected_dtype: torch.dtype,
-                         expected_device: torch.device | str) -> str | None:
-    """None for a plain dense tensor of the expected shape, dtype and device; else why not, in one line."""
-    if type(x) is not torch.Tensor:  # subclasses (FakeTensor, __torch_function__ overrides) can fake their values
-        return f"output is {type(x).__module__}.{type(x).__qualname__}, not a plain torch.Tensor"
-    if x.layout != torch.strided or x.is_sparse:
-        return f"output has layout {x.layout}, not a dense strided tensor"
-    if x.is_nested:
-        return "output is a nested tensor, not a dense strided tensor"
-    if tuple(x.shape) != tuple(expected_shape):
-        return f"output shape {list(x.shape)} differs from the expected {list(expected_shape)}"
-    if x.dtype != expected_dtype:
-        return f"output dtype {x.dtype} differs from the expected {expected_dtype}"
-    if not same_device(x.device, torch.device(expected_device)):
-        return f"output is on {x.device}, expected {torch.device(expected_device)}"
-    return None
-
-
 TIMER_MODULES: dict[str, object] = {"time": time, "torch.cuda": torch.cuda}
 
 TIMER_NAMES = (

@@ -31,11 +31,9 @@ def test_right_values_on_the_wrong_device_and_honest_gpu_outputs():
     import torch
 
     from kernel_lsp.verify.compare import compare_outputs
-    from kernel_lsp.verify.integrity import plain_tensor_problem
 
     expected = torch.randn(256, 256, device="cuda")
     assert compare_outputs(expected, expected.cpu()).reason == "device"
-    assert plain_tensor_problem(expected.cpu(), (256, 256), torch.float32, "cuda") == "output is on cpu, expected cuda"
     honest = (expected.double() * 1.0).float()
     assert compare_outputs(expected, honest).ok
     half = expected.half()

@@ -8,11 +8,11 @@ import time
 import pytest
 import torch
 
+from kernel_lsp.verify.compare import metadata_problem
 from kernel_lsp.verify.integrity import (
     changed_since,
     input_snapshot,
     patched_timers,
-    plain_tensor_problem,
     poison_free_memory,
     same_device,
     thread_idents,
@@ -65,7 +65,7 @@ def test_cpu_memory_cannot_be_poisoned() -> None:
 
 def test_plain_tensor_of_the_expected_kind_has_no_problem() -> None:
     x = torch.zeros(2, 3).t()  # non-contiguous is still a plain tensor
-    assert plain_tensor_problem(x, (3, 2), torch.float32, "cpu") is None
+    assert metadata_problem(torch.zeros(3, 2), x) is None
 
 
 class WrappedTensor(torch.Tensor):
@@ -74,15 +74,16 @@ class WrappedTensor(torch.Tensor):
 
 @pytest.mark.parametrize(("x", "problem"), [
     (torch.zeros(2).as_subclass(WrappedTensor),
-     f"output is {WrappedTensor.__module__}.WrappedTensor, not a plain torch.Tensor"),
-    ([0.0, 0.0], "output is builtins.list, not a plain torch.Tensor"),
-    (torch.zeros(2).to_sparse(), "output has layout torch.sparse_coo, not a dense strided tensor"),
-    (torch.zeros(3), "output shape [3] differs from the expected [2]"),
-    (torch.zeros(2, dtype=torch.float16), "output dtype torch.float16 differs from the expected torch.float32"),
-    (torch.zeros(2, device="meta"), "output is on meta, expected cpu"),
+     ("type", f"expected a plain torch.Tensor, got {WrappedTensor.__module__}.WrappedTensor")),
+    ([0.0, 0.0], ("type", "expected a plain torch.Tensor, got builtins.list")),
+    (torch.zeros(2).to_sparse(), ("type", "expected a dense (strided) tensor, got layout torch.sparse_coo")),
+    (torch.nested.nested_tensor([torch.zeros(2)]), ("type", "expected a dense (strided) tensor, got a nested tensor")),
+    (torch.zeros(3), ("shape", "shape: expected [2], got [3]")),
+    (torch.zeros(2, dtype=torch.float16), ("dtype", "dtype: expected float32, got float16")),
+    (torch.zeros(2, device="meta"), ("device", "device: expected cpu, got meta")),
 ])
-def test_plain_tensor_problems(x: object, problem: str) -> None:
-    assert plain_tensor_problem(x, [2], torch.float32, torch.device("cpu")) == problem
+def test_output_metadata_problems(x: object, problem: tuple[str, str]) -> None:
+    assert metadata_problem(torch.zeros(2), x) == problem
 
 
 def test_cuda_without_an_index_matches_any_cuda_device() -> None:
