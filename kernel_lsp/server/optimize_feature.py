@@ -1,5 +1,9 @@
-"""The "Optimize this kernel" code action: on on a kernel name or `class ModelNew` of a verification candidate runs one
-agent pass (kernel_lsp.agent.loop.Optimizer, built as `kernel-lsp optimize` builds it) as a task per document.
+"""The "Optimize this kernel" code action: on a kernel name or `class ModelNew` of a verification candidate runs one
+agent pass (kernel_lsp.agent.loop.Optimizer, built as `kernel-lsp optimize` builds it) as a task per document. On
+`class Model` of a problem file without ModelNew (a KernelBench problem) the pass writes the first ModelNew itself,
+and its best verified candidate is offered as a new file beside the problem, NAME_new.py, with a
+`# kernel-lsp: reference=NAME.py` header so that the editor pairs it (offered when it verified, however fast: it
+replaces nothing).
 
 `$/progress` shows the stage, the best verified speedup so far and the spend; its cancel button stops the pass
 (the trajectory and the side file are still written). At the end a verified improvement is offered as a
@@ -62,6 +66,8 @@ class PassStart:
     path: Path
     reference: Path
     text: str
+    start_text: str  # what the pass starts from: the document's text, or '' for a problem file
+    new_file: Path | None = None  # a problem file's pass: where its candidate goes
 
 
 class OptimizeFeature:
@@ -69,7 +75,8 @@ class OptimizeFeature:
                  documents: Callable[[], Mapping[str, OpenDocument]], progress: WorkProgress, tell_user: Tell,
                  apply_edit: Callable[[types.ApplyWorkspaceEditParams], Awaitable[types.ApplyWorkspaceEditResult]],
                  ask_user: Callable[[types.ShowMessageRequestParams], Awaitable[types.MessageActionItem | None]],
-                 supports_annotations: Callable[[], bool]) -> None:
+                 supports_annotations: Callable[[], bool],
+                 supports_file_creation: Callable[[], bool] = lambda: False) -> None:
         self.settings = settings
         self.worker = worker
         self._documents = documents
@@ -78,6 +85,7 @@ class OptimizeFeature:
         self._apply_edit = apply_edit
         self._ask_user = ask_user
         self._supports_annotations = supports_annotations
+        self._supports_file_creation = supports_file_creation
         self._tasks: dict[str, asyncio.Task] = {}  # document URI -> its running pass
 
     # --- code action ----------------------------------------------------------------------------------------
@@ -89,9 +97,12 @@ class OptimizeFeature:
         if document is None:
             return []
         target = _target_at(uri, document.source, span)
-        if target is None or not isinstance(self._pair(uri, document.source), Pairing):
+        if target == "Model":
+            title = f"{OPTIMIZE_ACTION_TITLE} (a new ModelNew in {new_candidate_path(uri_to_path(uri)).name})"
+        elif target is not None and isinstance(self._pair(uri, document.source), Pairing):
+            title = f"{OPTIMIZE_ACTION_TITLE} ({target})"
+        else:
             return []
-        title = f"{OPTIMIZE_ACTION_TITLE} ({target})"
         return [types.CodeAction(title=title, kind=OPTIMIZE_ACTION_KIND, command=types.Command(
             title=OPTIMIZE_ACTION_TITLE, command=OPTIMIZE_COMMAND, arguments=[uri]))]
 
@@ -140,13 +151,16 @@ class OptimizeFeature:
         text = document.source if document is not None else _read(path)
         if text is None:
             return "cannot read the file"
+        parts = parse_python(text).kernelbench if path.suffix == ".py" else None
+        if parts is not None and parts.model is not None and parts.model_new is None:
+            return PassStart(uri, path, path, text, "", new_candidate_path(path))
         found = self._pair(uri, text)
         if isinstance(found, ReferenceProblem):
             return found.message
         if not isinstance(found, Pairing) or parse_python(text).kernelbench.model_new is None:
             return ("not an optimization candidate: no ModelNew with a reference (Model in the same file, a "
                     "'# kernel-lsp: reference=PATH' header, the 'references' setting or a KernelBench problem name)")
-        return PassStart(uri, path, found.reference, text)
+        return PassStart(uri, path, found.reference, text, text)
 
     def _pair(self, uri: str, text: str) -> Pairing | ReferenceProblem | None:
         try:
@@ -166,7 +180,7 @@ class OptimizeFeature:
         from kernel_lsp.agent.command import build_optimizer, settings_budget
 
         workspace = self.settings.folders[0] if self.settings.folders else None
-        return build_optimizer(start.path, start.reference, start.text, workspace, settings,
+        return build_optimizer(start.path, start.reference, start.start_text, workspace, settings,
                                self.worker.client(settings), verify_options(settings), settings_budget(settings))
 
     # --- the pass -------------------------------------------------------------------------------------------
@@ -203,6 +217,9 @@ class OptimizeFeature:
                             types.MessageType.Error)
             if not outcome.improved:
                 return
+        if start.new_file is not None and outcome.best_source is not None:
+            await self._offer_new_file(start, outcome)
+            return
         if not outcome.improved or outcome.best_source is None:
             kept = (f"; the best attempt is kept in {side}" if side is not None
                     else "; no candidate got far enough to keep")
@@ -229,6 +246,43 @@ class OptimizeFeature:
             if answer is None or answer.title != APPLY:
                 return False, "you kept your version"
         edit = whole_document_edit(start.uri, version, start.text, outcome.best_source or "", label, annotated)
+        try:
+            result = await self._apply_edit(types.ApplyWorkspaceEditParams(edit=edit, label=label))
+        except Exception as exc:
+            log.warning("workspace/applyEdit failed: %s", exc)
+            return False, f"the editor answered: {exc}"
+        return result.applied, result.failure_reason or "declined in the preview"
+
+    async def _offer_new_file(self, start: PassStart, outcome: PassOutcome) -> None:
+        """A problem file's pass: its best verified candidate as a new file, previewed; nothing is overwritten."""
+        new, side = start.new_file, outcome.side_file
+        assert new is not None
+        current, _ = self._current(start)
+        reason = ""
+        if current != start.text:
+            reason = f"{start.path.name} changed during the pass"
+        elif new.exists():
+            reason = f"{new.name} exists already"
+        elif not self._supports_file_creation():
+            reason = "this editor cannot create files through LSP (workspaceEdit.resourceOperations 'create')"
+        if not reason:
+            applied, reason = await self._apply_new_file(start, new, outcome)
+            if applied:
+                return
+        self._tell_user(f"kernel-lsp: the candidate for {start.path.name} ({outcome.improvement}) was not created as "
+                        f"{new.name} ({reason}); it is in {side}", types.MessageType.Info)
+
+    async def _apply_new_file(self, start: PassStart, new: Path, outcome: PassOutcome) -> tuple[bool, str]:
+        label = f"New {new.name} for {start.path.name}: {outcome.improvement}"
+        annotated = self._supports_annotations()
+        if not annotated:
+            answer = await self._ask_user(types.ShowMessageRequestParams(
+                type=types.MessageType.Info, message=f"kernel-lsp: {label}. Create it?",
+                actions=[types.MessageActionItem(title=APPLY), types.MessageActionItem(title=KEEP)]))
+            if answer is None or answer.title != APPLY:
+                return False, "you chose not to create it"
+        text = paired_candidate(outcome.best_source or "", start.reference.name)
+        edit = new_file_edit(new.as_uri(), text, label, annotated)
         try:
             result = await self._apply_edit(types.ApplyWorkspaceEditParams(edit=edit, label=label))
         except Exception as exc:
@@ -281,8 +335,38 @@ def whole_document_edit(uri: str, version: int | None, old_text: str, new_text: 
             label="Optimize this kernel", needs_confirmation=True, description=label)})
 
 
+def new_candidate_path(problem: Path) -> Path:
+    """Where a problem file's first candidate goes: NAME_new.py beside NAME.py."""
+    return problem.with_name(f"{problem.stem}_new.py")
+
+
+def paired_candidate(source: str, reference_name: str) -> str:
+    """The candidate's text with a `# kernel-lsp: reference=` header first, unless it names its reference already."""
+    if any(line.startswith("# kernel-lsp: reference=") for line in source.splitlines()[:5]):
+        return source
+    return f"# kernel-lsp: reference={reference_name}\n{source}"
+
+
+def new_file_edit(uri: str, text: str, label: str, annotated: bool) -> types.WorkspaceEdit:
+    """Creates `uri` (never over an existing file) holding `text`; annotated: a preview first."""
+    annotation = ANNOTATION_ID if annotated else None
+    start = types.Range(start=types.Position(line=0, character=0), end=types.Position(line=0, character=0))
+    insert = (types.AnnotatedTextEdit(range=start, new_text=text, annotation_id=ANNOTATION_ID) if annotated
+              else types.TextEdit(range=start, new_text=text))
+    edit = types.WorkspaceEdit(document_changes=[
+        types.CreateFile(uri=uri, options=types.CreateFileOptions(overwrite=False, ignore_if_exists=False),
+                         annotation_id=annotation),
+        types.TextDocumentEdit(text_document=types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=None),
+                               edits=[insert])])
+    if annotated:
+        edit.change_annotations = {ANNOTATION_ID: types.ChangeAnnotation(
+            label="Optimize this kernel", needs_confirmation=True, description=label)}
+    return edit
+
+
 def _target_at(uri: str, text: str, span: types.Range) -> str | None:
-    """The kernel whose name, or `ModelNew` when its class line, lies within the requested lines."""
+    """The kernel whose name, or `ModelNew` when its class line, lies within the requested lines; `Model` on its
+    class line in a problem file (Model and no ModelNew)."""
     try:
         path = uri_to_path(uri)
     except ValueError:
@@ -292,9 +376,13 @@ def _target_at(uri: str, text: str, span: types.Range) -> str | None:
     for name, location in kernel_locations({path.name: text}, {path.name: str(path)}).items():
         if span.start.line <= location.range.start.line <= span.end.line:
             return name
-    model_new = parse_python(text).kernelbench.model_new
+    parts = parse_python(text).kernelbench
+    model_new = parts.model_new
     if model_new is not None and span.start.line <= model_new.def_range.start.line <= span.end.line:
         return "ModelNew"
+    if model_new is None and parts.model is not None and span.start.line <= parts.model.def_range.start.line \
+            <= span.end.line:
+        return "Model"
     return None
 
 

@@ -59,7 +59,8 @@ class KernelLanguageServer(LanguageServer):
                                                               self.supports_work_done_progress),
                                         tell_user=self.show, apply_edit=self.workspace_apply_edit_async,
                                         ask_user=self.window_show_message_request_async,
-                                        supports_annotations=self.supports_change_annotations)
+                                        supports_annotations=self.supports_change_annotations,
+                                        supports_file_creation=self.supports_file_creation)
 
     def show(self, message: str, kind: types.MessageType) -> None:
         log.warning("%s", message)
@@ -80,6 +81,13 @@ class KernelLanguageServer(LanguageServer):
         workspace = self.client_capabilities.workspace
         edit = workspace.workspace_edit if workspace else None
         return bool(edit and edit.document_changes and edit.change_annotation_support)
+
+    def supports_file_creation(self) -> bool:
+        """Whether a workspace edit may create a file (resource operation 'create' in document changes)."""
+        workspace = self.client_capabilities.workspace
+        edit = workspace.workspace_edit if workspace else None
+        return bool(edit and edit.document_changes and types.ResourceOperationKind.Create in
+                    (edit.resource_operations or []))
 
     def supports_configuration(self) -> bool:
         workspace = self.client_capabilities.workspace

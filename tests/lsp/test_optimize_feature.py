@@ -134,12 +134,17 @@ async def test_the_action_is_offered_on_the_kernel_and_on_model_new_only(optimiz
     assert on_kernel[0].command.command == "kernel-lsp.optimize" and list(on_kernel[0].command.arguments) == [uri]
     assert await actions(1) == [] and await actions(kernel_line, only=["quickfix"]) == []
     assert len(await actions(kernel_line, only=["refactor"])) == 1
-    reference_uri = open_document(optimizing, workspace / "ref.py", REFERENCE)  # no ModelNew: not a candidate
-    found = await optimizing.text_document_code_action_async(types.CodeActionParams(
-        text_document=types.TextDocumentIdentifier(uri=reference_uri),
-        range=types.Range(start=types.Position(line=4, character=0), end=types.Position(line=4, character=0)),
-        context=types.CodeActionContext(diagnostics=[])))
-    assert not [a for a in found or [] if a.kind == "refactor.rewrite.optimizeKernel"]
+    reference_uri = open_document(optimizing, workspace / "ref.py", REFERENCE)  # a problem: Model, no ModelNew
+
+    async def problem_actions(line: int) -> list[str]:
+        found = await optimizing.text_document_code_action_async(types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=reference_uri),
+            range=types.Range(start=types.Position(line=line, character=0), end=types.Position(line=line, character=0)),
+            context=types.CodeActionContext(diagnostics=[])))
+        return [a.title for a in found or [] if a.kind == "refactor.rewrite.optimizeKernel"]
+    model_line = REFERENCE.splitlines().index("class Model(nn.Module):")
+    assert await problem_actions(model_line) == ["Optimize this kernel (a new ModelNew in ref_new.py)"]
+    assert await problem_actions(model_line + 2) == []  # only on the class line
 
 
 async def test_a_verified_improvement_is_offered_as_a_previewed_edit(optimizing: LanguageClient, workspace: Path,
@@ -235,3 +240,36 @@ async def test_a_refused_key_is_one_error_message_and_the_server_goes_on(optimiz
     api.turns.extend(IMPROVING)  # the next pass works
     assert (await optimize(optimizing, uri))["status"] == "started"
     await wait_until(lambda: optimizing.applied_edits, what="workspace/applyEdit")
+
+
+async def test_a_problem_files_pass_offers_its_verified_candidate_as_a_new_file(optimizing: LanguageClient,
+                                                                               workspace: Path, api: FakeMessagesApi):
+    (workspace / "ref.py").write_text(REFERENCE)
+    uri = open_document(optimizing, workspace / "ref.py", REFERENCE)
+    written = FAST.removeprefix("# kernel-lsp: reference=ref.py\n")  # the model writes no header
+    api.turns.extend([tool_use_turn("write_candidate", {"source": written}), tool_use_turn("verify", {}),
+                      tool_use_turn("finish", {"summary": "a first Triton kernel"})])
+    started = await optimize(optimizing, uri)
+    assert started["status"] == "started" and started["reference"] == str(workspace / "ref.py"), started
+    edit = (await wait_until(lambda: optimizing.applied_edits, what="workspace/applyEdit"))[0].edit
+    create, insert = edit.document_changes
+    new_uri = (workspace / "ref_new.py").as_uri()
+    assert isinstance(create, types.CreateFile) and create.uri == new_uri
+    assert create.options.overwrite is False and create.options.ignore_if_exists is False
+    assert insert.text_document.uri == new_uri and insert.edits[0].new_text == "# kernel-lsp: reference=ref.py\n" + written
+    assert edit.change_annotations[insert.edits[0].annotation_id].needs_confirmation is True
+    assert (workspace / "ref.py").read_text() == REFERENCE and not (workspace / "ref_new.py").exists()
+
+
+async def test_a_problem_files_candidate_never_overwrites_a_file(optimizing: LanguageClient, workspace: Path,
+                                                                  api: FakeMessagesApi):
+    (workspace / "ref.py").write_text(REFERENCE)
+    (workspace / "ref_new.py").write_text("# mine\n")
+    uri = open_document(optimizing, workspace / "ref.py", REFERENCE)
+    api.turns.extend([tool_use_turn("write_candidate", {"source": FAST}), tool_use_turn("verify", {}),
+                      tool_use_turn("finish", {"summary": "done"})])
+    assert (await optimize(optimizing, uri))["status"] == "started"
+    said = await wait_until(lambda: messages_with(optimizing, "was not created as ref_new.py"),
+                            what="the not-created message")
+    assert "ref_new.py exists already" in said[0] and "ref.kernel-lsp-best.py" in said[0]
+    assert (workspace / "ref_new.py").read_text() == "# mine\n" and not optimizing.applied_edits
