@@ -199,12 +199,17 @@ class Workbench:
 
     async def profile(self, _arguments: dict[str, Any]) -> ToolResult:
         result = await self.worker.run(self._job(self.state.source,
-                                                 lambda path: profile_job(path, self.reference, {})))
+                                                 lambda path: profile_job(path, self.reference, self._profile_options())))
         if result.status != "ok":
             return ToolResult(_json({"ok": False, "error": _cut(result.error or result.status)}), True,
                               worker_jobs=1)
         report = result.metrics.get("profile") or {}
         return ToolResult(_json(profile_feedback(report)), worker_jobs=1, energy=rubric_energy(report))
+
+    def _profile_options(self) -> dict[str, Any]:
+        """The pass's device, where it names one: a pass on the CPU gets the static profile, not the GPU's."""
+        device = self.verify_options.get("device")
+        return {"device": device} if device in ("cpu", "cuda") else {}
 
     async def finish(self, arguments: dict[str, Any]) -> ToolResult:
         self.state.finished = str(arguments.get("summary") or "")

@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 
 NO_GPU = ("no GPU visible to the worker: ncu, energy and the reference's kernel times need one; this is the "
           "static profile (ptxas resources and SASS) of the candidate's CUDA")
+ON_CPU = ("asked for on the CPU (device cpu): this is the static profile (ptxas resources and SASS) of the "
+          "candidate's CUDA")
 STATIC_STANDS_IN = "ncu profiled no kernel: the static profile (ptxas and SASS) stands in"
 MEASURE_LIMITS = {"wallTimeS": 900}  # a first run builds the extension and measures the ceilings
 
@@ -49,7 +51,7 @@ async def profile_result(job: Job, context: JobContext, on_gpu: bool) -> Result:
     if not on_gpu:
         await context.progress(f"no GPU: static profile of {candidate}")
         report = await static_profile(job.source_files, candidate, origins, config.get("kernels") or ())
-        report["problems"].insert(0, NO_GPU)
+        report["problems"].insert(0, ON_CPU if config.get("device") == "cpu" else NO_GPU)
         return profile_job_result(report, job)
     return await gpu_profile(job, context)
 

@@ -130,6 +130,7 @@ async def test_profile_is_offered_once_two_verified_versions_share_their_kernels
     result = await workbench.execute("profile", {})
     profiled = json.loads(result.content)
     assert profiled["kernels"][0]["name"] == "relu_kernel" and worker.jobs[-1].kind == "profile"
+    assert worker.jobs[-1].config["device"] == "cpu"  # the pass's device
     assert profiled["energy"] == result.energy == {"candidate_mj_per_call": 40.0, "reference_mj_per_call": 50.0}
     await workbench.execute("write_candidate", {"source": TRITON.replace("n, BLOCK", "n, other, BLOCK")})
     assert "profile" not in names()

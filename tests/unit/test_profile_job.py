@@ -9,7 +9,7 @@ import pytest
 
 from kernel_lsp.findings import Severity
 from kernel_lsp.profile.job import profile_job
-from kernel_lsp.profile.worker_job import NO_GPU
+from kernel_lsp.profile.worker_job import NO_GPU, ON_CPU
 from kernel_lsp.worker.client import WorkerClient
 from kernel_lsp.worker.protocol import Job
 from tests.unit.test_profile_static import LOAD_INLINE_CANDIDATE, LOCAL_ARRAY_LINE
@@ -71,3 +71,18 @@ async def test_the_worker_gives_the_static_profile_on_the_python_lines_without_a
     assert local["range"][0] == LOCAL_ARRAY_LINE - 1
     assert {f["severity"] for f in result.findings} <= {Severity.INFORMATION, Severity.HINT}
     assert local["message"].startswith("gather_kernel: ") and local["data"]["kernel"] == "gather_kernel"
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+async def test_device_cpu_asks_for_the_static_profile_and_says_so(tmp_path: Path):
+    candidate = tmp_path / "cand.py"
+    candidate.write_text(LOAD_INLINE_CANDIDATE)
+    client = WorkerClient(job_timeout_s=600)
+    try:
+        result = await client.run(profile_job(candidate, None, {"device": "cpu"}))
+    finally:
+        await client.close()
+    assert result.status == "ok", result.error
+    report = result.metrics["profile"]
+    assert report["source"] == "static" and report["problems"][0] == ON_CPU
