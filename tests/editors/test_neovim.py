@@ -1,0 +1,233 @@
+"""Headless Neovim with editor_clients/neovim talking to the real `kernel-lsp serve`: diagnostics where nvcc puts
+them, the profile and status commands, the edit handler, and a server stdout that holds nothing but LSP frames."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PLUGIN = Path(__file__).resolve().parents[2] / "editor_clients" / "neovim"
+BAD = "// two lines before the kernel,\n// so line numbers must follow\n__global__ void f(int* p){ p[0] = y; }\n"
+GOOD = "__global__ void scale(float* p){ p[threadIdx.x] *= 2.0f; }\n"
+NVIM_TIMEOUT_S = 50
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH (install the CUDA toolkit)")
+pytestmark = pytest.mark.timeout(60, func_only=True)  # func_only: installing Neovim (a session fixture) is not timed
+
+# Installed before setup: what the plugin shows (command line and vim.notify) is recorded for the test.
+RECORDER = """
+_G.shown = {}
+local echo = vim.api.nvim_echo
+vim.api.nvim_echo = function(chunks, history, opts)
+  local text = {}
+  for _, chunk in ipairs(chunks) do table.insert(text, chunk[1]) end
+  table.insert(_G.shown, { kind = "echo", text = table.concat(text), history = history })
+  return echo(chunks, history, opts)
+end
+vim.notify = function(message, level)
+  table.insert(_G.shown, { kind = "notify", text = message, level = level })
+end
+"""
+
+# Runs BODY, then writes `out` (and what was shown, and any error) as JSON and quits, whatever happened.
+SCRIPT = """
+local out = {{}}
+local ok, problem = pcall(function()
+{body}
+end)
+out.error = (not ok) and tostring(problem) or nil
+out.shown = _G.shown
+vim.fn.writefile({{ vim.fn.json_encode(out) }}, {out_path})
+vim.cmd("qa!")
+"""
+
+
+def lua(value: str | Path) -> str:
+    return json.dumps(str(value))  # a JSON string is a Lua string literal for these paths
+
+
+def run_nvim(nvim: str, workspace: Path, document: Path | None, setup: str, body: str) -> dict:
+    """nvim --headless with the plugin set up by `setup` (Lua), `document` opened, `body` (Lua) run; its `out`."""
+    init, script, out, log = (workspace / name for name in ("init.lua", "script.lua", "out.json", "nvim.log"))
+    init.write_text(f"vim.opt.runtimepath:prepend({lua(PLUGIN)})\n{RECORDER}\n{setup}\n")
+    script.write_text(SCRIPT.format(body=body, out_path=lua(out)))
+    xdg = workspace / ".xdg"  # Neovim's and kernel-lsp's own folders, away from the user's
+    env = {**os.environ, **{f"XDG_{kind}_HOME": str(xdg / kind.lower())
+                            for kind in ("CONFIG", "DATA", "CACHE", "STATE")}}
+    # the script quits by itself; one that does not even load is written down here, so nvim never waits for input
+    run = (f"lua local ok, problem = pcall(dofile, {lua(script)}) if not ok then "
+           f"vim.fn.writefile({{ vim.fn.json_encode({{ error = tostring(problem) }}) }}, {lua(out)}) end "
+           "vim.cmd('qa!')")
+    argv = [nvim, "--headless", "-n", "-i", "NONE", "-u", str(init), "-c", run]
+    with log.open("w") as output:  # a file, not a pipe: a lingering child cannot hold the test up
+        done = subprocess.run(argv + ([str(document)] if document else []), cwd=workspace, env=env,
+                              stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT, timeout=NVIM_TIMEOUT_S)
+    assert out.exists(), f"nvim wrote no result (exit {done.returncode}); its output:\n{log.read_text()}"
+    result = json.loads(out.read_text())
+    assert result.get("error") is None, f"{result['error']}\nnvim's output:\n{log.read_text()}"
+    return result
+
+
+def nvcc_errors(path: Path) -> list[tuple[int, str]]:
+    """(1-based line, message) of each error nvcc itself reports for the file."""
+    done = subprocess.run(["nvcc", "-c", str(path), "-o", str(path.with_suffix(".o"))], capture_output=True, text=True)
+    return [(int(m[1]), m[2]) for m in re.finditer(r"^.*\((\d+)\): error: (.*)$", done.stderr, re.MULTILINE)]
+
+
+def lsp_frames(stream: bytes) -> list[dict]:
+    """The JSON-RPC messages of a server's stdout; fails on any byte that is not part of an LSP frame."""
+    messages, at = [], 0
+    while at < len(stream):
+        end = stream.find(b"\r\n\r\n", at)
+        assert end >= 0, f"stdout holds bytes outside an LSP frame at {at}: {stream[at:at + 200]!r}"
+        headers = dict(line.split(": ", 1) for line in stream[at:end].decode("ascii").split("\r\n"))
+        assert set(headers) <= {"Content-Length", "Content-Type"}, f"not an LSP header at {at}: {headers}"
+        length = int(headers["Content-Length"])
+        body = stream[end + 4:end + 4 + length]
+        assert len(body) == length, f"a frame at {at} is cut short"
+        messages.append(json.loads(body))
+        at = end + 4 + length
+    return messages
+
+
+@pytest.mark.nvcc
+@needs_nvcc
+def test_diagnostics_of_a_broken_cu_file_match_nvcc(nvim: str, tmp_path: Path):
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'neovim-test'\n")
+    document = tmp_path / "kernels" / "bad.cu"
+    document.parent.mkdir()
+    document.write_text(BAD)
+    fixed = GOOD.replace("scale", "f")
+    setup = f'require("kernel_lsp").setup({{ python = {lua(sys.executable)} }})'  # the venv's interpreter
+    result = run_nvim(nvim, tmp_path, document, setup, f"""
+  local function errors()
+    return vim.diagnostic.get(0, {{ severity = vim.diagnostic.severity.ERROR }})
+  end
+  out.waited = vim.wait(30000, function() return #errors() > 0 end, 50)
+  out.filetype = vim.bo.filetype
+  local client = require("kernel_lsp").client(0)
+  out.root = client and client.config.root_dir
+  out.diagnostics = {{}}
+  for _, d in ipairs(errors()) do
+    table.insert(out.diagnostics, {{ lnum = d.lnum, col = d.col, end_col = d.end_col, message = d.message,
+                                    severity = d.severity, source = d.source, code = d.code }})
+  end
+  -- the fix, typed and saved: the errors go away (didChange / didSave from Neovim)
+  vim.api.nvim_buf_set_lines(0, 2, 3, false, {{ {lua(fixed.strip())} }})
+  vim.cmd("silent write")
+  out.cleared = vim.wait(30000, function() return #errors() == 0 end, 50)
+""")
+    assert result["waited"], f"no diagnostics within 30 s: {result}"
+    assert result["filetype"] == "cuda"
+    assert result["root"] == str(tmp_path)  # the nearest pyproject.toml, not the file's folder
+    (tmp_path / "expected.cu").write_text(BAD)
+    expected = nvcc_errors(tmp_path / "expected.cu")
+    assert expected == [(3, 'identifier "y" is undefined')], expected
+    found = [(d["lnum"] + 1, d["message"]) for d in result["diagnostics"]]
+    assert found == expected
+    [error] = result["diagnostics"]
+    assert "undefined" in error["message"]
+    column = BAD.splitlines()[2].index("= y") + 2
+    assert (error["col"], error["end_col"]) == (column, column + 1)
+    assert error["severity"] == 1 and error["code"] == "nvcc-error" and error["source"] == "kernel-lsp"
+    assert result["cleared"], "the errors stayed after the fix was saved"
+
+
+@pytest.mark.nvcc
+@needs_nvcc
+def test_profile_status_and_restart_commands_and_a_clean_server_stdout(nvim: str, tmp_path: Path):
+    document = tmp_path / "good.cu"
+    document.write_text(GOOD)
+    stdout_copy, server_log = tmp_path / "server.stdout", tmp_path / "server.stderr"
+    # the server's stdout goes through tee, so the test sees every byte Neovim read; logs at INFO go to stderr
+    command = ["sh", "-c", '"$0" -m kernel_lsp --log-level INFO serve 2>>"$1" | tee -a "$2"',
+               sys.executable, str(server_log), str(stdout_copy)]
+    result = run_nvim(nvim, tmp_path, document,
+                      f'require("kernel_lsp").setup({{ cmd = vim.fn.json_decode({lua(json.dumps(command))}) }})', """
+  local kernel_lsp = require("kernel_lsp")
+  assert(vim.wait(10000, function() return kernel_lsp.client(0) ~= nil end, 50), "the client did not attach")
+  vim.cmd("KernelLspProfile")
+  out.answered = vim.wait(40000, function() return kernel_lsp.last_result ~= nil end, 50)
+  out.result = kernel_lsp.last_result
+  vim.cmd("KernelLspStatus")
+  local before = kernel_lsp.client(0).id
+  vim.cmd("KernelLspRestart")
+  out.restarted = vim.wait(10000, function()
+    local client = kernel_lsp.client(0)
+    return client ~= nil and client.id ~= before and client.initialized == true
+  end, 50)
+""")
+    assert result["answered"], f"no answer to kernel-lsp.profile within 40 s: {result['shown']}"
+    outcome = result["result"]
+    assert (outcome["status"], outcome["source"], outcome["kernels"]) == ("not-profiled", "static", ["scale"]), outcome
+
+    shown = [(entry["kind"], entry["text"]) for entry in result["shown"]]
+    echoed = [text for kind, text in shown if kind == "echo"]
+    assert "kernel-lsp: Profiling good.cu: good.cu" in echoed  # $/progress begin: title and message
+    assert any(text.startswith("kernel-lsp: Profiling good.cu done: 1 kernel (static): scale") for text in echoed)
+    assert any(kind == "notify" and "no GPU" in text for kind, text in shown)  # window/showMessage
+    assert any(text.startswith("kernel-lsp [") and "worker connected (local)" in text for text in echoed), echoed
+    assert result["restarted"], "no new server attached after :KernelLspRestart"
+
+    messages = lsp_frames(stdout_copy.read_bytes())
+    assert all(message.get("jsonrpc") == "2.0" for message in messages)
+    answers = [message["result"] for message in messages if isinstance(message.get("result"), dict)]
+    assert sum("capabilities" in answer for answer in answers) == 2  # both servers answered initialize
+    methods = {message.get("method") for message in messages}
+    assert {"textDocument/publishDiagnostics", "$/progress", "window/showMessage", "kernelLsp/workerStatus"} <= methods
+    assert " INFO: " in server_log.read_text()  # the logs went to stderr
+
+
+def test_edit_handler_declines_annotated_edits_without_a_ui_and_applies_plain_ones(nvim: str, tmp_path: Path):
+    document = tmp_path / "model_new.py"
+    document.write_text("old = 1\n")
+    result = run_nvim(nvim, tmp_path, document, "", """  -- the handlers alone: no server needed
+  local handlers = require("kernel_lsp.handlers")
+  local uri, bufnr = vim.uri_from_bufnr(0), vim.api.nvim_get_current_buf()
+  local function edit(annotated, version)
+    local change = { range = { start = { line = 0, character = 0 }, ["end"] = { line = 0, character = 7 } },
+                     newText = "new = 2", annotationId = annotated and "kernel-lsp.optimize" or nil }
+    return { documentChanges = { { textDocument = { uri = uri, version = version }, edits = { change } } },
+             changeAnnotations = annotated and { ["kernel-lsp.optimize"] = {
+               label = "Optimize this kernel", needsConfirmation = true,
+               description = "Optimized: 1.5x eager" } } or nil }
+  end
+  out.annotated = handlers.apply_edit(nil, { edit = edit(true, vim.NIL), label = "Optimized: 1.5x eager" }, {})
+  out.after_annotated = vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)
+  vim.lsp.util.buf_versions[bufnr] = 5
+  out.stale = handlers.apply_edit(nil, { edit = edit(false, 3) }, {})
+  out.plain = handlers.apply_edit(nil, { edit = edit(false, 5) }, {})
+  out.after_plain = vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)
+  local function create(path)  -- as the optimizer offers a problem file's first candidate
+    local new_uri, top = vim.uri_from_fname(path), { line = 0, character = 0 }
+    return { documentChanges = {
+      { kind = "create", uri = new_uri, options = { overwrite = false, ignoreIfExists = false } },
+      { textDocument = { uri = new_uri, version = vim.NIL },
+        edits = { { range = { start = top, ["end"] = top },
+                    newText = "# kernel-lsp: reference=m.py\\nx = 1\\n" } } } } }
+  end
+  out.created = handlers.apply_edit(nil, { edit = create(vim.fn.getcwd() .. "/m_new.py") }, {})
+  out.created_lines = vim.api.nvim_buf_get_lines(vim.fn.bufnr(vim.fn.getcwd() .. "/m_new.py"), 0, 2, false)
+  out.existing = handlers.apply_edit(nil, { edit = create(vim.fn.getcwd() .. "/model_new.py") }, {})
+  out.request = handlers.show_message_request(nil, { type = 3, message = "Apply it?",
+                                                     actions = { { title = "Apply" }, { title = "Keep mine" } } }, {})
+""")
+    assert result["annotated"]["applied"] is False
+    assert "without a UI" in result["annotated"]["failureReason"]
+    assert result["after_annotated"] == ["old = 1"]
+    assert result["stale"]["applied"] is False and "changed" in result["stale"]["failureReason"]
+    assert result["plain"] == {"applied": True}
+    assert result["after_plain"] == ["new = 2"]
+    assert result["created"] == {"applied": True}
+    assert result["created_lines"] == ["# kernel-lsp: reference=m.py", "x = 1"]
+    assert result["existing"]["applied"] is False and "exists already" in result["existing"]["failureReason"]
+    assert document.read_text() == "old = 1\n"  # neither applied edit saved it, and the create left it alone
+    assert result["request"] is None  # vim.NIL: no answer to the server's question
+    assert any("not applied" in entry["text"] for entry in result["shown"] if entry["kind"] == "notify")
