@@ -1,0 +1,48 @@
+// What the editor says after a kernel-lsp.* command answers; the server already tells the user of most failures.
+
+export type Level = "info" | "warning" | "error";
+
+export interface Said {
+  level: Level;
+  text: string;
+}
+
+export type CommandResult = Record<string, unknown> | null | undefined;
+
+function text(value: unknown): string | undefined {
+  return typeof value === "string" && value ? value : undefined;
+}
+
+/** The message for a command's result, or undefined when the server has said it already (or nothing is to say). */
+export function outcomeMessage(command: string, result: CommandResult): Said | undefined {
+  if (!result || typeof result !== "object") {
+    return undefined;
+  }
+  const status = text(result.status);
+  const message = text(result.message);
+  if (status === "error") {
+    // The server tells the user itself only of the optimize command's errors that concern a document.
+    return command === "kernel-lsp.optimize" && result.uri ? undefined
+      : { level: "error", text: `kernel-lsp: ${message ?? "the command failed"}` };
+  }
+  switch (command) {
+    case "kernel-lsp.verify":
+      if (status === "ok") {
+        return { level: "info", text: `kernel-lsp: verified: ${text(result.summary) ?? "done"}` };
+      }
+      return status === "unavailable"
+        ? { level: "warning", text: `kernel-lsp: no verdict: ${text(result.summary) ?? "worker unavailable"}` }
+        : undefined;
+    case "kernel-lsp.profile":
+      return status === "ok" || status === "not-profiled"
+        ? { level: "info", text: `kernel-lsp: profile: ${message ?? status}` }
+        : undefined;
+    case "kernel-lsp.optimize":
+      return status === "started"
+        ? { level: "info", text: "kernel-lsp: optimizing; the progress notification can cancel it, and the best " +
+            "verified version comes back as an edit to preview" }
+        : undefined;
+    default:
+      return undefined;
+  }
+}

@@ -1,0 +1,81 @@
+"""Builds the VS Code extension once per test session (npm ci, lint, test, build, vsce package) on a fresh copy."""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+EXTENSION = REPO / "editor_clients" / "vscode"
+NOT_COPIED = shutil.ignore_patterns("node_modules", "dist", "out", "*.vsix", "e2e-artifacts")
+STEP_TIMEOUT_S = 600
+STEPS = [
+    ("ci", ["ci", "--no-audit", "--no-fund"]),
+    ("lint", ["run", "lint"]),
+    ("test", ["test"]),
+    ("build", ["run", "build"]),
+    ("package", ["exec", "--", "vsce", "package", "--no-dependencies", "--out", "kernel-lsp.vsix"]),
+]
+
+
+@dataclass
+class BuiltExtension:
+    vsix: Path
+    names: set[str]
+    manifest: dict[str, Any]
+    bundle: str
+    outputs: dict[str, str] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def need(tool: str, why: str) -> str:
+    """The tool's path; a skip outside CI, a failure in CI (env CI set), when it is missing."""
+    found = shutil.which(tool)
+    if found is None:
+        message = f"{tool} is not on PATH: {why}"
+        if os.environ.get("CI"):
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    return found
+
+
+def run_step(command: list[str], cwd: Path, timeout_s: float = STEP_TIMEOUT_S,
+             env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout_s, check=False,
+                          env={**os.environ, "npm_config_fund": "false", "npm_config_audit": "false", **(env or {})})
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, f"{' '.join(command)} failed ({done.returncode}):\n{output[-6000:]}"
+    return output
+
+
+@functools.cache
+def built_extension() -> BuiltExtension:
+    npm = need("npm", "install Node.js 20 or later (with npm) to build the VS Code extension")
+    work = Path(tempfile.mkdtemp(prefix="kernel-lsp-vscode-")) / "vscode"
+    atexit.register(shutil.rmtree, work.parent, True)
+    shutil.copytree(EXTENSION, work, ignore=NOT_COPIED)
+    outputs, timings = {}, {}
+    for name, args in STEPS:
+        started = time.monotonic()
+        outputs[name] = run_step([npm, *args], work)
+        timings[name] = time.monotonic() - started
+    vsix = work / "kernel-lsp.vsix"
+    assert vsix.is_file(), f"vsce package wrote no {vsix.name}:\n{outputs['package'][-3000:]}"
+    with zipfile.ZipFile(vsix) as archive:
+        names = set(archive.namelist())
+        manifest = json.loads(archive.read("extension/package.json"))
+        bundle_name = "extension/dist/extension.js"
+        bundle = archive.read(bundle_name).decode() if bundle_name in names else ""
+    return BuiltExtension(vsix, names, manifest, bundle, outputs, timings)
