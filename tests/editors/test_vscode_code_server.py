@@ -3,7 +3,10 @@
 A workspace with a broken .cu: the Problems view shows nvcc's error on its line, hovering a kernel name shows the
 server's card, the source actions offer "Profile this kernel", and profiling (which starts the local worker)
 turns the status bar item from "worker: not started" to the worker's state; connecting to a remote worker where
-none listens shows it disconnected. Screenshots go to
+none listens shows it disconnected. "Optimize This Kernel" on a Triton candidate (an agent pass against a local fake
+Messages API, verified on the CPU worker under TRITON_INTERPRET=1) opens VS Code's refactor preview with the change
+(unticked, as VS Code offers an edit that needs confirmation), the file on disk unchanged until the preview's Apply
+puts the optimized text in the editor (and VS Code saves it). Screenshots go to
 editor_clients/vscode/e2e-artifacts/ (gitignored). code-server, chromium and playwright-core come from
 editor_clients/vscode/scripts/setup-code-server.sh (cached outside the repository, rebuilt when missing).
 """
@@ -24,6 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.agent.fake_api import FakeMessagesApi, tool_use_turn
+from tests.agent.test_tools import REFERENCE, TRITON
 from tests.editors.vscode_helpers import EXTENSION, built_extension, need, run_step
 
 pytestmark = pytest.mark.timeout(2400)
@@ -51,6 +56,13 @@ __global__ void broken_kernel(float *out, int n) {
     }
 }
 """
+
+# the optimize pass, as tests/lsp/test_optimize_feature.py scripts it: one candidate with 64 times fewer programs
+CANDIDATE = "# kernel-lsp: reference=ref.py\n" + TRITON
+FAST = CANDIDATE.replace("x.numel(), 64)", "x.numel(), 4096)").replace("BLOCK=64", "BLOCK=4096")
+IMPROVING = [tool_use_turn("write_candidate", {"source": FAST}), tool_use_turn("verify", {}),
+             tool_use_turn("finish", {"summary": "one program of 4096"})]
+API_KEY = "sk-ant-e2e-test"
 
 
 def _nvcc_path() -> str:
@@ -100,6 +112,15 @@ def test_problems_hover_and_code_actions_in_code_server(code_server_dir: Path, t
     workspace, user_data, extensions = tmp_path / "workspace", tmp_path / "user-data", tmp_path / "extensions"
     workspace.mkdir()
     (workspace / "broken.cu").write_text(BROKEN_CU)
+    (workspace / "ref.py").write_text(REFERENCE)
+    (workspace / "relu.py").write_text(CANDIDATE)
+    api = FakeMessagesApi(IMPROVING)
+    (workspace / ".vscode").mkdir()
+    (workspace / ".vscode" / "settings.json").write_text(json.dumps({  # the optimize pass on the CPU, fake API
+        "kernelLsp.verifyDevice": "cpu", "kernelLsp.trials": 2, "kernelLsp.timedCalls": 5,
+        "kernelLsp.baselines": ["eager"], "kernelLsp.anthropicBaseUrl": api.url,
+        "kernelLsp.trajectoryDir": str(tmp_path / "trajectories"),
+    }, indent=2))
     (user_data / "User").mkdir(parents=True)
     (user_data / "User" / "settings.json").write_text(json.dumps({
         "kernelLsp.server.pythonPath": sys.executable,
@@ -112,7 +133,10 @@ def test_problems_hover_and_code_actions_in_code_server(code_server_dir: Path, t
         "telemetry.telemetryLevel": "off",
         "editor.hover.delay": 200,
     }))
-    env = {**os.environ, "PATH": path}
+    # the extension's server inherits code-server's environment: the key (as the extension passes its secret) and
+    # Triton's interpreter for the CPU worker; no key or endpoint from the developer's environment
+    env = {**{k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")},
+           "PATH": path, "ANTHROPIC_API_KEY": API_KEY, "TRITON_INTERPRET": "1"}
     common = ["--user-data-dir", str(user_data), "--extensions-dir", str(extensions)]
     run_step(["node", str(entry), *common, "--install-extension", str(vsix)], tmp_path, env=env)
     assert any(p.name.startswith("kernel-lsp.kernel-lsp-") for p in extensions.iterdir()), "extension not installed"
@@ -124,18 +148,21 @@ def test_problems_hover_and_code_actions_in_code_server(code_server_dir: Path, t
                                "--disable-telemetry", "--disable-update-check", "--disable-workspace-trust"],
                               stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
-        _wait_for_http(url, server)
-        shutil.rmtree(ARTIFACTS, ignore_errors=True)
-        ARTIFACTS.mkdir(parents=True)
-        config = tmp_path / "driver.json"
-        config.write_text(json.dumps({
-            "setupDir": str(code_server_dir), "chromium": shutil.which("chromium") or "/usr/bin/chromium",
-            "url": url, "workspace": str(workspace), "file": "broken.cu", "kernel": KERNEL,
-            "errorText": "undefined_value", "actionText": "Profile this kernel", "artifacts": str(ARTIFACTS),
-            "workerCommand": "kernel-lsp: Profile This File", "remoteAddress": f"tcp:127.0.0.1:{_free_port()}",
-        }))
-        driven = subprocess.run(["node", str(DRIVER), str(config)], capture_output=True, text=True, timeout=600,
-                                check=False, env=env)
+        with api:  # the fake Messages API answers the optimize pass while the driver runs
+            _wait_for_http(url, server)
+            shutil.rmtree(ARTIFACTS, ignore_errors=True)
+            ARTIFACTS.mkdir(parents=True)
+            config = tmp_path / "driver.json"
+            config.write_text(json.dumps({
+                "setupDir": str(code_server_dir), "chromium": shutil.which("chromium") or "/usr/bin/chromium",
+                "url": url, "workspace": str(workspace), "file": "broken.cu", "kernel": KERNEL,
+                "errorText": "undefined_value", "actionText": "Profile this kernel", "artifacts": str(ARTIFACTS),
+                "workerCommand": "kernel-lsp: Profile This File", "remoteAddress": f"tcp:127.0.0.1:{_free_port()}",
+                "optimize": {"file": "relu.py", "kernel": "relu_kernel", "workspace": str(workspace),
+                             "command": "kernel-lsp: Optimize This Kernel", "marker": "4096", "appliedText": "BLOCK=4096"},
+            }))
+            driven = subprocess.run(["node", str(DRIVER), str(config)], capture_output=True, text=True, timeout=600,
+                                    check=False, env=env)
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         try:
@@ -162,7 +189,21 @@ def test_problems_hover_and_code_actions_in_code_server(code_server_dir: Path, t
     # the connect command wrote the worker setting; the server took it through workspace/configuration
     assert seen["remoteStatus"] == "worker: disconnected", seen
     assert "tcp:127.0.0.1:" in seen["remoteTooltip"] and "unavailable" in seen["remoteTooltip"], seen
-    assert json.loads((workspace / ".vscode" / "settings.json").read_text())["kernelLsp.worker"].startswith("tcp:")
+    written = json.loads((workspace / ".vscode" / "settings.json").read_text())
+    assert written["kernelLsp.worker"].startswith("tcp:") and written["kernelLsp.verifyDevice"] == "cpu", written
+    # the optimize pass: the model reached with the key from the environment, the change previewed, not yet on disk
+    optimized = seen["optimize"]
+    assert api.requests and all(r.api_key == API_KEY for r in api.requests), [r.headers for r in api.requests]
+    assert api.turns_left == 0, f"{api.turns_left} scripted turns not asked for"
+    assert (workspace / "relu.kernel-lsp-best.py").read_text() == FAST
+    assert "relu.py" in optimized["preview"] and "BLOCK=4096" in optimized["preview"], optimized["preview"]
+    # VS Code offers an edit that needs confirmation unticked: the driver ticks it, as the user must, before Apply
+    assert optimized["tickedAtFirst"] and not any(optimized["tickedAtFirst"]), optimized["tickedAtFirst"]
+    assert "BLOCK=4096" in optimized["diff"] and "cdiv(x.numel(), 4096)" in optimized["diff"], optimized["diff"]
+    assert optimized["diskDuringPreview"] == CANDIDATE, "the file changed on disk before the preview was applied"
+    # applied: the editor holds the optimized text, and VS Code saved it (files.refactoring.autoSave, on by default)
+    assert "BLOCK=4096" in optimized["editor"] and "BLOCK=64" not in optimized["editor"], optimized["editor"]
+    assert optimized["diskAfterApply"] == FAST == (workspace / "relu.py").read_text()
     channel = "\n".join(p.read_text() for p in (ARTIFACTS / "logs").rglob("*-kernel-lsp.log"))
     assert "Python: " + sys.executable in channel, channel[-3000:]
     assert "unknown setting" not in channel, "the extension sent a setting the server does not know"
