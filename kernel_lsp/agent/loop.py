@@ -229,7 +229,11 @@ class Optimizer:
         self.trajectory.write("evaluation", node=node.id, parent=node.parent_id, source=node.source,
                               verdict=evaluation.get("verdict"), summary=evaluation.get("summary"),
                               evaluation=evaluation)
-        self.trajectory.write("score", node=node.id, **score.to_dict(), dead=node.dead, dead_reason=node.dead_reason)
+        self._score_event(node, score)
+
+    def _score_event(self, node: Node, score: rubric.RubricScore, **more: Any) -> None:
+        self.trajectory.write("score", node=node.id, **score.to_dict(), dead=node.dead, dead_reason=node.dead_reason,
+                              **more)
         self._emit(score.outcome, f"#{node.id}: {score.reason}")
 
     def _add_energy(self, energy: dict[str, Any]) -> None:
@@ -243,9 +247,7 @@ class Optimizer:
         node.evaluation = {**node.evaluation, "energy": energy}
         score = rubric.score(node.evaluation)
         self.tree.rescore(node, score)
-        self.trajectory.write("score", node=node.id, **score.to_dict(), dead=node.dead, dead_reason=node.dead_reason,
-                              energy=energy)
-        self._emit(score.outcome, f"#{node.id}: {score.reason}")
+        self._score_event(node, score, energy=energy)
 
     def _expansion_prompt(self, start: Node) -> str:
         memory = self.tree.memory(MEMORY_LINES) or "nothing yet"

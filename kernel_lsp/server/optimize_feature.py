@@ -238,16 +238,24 @@ class OptimizeFeature:
 
     async def _apply(self, start: PassStart, version: int | None, outcome: PassOutcome) -> tuple[bool, str]:
         label = f"Optimized {start.path.name}: {outcome.improvement}"
+        return await self._send_edit(
+            label, f"Apply it to {start.path.name}?", "you kept your version",
+            lambda annotated: whole_document_edit(start.uri, version, start.text, outcome.best_source or "", label,
+                                                  annotated))
+
+    async def _send_edit(self, label: str, question: str, kept: str,
+                         make_edit: Callable[[bool], types.WorkspaceEdit]) -> tuple[bool, str]:
+        """workspace/applyEdit of make_edit(annotated): under a previewed change annotation where the client has
+        them, else only after the user said Apply to `question`; (applied, why not)."""
         annotated = self._supports_annotations()
         if not annotated:  # no preview in this client: ask first, so nothing is applied without the user's say
             answer = await self._ask_user(types.ShowMessageRequestParams(
-                type=types.MessageType.Info, message=f"kernel-lsp: {label}. Apply it to {start.path.name}?",
+                type=types.MessageType.Info, message=f"kernel-lsp: {label}. {question}",
                 actions=[types.MessageActionItem(title=APPLY), types.MessageActionItem(title=KEEP)]))
             if answer is None or answer.title != APPLY:
-                return False, "you kept your version"
-        edit = whole_document_edit(start.uri, version, start.text, outcome.best_source or "", label, annotated)
+                return False, kept
         try:
-            result = await self._apply_edit(types.ApplyWorkspaceEditParams(edit=edit, label=label))
+            result = await self._apply_edit(types.ApplyWorkspaceEditParams(edit=make_edit(annotated), label=label))
         except Exception as exc:
             log.warning("workspace/applyEdit failed: %s", exc)
             return False, f"the editor answered: {exc}"
@@ -274,21 +282,9 @@ class OptimizeFeature:
 
     async def _apply_new_file(self, start: PassStart, new: Path, outcome: PassOutcome) -> tuple[bool, str]:
         label = f"New {new.name} for {start.path.name}: {outcome.improvement}"
-        annotated = self._supports_annotations()
-        if not annotated:
-            answer = await self._ask_user(types.ShowMessageRequestParams(
-                type=types.MessageType.Info, message=f"kernel-lsp: {label}. Create it?",
-                actions=[types.MessageActionItem(title=APPLY), types.MessageActionItem(title=KEEP)]))
-            if answer is None or answer.title != APPLY:
-                return False, "you chose not to create it"
         text = paired_candidate(outcome.best_source or "", start.reference.name)
-        edit = new_file_edit(new.as_uri(), text, label, annotated)
-        try:
-            result = await self._apply_edit(types.ApplyWorkspaceEditParams(edit=edit, label=label))
-        except Exception as exc:
-            log.warning("workspace/applyEdit failed: %s", exc)
-            return False, f"the editor answered: {exc}"
-        return result.applied, result.failure_reason or "declined in the preview"
+        return await self._send_edit(label, "Create it?", "you chose not to create it",
+                                     lambda annotated: new_file_edit(new.as_uri(), text, label, annotated))
 
     def _cancelled(self, start: PassStart, outcome: PassOutcome | None) -> None:
         side = outcome.side_file if outcome is not None else None

@@ -65,6 +65,14 @@ def _extended(params: list[str], at: int) -> tuple[str | None, int]:
     return None, len(params)
 
 
+# SGR codes that set fixed Style fields
+SGR_ATTRIBUTES: dict[int, dict[str, object]] = {
+    1: {"bold": True}, 2: {"dim": True}, 3: {"italic": True}, 7: {"reverse": True}, 9: {"strike": True},
+    21: {"underline": 2}, 22: {"bold": False, "dim": False}, 23: {"italic": False}, 24: {"underline": 0},
+    27: {"reverse": False}, 29: {"strike": False}, 39: {"fg": None}, 49: {"bg": None}, 59: {"underline_color": None},
+}
+
+
 def apply_sgr(style: Style, text: str) -> Style:
     """The style after one SGR sequence's parameters (`text` as between `ESC[` and `m`)."""
     # colon forms (38:2::r:g:b, 4:3) become the semicolon ones this reads
@@ -81,30 +89,10 @@ def apply_sgr(style: Style, text: str) -> Style:
         code = int(params[i] or 0)
         if code == 0:
             style = Style()
-        elif code == 1:
-            style = replace(style, bold=True)
-        elif code == 2:
-            style = replace(style, dim=True)
-        elif code == 3:
-            style = replace(style, italic=True)
+        elif code in SGR_ATTRIBUTES:
+            style = replace(style, **SGR_ATTRIBUTES[code])
         elif code == 4:
             style = replace(style, underline=curly if curly is not None else 1)
-        elif code == 7:
-            style = replace(style, reverse=True)
-        elif code == 9:
-            style = replace(style, strike=True)
-        elif code == 21:
-            style = replace(style, underline=2)
-        elif code == 22:
-            style = replace(style, bold=False, dim=False)
-        elif code == 23:
-            style = replace(style, italic=False)
-        elif code == 24:
-            style = replace(style, underline=0)
-        elif code == 27:
-            style = replace(style, reverse=False)
-        elif code == 29:
-            style = replace(style, strike=False)
         elif 30 <= code <= 37:
             style = replace(style, fg=PALETTE[code - 30])
         elif 90 <= code <= 97:
@@ -113,12 +101,6 @@ def apply_sgr(style: Style, text: str) -> Style:
             style = replace(style, bg=PALETTE[code - 40])
         elif 100 <= code <= 107:
             style = replace(style, bg=PALETTE[code - 100 + 8])
-        elif code == 39:
-            style = replace(style, fg=None)
-        elif code == 49:
-            style = replace(style, bg=None)
-        elif code == 59:
-            style = replace(style, underline_color=None)
         elif code in (38, 48, 58):
             color, i = _extended(params, i)
             field = {38: "fg", 48: "bg", 58: "underline_color"}[code]

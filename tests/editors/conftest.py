@@ -8,6 +8,8 @@ import subprocess
 
 import pytest
 
+from tests.editors.missing import missing
+
 APT_TIMEOUT_S = 600
 
 
@@ -41,10 +43,7 @@ def _executable(name: str, package: str, hint: str) -> str:
         problem = _apt_install(package, hint)
         found = shutil.which(name)
         if found is None:
-            message = f"{name} is not on PATH and could not be installed: {problem or f'apt-get installed no {name}'}"
-            if os.environ.get("CI"):
-                pytest.fail(message, pytrace=False)
-            pytest.skip(message)
+            missing(f"{name} is not on PATH and could not be installed: {problem or f'apt-get installed no {name}'}")
     return found
 
 

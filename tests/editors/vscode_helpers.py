@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
+from tests.editors.missing import missing
 
 REPO = Path(__file__).resolve().parents[2]
 EXTENSION = REPO / "editor_clients" / "vscode"
@@ -44,10 +44,7 @@ def need(tool: str, why: str) -> str:
     """The tool's path; a skip outside CI, a failure in CI (env CI set), when it is missing."""
     found = shutil.which(tool)
     if found is None:
-        message = f"{tool} is not on PATH: {why}"
-        if os.environ.get("CI"):
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+        missing(f"{tool} is not on PATH: {why}")
     return found
 
 

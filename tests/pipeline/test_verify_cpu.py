@@ -13,24 +13,11 @@ import pytest
 
 from kernel_lsp.verify.verdict import report_findings, summary
 from kernel_lsp.worker.sandbox import Sandbox, SandboxLimits, SandboxTask
-from tests.problems import linear_relu_problem
+from tests.problems import linear_relu_problem, relu_problem
 
 pytestmark = pytest.mark.timeout(600)
 
-RELU_PROBLEM = '''
-import torch
-import torch.nn as nn
-
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-
-def get_inputs():
-    return [torch.rand(64, 256) - 0.5]
-
-def get_init_inputs():
-    return []
-'''
+RELU_PROBLEM = relu_problem("torch.rand(64, 256) - 0.5")
 
 LINEAR_RELU_PROBLEM = linear_relu_problem("torch.rand(32, 64)", 64)
 

@@ -11,7 +11,7 @@ from kernel_lsp.findings import Severity
 from kernel_lsp.profile.job import profile_job
 from kernel_lsp.profile.worker_job import NO_GPU, ON_CPU
 from kernel_lsp.worker.client import WorkerClient
-from kernel_lsp.worker.protocol import Job
+from kernel_lsp.worker.protocol import Job, Result
 from tests.unit.test_profile_static import LOAD_INLINE_CANDIDATE, LOCAL_ARRAY_LINE
 
 PROBLEM = "import torch\n\nclass Model:\n    pass\n\ndef get_inputs():\n    return [torch.rand(8)]\n"
@@ -49,20 +49,27 @@ def test_unknown_options_are_refused(tmp_path: Path):
         profile_job(candidate, None, {"trials": 3})
 
 
-@pytest.mark.timeout(600)
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-async def test_the_worker_gives_the_static_profile_on_the_python_lines_without_a_gpu(tmp_path: Path):
+async def profile_on_a_worker(tmp_path: Path, options: dict, *, cpu_only: bool = False) -> Result:
+    """The LOAD_INLINE_CANDIDATE's profile job on a local worker; cpu_only: skipped where the worker has a GPU."""
     candidate = tmp_path / "cand.py"
     candidate.write_text(LOAD_INLINE_CANDIDATE)
     client = WorkerClient(job_timeout_s=600)
     try:
-        info = await client.run(Job("device-info", {}, {}, ""), timeout_s=300)
-        if info.metrics["cudaAvailable"]:
-            pytest.skip("a GPU is present: the worker profiles with ncu (tests/gpu/test_profile_gpu.py)")
-        result = await client.run(profile_job(candidate, None, {}))
+        if cpu_only:
+            info = await client.run(Job("device-info", {}, {}, ""), timeout_s=300)
+            if info.metrics["cudaAvailable"]:
+                pytest.skip("a GPU is present: the worker profiles with ncu (tests/gpu/test_profile_gpu.py)")
+        result = await client.run(profile_job(candidate, None, options))
     finally:
         await client.close()
     assert result.status == "ok", result.error
+    return result
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+async def test_the_worker_gives_the_static_profile_on_the_python_lines_without_a_gpu(tmp_path: Path):
+    result = await profile_on_a_worker(tmp_path, {}, cpu_only=True)
     report = result.metrics["profile"]
     assert report["source"] == "static" and report["problems"][0] == NO_GPU
     assert result.metrics["summary"].startswith("1 kernel (static): gather_kernel")
@@ -76,13 +83,6 @@ async def test_the_worker_gives_the_static_profile_on_the_python_lines_without_a
 @pytest.mark.timeout(600)
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 async def test_device_cpu_asks_for_the_static_profile_and_says_so(tmp_path: Path):
-    candidate = tmp_path / "cand.py"
-    candidate.write_text(LOAD_INLINE_CANDIDATE)
-    client = WorkerClient(job_timeout_s=600)
-    try:
-        result = await client.run(profile_job(candidate, None, {"device": "cpu"}))
-    finally:
-        await client.close()
-    assert result.status == "ok", result.error
+    result = await profile_on_a_worker(tmp_path, {"device": "cpu"})
     report = result.metrics["profile"]
     assert report["source"] == "static" and report["problems"][0] == ON_CPU
