@@ -160,3 +160,19 @@ def test_chunked_comparison_gives_the_same_figures_as_one_chunk(monkeypatch) -> 
     late_nan = actual.clone()
     late_nan[6, 10] = float("nan")  # in the last chunk
     assert compare_outputs(expected, late_nan).reason == "nan"
+
+
+def test_rerun_comparison_looks_at_every_chunk(monkeypatch) -> None:
+    import kernel_lsp.verify.compare as compare
+    from kernel_lsp.verify.run import same_within
+
+    monkeypatch.setattr(compare, "COMPARE_CHUNK", 4)
+    first = torch.randn(3, 5)
+    again = first.clone()
+    assert same_within(first, again, {})
+    again[2, 4] += 1.0  # the last element: in the last, partial chunk
+    assert not same_within(first, again, {})
+    both_nan = first.clone()
+    both_nan[1, 1] = float("nan")
+    assert same_within(both_nan, both_nan.clone(), {})  # a NaN the run repeats is not garbage read
+    assert not same_within(torch.arange(9), torch.arange(9).flip(0), {})
