@@ -6,7 +6,10 @@ turns the status bar item from "worker: not started" to the worker's state; conn
 none listens shows it disconnected. "Optimize This Kernel" on a Triton candidate (an agent pass against a local fake
 Messages API, verified on the CPU worker under TRITON_INTERPRET=1) opens VS Code's refactor preview with the change
 (unticked, as VS Code offers an edit that needs confirmation), the file on disk unchanged until the preview's Apply
-puts the optimized text in the editor (and VS Code saves it). Screenshots go to
+puts the optimized text in the editor (and VS Code saves it). "Import Nsight Compute Profile…" reads the recorded
+H200 export (tests/conftest.py FIXTURES: kernels.cu, ncu_details.csv, ncu_raw.csv, copied into the workspace at that
+step) through code-server's open dialogs, and hovering a kernel of kernels.cu then shows its profile card with the
+export's figures (that part is left out when the fixtures are not there). Screenshots go to
 editor_clients/vscode/e2e-artifacts/ (gitignored). code-server, chromium and playwright-core come from
 editor_clients/vscode/scripts/setup-code-server.sh (cached outside the repository, rebuilt when missing).
 """
@@ -29,6 +32,7 @@ import pytest
 
 from tests.agent.fake_api import FakeMessagesApi, tool_use_turn
 from tests.agent.test_tools import REFERENCE, TRITON
+from tests.conftest import FIXTURES
 from tests.editors.vscode_helpers import EXTENSION, built_extension, need, run_step
 
 pytestmark = pytest.mark.timeout(2400)
@@ -63,6 +67,10 @@ FAST = CANDIDATE.replace("x.numel(), 64)", "x.numel(), 4096)").replace("BLOCK=64
 IMPROVING = [tool_use_turn("write_candidate", {"source": FAST}), tool_use_turn("verify", {}),
              tool_use_turn("finish", {"summary": "one program of 4096"})]
 API_KEY = "sk-ant-e2e-test"
+# the imported H200 profile (../shared/fixtures/h200): this kernel's card, as `kernel-lsp profile --import-csv
+# ncu_details.csv --raw-csv ncu_raw.csv` and tests/unit/test_hover_card.py read the same export
+PROFILED = "transpose_read_uncoalesced"
+PROFILE_FILES = ("kernels.cu", "ncu_details.csv", "ncu_raw.csv")
 
 
 def _nvcc_path() -> str:
@@ -114,6 +122,9 @@ def test_problems_hover_and_code_actions_in_code_server(code_server_dir: Path, t
     (workspace / "broken.cu").write_text(BROKEN_CU)
     (workspace / "ref.py").write_text(REFERENCE)
     (workspace / "relu.py").write_text(CANDIDATE)
+    # the driver copies them into workspace/profile when it gets there: kernels.cu must not be in the workspace before
+    # (the server's workspace check would put its findings in the Problems view the first steps read)
+    profiles = FIXTURES.is_dir() and all((FIXTURES / name).is_file() for name in PROFILE_FILES)
     api = FakeMessagesApi(IMPROVING)
     (workspace / ".vscode").mkdir()
     (workspace / ".vscode" / "settings.json").write_text(json.dumps({  # the optimize pass on the CPU, fake API
@@ -132,6 +143,7 @@ def test_problems_hover_and_code_actions_in_code_server(code_server_dir: Path, t
         "extensions.ignoreRecommendations": True,
         "telemetry.telemetryLevel": "off",
         "editor.hover.delay": 200,
+        "editor.hover.above": False,  # below the kernel's line, where the profile card has room
     }))
     # the extension's server inherits code-server's environment: the key (as the extension passes its secret) and
     # Triton's interpreter for the CPU worker; no key or endpoint from the developer's environment
@@ -160,6 +172,12 @@ def test_problems_hover_and_code_actions_in_code_server(code_server_dir: Path, t
                 "workerCommand": "kernel-lsp: Profile This File", "remoteAddress": f"tcp:127.0.0.1:{_free_port()}",
                 "optimize": {"file": "relu.py", "kernel": "relu_kernel", "workspace": str(workspace),
                              "command": "kernel-lsp: Optimize This Kernel", "marker": "4096", "appliedText": "BLOCK=4096"},
+                "profileImport": {"command": "kernel-lsp: Import Nsight Compute Profile…", "file": "kernels.cu",
+                                  "copy": [str(FIXTURES / name) for name in PROFILE_FILES],
+                                  "into": str(workspace / "profile"),
+                                  "kernel": PROFILED, "details": str(workspace / "profile" / "ncu_details.csv"),
+                                  "raw": str(workspace / "profile" / "ncu_raw.csv"), "cardText": "memory bound"}
+                if profiles else None,
             }))
             driven = subprocess.run(["node", str(DRIVER), str(config)], capture_output=True, text=True, timeout=600,
                                     check=False, env=env)
@@ -204,6 +222,21 @@ def test_problems_hover_and_code_actions_in_code_server(code_server_dir: Path, t
     # applied: the editor holds the optimized text, and VS Code saved it (files.refactoring.autoSave, on by default)
     assert "BLOCK=4096" in optimized["editor"] and "BLOCK=64" not in optimized["editor"], optimized["editor"]
     assert optimized["diskAfterApply"] == FAST == (workspace / "relu.py").read_text()
+    # the imported profile: the notification's summary, then the kernel's card with the export's own figures
+    if profiles:
+        imported = seen["profileImport"]
+        assert "kernel-lsp: profile imported: 7 kernels (import-csv on NVIDIA H200)" in imported["message"], \
+            imported["message"]
+        assert f"{PROFILED} memory bound 122 µs" in imported["message"], imported["message"]
+        assert "no roofline ceilings" not in imported["message"], "the raw page was not imported"
+        card = imported["hover"]
+        assert f"{PROFILED} · 122 µs · memory bound" in card, card
+        assert "no profile yet" not in card, card
+        assert "memory 90.8% of peak (L2 90.8%), compute 23.0%" in card, card
+        assert "DRAM 977 of 4809 GB/s (20.3%)" in card, card  # the raw page's ceilings
+        assert "ncu-UncoalescedGlobalAccess (est. gain 77%)" in card, card
+        assert "16 registers/thread · achieved occupancy 83.0%" in card, card
+        assert "profile: import-csv ncu_details.csv" in card, card
     channel = "\n".join(p.read_text() for p in (ARTIFACTS / "logs").rglob("*-kernel-lsp.log"))
     assert "Python: " + sys.executable in channel, channel[-3000:]
     assert "unknown setting" not in channel, "the extension sent a setting the server does not know"

@@ -24,7 +24,7 @@ from kernel_lsp.config import (
     _snake,
 )
 from kernel_lsp.server.optimize_feature import OPTIMIZE_COMMAND
-from kernel_lsp.server.profile_feature import PROFILE_COMMAND
+from kernel_lsp.server.profile_feature import IMPORT_COMMAND, PROFILE_COMMAND
 from kernel_lsp.server.settings import SECTION
 from kernel_lsp.server.verify_feature import VERIFY_COMMAND
 from kernel_lsp.server.worker_feature import STATUS_COMMAND, STATUS_NOTIFICATION
@@ -32,8 +32,8 @@ from tests.editors.vscode_helpers import built_extension
 
 pytestmark = pytest.mark.timeout(900)
 
-EXTENSION_COMMANDS = {"kernelLsp.verify", "kernelLsp.profile", "kernelLsp.optimize", "kernelLsp.restartServer",
-                      "kernelLsp.showWorkerLog", "kernelLsp.connectRemoteWorker"}
+EXTENSION_COMMANDS = {"kernelLsp.verify", "kernelLsp.profile", "kernelLsp.optimize", "kernelLsp.importProfile",
+                      "kernelLsp.restartServer", "kernelLsp.showWorkerLog", "kernelLsp.connectRemoteWorker"}
 SECRET_COMMANDS = {"anthropic_api_key": "kernelLsp.setAnthropicApiKey"}
 CLIENT_SETTINGS = {"kernelLsp.server.pythonPath", "kernelLsp.server.logLevel", "kernelLsp.trace.server"}
 JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string"}
@@ -68,7 +68,8 @@ def test_manifest_lists_the_commands(built: dict[str, Any]) -> None:
 
 def test_bundle_speaks_the_servers_names(built: dict[str, Any]) -> None:
     """The command ids, the status notification and the settings section as the server defines them."""
-    for name in (VERIFY_COMMAND, PROFILE_COMMAND, OPTIMIZE_COMMAND, STATUS_COMMAND, STATUS_NOTIFICATION):
+    for name in (VERIFY_COMMAND, PROFILE_COMMAND, IMPORT_COMMAND, OPTIMIZE_COMMAND, STATUS_COMMAND,
+                 STATUS_NOTIFICATION):
         assert f'"{name}"' in built["bundle"], name
     assert f'"{SECTION}"' in built["bundle"]
 

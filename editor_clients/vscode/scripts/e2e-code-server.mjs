@@ -1,6 +1,7 @@
 // Drives code-server in Debian's headless chromium (playwright-core from the setup folder): opens a .cu file,
 // reads the Problems view, hovers a kernel name, lists the source actions; optionally optimizes a candidate and
-// reads VS Code's refactor preview of the result before applying it; screenshots into the artifacts folder.
+// reads VS Code's refactor preview of the result before applying it, and imports an Nsight Compute profile through
+// the open dialogs and reads a kernel's hover card; screenshots into the artifacts folder.
 // Usage: node e2e-code-server.mjs CONFIG.json; prints one JSON object with what it saw.
 import fs from "node:fs";
 import { createRequire } from "node:module";
@@ -10,7 +11,7 @@ const config = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
 const { chromium } = createRequire(path.join(config.setupDir, "package.json"))("playwright-core");
 const WAIT_MS = config.waitMs ?? 90_000;
 const seen = { problems: [], hover: "", actions: "", status: "", workerStatus: "", remoteStatus: "", remoteTooltip: "",
-  optimize: null, screenshots: [], steps: [] };
+  optimize: null, profileImport: null, screenshots: [], steps: [] };
 
 async function shot(page, name) {
   const file = path.join(config.artifacts, `${name}.png`);
@@ -50,6 +51,29 @@ async function openFile(page, file, token) {
     .waitFor({ state: "visible", timeout: WAIT_MS });
   await page.keyboard.press("Enter");
   await tokenCentre(page, token);
+}
+
+/** openFile for a file just written: Quick Open may answer from its file list of before, so it asks again. */
+async function openNewFile(page, file, token) {
+  const deadline = Date.now() + WAIT_MS;
+  for (;;) {
+    await page.keyboard.press("Control+P");
+    const input = page.locator(".quick-input-widget input");
+    await input.waitFor({ state: "visible", timeout: WAIT_MS });
+    await input.fill(file);
+    const found = await page.locator(".quick-input-widget .monaco-list-row", { hasText: file }).first()
+      .waitFor({ state: "visible", timeout: 5000 }).then(() => true, () => false);
+    if (found) {
+      await page.keyboard.press("Enter");
+      await tokenCentre(page, token);
+      return;
+    }
+    await page.keyboard.press("Escape");
+    if (Date.now() > deadline) {
+      throw new Error(`Quick Open did not find ${file}`);
+    }
+    await page.waitForTimeout(1000);
+  }
 }
 
 /** The text of an editor's visible lines (Monaco renders spaces as no-break spaces). */
@@ -129,6 +153,105 @@ async function optimize(page, { file, kernel, workspace, command, marker, applie
   });
 }
 
+/** Answers code-server's simple file dialog (a quick input holding a path) whose title has `title` with `file`. */
+async function answerFileDialog(page, title, file) {
+  const widget = page.locator(".quick-input-widget", { hasText: title });
+  await widget.waitFor({ state: "visible", timeout: WAIT_MS });
+  const input = widget.locator(".quick-input-box input");
+  // the dialog writes its starting folder into the box once it has read it: a path typed before is overwritten
+  await page.waitForFunction(() => document.querySelector(".quick-input-widget .quick-input-box input")
+    ?.value.endsWith("/"), null, { timeout: WAIT_MS });
+  for (let attempt = 0; attempt < 5; attempt++) {
+    await input.fill(file);
+    await page.waitForTimeout(500);  // the dialog reads the typed folder before it accepts the path
+    if (await input.inputValue() === file) {
+      await input.press("Enter");
+    }
+    const closed = await widget.waitFor({ state: "hidden", timeout: 5000 }).then(() => true, () => false);
+    if (closed) {
+      return;
+    }
+  }
+  throw new Error(`the file dialog "${title}" did not take ${file}`);
+}
+
+/**
+ * "Import Nsight Compute Profile…": copies the recorded files (`copy`) into the workspace folder `into`, opens `file`,
+ * answers the command's two open dialogs (the details page, then the raw page), reads the
+ * notification it ends with, then hovers `kernel` in `file` until the hover holds its profile card.
+ */
+async function importProfile(page, { command, copy, into, details, raw, file, kernel, cardText }) {
+  const result = { message: "", hover: "" };
+  seen.profileImport = result;
+  await step("import profile: dialogs", async () => {
+    fs.mkdirSync(into, { recursive: true });  // the recorded files arrive in the workspace now, not before
+    for (const source of copy) {
+      fs.copyFileSync(source, path.join(into, path.basename(source)));
+    }
+    await openNewFile(page, file, kernel);
+    await palette(page, command);
+    await answerFileDialog(page, "details page", details);
+    await answerFileDialog(page, "raw page", raw);
+    const toast = page.locator(".notification-toast", { hasText: "profile imported" }).first();
+    await toast.waitFor({ state: "visible", timeout: WAIT_MS });
+    result.message = (await toast.innerText()).replace(/\s+/g, " ").trim();
+    await shot(page, "import-profile");
+    await page.keyboard.press("Escape");
+    await page.locator(".notifications-toasts .notification-toast").first().waitFor({ state: "hidden", timeout: 5000 })
+      .catch(() => undefined);
+  });
+  await step("import profile: hover card", async () => {
+    // room for the card, as a user makes it: the panel hidden, the hover (below the line: editor.hover.above is
+    // off) dragged taller by its bottom edge, then scrolled past the hint diagnostics on the kernel's name
+    await page.setViewportSize({ width: 1400, height: 1150 });  // the last step: a taller window for the card
+    await palette(page, "View: Hide Panel");
+    await page.locator(".part.panel").waitFor({ state: "hidden", timeout: WAIT_MS }).catch(() => undefined);
+    const hover = page.locator(".monaco-resizable-hover", { hasText: kernel }).first();
+    const deadline = Date.now() + WAIT_MS;
+    for (;;) {
+      const centre = await tokenCentre(page, kernel);
+      await page.mouse.move(centre.x - 300, centre.y - 40);  // away first: a hover shown before is dropped
+      await page.waitForTimeout(300);
+      await page.mouse.move(centre.x, centre.y, { steps: 5 });
+      await hover.waitFor({ state: "visible", timeout: WAIT_MS });
+      await page.waitForTimeout(1000);  // the card's markdown (and its chart) rendered
+      result.hover = (await hover.innerText()).trim();
+      if (result.hover.includes(cardText) || Date.now() > deadline) {
+        break;
+      }
+    }
+    const viewport = page.viewportSize();
+    const sash = hover.locator(".monaco-sash.horizontal:not(.disabled)").last();
+    const edge = await sash.boundingBox().catch(() => null);
+    if (edge && viewport) {
+      await page.mouse.move(edge.x + edge.width / 2, edge.y + 60, { steps: 5 });  // over the hover: it stays
+      await page.mouse.move(edge.x + edge.width / 2, edge.y + edge.height / 2, { steps: 5 });
+      await page.mouse.down();
+      await page.mouse.move(edge.x + edge.width / 2, viewport.height - 40, { steps: 10 });
+      await page.mouse.up();
+    }
+    const title = hover.locator("p", { hasText: new RegExp(`^${kernel} · `) }).first();
+    const box = await hover.boundingBox();
+    result.cardTitleFound = (await title.count()) > 0;
+    if (box && result.cardTitleFound) {
+      await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2, { steps: 3 });
+      let last = Infinity;
+      for (let turn = 0; turn < 60; turn++) {  // the wheel, a notch at a time, until the card's title is on top
+        const titleBox = await title.boundingBox();
+        const left = titleBox ? titleBox.y - box.y - 6 : 0;
+        if (left <= 0 || left >= last) {
+          break;
+        }
+        last = left;
+        await page.mouse.wheel(0, Math.min(left, 40));
+        await page.waitForTimeout(300);  // the scroll settled before the next look
+      }
+    }
+    result.hoverBox = await hover.boundingBox();
+    await shot(page, "hover-profile");
+  });
+}
+
 const browser = await chromium.launch({ executablePath: config.chromium, headless: true,
   args: ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"] });
 let failure = null;
@@ -199,6 +322,9 @@ try {
       seen.remoteTooltip = tooltip ?? "";
       await shot(page, "remote-worker");
     });
+  }
+  if (config.profileImport) {
+    await importProfile(page, config.profileImport);
   }
 } catch (error) {
   failure = String(error);

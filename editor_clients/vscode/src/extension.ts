@@ -18,7 +18,15 @@ import {
 } from "vscode-languageclient/node";
 
 import { ensureEditCapabilities } from "./pure/capabilities";
-import { DOCUMENT_COMMANDS, WORKER_STATUS_COMMAND, documentCommandArguments } from "./pure/commands";
+import {
+  DOCUMENT_COMMANDS,
+  IMPORT_PROFILE_COMMAND,
+  ProfileFiles,
+  WORKER_STATUS_COMMAND,
+  documentCommandArguments,
+  givenProfileFiles,
+  importProfileArguments,
+} from "./pure/commands";
 import { Interpreter, resolveInterpreter, serverExecutable, which } from "./pure/interpreter";
 import { CommandResult, outcomeMessage } from "./pure/outcome";
 import { API_KEY_ENV, API_KEY_SECRET, SECTION, SectionReader, needsRestart, sectionKeys, serverSettings } from "./pure/settings";
@@ -82,6 +90,7 @@ class KernelLspExtension {
       subscriptions.push(vscode.commands.registerCommand(command, () => this.runDocumentCommand(serverCommand)));
     }
     subscriptions.push(
+      vscode.commands.registerCommand("kernelLsp.importProfile", (...args: unknown[]) => this.importProfile(args)),
       vscode.commands.registerCommand("kernelLsp.restartServer", () => this.restart("restart requested")),
       vscode.commands.registerCommand("kernelLsp.showWorkerLog", () => this.showWorkerLog()),
       vscode.commands.registerCommand("kernelLsp.connectRemoteWorker", () => this.connectRemoteWorker()),
@@ -330,6 +339,50 @@ class KernelLspExtension {
     }
     const uri = client.code2ProtocolConverter.asUri(document.uri);
     say(outcomeMessage(command, await this.executeServerCommand(command, documentCommandArguments(uri))));
+  }
+
+  /**
+   * Reads an Nsight Compute export into the server's profiles: the `ncu --csv --page details` file, then
+   * optionally the same report's `--page raw` file (the roofline's bytes and ceilings; cancelling skips it).
+   * Hovering a kernel name then shows its card. A caller may pass the files instead: `{details, raw?}`.
+   */
+  private async importProfile(args: readonly unknown[]): Promise<void> {
+    const files = givenProfileFiles(args) ?? await this.pickProfileFiles();
+    if (files === undefined) {
+      return;
+    }
+    const toPath = (value: string) => value.startsWith("file:") ? vscode.Uri.parse(value).fsPath : value;
+    const sent: ProfileFiles = { details: toPath(files.details), raw: files.raw && toPath(files.raw) };
+    say(outcomeMessage(IMPORT_PROFILE_COMMAND,
+      await this.executeServerCommand(IMPORT_PROFILE_COMMAND, importProfileArguments(sent))));
+  }
+
+  private async pickProfileFiles(): Promise<ProfileFiles | undefined> {
+    const filters = { "Nsight Compute CSV": ["csv"], "All files": ["*"] };
+    const details = await vscode.window.showOpenDialog({
+      title: "kernel-lsp: Nsight Compute details page (ncu --import REPORT --csv --page details > FILE.csv)",
+      openLabel: "Import details page",
+      canSelectMany: false,
+      canSelectFiles: true,
+      canSelectFolders: false,
+      filters,
+      defaultUri: vscode.workspace.workspaceFolders?.[0]?.uri,
+    });
+    const detailsUri = details?.[0];
+    if (detailsUri === undefined) {
+      return undefined;
+    }
+    const raw = await vscode.window.showOpenDialog({
+      title: "kernel-lsp: optional raw page of the same report (ncu ... --page raw), for the roofline; " +
+        "Cancel to import without it",
+      openLabel: "Add raw page",
+      canSelectMany: false,
+      canSelectFiles: true,
+      canSelectFolders: false,
+      filters,
+      defaultUri: vscode.Uri.joinPath(detailsUri, ".."),
+    });
+    return { details: detailsUri.fsPath, raw: raw?.[0]?.fsPath };
   }
 
   private async connectRemoteWorker(): Promise<void> {

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { ensureEditCapabilities } from "../src/pure/capabilities";
+import { IMPORT_PROFILE_COMMAND, givenProfileFiles, importProfileArguments } from "../src/pure/commands";
 import { outcomeMessage } from "../src/pure/outcome";
 import { workerAddressProblem } from "../src/pure/workerAddress";
 
@@ -38,4 +39,39 @@ test("command outcomes: said once, not again where the server said it", () => {
   assert.deepEqual(outcomeMessage("kernel-lsp.profile", { status: "error", message: "cannot profile x" }),
     { level: "error", text: "kernel-lsp: cannot profile x" });
   assert.equal(outcomeMessage("kernel-lsp.verify", undefined), undefined);
+});
+
+test("import outcomes: the summary said once, problems beside it, an empty import a warning", () => {
+  const summary = "2 kernels (import-csv on NVIDIA H200): vec_add memory bound 58.9 µs; tiny_grid latency bound 2.3 µs";
+  assert.deepEqual(outcomeMessage("kernel-lsp.importProfile", { status: "ok", kernels: ["vec_add", "tiny_grid"],
+    problems: [], summary }),
+  { level: "info", text: `kernel-lsp: profile imported: ${summary}; hover a kernel name for its card` });
+  const noRaw = outcomeMessage("kernel-lsp.importProfile", { status: "ok", kernels: ["vec_add"], summary,
+    problems: ["no roofline ceilings: import the raw page too"] });
+  assert.equal(noRaw?.level, "info");
+  assert.match(noRaw?.text ?? "", /\(no roofline ceilings: import the raw page too\); hover/);
+  assert.deepEqual(outcomeMessage("kernel-lsp.importProfile", { status: "empty", kernels: [], problems: [],
+    summary: "no kernel profiled: none found" }),
+  { level: "warning", text: "kernel-lsp: no kernel profile imported: no kernel profiled: none found" });
+  assert.deepEqual(outcomeMessage("kernel-lsp.importProfile", { status: "empty", kernels: [], problems: ["bad row"] }),
+    { level: "warning", text: "kernel-lsp: no kernel profile imported: bad row" });
+  assert.deepEqual(outcomeMessage("kernel-lsp.importProfile", { status: "error", message: "cannot read /x.csv" }),
+    { level: "error", text: "kernel-lsp: cannot read /x.csv" });
+  assert.equal(outcomeMessage("kernel-lsp.importProfile", undefined), undefined);
+});
+
+test("import arguments: one object, raw only when given; files a caller passes", () => {
+  assert.deepEqual(importProfileArguments({ details: "/p/d.csv", raw: "/p/r.csv" }),
+    [{ details: "/p/d.csv", raw: "/p/r.csv" }]);
+  assert.deepEqual(importProfileArguments({ details: "/p/d.csv" }), [{ details: "/p/d.csv" }]);
+  assert.deepEqual(importProfileArguments({ details: "/p/d.csv", raw: undefined }), [{ details: "/p/d.csv" }]);
+  assert.equal(IMPORT_PROFILE_COMMAND, "kernel-lsp.importProfile");
+  assert.equal(givenProfileFiles([]), undefined);
+  assert.equal(givenProfileFiles([{}]), undefined);
+  assert.equal(givenProfileFiles([null]), undefined);
+  assert.equal(givenProfileFiles([""]), undefined);
+  assert.deepEqual(givenProfileFiles([{ details: "d.csv", raw: "r.csv" }]), { details: "d.csv", raw: "r.csv" });
+  assert.deepEqual(givenProfileFiles([{ details: "d.csv", raw: "" }]), { details: "d.csv" });
+  assert.deepEqual(givenProfileFiles(["d.csv", "r.csv"]), { details: "d.csv", raw: "r.csv" });
+  assert.deepEqual(givenProfileFiles(["file:///p/d.csv"]), { details: "file:///p/d.csv" });
 });

@@ -6,10 +6,12 @@ export const DOCUMENT_COMMANDS: Readonly<Record<string, string>> = {
   "kernelLsp.optimize": "kernel-lsp.optimize",  // [uri]: starts a pass and answers at once
 };
 export const WORKER_STATUS_COMMAND = "kernel-lsp.workerStatus";  // starts or reaches the worker and pings it
+export const IMPORT_PROFILE_COMMAND = "kernel-lsp.importProfile";  // [{details, raw?}]: reads an ncu CSV export
 
 export const EXTENSION_COMMANDS: readonly string[] = [
   ...Object.keys(DOCUMENT_COMMANDS),
   "kernelLsp.restartServer",
+  "kernelLsp.importProfile",
   "kernelLsp.showWorkerLog",
   "kernelLsp.connectRemoteWorker",
   "kernelLsp.setAnthropicApiKey",
@@ -19,4 +21,30 @@ export const EXTENSION_COMMANDS: readonly string[] = [
 /** The server command's arguments for the document at `uri` (as the server's URI converter writes it). */
 export function documentCommandArguments(uri: string): unknown[] {
   return [uri];
+}
+
+/** The files of `ncu --csv --page details` (and, for the roofline, `--page raw`) exports of one report. */
+export interface ProfileFiles {
+  details: string;
+  raw?: string;
+}
+
+/** The server command's arguments for an import: one object, with no `raw` when there is no raw page. */
+export function importProfileArguments(files: ProfileFiles): unknown[] {
+  return [files.raw ? { details: files.details, raw: files.raw } : { details: files.details }];
+}
+
+/**
+ * The files given to `kernelLsp.importProfile` by a caller (a keybinding's args, another extension, a test):
+ * `{details, raw?}` or `(details, raw?)` as paths or file URIs; undefined when none are given (then it asks).
+ */
+export function givenProfileFiles(args: readonly unknown[]): ProfileFiles | undefined {
+  const first = args[0];
+  const [details, raw] = first !== null && typeof first === "object"
+    ? [(first as Record<string, unknown>).details, (first as Record<string, unknown>).raw]
+    : [first, args[1]];
+  if (typeof details !== "string" || !details) {
+    return undefined;
+  }
+  return typeof raw === "string" && raw ? { details, raw } : { details };
 }

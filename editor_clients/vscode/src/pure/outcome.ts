@@ -42,6 +42,18 @@ export function outcomeMessage(command: string, result: CommandResult): Said | u
         ? { level: "info", text: "kernel-lsp: optimizing; the progress notification can cancel it, and the best " +
             "verified version comes back as an edit to preview" }
         : undefined;
+    case "kernel-lsp.importProfile": {
+      const problems = Array.isArray(result.problems) ? result.problems.filter((p) => text(p)) : [];
+      const notes = problems.length ? ` (${problems.join("; ")})` : "";
+      if (status === "ok") {
+        return { level: "info", text: `kernel-lsp: profile imported: ${text(result.summary) ?? "done"}${notes}; ` +
+            "hover a kernel name for its card" };
+      }
+      return status === "empty"
+        ? { level: "warning", text: `kernel-lsp: no kernel profile imported: ${text(result.summary) ??
+            (problems.join("; ") || "none found")}` }
+        : undefined;
+    }
     default:
       return undefined;
   }
