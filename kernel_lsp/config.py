@@ -16,6 +16,7 @@ from typing import Any, get_type_hints
 CHECK_NAMES = ("compile", "resourceUsage", "hostCompile", "pythonSyntax")
 RESOURCE_USAGE_MODES = ("diagnostic", "codeLens", "both", "off")
 VERIFY_DEVICES = ("auto", "cuda", "cpu")
+WATCH_MODES = ("auto", "client", "watchdog", "off")
 SECRET_SETTINGS = frozenset({"anthropic_api_key"})  # never echoed in messages or logs
 BASELINE_KINDS = ("eager", "compile")
 _ARCH_RE = re.compile(r"^(sm|compute)_\d+[a-z]?$")
@@ -64,6 +65,12 @@ class Settings:
     agent_max_wall_s: float = 1800.0
     agent_max_evaluations: int = 40
     trajectory_dir: str = ""  # empty: trajectories/ in the worker's cache folder
+    watch: str = "auto"  # auto: the client's workspace/didChangeWatchedFiles where offered, else watchdog
+    workspace_check: bool = True  # compile-check closed kernel files of the workspace in the background
+    workspace_exclude: tuple[str, ...] = ()  # gitignore-style patterns never scanned, watched or checked
+    verify_closed_files: bool = True  # verify closed candidates again when a file they depend on changes
+    persistent_cache: bool = True  # keep compile results on disk, so a restart republishes without compiling
+    max_queued_checks: int = 10_000  # background checks waiting at once; more are dropped, with a warning
 
     def check_enabled(self, name: str) -> bool:
         return self.checks.get(name, True)
@@ -125,6 +132,8 @@ def _convert(name: str, hint: Any, value: Any, current: Any) -> Any:
             raise ValueError(f"expected one of {', '.join(RESOURCE_USAGE_MODES)}, got {value!r}")
         if name == "verify_device" and value not in VERIFY_DEVICES:
             raise ValueError(f"expected one of {', '.join(VERIFY_DEVICES)}, got {value!r}")
+        if name == "watch" and value not in WATCH_MODES:
+            raise ValueError(f"expected one of {', '.join(WATCH_MODES)}, got {value!r}")
         return value
     if name == "checks":
         return _convert_checks(value, current)

@@ -1,8 +1,11 @@
-"""Compile diagnostics feature: document open/change/save/close hooks feeding the scheduler."""
+"""Compile diagnostics feature: document open/change/save/close hooks feeding the scheduler; closed workspace
+files (server/workspace_feature.py) are checked from disk at the lowest priority, publishing their final report."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from pathlib import Path
 from typing import Callable
 
 from lsprotocol import types
@@ -11,7 +14,7 @@ from kernel_lsp.compile.check import SOURCE, Document
 from kernel_lsp.compile.service import CompileService
 from kernel_lsp.compile.units import is_cuda_document, is_python_document
 from kernel_lsp.findings import Finding, Range, Severity, uri_to_path
-from kernel_lsp.jobs.scheduler import DocumentScheduler
+from kernel_lsp.jobs.scheduler import DocumentScheduler, Priority
 from kernel_lsp.server.convert import code_lens
 from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.settings import SettingsManager
@@ -22,11 +25,15 @@ PRODUCER = "compile"
 
 class CompileFeature:
     def __init__(self, store: DiagnosticStore, settings: SettingsManager, service: CompileService,
-                 tell_user: Callable[[str], None], refresh_lenses: Callable[[], None]) -> None:
+                 tell_user: Callable[[str], None], refresh_lenses: Callable[[], None],
+                 priority_of: Callable[[str], int] = lambda uri: Priority.OPEN,
+                 is_open: Callable[[str], bool] = lambda uri: False) -> None:
         self.store = store
         self.settings = settings
         self.service = service
-        self.scheduler = DocumentScheduler(settings.settings.max_parallel_compiles)
+        self.scheduler = DocumentScheduler(settings.settings.max_parallel_compiles, priority_of)
+        self._is_open = is_open
+        self.closed_checks = 0  # closed files checked from disk (the workspace summary shows it)
         self._tell_user = tell_user
         self._refresh_lenses = refresh_lenses
         self._told: set[str] = set()
@@ -50,6 +57,36 @@ class CompileFeature:
     def document_close(self, uri: str) -> None:
         self.scheduler.cancel(uri)
         self.store.clear(uri)
+
+    def check_closed(self, uri: str, path: Path) -> "asyncio.Task | None":
+        """Checks a file that is not open, from disk, when the job's turn comes (so it reads the newest text)."""
+        if self._is_open(uri):
+            return None
+        return self.scheduler.submit(uri, None, 0, lambda: self._check_closed(uri, path))
+
+    def forget(self, uri: str) -> None:
+        """A closed file that is gone: its job cancelled, its diagnostics cleared."""
+        if not self._is_open(uri):
+            self.scheduler.cancel(uri)
+            self.store.clear(uri)
+
+    async def _check_closed(self, uri: str, path: Path) -> None:
+        if self._is_open(uri):
+            return  # opened while it waited: didOpen checked the buffer
+        try:
+            text = path.read_bytes().decode("utf-8", errors="replace")
+        except OSError as exc:
+            log.info("not checking %s: %s", path, exc)
+            return
+        doc = Document(uri, path, text, None)
+        final = None
+        async for report in self.service.run(doc, self.settings.settings):
+            final = report
+        if final is None or self._is_open(uri) or not self.scheduler.is_current(uri, None):
+            return
+        self.closed_checks += 1
+        self.store.set(uri, PRODUCER, None, final.findings)  # one publish per closed file and check
+        self._tell_tool_problems(final.findings)
 
     def code_lenses(self, uri: str) -> list[types.CodeLens]:
         if self.settings.settings.resource_usage not in ("codeLens", "both"):

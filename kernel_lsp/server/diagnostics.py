@@ -25,6 +25,10 @@ class DiagnosticStore:
     def findings(self, uri: str, producer: str) -> list[Finding]:
         return self._findings.get(uri, {}).get(producer, [])
 
+    def uris(self) -> set[str]:
+        """Every URI that has findings kept (from any producer), even an empty list."""
+        return set(self._findings)
+
     def clear(self, uri: str) -> None:
         self._findings.pop(uri, None)
         self._publish(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))

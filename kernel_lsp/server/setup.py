@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from lsprotocol import types
@@ -9,6 +10,7 @@ from pygls.lsp.server import LanguageServer
 
 from kernel_lsp import __version__
 from kernel_lsp.compile.service import CompileService
+from kernel_lsp.jobs.cache import ResultCache
 from kernel_lsp.server.compile_feature import CompileFeature
 from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.optimize_feature import (
@@ -27,6 +29,12 @@ from kernel_lsp.server.settings import SECTION, SettingsManager
 from kernel_lsp.server.verify_feature import VERIFY_COMMAND, VerifyFeature
 from kernel_lsp.server.work_progress import WorkProgress
 from kernel_lsp.server.worker_feature import STATUS_COMMAND, WorkerFeature
+from kernel_lsp.server.workspace_feature import (
+    SUMMARY_COMMAND,
+    SUMMARY_REQUEST,
+    VISIBLE_NOTIFICATION,
+    WorkspaceFeature,
+)
 from kernel_lsp.worker.environment import cache_dir
 
 log = logging.getLogger(__name__)
@@ -38,9 +46,12 @@ class KernelLanguageServer(LanguageServer):
         self.settings = SettingsManager(warn=lambda m: self.show(m, types.MessageType.Warning))
         self.diagnostics = DiagnosticStore(self.text_document_publish_diagnostics,
                                            visible=lambda f: self.compile.visible(f))
-        self.compile = CompileFeature(self.diagnostics, self.settings, CompileService(),
+        self.results = ResultCache()
+        self.compile = CompileFeature(self.diagnostics, self.settings, CompileService(self.results),
                                       tell_user=lambda m: self.show(m, types.MessageType.Error),
-                                      refresh_lenses=self.refresh_code_lenses)
+                                      refresh_lenses=self.refresh_code_lenses,
+                                      priority_of=lambda uri: self.project.priority_of(uri),
+                                      is_open=lambda uri: uri in self.workspace.text_documents)
         self.worker = WorkerFeature(notify=self.protocol.notify,
                                     tell_user=lambda m: self.show(m, types.MessageType.Warning))
         self.verify = VerifyFeature(self.diagnostics, self.settings, self.worker,
@@ -61,6 +72,11 @@ class KernelLanguageServer(LanguageServer):
                                         ask_user=self.window_show_message_request_async,
                                         supports_annotations=self.supports_change_annotations,
                                         supports_file_creation=self.supports_file_creation)
+        self.project = WorkspaceFeature(self.diagnostics, self.settings, self.compile, self.verify,
+                                        documents=lambda: self.workspace.text_documents,
+                                        tell_user=lambda m: self.show(m, types.MessageType.Warning),
+                                        register_watchers=self.register_file_watchers,
+                                        cache_folder=cache_dir)
 
     def show(self, message: str, kind: types.MessageType) -> None:
         log.warning("%s", message)
@@ -88,6 +104,24 @@ class KernelLanguageServer(LanguageServer):
         edit = workspace.workspace_edit if workspace else None
         return bool(edit and edit.document_changes and types.ResourceOperationKind.Create in
                     (edit.resource_operations or []))
+
+    def supports_watched_files(self) -> bool:
+        """Whether the client can watch files for us (workspace/didChangeWatchedFiles, registered dynamically)."""
+        workspace = self.client_capabilities.workspace
+        watched = workspace.did_change_watched_files if workspace else None
+        return bool(watched and watched.dynamic_registration)
+
+    async def register_file_watchers(self, globs: list[str]) -> bool:
+        options = types.DidChangeWatchedFilesRegistrationOptions(
+            watchers=[types.FileSystemWatcher(glob_pattern=g) for g in globs])
+        try:
+            await self.client_register_capability_async(types.RegistrationParams(registrations=[types.Registration(
+                id="kernel-lsp-watched-files", method=types.WORKSPACE_DID_CHANGE_WATCHED_FILES,
+                register_options=options)]))
+        except Exception as exc:  # a client that refuses: the server watches on its own
+            log.warning("client/registerCapability for watched files failed: %s", exc)
+            return False
+        return True
 
     def supports_configuration(self) -> bool:
         workspace = self.client_capabilities.workspace
@@ -118,10 +152,28 @@ def create_server() -> KernelLanguageServer:
     @server.feature(types.INITIALIZE)
     def initialize(ls: KernelLanguageServer, params: types.InitializeParams) -> None:
         ls.settings.initialize(params)
+        ls.project.open_cache(ls.results)
 
     @server.feature(types.INITIALIZED)
     async def initialized(ls: KernelLanguageServer, params: types.InitializedParams) -> None:
         await ls.pull_configuration()
+        asyncio.ensure_future(ls.project.start(ls.supports_watched_files()))
+
+    @server.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
+    def did_change_watched_files(ls: KernelLanguageServer, params: types.DidChangeWatchedFilesParams) -> None:
+        ls.project.client_changes([(c.uri, int(c.type)) for c in params.changes])
+
+    @server.feature(VISIBLE_NOTIFICATION)
+    def visible_documents(ls: KernelLanguageServer, params) -> None:
+        ls.project.set_visible(params)
+
+    @server.feature(SUMMARY_REQUEST)
+    def workspace_summary(ls: KernelLanguageServer, params) -> dict:
+        return ls.project.summary()
+
+    @server.command(SUMMARY_COMMAND)
+    def workspace_summary_command(ls: KernelLanguageServer, *args) -> dict:
+        return ls.project.summary()
 
     @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
     async def did_change_configuration(ls: KernelLanguageServer, params: types.DidChangeConfigurationParams) -> None:
@@ -134,6 +186,7 @@ def create_server() -> KernelLanguageServer:
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: KernelLanguageServer, params: types.DidOpenTextDocumentParams) -> None:
         doc = params.text_document
+        ls.project.touched(doc.uri)
         ls.compile.document_open(doc.uri, doc.version, doc.text)
         ls.verify.document_open(doc.uri, doc.text)
         ls.profile.document_open(doc.uri, doc.version, doc.text)
@@ -141,6 +194,7 @@ def create_server() -> KernelLanguageServer:
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: KernelLanguageServer, params: types.DidChangeTextDocumentParams) -> None:
         doc = ls.workspace.get_text_document(params.text_document.uri)
+        ls.project.touched(doc.uri)
         ls.compile.document_change(doc.uri, params.text_document.version, doc.source)
         ls.profile.document_change(doc.uri, params.text_document.version, doc.source)
 
@@ -149,6 +203,7 @@ def create_server() -> KernelLanguageServer:
         doc = ls.workspace.get_text_document(params.text_document.uri)
         ls.compile.document_save(doc.uri, doc.version, doc.source)
         ls.verify.document_save(doc.uri, doc.source)
+        ls.project.saved(doc.uri, doc.source)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: KernelLanguageServer, params: types.DidCloseTextDocumentParams) -> None:
@@ -162,6 +217,7 @@ def create_server() -> KernelLanguageServer:
 
     @server.feature(types.TEXT_DOCUMENT_HOVER)
     def hover(ls: KernelLanguageServer, params: types.HoverParams) -> types.Hover | None:
+        ls.project.touched(params.text_document.uri)
         return ls.profile.hover(params.text_document.uri, params.position)
 
     @server.feature(types.TEXT_DOCUMENT_CODE_ACTION,
@@ -192,6 +248,7 @@ def create_server() -> KernelLanguageServer:
 
     @server.feature(types.SHUTDOWN)
     async def shutdown(ls: KernelLanguageServer, params: None) -> None:
+        await ls.project.stop()
         await ls.worker.close()
 
     return server

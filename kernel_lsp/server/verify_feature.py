@@ -2,7 +2,9 @@
 worker; its findings become diagnostics, its summary a code lens on `class ModelNew`, its progress `$/progress`.
 
 Saving any other file (a `.cu` a candidate builds with cpp_extension.load, a reference) verifies again the open
-candidates that depend on it. A newer run of a candidate cancels the older one, which cancels the worker's job.
+candidates that depend on it; a change on disk (server/workspace_feature.py) verifies its dependents, closed ones
+too. A newer run of a candidate cancels the older one, which cancels the worker's job. A closed candidate's run is
+background work: it waits until no run for an open document is going, and runs one at a time.
 """
 
 from __future__ import annotations
@@ -122,6 +124,8 @@ class VerifyFeature:
         self._runs: dict[str, VerifyRun] = {}  # candidate URI -> what its lens shows
         self._tasks: dict[str, asyncio.Task] = {}
         self._published: dict[str, set[str]] = {}  # candidate URI -> URIs holding its findings
+        self._background: set[str] = set()  # candidates whose run waits behind the open documents' runs
+        self._background_turn = asyncio.Lock()
 
     # --- document hooks -------------------------------------------------------------------------------------
 
@@ -188,6 +192,61 @@ class VerifyFeature:
         return [types.CodeLens(range=lsp_range(Range.line(line)), command=types.Command(
             title=lens_title(run, current), command=command, arguments=[uri] if command else None))]
 
+    # --- the workspace --------------------------------------------------------------------------------------
+
+    def dependencies_changed(self, paths: list[Path], closed: bool, open_too: bool = True) -> int:
+        """Files changed on disk, or files depending on them: each that is a candidate is verified again (open ones
+        when `open_too`, as a save of theirs would; closed ones when `closed`, in the background). How many
+        started."""
+        if not self.settings.settings.verify_on_save:
+            return 0
+        open_docs = self._uris_by_path()
+        started = 0
+        for path in paths:
+            if path.suffix != ".py":
+                continue
+            uri = open_docs.get(path.resolve())
+            if uri is not None:
+                document = self._document(uri)
+                if open_too and document is not None:
+                    found = self._pair(uri, document.source)
+                    if isinstance(found, Pairing):
+                        self._start(uri, found)
+                        started += 1
+                continue
+            if not closed:
+                continue
+            text = _read(path)
+            uri = path_to_uri(path)
+            found = self._pair(uri, text) if text is not None else None
+            if isinstance(found, Pairing):
+                self._start(uri, found, background=True)
+                started += 1
+        return started
+
+    def file_deleted(self, uri: str) -> None:
+        """A closed candidate that is gone: its run stops and its findings (on any file) go."""
+        self._forget(uri)
+        for other in self._published.pop(uri, set()):
+            self.store.set(other, self._producer(uri), self._version(other), [])
+
+    def summary_of(self, uri: str) -> str | None:
+        run = self._runs.get(uri)
+        if run is None:
+            return None
+        return lens_title(run, None)
+
+    def reference_finder(self) -> Callable[[Path, str], Path | None]:
+        """For the dependency graph: a candidate's reference, as verification pairs it (no diagnostics)."""
+        workspace, pairs, roots = self._pairing_context()
+
+        def reference_of(path: Path, text: str) -> Path | None:
+            if path.suffix != ".py":
+                return None
+            found = find_reference(path, text, workspace, pairs, roots)
+            return found.reference.resolve() if isinstance(found, Pairing) and found.reference != path else None
+        return reference_of
+
     # --- pairing --------------------------------------------------------------------------------------------
 
     def _pair(self, uri: str, text: str) -> Pairing | ReferenceProblem | None:
@@ -245,10 +304,14 @@ class VerifyFeature:
 
     # --- running ---------------------------------------------------------------------------------------------
 
-    def _start(self, uri: str, pairing: Pairing) -> asyncio.Task:
+    def _start(self, uri: str, pairing: Pairing, background: bool = False) -> asyncio.Task:
         old = self._tasks.pop(uri, None)
         if old is not None:
             old.cancel()
+        if background:
+            self._background.add(uri)
+        else:
+            self._background.discard(uri)
         previous = self._runs.get(uri)
         if previous is not None and previous.state == "running":
             previous = None
@@ -259,11 +322,18 @@ class VerifyFeature:
         return task
 
     async def _run(self, uri: str, pairing: Pairing, previous: VerifyRun | None) -> dict[str, Any]:
-        log.info("verifying %s against %s (%s)", pairing.candidate.name, pairing.reference, pairing.how)
         progress = None
         try:
-            progress = await self._begin_progress(pairing)
-            text, state, summary, findings = await self._outcome(uri, pairing, progress)
+            if uri in self._background:
+                async with self._background_turn:
+                    await self._wait_for_open_runs(uri)
+                    log.info("verifying %s (closed) against %s (%s)", pairing.candidate.name, pairing.reference,
+                             pairing.how)
+                    text, state, summary, findings = await self._outcome(uri, pairing, None)
+            else:
+                log.info("verifying %s against %s (%s)", pairing.candidate.name, pairing.reference, pairing.how)
+                progress = await self._begin_progress(pairing)
+                text, state, summary, findings = await self._outcome(uri, pairing, progress)
         except asyncio.CancelledError:
             self._end_progress(progress, "cancelled")
             if self._tasks.get(uri) is asyncio.current_task():  # cancelled by the user, not replaced by a newer run
@@ -276,6 +346,7 @@ class VerifyFeature:
         if self._tasks.get(uri) is not asyncio.current_task():
             return outcome  # the document closed meanwhile
         self._tasks.pop(uri)
+        self._background.discard(uri)
         if state == "done":
             self._runs[uri] = VerifyRun("done", pairing.reference, text, summary=summary)
         else:
@@ -285,6 +356,13 @@ class VerifyFeature:
         self._refresh_lenses()
         log.info("%s: %s", pairing.candidate.name, summary)
         return {**outcome, "findings": len(findings)}
+
+    async def _wait_for_open_runs(self, uri: str) -> None:
+        """A background run starts only while no open document's run is going (the GPU goes to what the user
+        looks at first)."""
+        while any(other not in self._background and not task.done()
+                  for other, task in self._tasks.items() if other != uri):
+            await asyncio.sleep(0.1)
 
     async def _outcome(self, uri: str, pairing: Pairing,
                        progress: str | None) -> tuple[str | None, str, str, list[Finding]]:

@@ -41,7 +41,13 @@ def recording_client() -> LanguageClient:
     def worker_status(c: LanguageClient, params) -> None:
         c.worker_statuses.append(params)
 
+    client.registrations = []  # client/registerCapability, accepted as an editor would
+
+    def register(c: LanguageClient, params: types.RegistrationParams) -> None:
+        c.registrations.extend(params.registrations)
+
     register_lsp_features(client, {**DEFAULT_CLIENT_FEATURES, types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS: publish,
+                                   types.CLIENT_REGISTER_CAPABILITY: register,
                                    types.WORKSPACE_CODE_LENS_REFRESH: refresh_lenses,
                                    "kernelLsp/workerStatus": worker_status})
     return client

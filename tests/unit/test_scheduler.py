@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from kernel_lsp.jobs.cache import ResultCache, cache_key
-from kernel_lsp.jobs.scheduler import DocumentScheduler
+from kernel_lsp.jobs.scheduler import DocumentScheduler, Priority
 
 
 async def test_newer_version_cancels_older_and_waits_for_it():
@@ -72,3 +72,45 @@ def test_cache_entry_goes_stale_when_a_dependency_changes(tmp_path):
     cache.put("k2", [], [])
     cache.put("k3", [], [])
     assert cache.get("k1") is None and cache.get("k3") == []
+
+
+async def test_a_free_slot_goes_to_the_most_important_waiting_document() -> None:
+    priorities = {"closed-1": Priority.CLOSED, "closed-2": Priority.CLOSED, "open": Priority.OPEN,
+                  "active": Priority.CLOSED}
+    scheduler = DocumentScheduler(max_parallel=1, priority_of=lambda key: priorities[key])
+    gate = asyncio.Event()
+    ran: list[str] = []
+
+    async def job(key: str) -> None:
+        ran.append(key)
+        if key == "closed-1":
+            await gate.wait()
+
+    for key in ("closed-1", "closed-2", "open", "active"):
+        scheduler.submit(key, 1, 0, lambda k=key: job(k))
+    await asyncio.sleep(0.01)
+    assert ran == ["closed-1"]  # holds the only slot; three wait
+    priorities["active"] = Priority.ACTIVE  # the user switched to it while it waited
+    gate.set()
+    await scheduler.drain()
+    assert ran == ["closed-1", "active", "open", "closed-2"]
+
+
+async def test_a_cancelled_waiter_gives_no_slot_away() -> None:
+    scheduler = DocumentScheduler(max_parallel=1)
+    gate = asyncio.Event()
+    ran: list[str] = []
+
+    async def job(key: str) -> None:
+        ran.append(key)
+        await gate.wait()
+
+    scheduler.submit("a", 1, 0, lambda: job("a"))
+    scheduler.submit("b", 1, 0, lambda: job("b"))
+    await asyncio.sleep(0.01)
+    scheduler.cancel("b")  # waiting for the slot
+    scheduler.submit("c", 1, 0, lambda: job("c"))
+    gate.set()
+    await scheduler.drain()
+    assert ran == ["a", "c"]
+    assert scheduler.pending == 0

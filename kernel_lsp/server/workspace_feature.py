@@ -1,0 +1,510 @@
+"""The whole workspace, not only the open buffers: the initial scan, watching, the dependency graph, background
+checks of closed files, the on-disk result cache and the workspace summary.
+
+- At `initialized`: the folders are scanned (workspace/scan.py: .gitignore and `workspaceExclude` honoured), every
+  file read once into the DependencyGraph (workspace/graph.py), and each closed kernel file queued for a compile
+  check at the lowest priority (`workspaceCheck`). With the on-disk cache (`persistentCache`) a restart answers
+  these from disk without compiling.
+- Changes on disk come from the client's workspace/didChangeWatchedFiles where it offers dynamic registration,
+  else from a watchdog observer (`watch`), never both. Either feeds one Coalescer: a burst is one batch, each path
+  once. A batch updates the graph, clears the diagnostics of deleted files, and re-checks each changed kernel
+  file and every dependent (transitively, open or not) once; dependents that are verification candidates are
+  verified again (closed ones when `verifyClosedFiles`).
+- A save in the editor goes through the same path; the disk event that follows it carries the same text and is
+  dropped (`_seen`: the last text handled per file), so nothing runs twice.
+- Background checks wait in a bounded queue (`maxQueuedChecks`) and are fed to the compile scheduler a few at a
+  time, where open documents always go first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from kernel_lsp.findings import Finding, Severity, path_to_uri, uri_to_path
+from kernel_lsp.jobs.cache import ResultCache
+from kernel_lsp.jobs.disk_cache import DiskCache
+from kernel_lsp.server.compile_feature import PRODUCER as COMPILE
+from kernel_lsp.server.compile_feature import CompileFeature
+from kernel_lsp.server.diagnostics import DiagnosticStore
+from kernel_lsp.server.profile_feature import PRODUCER as PROFILE
+from kernel_lsp.server.settings import SettingsManager
+from kernel_lsp.server.verify_feature import VerifyFeature
+from kernel_lsp.sources.cuda import find_kernels
+from kernel_lsp.workspace.graph import DependencyGraph
+from kernel_lsp.workspace.scan import (
+    DEFAULT_EXCLUDES,
+    DEPENDENCY_SUFFIXES,
+    KERNEL_SUFFIXES,
+    IgnoreRules,
+    is_kernel_file,
+    scan_folder,
+)
+from kernel_lsp.workspace.watch import CREATED, DELETED, Coalescer, FolderWatcher
+
+log = logging.getLogger(__name__)
+
+SUMMARY_REQUEST = "kernelLsp/workspaceSummary"
+SUMMARY_COMMAND = "kernel-lsp.workspaceSummary"  # the same, for clients that only send workspace/executeCommand
+VISIBLE_NOTIFICATION = "kernelLsp/visibleDocuments"
+WATCHED_GLOB = "**/*.{" + ",".join(sorted({s.lstrip(".") for s in (*KERNEL_SUFFIXES, *DEPENDENCY_SUFFIXES)})) + "}"
+GITIGNORE_GLOB = "**/.gitignore"
+CACHE_FLUSH_S = 5.0  # the on-disk cache is written at most this often (and at shutdown)
+CACHE_MAX_AGE_DAYS = 30  # another workspace's results file untouched this long is deleted
+
+
+class OpenDocument(Protocol):
+    uri: str
+    version: int | None
+    source: str
+
+
+@dataclass
+class WorkspaceState:
+    """What the summary reports about the scan and the watching."""
+    files: int = 0
+    kernel_files: int = 0
+    scan_s: float = 0.0
+    truncated: bool = False
+    watching: str = "off"  # client | watchdog | off
+    watch_problem: str | None = None
+    batches: int = 0
+    dropped: int = 0
+    cache: str = "off"
+    cache_problem: str | None = None
+    ready: bool = False
+    kernel_paths: set[Path] = field(default_factory=set)
+
+
+class WorkspaceFeature:
+    def __init__(self, store: DiagnosticStore, settings: SettingsManager, compile: CompileFeature,
+                 verify: VerifyFeature, documents: Callable[[], Mapping[str, OpenDocument]],
+                 tell_user: Callable[[str], None],
+                 register_watchers: Callable[[list[str]], Awaitable[bool]],
+                 cache_folder: Callable[[], Path]) -> None:
+        self.store = store
+        self.settings = settings
+        self.compile = compile
+        self.verify = verify
+        self._documents = documents
+        self._tell_user = tell_user
+        self._register_watchers = register_watchers
+        self._cache_folder = cache_folder
+        self.state = WorkspaceState()
+        self.graph = DependencyGraph()
+        self._rules: dict[Path, IgnoreRules] = {}
+        self._seen: dict[Path, str] = {}  # path -> digest of the text last handled
+        self._queue: OrderedDict[Path, None] = OrderedDict()
+        self._in_flight: set[Path] = set()
+        self._early: list[tuple[Path, str]] = []  # events that came before the scan ended
+        self._coalescer = Coalescer(self._changed)
+        self._watcher: FolderWatcher | None = None
+        self._disk: DiskCache | None = None
+        self._flusher: asyncio.Task | None = None
+        self.active: str | None = None
+        self.visible: set[str] = set()
+
+    # --- priorities ---------------------------------------------------------------------------------------
+
+    def priority_of(self, uri: str) -> int:
+        if uri == self.active:
+            return 0
+        if uri in self.visible:
+            return 1
+        return 2 if self.is_open(uri) else 3
+
+    def is_open(self, uri: str) -> bool:
+        return uri in self._documents()
+
+    def set_visible(self, params: Any) -> None:
+        """kernelLsp/visibleDocuments {active, visible}: what the client shows (VS Code's extension sends it)."""
+        active = getattr(params, "active", None) if not isinstance(params, dict) else params.get("active")
+        visible = getattr(params, "visible", None) if not isinstance(params, dict) else params.get("visible")
+        self.active = active if isinstance(active, str) else None
+        self.visible = {v for v in visible or [] if isinstance(v, str)}
+
+    def touched(self, uri: str) -> None:
+        """The user acted on this document (opened, edited, hovered): it is the active one until another is."""
+        self.active = uri
+
+    # --- start and stop -----------------------------------------------------------------------------------
+
+    def open_cache(self, cache: ResultCache) -> None:
+        """Attaches the on-disk cache for this workspace (before the first check) and loads it."""
+        settings = self.settings.settings
+        folders = self.settings.folders
+        if not settings.persistent_cache or not folders:
+            return
+        name = hashlib.sha256("\n".join(str(f) for f in folders).encode()).hexdigest()[:20]
+        folder = self._cache_folder() / "results"
+        _prune(folder, keep=f"{name}.msgpack")
+        self._disk = DiskCache(folder / f"{name}.msgpack")
+        report = self._disk.load()
+        cache.disk = self._disk
+        self.state.cache = f"{report.entries} results from {self._disk.path}"
+        if report.problem:
+            self.state.cache_problem = report.problem
+            log.warning("%s", report.problem)
+        log.info("result cache: %s", self.state.cache)
+        self._flusher = asyncio.ensure_future(self._flush_periodically())
+
+    async def start(self, client_can_watch: bool) -> None:
+        settings = self.settings.settings
+        roots = [f for f in self.settings.folders if f.is_dir()]
+        if not roots:
+            self.state.ready = True
+            return
+        started = time.perf_counter()
+        excludes = (*DEFAULT_EXCLUDES, *settings.workspace_exclude)
+        include_dirs = [Path(d) for d in settings.include_dirs]
+        try:
+            scanned = await asyncio.to_thread(_scan, roots, excludes, include_dirs,
+                                              self.verify.reference_finder())
+        except Exception:  # a scan that fails leaves the open documents working
+            log.exception("scanning the workspace failed")
+            self.state.ready = True
+            return
+        self._rules, self.graph, self._seen, kernel_paths, truncated = scanned
+        self.state.files = len(self._seen)
+        self.state.kernel_files = len(kernel_paths)
+        self.state.kernel_paths = kernel_paths
+        self.state.truncated = truncated
+        self.state.scan_s = time.perf_counter() - started
+        self.state.ready = True
+        log.info("workspace: %d files (%d kernel files) scanned in %.2f s%s", self.state.files,
+                 self.state.kernel_files, self.state.scan_s, " (truncated)" if truncated else "")
+        if truncated:
+            self._tell_user(f"kernel-lsp: the workspace has more than {self.state.files} files; only those are "
+                            "checked and watched (add folders to 'workspaceExclude')")
+        if settings.workspace_check:
+            for path in sorted(kernel_paths):
+                if self._checked_alone(path):
+                    self._enqueue(path)
+        await self._watch(roots, client_can_watch, settings.watch)
+        for path, kind in self._early:
+            self._coalescer.add(path, kind)
+        self._early.clear()
+
+    async def _watch(self, roots: list[Path], client_can_watch: bool, mode: str) -> None:
+        if mode == "off":
+            return
+        if mode in ("auto", "client") and client_can_watch:
+            if await self._register_watchers([WATCHED_GLOB, GITIGNORE_GLOB]):
+                self.state.watching = "client"
+                return
+        if mode == "client":
+            self.state.watch_problem = "the client does not offer workspace/didChangeWatchedFiles"
+            return
+        self._watcher = FolderWatcher(roots, self._ignored, self._watch_event, asyncio.get_running_loop())
+        problem = await asyncio.to_thread(self._watcher.start)
+        if problem:
+            self._watcher = None
+            self.state.watch_problem = problem
+            self._tell_user(f"kernel-lsp: {problem}")
+            return
+        self.state.watching = "watchdog"
+
+    async def stop(self) -> None:
+        if self._watcher is not None:
+            await asyncio.to_thread(self._watcher.stop)
+            self._watcher = None
+        self._coalescer.close()
+        if self._flusher is not None:
+            self._flusher.cancel()
+        await self.flush_cache()
+
+    async def flush_cache(self) -> None:
+        """Writes the on-disk cache when it changed (in a thread: it merges with the file and fsyncs)."""
+        if self._disk is not None:
+            await asyncio.to_thread(self._disk.flush)
+
+    async def _flush_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(CACHE_FLUSH_S)
+            await self.flush_cache()
+
+    # --- changes ------------------------------------------------------------------------------------------
+
+    def client_changes(self, changes: list[tuple[str, int]]) -> None:
+        """workspace/didChangeWatchedFiles: (uri, FileChangeType 1 created, 2 changed, 3 deleted)."""
+        for uri, kind in changes:
+            try:
+                path = uri_to_path(uri)
+            except ValueError:
+                continue
+            if path.name == ".gitignore":
+                self._rules_changed()
+                continue
+            if not self._ignored(path, None):
+                self._add(path, {1: CREATED, 3: DELETED}.get(kind, "changed"))
+
+    def saved(self, uri: str, text: str) -> None:
+        """A save in the editor: the dependents of the file are checked again now (not when the disk event
+        comes, which then carries the same text and is dropped)."""
+        try:
+            path = uri_to_path(uri).resolve()
+        except ValueError:
+            return
+        if not self.state.ready:
+            return
+        self._apply({path: "changed"}, texts={path: text})
+
+    def _watch_event(self, path: Path, kind: str, is_dir: bool) -> None:
+        if path.name == ".gitignore":
+            self._rules_changed()
+            return
+        if is_dir:
+            if kind == DELETED:
+                for known in [p for p in self._seen if p.is_relative_to(path)]:
+                    self._add(known, DELETED)
+            elif kind == CREATED and path.is_dir():
+                rules = self._rules_for(path)
+                for found in scan_folder(path, rules).files:  # a folder moved or copied in
+                    self._add(found, CREATED)
+            return
+        self._add(path, kind)
+
+    def _add(self, path: Path, kind: str) -> None:
+        if not self.state.ready:
+            self._early.append((path, kind))
+        else:
+            self._coalescer.add(path, kind)
+
+    def _changed(self, batch: dict[Path, str]) -> None:
+        self.state.batches += 1
+        self._apply(batch)
+
+    def _apply(self, batch: dict[Path, str], texts: dict[Path, str] | None = None) -> None:
+        """One batch: the graph updated, deleted files cleared, changed kernel files and all dependents checked."""
+        texts = texts or {}
+        open_docs = self._open_by_path()
+        changed: set[Path] = set()
+        for raw, _kind in batch.items():
+            path = raw.resolve() if raw.is_absolute() else raw
+            if path.suffix not in KERNEL_SUFFIXES and path.suffix not in DEPENDENCY_SUFFIXES:
+                continue
+            text = texts.get(path)
+            if text is None:
+                text = _read(path)
+            if text is None:  # gone
+                if path not in self._seen:
+                    continue
+                self._forget(path, open_docs)
+                changed.add(path)
+                continue
+            digest = _digest(text)
+            if self._seen.get(path) == digest:
+                continue  # what was handled already (the editor's save, or a touch without a change)
+            self._seen[path] = digest
+            self.graph.update(path, text)
+            changed.add(path)
+            if path.suffix in KERNEL_SUFFIXES and is_kernel_file(path, text):
+                self.state.kernel_paths.add(path)
+                if path not in open_docs and path not in texts and self._checked_alone(path):
+                    self._enqueue(path)
+            else:
+                self.state.kernel_paths.discard(path)
+        if not changed:
+            return
+        dependents: set[Path] = set()
+        for path in changed:
+            dependents |= self.graph.dependents(path)
+        dependents -= changed
+        for path in sorted(dependents):
+            document = open_docs.get(path)
+            if document is not None:
+                self.compile.recheck(document.uri, document.version, document.source)
+            elif path in self.state.kernel_paths and self._checked_alone(path):
+                self._enqueue(path)
+        saved_in_editor = set(texts)
+        self.verify.dependencies_changed(sorted((changed - saved_in_editor) | dependents),
+                                         closed=self.settings.settings.verify_closed_files)
+        self.state.files = len(self._seen)
+        self.state.kernel_files = len(self.state.kernel_paths)
+
+    def _checked_alone(self, path: Path) -> bool:
+        """Whether a closed kernel file is checked on its own: a header (.cuh) that another file includes is
+        checked through its includers, where its macros and types have the context it is written for."""
+        return path.suffix != ".cuh" or not self.graph.dependents(path)
+
+    def _forget(self, path: Path, open_docs: dict[Path, OpenDocument]) -> None:
+        self._seen.pop(path, None)
+        self.graph.remove(path)
+        self.state.kernel_paths.discard(path)
+        self._queue.pop(path, None)
+        if path not in open_docs:
+            self.compile.forget(path_to_uri(path))
+            self.verify.file_deleted(path_to_uri(path))
+
+    def _rules_changed(self) -> None:
+        excludes = (*DEFAULT_EXCLUDES, *self.settings.settings.workspace_exclude)
+        self._rules = {root: IgnoreRules.for_folder(root, excludes) for root in self._rules}
+
+    def _rules_for(self, path: Path) -> IgnoreRules | None:
+        return next((rules for root, rules in self._rules.items() if path.is_relative_to(root)), None)
+
+    def _ignored(self, path: Path, is_dir: bool | None) -> bool:
+        rules = self._rules_for(path)
+        return rules is None or rules.ignored(path, is_dir)
+
+    # --- the background queue -----------------------------------------------------------------------------
+
+    def _enqueue(self, path: Path) -> None:
+        if path in self._queue:
+            return
+        if len(self._queue) >= self.settings.settings.max_queued_checks:
+            self.state.dropped += 1
+            if self.state.dropped == 1:
+                self._tell_user(f"kernel-lsp: more than {self.settings.settings.max_queued_checks} files wait for "
+                                "a check; the rest are skipped until they change (setting 'maxQueuedChecks')")
+            return
+        self._queue[path] = None
+        self._pump()
+
+    def _pump(self) -> None:
+        limit = max(1, self.settings.settings.max_parallel_compiles)
+        while self._queue and len(self._in_flight) < limit:
+            path, _ = self._queue.popitem(last=False)
+            task = self.compile.check_closed(path_to_uri(path), path)
+            if task is None:
+                continue
+            self._in_flight.add(path)
+            task.add_done_callback(lambda _t, p=path: self._done(p))
+
+    def _done(self, path: Path) -> None:
+        self._in_flight.discard(path)
+        self._pump()
+
+    @property
+    def queued(self) -> int:
+        return len(self._queue) + len(self._in_flight)
+
+    async def idle(self) -> None:
+        """Waits until the background queue is empty (tests and benchmarks)."""
+        while self.queued or not self.state.ready:
+            await asyncio.sleep(0.05)
+
+    # --- the summary --------------------------------------------------------------------------------------
+
+    def summary(self) -> dict[str, Any]:
+        """kernelLsp/workspaceSummary: one entry per kernel file: its kernels, compile state, verification, top
+        hint; and the scan's and the queue's state."""
+        open_docs = self._open_by_path()
+        files = []
+        for path in sorted(self.state.kernel_paths):
+            document = open_docs.get(path)
+            if document is None and not self._checked_alone(path):
+                continue
+            uri = document.uri if document is not None else path_to_uri(path)
+            findings = self.store.findings(uri, COMPILE)
+            errors = sum(1 for f in findings if f.severity == Severity.ERROR)
+            warnings = sum(1 for f in findings if f.severity == Severity.WARNING)
+            if self.compile.scheduler.is_pending(uri) or path in self._queue:
+                state = "checking"
+            elif uri not in self.store.uris():
+                state = "not checked"
+            else:
+                state = "errors" if errors else "warnings" if warnings else "compiles"
+            text = document.source if document is not None else None
+            files.append({
+                "uri": uri, "path": str(path), "open": document is not None,
+                "kernels": _kernel_names(path, text),
+                "compile": state, "errors": errors, "warnings": warnings,
+                "resources": [f.message for f in findings if f.code == "ptxas-resources"][:4],
+                "verify": self.verify.summary_of(uri),
+                "topHint": _top_hint(self.store.findings(uri, PROFILE)),
+            })
+        state = self.state
+        return {"ready": state.ready, "files": files, "scanned": state.files, "kernelFiles": state.kernel_files,
+                "scanSeconds": round(state.scan_s, 3), "truncated": state.truncated, "watching": state.watching,
+                "watchProblem": state.watch_problem, "queued": self.queued, "dropped": state.dropped,
+                "batches": state.batches, "closedChecks": self.compile.closed_checks, "cache": state.cache,
+                "cacheProblem": state.cache_problem}
+
+    def _open_by_path(self) -> dict[Path, OpenDocument]:
+        found = {}
+        for document in self._documents().values():
+            try:
+                found[uri_to_path(document.uri).resolve()] = document
+            except ValueError:
+                continue
+        return found
+
+
+def _scan(roots: list[Path], excludes: tuple[str, ...], include_dirs: list[Path],
+          reference_of: Callable[[Path, str], Path | None]):
+    """In a thread: every folder scanned, every file read once into the graph; the kernel files picked out."""
+    rules: dict[Path, IgnoreRules] = {}
+    graph = DependencyGraph(include_dirs, reference_of)
+    seen: dict[Path, str] = {}
+    kernel_paths: set[Path] = set()
+    truncated = False
+    for root in roots:
+        root = root.resolve()
+        rules[root] = IgnoreRules.for_folder(root, excludes)
+        result = scan_folder(root, rules[root])
+        truncated |= result.truncated
+        for path in result.files:
+            text = _read(path)
+            if text is None:
+                continue
+            seen[path] = _digest(text)
+            graph.update(path, text)
+            if path.suffix in KERNEL_SUFFIXES and is_kernel_file(path, text):
+                kernel_paths.add(path)
+    return rules, graph, seen, kernel_paths, truncated
+
+
+def _prune(folder: Path, keep: str) -> None:
+    """Deletes the results files of workspaces not opened for CACHE_MAX_AGE_DAYS (one file per workspace)."""
+    cutoff = time.time() - CACHE_MAX_AGE_DAYS * 86400
+    try:
+        old = [p for p in folder.glob("*.msgpack") if p.name != keep and p.stat().st_mtime < cutoff]
+    except OSError:
+        return
+    for path in old:
+        try:
+            path.unlink()
+        except OSError:
+            pass
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_bytes().decode("utf-8", errors="replace")
+    except (OSError, ValueError):
+        return None
+
+
+def _digest(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def _kernel_names(path: Path, text: str | None) -> list[str]:
+    if text is None:
+        text = _read(path) or ""
+    if path.suffix in (".cu", ".cuh"):
+        return [k.name for k in find_kernels(text)]
+    from kernel_lsp.sources import parse_python
+
+    model = parse_python(text)
+    names = [k.name for k in model.triton_kernels]
+    for extension in model.extensions:
+        for source in extension.cuda_sources:
+            names += [k.name for k in find_kernels(source.text)]
+    return names
+
+
+def _top_hint(findings: list[Finding]) -> str | None:
+    """The profile's most important hint on the file: highest severity, then the largest estimated speedup."""
+    if not findings:
+        return None
+    best = min(findings, key=lambda f: (int(f.severity), -float((f.data or {}).get("estimatedSpeedup") or 0)))
+    return f"{best.code}: {best.message.splitlines()[0]}"
