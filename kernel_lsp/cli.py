@@ -14,7 +14,6 @@ from kernel_lsp import __version__
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 CHECKED_SUFFIXES = (".cu", ".cuh", ".py")
-SKIPPED_DIRS = {".git", ".venv", "venv", "__pycache__", "node_modules", "build", "dist", ".tox", ".mypy_cache"}
 # findings that mean the environment is wrong rather than the code: exit status 2
 ENVIRONMENT_CODES = {"nvcc-missing", "host-compiler-missing", "torch-missing"}
 
@@ -66,6 +65,10 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--format", choices=["text", "json"], default="text")
     check.add_argument("--arch", action="append", help="target architecture, e.g. sm_90 (repeatable)")
     check.add_argument("--nvcc", help="path to nvcc")
+    check.add_argument("--summary", action="store_true",
+                       help="after the findings, one line per file: compile state, kernels, registers")
+    check.add_argument("--no-cache", action="store_true",
+                       help="neither read nor write the on-disk results (default: the persistentCache setting)")
     check.add_argument("--config", type=Path, help="pyproject.toml to read [tool.kernel-lsp] from "
                        "(default: the nearest one above the current directory)")
     worker = sub.add_parser("worker", help="run a GPU worker (the server starts one itself; use --listen on a GPU "
@@ -153,9 +156,14 @@ def _check(args: argparse.Namespace) -> int:
     settings, more = resolve_settings(layer, overrides)
     for problem in problems + more:
         print(f"kernel-lsp: warning: {problem}", file=sys.stderr)
-    files = sorted(set(_expand(args.paths)))
-    findings = asyncio.run(_check_files(files, settings))
-    _print_findings(findings, args.format)
+    files = _targets(args.paths, settings)
+    project = config.parent if config else Path.cwd()
+    cache, disk = _result_cache(settings, project, enabled=not args.no_cache)
+    results = asyncio.run(_check_files(files, settings, cache))
+    if disk is not None:
+        disk.flush()
+    findings = [f for path in files for f in results[path][0]]
+    _print_findings(findings, args.format, _summary(files, results, disk) if args.summary else None)
     if any(f.code in ENVIRONMENT_CODES for f in findings):
         return EXIT_USAGE
     return EXIT_FINDINGS if any(f.severity == 1 for f in findings) else EXIT_OK
@@ -168,51 +176,89 @@ def _nearest_pyproject(start: Path) -> Path | None:
     return None
 
 
-def _expand(paths: list[Path]):
+def _targets(paths: list[Path], settings) -> list[Path]:
+    """Files named are checked; folders are scanned as the server scans its workspace (.gitignore and
+    `workspaceExclude` honoured) for .cu, .cuh and .py files, less the headers another file includes (those are
+    checked through their includers)."""
+    from kernel_lsp.workspace.scan import DEFAULT_EXCLUDES
+    from kernel_lsp.workspace.survey import survey
+
+    found: set[Path] = set()
     for path in paths:
-        if path.is_dir():
-            for root, dirs, names in os.walk(path):
-                dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and not d.startswith("."))
-                yield from (Path(root) / n for n in names if n.endswith(CHECKED_SUFFIXES))
-        else:
-            yield path
+        if not path.is_dir():
+            found.add(path.resolve())
+            continue
+        scanned = survey([path], (*DEFAULT_EXCLUDES, *settings.workspace_exclude),
+                         [Path(d) for d in settings.include_dirs])
+        found.update(p for p in scanned.digests if p.suffix in CHECKED_SUFFIXES and scanned.checked_alone(p))
+    return sorted(found)
 
 
-async def _check_files(files: list[Path], settings) -> list:
+def _result_cache(settings, project: Path, enabled: bool):
+    """The results cache in front of the compiler: on disk (shared with a server opened on `project`) when the
+    persistentCache setting and `enabled` allow it."""
+    from kernel_lsp.jobs.cache import ResultCache
+    from kernel_lsp.jobs.disk_cache import DiskCache
+    from kernel_lsp.worker.environment import cache_dir
+    from kernel_lsp.workspace.survey import results_file
+
+    if not (enabled and settings.persistent_cache):
+        return ResultCache(), None
+    disk = DiskCache(results_file(cache_dir(), [project]))
+    report = disk.load()
+    if report.problem:
+        print(f"kernel-lsp: warning: {report.problem}", file=sys.stderr)
+    return ResultCache(max_entries=100_000, disk=disk), disk
+
+
+async def _check_files(files: list[Path], settings, cache) -> dict[Path, tuple[list, bool]]:
+    """Per file: its final findings and whether they came from the cache."""
     from kernel_lsp.compile.check import Document
     from kernel_lsp.compile.service import CompileService
     from kernel_lsp.findings import path_to_uri
 
-    service = CompileService()
+    service = CompileService(cache)
     slots = asyncio.Semaphore(settings.max_parallel_compiles)
 
-    async def one(path: Path) -> list:
+    async def one(path: Path) -> tuple[list, bool]:
         async with slots:
             text = path.read_bytes().decode("utf-8", errors="replace")
-            final = []
-            async for report in service.run(Document(path_to_uri(path), path.resolve(), text), settings):
-                final = report.findings
-            return final
+            final, cached = [], False
+            async for report in service.run(Document(path_to_uri(path), path, text), settings):
+                final, cached = report.findings, report.stage == "cache"
+            return final, cached
 
     results = await asyncio.gather(*(one(p) for p in files))
-    return [f for fs in results for f in fs]
+    return dict(zip(files, results))
 
 
-def _print_findings(findings: list, fmt: str) -> None:
+def _summary(files: list[Path], results: dict[Path, tuple[list, bool]], disk) -> dict:
+    from kernel_lsp.workspace.survey import compile_state, kernel_names, resources
+
+    rows = []
+    for path in files:
+        findings, cached = results[path]
+        state, errors, warnings = compile_state(findings)
+        rows.append({"path": _shown(path), "state": state, "errors": errors, "warnings": warnings,
+                     "kernels": kernel_names(path), "resources": resources(findings), "cached": cached})
+    return {"files": rows, "cache": str(disk.path) if disk is not None else None}
+
+
+def _shown(path: Path) -> str:
+    cwd = Path.cwd()
+    return str(path.relative_to(cwd) if path.is_relative_to(cwd) else path)
+
+
+def _print_findings(findings: list, fmt: str, summary: dict | None = None) -> None:
     from kernel_lsp.findings import uri_to_path
 
-    cwd = Path.cwd()
-    rows = []
-    for f in sorted(findings, key=lambda f: (f.uri, f.range.start, f.code)):
-        path = uri_to_path(f.uri)
-        shown = path.relative_to(cwd) if path.is_relative_to(cwd) else path
-        rows.append((str(shown), f))
+    rows = [(_shown(uri_to_path(f.uri)), f) for f in sorted(findings, key=lambda f: (f.uri, f.range.start, f.code))]
     if fmt == "json":
         out = [{"path": p, "line": f.range.start.line + 1, "column": f.range.start.character + 1,
                 "endLine": f.range.end.line + 1, "endColumn": f.range.end.character + 1,
                 "severity": f.severity.label, "code": f.code, "message": f.message, "source": f.source,
                 "related": [r.message for r in f.related], "data": f.data} for p, f in rows]
-        print(json.dumps(out, indent=2))
+        print(json.dumps(out if summary is None else {"findings": out, **summary}, indent=2))
         return
     for p, f in rows:
         print(f"{p}:{f.range.start.line + 1}:{f.range.start.character + 1}: {f.severity.label}: "
@@ -220,6 +266,28 @@ def _print_findings(findings: list, fmt: str) -> None:
     errors = sum(1 for _, f in rows if f.severity == 1)
     print(f"{len(rows)} finding{'s' if len(rows) != 1 else ''}, {errors} error{'s' if errors != 1 else ''}",
           file=sys.stderr)
+    if summary is not None:
+        _print_summary(summary)
+
+
+def _print_summary(summary: dict) -> None:
+    """One line per file under a header; the counts and the cache last."""
+    files = summary["files"]
+    table = [("FILE", "STATE", "ERRORS", "WARNINGS", "KERNELS", "RESOURCES")]
+    for row in files:
+        kernels = ", ".join(row["kernels"][:4]) + (f" (+{len(row['kernels']) - 4})" if len(row["kernels"]) > 4 else "")
+        first = " ".join(row["resources"][0].split()) if row["resources"] else ""
+        table.append((row["path"], row["state"], str(row["errors"]), str(row["warnings"]), kernels or "-", first))
+    widths = [max(len(line[i]) for line in table) for i in range(5)]
+    print()
+    for line in table:
+        print("  ".join(cell.ljust(widths[i]) if i < 5 else cell for i, cell in enumerate(line)).rstrip())
+    states = [row["state"] for row in files]
+    cached = sum(1 for row in files if row["cached"])
+    where = f" ({summary['cache']})" if summary["cache"] else " (cache off)"
+    print(f"{len(files)} file{'s' if len(files) != 1 else ''}: {states.count('compiles')} compile cleanly, "
+          f"{states.count('warnings')} with warnings, {states.count('errors')} with errors; "
+          f"{cached} from the cache{where}")
 
 
 if __name__ == "__main__":

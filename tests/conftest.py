@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 # real tool output recorded on an H200, kept in the project's shared folder beside the repository
 # (KERNEL_LSP_FIXTURES names a copy elsewhere, e.g. one carried to the GPU machine)
 FIXTURES = Path(os.environ.get("KERNEL_LSP_FIXTURES",
                               Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "h200"))
+
+# what servers, workers and the CLI started by the tests cache (results, builds, charts) goes to a folder of this
+# test session, removed at its end, not to the user's ~/.cache (KERNEL_LSP_CACHE_DIR set by the caller wins)
+if not os.environ.get("KERNEL_LSP_CACHE_DIR"):
+    _SESSION_CACHE = tempfile.mkdtemp(prefix="kernel-lsp-tests-")
+    os.environ["KERNEL_LSP_CACHE_DIR"] = _SESSION_CACHE
+    atexit.register(shutil.rmtree, _SESSION_CACHE, ignore_errors=True)

@@ -19,7 +19,6 @@ checks of closed files, the on-disk result cache and the workspace summary.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from collections import OrderedDict
@@ -28,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from kernel_lsp.findings import Finding, Severity, path_to_uri, uri_to_path
+from kernel_lsp.findings import path_to_uri, uri_to_path
 from kernel_lsp.jobs.cache import ResultCache
 from kernel_lsp.jobs.disk_cache import DiskCache
 from kernel_lsp.server.compile_feature import PRODUCER as COMPILE
@@ -37,7 +36,6 @@ from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.profile_feature import PRODUCER as PROFILE
 from kernel_lsp.server.settings import SettingsManager
 from kernel_lsp.server.verify_feature import VerifyFeature
-from kernel_lsp.sources.cuda import find_kernels
 from kernel_lsp.workspace.graph import DependencyGraph
 from kernel_lsp.workspace.scan import (
     DEFAULT_EXCLUDES,
@@ -46,6 +44,17 @@ from kernel_lsp.workspace.scan import (
     IgnoreRules,
     is_kernel_file,
     scan_folder,
+)
+from kernel_lsp.workspace.survey import (
+    checked_alone,
+    compile_state,
+    digest,
+    kernel_names,
+    read_text,
+    resources,
+    results_file,
+    survey,
+    top_hint,
 )
 from kernel_lsp.workspace.watch import CREATED, DELETED, Coalescer, FolderWatcher
 
@@ -142,10 +151,9 @@ class WorkspaceFeature:
         folders = self.settings.folders
         if not settings.persistent_cache or not folders:
             return
-        name = hashlib.sha256("\n".join(str(f) for f in folders).encode()).hexdigest()[:20]
-        folder = self._cache_folder() / "results"
-        _prune(folder, keep=f"{name}.msgpack")
-        self._disk = DiskCache(folder / f"{name}.msgpack")
+        path = results_file(self._cache_folder(), folders)
+        _prune(path.parent, keep=path.name)
+        self._disk = DiskCache(path)
         report = self._disk.load()
         cache.disk = self._disk
         self.state.cache = f"{report.entries} results from {self._disk.path}"
@@ -165,13 +173,13 @@ class WorkspaceFeature:
         excludes = (*DEFAULT_EXCLUDES, *settings.workspace_exclude)
         include_dirs = [Path(d) for d in settings.include_dirs]
         try:
-            scanned = await asyncio.to_thread(_scan, roots, excludes, include_dirs,
-                                              self.verify.reference_finder())
+            found = await asyncio.to_thread(survey, roots, excludes, include_dirs, self.verify.reference_finder())
         except Exception:  # a scan that fails leaves the open documents working
             log.exception("scanning the workspace failed")
             self.state.ready = True
             return
-        self._rules, self.graph, self._seen, kernel_paths, truncated = scanned
+        self._rules, self.graph, self._seen = found.rules, found.graph, found.digests
+        kernel_paths, truncated = found.kernel_paths, found.truncated
         self.state.files = len(self._seen)
         self.state.kernel_files = len(kernel_paths)
         self.state.kernel_paths = kernel_paths
@@ -292,17 +300,17 @@ class WorkspaceFeature:
                 continue
             text = texts.get(path)
             if text is None:
-                text = _read(path)
+                text = read_text(path)
             if text is None:  # gone
                 if path not in self._seen:
                     continue
                 self._forget(path, open_docs)
                 changed.add(path)
                 continue
-            digest = _digest(text)
-            if self._seen.get(path) == digest:
+            text_digest = digest(text)
+            if self._seen.get(path) == text_digest:
                 continue  # what was handled already (the editor's save, or a touch without a change)
-            self._seen[path] = digest
+            self._seen[path] = text_digest
             self.graph.update(path, text)
             changed.add(path)
             if path.suffix in KERNEL_SUFFIXES and is_kernel_file(path, text):
@@ -330,9 +338,7 @@ class WorkspaceFeature:
         self.state.kernel_files = len(self.state.kernel_paths)
 
     def _checked_alone(self, path: Path) -> bool:
-        """Whether a closed kernel file is checked on its own: a header (.cuh) that another file includes is
-        checked through its includers, where its macros and types have the context it is written for."""
-        return path.suffix != ".cuh" or not self.graph.dependents(path)
+        return checked_alone(path, self.graph)
 
     def _forget(self, path: Path, open_docs: dict[Path, OpenDocument]) -> None:
         self._seen.pop(path, None)
@@ -404,22 +410,19 @@ class WorkspaceFeature:
                 continue
             uri = document.uri if document is not None else path_to_uri(path)
             findings = self.store.findings(uri, COMPILE)
-            errors = sum(1 for f in findings if f.severity == Severity.ERROR)
-            warnings = sum(1 for f in findings if f.severity == Severity.WARNING)
+            state, errors, warnings = compile_state(findings)
             if self.compile.scheduler.is_pending(uri) or path in self._queue:
                 state = "checking"
             elif uri not in self.store.uris():
                 state = "not checked"
-            else:
-                state = "errors" if errors else "warnings" if warnings else "compiles"
             text = document.source if document is not None else None
             files.append({
                 "uri": uri, "path": str(path), "open": document is not None,
-                "kernels": _kernel_names(path, text),
+                "kernels": kernel_names(path, text),
                 "compile": state, "errors": errors, "warnings": warnings,
-                "resources": [f.message for f in findings if f.code == "ptxas-resources"][:4],
+                "resources": resources(findings),
                 "verify": self.verify.summary_of(uri),
-                "topHint": _top_hint(self.store.findings(uri, PROFILE)),
+                "topHint": top_hint(self.store.findings(uri, PROFILE)),
             })
         state = self.state
         return {"ready": state.ready, "files": files, "scanned": state.files, "kernelFiles": state.kernel_files,
@@ -438,30 +441,6 @@ class WorkspaceFeature:
         return found
 
 
-def _scan(roots: list[Path], excludes: tuple[str, ...], include_dirs: list[Path],
-          reference_of: Callable[[Path, str], Path | None]):
-    """In a thread: every folder scanned, every file read once into the graph; the kernel files picked out."""
-    rules: dict[Path, IgnoreRules] = {}
-    graph = DependencyGraph(include_dirs, reference_of)
-    seen: dict[Path, str] = {}
-    kernel_paths: set[Path] = set()
-    truncated = False
-    for root in roots:
-        root = root.resolve()
-        rules[root] = IgnoreRules.for_folder(root, excludes)
-        result = scan_folder(root, rules[root])
-        truncated |= result.truncated
-        for path in result.files:
-            text = _read(path)
-            if text is None:
-                continue
-            seen[path] = _digest(text)
-            graph.update(path, text)
-            if path.suffix in KERNEL_SUFFIXES and is_kernel_file(path, text):
-                kernel_paths.add(path)
-    return rules, graph, seen, kernel_paths, truncated
-
-
 def _prune(folder: Path, keep: str) -> None:
     """Deletes the results files of workspaces not opened for CACHE_MAX_AGE_DAYS (one file per workspace)."""
     cutoff = time.time() - CACHE_MAX_AGE_DAYS * 86400
@@ -474,37 +453,3 @@ def _prune(folder: Path, keep: str) -> None:
             path.unlink()
         except OSError:
             pass
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_bytes().decode("utf-8", errors="replace")
-    except (OSError, ValueError):
-        return None
-
-
-def _digest(text: str) -> str:
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
-
-
-def _kernel_names(path: Path, text: str | None) -> list[str]:
-    if text is None:
-        text = _read(path) or ""
-    if path.suffix in (".cu", ".cuh"):
-        return [k.name for k in find_kernels(text)]
-    from kernel_lsp.sources import parse_python
-
-    model = parse_python(text)
-    names = [k.name for k in model.triton_kernels]
-    for extension in model.extensions:
-        for source in extension.cuda_sources:
-            names += [k.name for k in find_kernels(source.text)]
-    return names
-
-
-def _top_hint(findings: list[Finding]) -> str | None:
-    """The profile's most important hint on the file: highest severity, then the largest estimated speedup."""
-    if not findings:
-        return None
-    best = min(findings, key=lambda f: (int(f.severity), -float((f.data or {}).get("estimatedSpeedup") or 0)))
-    return f"{best.code}: {best.message.splitlines()[0]}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -103,3 +104,61 @@ def test_prototypes_and_explicit_instantiations_are_not_extra_kernels(tmp_path: 
     result = run("check", "t.cu", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert [line.split(": ")[0] for line in result.stdout.splitlines()] == ["t.cu:2:34"]
+
+
+def summary_workspace(root: Path) -> None:
+    """src/bad.cu (errors), src/good.cu including src/h.cuh, and an ignored build/ copy of bad.cu."""
+    (root / "src").mkdir()
+    (root / "src" / "bad.cu").write_text(BAD)
+    (root / "src" / "h.cuh").write_text("#pragma once\n#define K 2.0f\n")
+    (root / "src" / "good.cu").write_text('#include "h.cuh"\n' + GOOD.replace("2.0f", "K"))
+    (root / "build").mkdir()
+    (root / "build" / "bad.cu").write_text(BAD)
+    (root / ".gitignore").write_text("build/\n")
+
+
+@needs_nvcc
+def test_summary_lists_each_file_honours_gitignore_and_checks_headers_through_includers(tmp_path: Path):
+    summary_workspace(tmp_path)
+    result = run("check", ".", "--summary", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    lines = result.stdout.splitlines()
+    assert not any("build/" in line or "h.cuh" in line for line in lines), lines
+    table = lines[lines.index("") + 1:]
+    assert table[0].split() == ["FILE", "STATE", "ERRORS", "WARNINGS", "KERNELS", "RESOURCES"]
+    assert table[1].split()[:5] == ["src/bad.cu", "errors", "2", "0", "f"]
+    assert table[2].split()[:6] == ["src/good.cu", "compiles", "0", "0", "g", "g:"]
+    assert "registers" in table[2]
+    assert table[3].startswith("2 files: 1 compile cleanly, 0 with warnings, 1 with errors; 0 from the cache")
+
+    as_json = json.loads(run("check", ".", "--summary", "--format", "json", cwd=tmp_path).stdout)
+    assert [(f["path"], f["state"], f["kernels"], f["cached"]) for f in as_json["files"]] == \
+        [("src/bad.cu", "errors", ["f"], True), ("src/good.cu", "compiles", ["g"], True)]
+    assert [f["code"] for f in as_json["findings"]] == ["nvcc-error", "nvcc-error", "ptxas-resources"]
+
+
+@needs_nvcc
+def test_a_second_run_answers_from_the_disk_cache_without_nvcc_until_a_header_changes(tmp_path: Path):
+    from tests.nvcc_log import compiles, nvcc_wrapper
+
+    workspace, tools = tmp_path / "ws", tmp_path / "tools"
+    workspace.mkdir(), tools.mkdir()
+    summary_workspace(workspace)
+    nvcc, log = nvcc_wrapper(tools)
+
+    def check(*more: str) -> tuple[subprocess.CompletedProcess, int]:
+        before = len(compiles(log))
+        done = run("check", ".", "--summary", "--nvcc", str(nvcc), *more, cwd=workspace)
+        return done, len(compiles(log)) - before
+
+    first, compiled = check()
+    assert compiled >= 2, first.stderr
+    again, compiled = check()
+    assert compiled == 0 and again.stdout == first.stdout.replace("0 from the cache", "2 from the cache")
+    _, compiled = check("--no-cache")
+    assert compiled >= 2
+    time.sleep(0.01)
+    (workspace / "src" / "h.cuh").write_text("#pragma once\n#define K undefined_k\n")  # good.cu's only change
+    changed, compiled = check()
+    assert compiled >= 1 and "1 from the cache" in changed.stdout
+    assert any(line.startswith("src/good.cu:") and "undefined_k" in line for line in changed.stdout.splitlines())

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-import stat
 import time
 from pathlib import Path
 
@@ -26,28 +24,13 @@ from tests.lsp.helpers import (
     recording_client,
     wait_for_publish,
 )
+from tests.nvcc_log import compiles, nvcc_wrapper
 
 pytestmark = needs_nvcc
 
 HEADER_OK = "#pragma once\n#define SCALE 2.0f\n"
 HEADER_BROKEN = "#pragma once\n#define SCALE undefined_scale\n"
 KERNEL = '#include "scale.cuh"\n__global__ void scale(float* p) { p[threadIdx.x] *= SCALE; }\n'
-
-
-def nvcc_wrapper(folder: Path) -> tuple[Path, Path]:
-    """An nvcc that logs each argv (one line) and runs the real one: how the tests count compiles."""
-    log = folder / "nvcc-calls.log"
-    wrapper = folder / "nvcc"
-    wrapper.write_text(f'#!/bin/sh\necho "$@" >> "{log}"\nexec "{shutil.which("nvcc")}" "$@"\n')
-    wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
-    return wrapper, log
-
-
-def compiles(log: Path) -> list[str]:
-    """The logged nvcc runs that compiled something (not `--version` probes)."""
-    if not log.exists():
-        return []
-    return [line for line in log.read_text().splitlines() if line.strip() != "--version"]
 
 
 class Setup:
