@@ -110,6 +110,7 @@ class WorkspaceFeature:
         self.graph = DependencyGraph()
         self._rules: dict[Path, IgnoreRules] = {}
         self._seen: dict[Path, str] = {}  # path -> digest of the text last handled
+        self._kernels: dict[Path, tuple[str, list[str]]] = {}  # path -> (digest, kernel names) for the summary
         self._queue: OrderedDict[Path, None] = OrderedDict()
         self._in_flight: set[Path] = set()
         self._early: list[tuple[Path, str]] = []  # events that came before the scan ended
@@ -191,10 +192,9 @@ class WorkspaceFeature:
         if truncated:
             self._tell_user(f"kernel-lsp: the workspace has more than {self.state.files} files; only those are "
                             "checked and watched (add folders to 'workspaceExclude')")
-        if settings.workspace_check:
-            for path in sorted(kernel_paths):
-                if self._checked_alone(path):
-                    self._enqueue(path)
+        for path in sorted(kernel_paths):
+            if self._checked_alone(path):
+                self._enqueue(path)
         await self._watch(roots, client_can_watch, settings.watch)
         for path, kind in self._early:
             self._coalescer.add(path, kind)
@@ -342,6 +342,7 @@ class WorkspaceFeature:
 
     def _forget(self, path: Path, open_docs: dict[Path, OpenDocument]) -> None:
         self._seen.pop(path, None)
+        self._kernels.pop(path, None)
         self.graph.remove(path)
         self.state.kernel_paths.discard(path)
         self._queue.pop(path, None)
@@ -363,7 +364,8 @@ class WorkspaceFeature:
     # --- the background queue -----------------------------------------------------------------------------
 
     def _enqueue(self, path: Path) -> None:
-        if path in self._queue:
+        """A closed file's check queued (only with `workspaceCheck`: off, closed files are not compiled at all)."""
+        if path in self._queue or not self.settings.settings.workspace_check:
             return
         if len(self._queue) >= self.settings.settings.max_queued_checks:
             self.state.dropped += 1
@@ -415,10 +417,9 @@ class WorkspaceFeature:
                 state = "checking"
             elif uri not in self.store.uris():
                 state = "not checked"
-            text = document.source if document is not None else None
             files.append({
                 "uri": uri, "path": str(path), "open": document is not None,
-                "kernels": kernel_names(path, text),
+                "kernels": self._kernel_names(path, document),
                 "compile": state, "errors": errors, "warnings": warnings,
                 "resources": resources(findings),
                 "verify": self.verify.summary_of(uri),
@@ -430,6 +431,20 @@ class WorkspaceFeature:
                 "watchProblem": state.watch_problem, "queued": self.queued, "dropped": state.dropped,
                 "batches": state.batches, "closedChecks": self.compile.closed_checks, "cache": state.cache,
                 "cacheProblem": state.cache_problem}
+
+    def _kernel_names(self, path: Path, document: OpenDocument | None) -> list[str]:
+        """The file's kernels, parsed again only when its text changed (the summary is asked for often)."""
+        text = document.source if document is not None else None
+        key = digest(text) if text is not None else self._seen.get(path)
+        known = self._kernels.get(path)
+        if known is not None and key is not None and known[0] == key:
+            return known[1]
+        if text is None:
+            text = read_text(path) or ""
+            key = digest(text)
+        names = kernel_names(path, text)
+        self._kernels[path] = (key, names)
+        return names
 
     def _open_by_path(self) -> dict[Path, OpenDocument]:
         found = {}

@@ -271,3 +271,21 @@ async def test_the_background_queue_is_bounded_and_says_so(setup: Setup) -> None
         assert any("maxQueuedChecks" in m.message for m in client.messages), [m.message for m in client.messages]
     finally:
         await client.shutdown_session()
+
+
+async def test_with_workspace_check_off_closed_files_are_listed_not_compiled(setup: Setup) -> None:
+    (setup.workspace / "scale.cuh").write_text(HEADER_OK)
+    kernel = setup.workspace / "scale.cu"
+    kernel.write_text(KERNEL)
+    client = await start(setup, workspaceCheck=False)
+    try:
+        state = await wait_idle(client)
+        assert [(f["path"], f["compile"], f["kernels"]) for f in state["files"]] == \
+            [(str(kernel.resolve()), "not checked", ["scale"])]
+        (setup.workspace / "scale.cuh").write_text(HEADER_BROKEN)
+        await asyncio.sleep(2.0)  # past the coalescing window: the change was seen, and nothing compiled
+        state = await wait_idle(client)
+        assert state["batches"] >= 1 and state["closedChecks"] == 0
+        assert compiles(setup.log) == [] and not published_for(client, path_to_uri(kernel))
+    finally:
+        await client.shutdown_session()
