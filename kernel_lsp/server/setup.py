@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
 
 from kernel_lsp import __version__
 from kernel_lsp.compile.service import CompileService
@@ -40,9 +42,20 @@ from kernel_lsp.worker.environment import cache_dir
 log = logging.getLogger(__name__)
 
 
+class KernelProtocol(LanguageServerProtocol):
+    """JSON-RPC lets a request or notification leave `params` out; pygls's fallback message type for methods
+    outside the LSP (kernelLsp/workspaceSummary) needs it, and would drop such a request unanswered."""
+
+    def structure_message(self, data: dict[str, Any]):
+        if isinstance(data, dict) and "method" in data and "params" not in data:
+            data = {**data, "params": None}
+        return super().structure_message(data)
+
+
 class KernelLanguageServer(LanguageServer):
     def __init__(self) -> None:
-        super().__init__("kernel-lsp", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        super().__init__("kernel-lsp", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
+                         protocol_cls=KernelProtocol)
         self.settings = SettingsManager(warn=lambda m: self.show(m, types.MessageType.Warning))
         self.diagnostics = DiagnosticStore(self.text_document_publish_diagnostics,
                                            visible=lambda f: self.compile.visible(f))

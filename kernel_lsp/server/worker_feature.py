@@ -62,4 +62,6 @@ class WorkerFeature:
             await self._client.close()
 
     def _status_changed(self, status: WorkerStatus) -> None:
+        if self._client is not None and status is not self._client.status:
+            return  # a replaced client closing late ("stopped") says nothing about the worker in use now
         self._notify(STATUS_NOTIFICATION, status.to_dict())

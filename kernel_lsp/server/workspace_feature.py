@@ -165,8 +165,11 @@ class WorkspaceFeature:
         self._flusher = asyncio.ensure_future(self._flush_periodically())
 
     async def start(self, client_can_watch: bool) -> None:
+        """Watching starts first, then the scan: a change made while the scan runs is held (`_early`) and handled
+        once it is done (the same text read twice is handled once), so nothing written after `initialized` is
+        missed."""
         settings = self.settings.settings
-        roots = [f for f in self.settings.folders if f.is_dir()]
+        roots = [f.resolve() for f in self.settings.folders if f.is_dir()]
         if not roots:
             self.state.ready = True
             return
@@ -174,6 +177,8 @@ class WorkspaceFeature:
         excludes = (*DEFAULT_EXCLUDES, *settings.workspace_exclude)
         include_dirs = [Path(d) for d in settings.include_dirs]
         try:
+            self._rules = await asyncio.to_thread(lambda: {r: IgnoreRules.for_folder(r, excludes) for r in roots})
+            await self._watch(roots, client_can_watch, settings.watch)
             found = await asyncio.to_thread(survey, roots, excludes, include_dirs, self.verify.reference_finder())
         except Exception:  # a scan that fails leaves the open documents working
             log.exception("scanning the workspace failed")
@@ -195,7 +200,6 @@ class WorkspaceFeature:
         for path in sorted(kernel_paths):
             if self._checked_alone(path):
                 self._enqueue(path)
-        await self._watch(roots, client_can_watch, settings.watch)
         for path, kind in self._early:
             self._coalescer.add(path, kind)
         self._early.clear()

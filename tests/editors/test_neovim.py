@@ -1,5 +1,7 @@
 """Headless Neovim with editor_clients/neovim talking to the real `kernel-lsp serve`: diagnostics where nvcc puts
-them, the profile and status commands, the edit handler, and a server stdout that holds nothing but LSP frames."""
+them, the profile and status commands, the workspace summary (an open broken file and a closed good one) with its
+quickfix list and the kernelLsp/visibleDocuments it sends, the edit handler, and a server stdout that holds nothing
+but LSP frames."""
 
 from __future__ import annotations
 
@@ -183,6 +185,97 @@ def test_profile_status_and_restart_commands_and_a_clean_server_stdout(nvim: str
     methods = {message.get("method") for message in messages}
     assert {"textDocument/publishDiagnostics", "$/progress", "window/showMessage", "kernelLsp/workerStatus"} <= methods
     assert " INFO: " in server_log.read_text()  # the logs went to stderr
+
+
+@pytest.mark.nvcc
+@needs_nvcc
+def test_workspace_summary_lists_open_and_closed_files_and_fills_the_quickfix_list(nvim: str, tmp_path: Path):
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'neovim-summary-test'\n")
+    document = tmp_path / "kernels" / "bad.cu"
+    document.parent.mkdir()
+    document.write_text(BAD)
+    (tmp_path / "good.cu").write_text(GOOD)  # never opened: the server's workspace check compiles it
+    setup = f'require("kernel_lsp").setup({{ python = {lua(sys.executable)} }})'
+    result = run_nvim(nvim, tmp_path, document, setup, """
+  local kernel_lsp, workspace = require("kernel_lsp"), require("kernel_lsp.workspace")
+  local bad = vim.api.nvim_get_current_buf()
+  assert(vim.wait(10000, function() return kernel_lsp.client(bad) ~= nil end, 50), "the client did not attach")
+  local id = kernel_lsp.client(bad).id
+  out.diagnostics = vim.wait(30000, function()
+    return #vim.diagnostic.get(bad, { severity = vim.diagnostic.severity.ERROR }) > 0
+  end, 50)
+  out.uri = vim.uri_from_bufnr(bad)
+  out.visible_at_start = workspace.last_visible[id]
+  -- the summary until the closed file has been checked as well (the scan and its check run in the background)
+  local deadline, lines = vim.loop.now() + 35000, {}
+  repeat
+    local answered
+    kernel_lsp.summary(function(shown) answered = shown end)
+    vim.wait(5000, function() return answered ~= nil end, 20)
+    lines = answered or {}
+    local text = table.concat(lines, "\\n")
+    out.settled = text:find("\\ncompiles +good%.cu") ~= nil and text:find("\\nerrors +kernels/bad%.cu") ~= nil
+    if not out.settled then vim.wait(500) end
+  until out.settled or vim.loop.now() > deadline
+  out.lines = lines
+  out.summary = kernel_lsp.last_summary
+  local summary_buffer = vim.fn.bufnr(workspace.BUFFER_NAME)
+  out.buffer = vim.api.nvim_buf_get_lines(summary_buffer, 0, -1, false)
+  out.summary_shown = vim.api.nvim_get_current_buf() == summary_buffer
+  local qf = vim.fn.getqflist({ title = 1, items = 1 })
+  out.qf_title = qf.title
+  out.qf = {}
+  for _, item in ipairs(qf.items) do
+    table.insert(out.qf, { file = vim.api.nvim_buf_get_name(item.bufnr), lnum = item.lnum, text = item.text })
+  end
+  -- <CR> on good.cu's line opens it in the window used before; the server hears that it is the active document
+  for index, line in ipairs(out.buffer) do
+    if line:find("good%.cu") then vim.api.nvim_win_set_cursor(0, { index, 0 }) end
+  end
+  workspace.open_under_cursor(summary_buffer)
+  out.opened = vim.api.nvim_buf_get_name(0)
+  local good_uri = vim.uri_from_bufnr(0)
+  out.visible_after = vim.wait(10000, function()
+    local sent = workspace.last_visible[id]
+    return sent ~= nil and sent.active == good_uri
+  end, 50) and workspace.last_visible[id]
+  -- bad.cu fixed and saved: the next summary empties the quickfix list it filled
+  vim.api.nvim_set_current_buf(bad)
+  vim.api.nvim_buf_set_lines(bad, 2, 3, false, { "__global__ void f(int* p){ p[0] = 1; }" })
+  vim.cmd("silent write")
+  local fixed = vim.wait(30000, function()
+    local answered
+    kernel_lsp.summary(function(shown) answered = shown end)
+    vim.wait(5000, function() return answered ~= nil end, 20)
+    return answered ~= nil and table.concat(answered, "\\n"):find("\\ncompiles +kernels/bad%.cu") ~= nil
+  end, 500)
+  out.fixed_qf = fixed and vim.fn.getqflist({ title = 1, size = 1 })
+""")
+    uri = result["uri"]
+    assert result["diagnostics"], f"no diagnostics within 30 s: {result['shown']}"
+    assert result["settled"], f"the summary never showed bad.cu with errors and good.cu compiling: {result['lines']}"
+    # one line per file: errors first, then the files that compile; each with its kernels and counts
+    header, first, second = result["lines"]
+    assert header.startswith(f"kernel-lsp [{tmp_path}]: 2 kernel files of "), header
+    assert " · watching: " in header and " queued" in header, header
+    assert re.fullmatch(r"errors +kernels/bad\.cu +\[f\] \| 1 error \| open", first), first
+    assert re.fullmatch(r"compiles +good\.cu +\[scale\]", second), second
+    assert result["buffer"] == result["lines"] and result["summary_shown"]
+    files = {Path(f["path"]).name: f for f in result["summary"]["files"]}
+    assert (files["bad.cu"]["compile"], files["bad.cu"]["open"], files["bad.cu"]["errors"]) == ("errors", True, 1)
+    assert (files["good.cu"]["compile"], files["good.cu"]["open"]) == ("compiles", False)
+    # the quickfix list: the broken file's error where nvcc puts it
+    assert result["qf_title"] == "kernel-lsp: files with errors"
+    assert [(Path(q["file"]).name, q["lnum"]) for q in result["qf"]] == [("bad.cu", 3)], result["qf"]
+    assert "undefined" in result["qf"][0]["text"]
+    assert any("1 file with errors in the quickfix list" in e["text"] for e in result["shown"]), result["shown"]
+    # kernelLsp/visibleDocuments: the opened file once the server was up, then the file opened from the summary
+    assert result["visible_at_start"] == {"active": uri, "visible": [uri]}, result["visible_at_start"]
+    assert result["opened"] == str(tmp_path / "good.cu")
+    after = result["visible_after"]
+    assert after and after["active"] == (tmp_path / "good.cu").as_uri(), after
+    assert (tmp_path / "good.cu").as_uri() in after["visible"], after
+    assert result["fixed_qf"] == {"title": "kernel-lsp: files with errors", "size": 0}, result["fixed_qf"]
 
 
 def test_edit_handler_declines_annotated_edits_without_a_ui_and_applies_plain_ones(nvim: str, tmp_path: Path):

@@ -1,17 +1,20 @@
 """The packaged extension in a real VS Code: code-server driven by Debian's headless chromium (playwright-core).
 
 A workspace with a broken .cu: the Problems view shows nvcc's error on its line, hovering a kernel name shows the
-server's card, the source actions offer "Profile this kernel", and profiling (which starts the local worker)
-turns the status bar item from "worker: not started" to the worker's state; connecting to a remote worker where
-none listens shows it disconnected. "Optimize This Kernel" on a Triton candidate (an agent pass against a local fake
-Messages API, verified on the CPU worker under TRITON_INTERPRET=1) opens VS Code's refactor preview with the change
-(unticked, as VS Code offers an edit that needs confirmation), the file on disk unchanged until the preview's Apply
-puts the optimized text in the editor (and VS Code saves it). "Import Nsight Compute Profile…" reads the recorded
-H200 export (tests/conftest.py FIXTURES: kernels.cu, ncu_details.csv, ncu_raw.csv, copied into the workspace at that
-step) through code-server's open dialogs, and hovering a kernel of kernels.cu then shows its profile card with the
-export's figures (that part is left out when the fixtures are not there). Screenshots go to
-editor_clients/vscode/e2e-artifacts/ (gitignored). code-server, chromium and playwright-core come from
-editor_clients/vscode/scripts/setup-code-server.sh (cached outside the repository, rebuilt when missing).
+server's card, the source actions offer "Profile this kernel", and profiling (which starts the local worker) turns
+the status bar item from "worker: not started" to the worker's state; connecting to a remote worker where none
+listens shows it disconnected, to the end (the local worker the server closes after the switch reports "stopped"
+late, which the extension does not show). "Optimize This Kernel" on a Triton candidate (an agent pass against a local
+fake Messages API, verified on the CPU worker under TRITON_INTERPRET=1) opens VS Code's refactor preview with the
+change (unticked, as VS Code offers an edit that needs confirmation), the file on disk unchanged until the preview's
+Apply puts the optimized text in the editor (and VS Code saves it). "Show Workspace Summary" lists the workspace's
+kernel files in a quick pick (kernelLsp/workspaceSummary), broken.cu first with its errors, and picking it opens it.
+"Import Nsight Compute Profile…" reads the recorded H200 export (tests/conftest.py FIXTURES: kernels.cu,
+ncu_details.csv, ncu_raw.csv, copied into the workspace at that step) through code-server's open dialogs, and
+hovering a kernel of kernels.cu then shows its profile card with the export's figures (that part is left out when the
+fixtures are not there). Screenshots go to editor_clients/vscode/e2e-artifacts/ (gitignored). code-server, chromium
+and playwright-core come from editor_clients/vscode/scripts/setup-code-server.sh (cached outside the repository,
+rebuilt when missing).
 """
 
 from __future__ import annotations
@@ -172,6 +175,8 @@ def test_problems_hover_and_code_actions_in_code_server(code_server_dir: Path, t
                 "workerCommand": "kernel-lsp: Profile This File", "remoteAddress": f"tcp:127.0.0.1:{_free_port()}",
                 "optimize": {"file": "relu.py", "kernel": "relu_kernel", "workspace": str(workspace),
                              "command": "kernel-lsp: Optimize This Kernel", "marker": "4096", "appliedText": "BLOCK=4096"},
+                "summary": {"command": "kernel-lsp: Show Workspace Summary", "file": "broken.cu",
+                            "until": {"relu.py": "verified"}},
                 "profileImport": {"command": "kernel-lsp: Import Nsight Compute Profile…", "file": "kernels.cu",
                                   "copy": [str(FIXTURES / name) for name in PROFILE_FILES],
                                   "into": str(workspace / "profile"),
@@ -207,6 +212,8 @@ def test_problems_hover_and_code_actions_in_code_server(code_server_dir: Path, t
     # the connect command wrote the worker setting; the server took it through workspace/configuration
     assert seen["remoteStatus"] == "worker: disconnected", seen
     assert "tcp:127.0.0.1:" in seen["remoteTooltip"] and "unavailable" in seen["remoteTooltip"], seen
+    # and it stays the worker shown: the local worker closed after the switch does not turn it into "not started"
+    assert re.fullmatch(r"worker: (disconnected|starting|restarting)", seen["finalStatus"]), seen["finalStatus"]
     written = json.loads((workspace / ".vscode" / "settings.json").read_text())
     assert written["kernelLsp.worker"].startswith("tcp:") and written["kernelLsp.verifyDevice"] == "cpu", written
     # the optimize pass: the model reached with the key from the environment, the change previewed, not yet on disk
@@ -222,6 +229,20 @@ def test_problems_hover_and_code_actions_in_code_server(code_server_dir: Path, t
     # applied: the editor holds the optimized text, and VS Code saved it (files.refactoring.autoSave, on by default)
     assert "BLOCK=4096" in optimized["editor"] and "BLOCK=64" not in optimized["editor"], optimized["editor"]
     assert optimized["diskAfterApply"] == FAST == (workspace / "relu.py").read_text()
+    # the workspace summary: every kernel file, broken.cu first with its error; picking it opened it
+    summary = seen["summary"]
+    rows = {row["label"]: row for row in summary["rows"]}
+    assert list(rows)[0] == "broken.cu", summary
+    assert rows["broken.cu"]["icons"] == ["codicon-error"], summary
+    assert rows["broken.cu"]["description"] == "errors · 2 kernels · open", summary
+    assert rows["broken.cu"]["detail"] == "1 error", summary
+    # the optimized candidate, verified on the CPU worker after the preview was applied and saved
+    relu = rows["relu.py"]["description"]
+    assert re.fullmatch(r"compiles · 1 kernel · verified [\d.]+× eager \(CPU\) · open", relu), summary
+    assert rows["relu.py"]["icons"] == ["codicon-check"], summary
+    assert re.fullmatch(r"\d+ kernel files? of \d+ scanned · watching: \w+ · \d+ queued", summary["placeholder"]), \
+        summary["placeholder"]
+    assert summary["opened"].startswith("broken.cu"), summary
     # the imported profile: the notification's summary, then the kernel's card with the export's own figures
     if profiles:
         imported = seen["profileImport"]

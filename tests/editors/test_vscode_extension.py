@@ -28,12 +28,14 @@ from kernel_lsp.server.profile_feature import IMPORT_COMMAND, PROFILE_COMMAND
 from kernel_lsp.server.settings import SECTION
 from kernel_lsp.server.verify_feature import VERIFY_COMMAND
 from kernel_lsp.server.worker_feature import STATUS_COMMAND, STATUS_NOTIFICATION
+from kernel_lsp.server.workspace_feature import SUMMARY_REQUEST, VISIBLE_NOTIFICATION
 from tests.editors.vscode_helpers import built_extension
 
 pytestmark = pytest.mark.timeout(900)
 
 EXTENSION_COMMANDS = {"kernelLsp.verify", "kernelLsp.profile", "kernelLsp.optimize", "kernelLsp.importProfile",
-                      "kernelLsp.restartServer", "kernelLsp.showWorkerLog", "kernelLsp.connectRemoteWorker"}
+                      "kernelLsp.restartServer", "kernelLsp.showWorkerLog", "kernelLsp.connectRemoteWorker",
+                      "kernelLsp.workspaceSummary"}
 SECRET_COMMANDS = {"anthropic_api_key": "kernelLsp.setAnthropicApiKey"}
 CLIENT_SETTINGS = {"kernelLsp.server.pythonPath", "kernelLsp.server.logLevel", "kernelLsp.trace.server"}
 JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string"}
@@ -67,9 +69,9 @@ def test_manifest_lists_the_commands(built: dict[str, Any]) -> None:
 
 
 def test_bundle_speaks_the_servers_names(built: dict[str, Any]) -> None:
-    """The command ids, the status notification and the settings section as the server defines them."""
+    """The command ids, the custom requests and notifications and the settings section as the server defines them."""
     for name in (VERIFY_COMMAND, PROFILE_COMMAND, IMPORT_COMMAND, OPTIMIZE_COMMAND, STATUS_COMMAND,
-                 STATUS_NOTIFICATION):
+                 STATUS_NOTIFICATION, SUMMARY_REQUEST, VISIBLE_NOTIFICATION):
         assert f'"{name}"' in built["bundle"], name
     assert f'"{SECTION}"' in built["bundle"]
 

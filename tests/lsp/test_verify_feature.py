@@ -250,3 +250,46 @@ async def test_saving_the_reference_verifies_its_open_candidates_and_a_newer_sav
     ends = [reports[-1] for reports in verify_progress(cpu)]
     assert [end.message for end in ends] == ["cancelled", lens.command.title]
     assert lens_titles(await code_lenses(cpu, reference_uri)) == []  # the reference is no candidate itself
+
+
+async def summary_entry(client: LanguageClient, path: Path) -> dict | None:
+    state = await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="kernel-lsp.workspaceSummary"))
+    return next((f for f in state["files"] if f["path"] == str(path.resolve())), None)
+
+
+@pytest_lsp.fixture(config=server_config({"TRITON_INTERPRET": "1"}))
+async def watched(lsp_client: LanguageClient, workspace: Path):
+    """As `cpu`, watching the disk itself (the test client does not send workspace/didChangeWatchedFiles)."""
+    await lsp_client.initialize_session(initialize_params(workspace, {**CPU_SETTINGS, "watch": "watchdog"}))
+    yield
+    await lsp_client.shutdown_session()
+
+
+async def test_a_closed_candidate_is_verified_again_when_its_reference_changes_on_disk(watched: LanguageClient,
+                                                                                       workspace: Path):
+    """Never opened: written on disk after the start (as a checkout would), verified in the background, its verdict
+    published and listed in the workspace summary; the reference changed on disk -> verified again, the mismatch
+    gone. (Candidates already there at the start are compile-checked, not verified: that waits for a change.)"""
+    deadline = time.monotonic() + 30
+    while not (await watched.workspace_execute_command_async(types.ExecuteCommandParams(
+            command="kernel-lsp.workspaceSummary")))["ready"]:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+    (workspace / "relu.py").write_text(REFERENCE)
+    path = workspace / "relu_new.py"
+    path.write_text(candidate("0.5"))
+    uri = path.resolve().as_uri()
+    rejected = await wait_for_publish(watched, uri, lambda p: "verify-mismatch" in verify_codes(p), timeout=240)
+    assert rejected.version is None
+    entry = await summary_entry(watched, path)
+    assert entry is not None and not entry["open"] and entry["verify"].startswith("rejected"), entry
+
+    mark = len(watched.published)
+    (workspace / "relu.py").write_text(REFERENCE.replace("torch.relu(x)", "torch.clamp(x, min=0.5)"))
+    deadline = time.monotonic() + 240
+    while not (entry := await summary_entry(watched, path))["verify"].startswith("correct 2/2"):
+        assert time.monotonic() < deadline, entry
+        await asyncio.sleep(0.2)
+    published = [p for _, p in watched.published[mark:] if p.uri == uri]
+    assert published and verify_codes(published[-1]) == [] and published[-1].version is None

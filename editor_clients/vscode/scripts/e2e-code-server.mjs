@@ -1,7 +1,8 @@
 // Drives code-server in Debian's headless chromium (playwright-core from the setup folder): opens a .cu file,
 // reads the Problems view, hovers a kernel name, lists the source actions; optionally optimizes a candidate and
 // reads VS Code's refactor preview of the result before applying it, and imports an Nsight Compute profile through
-// the open dialogs and reads a kernel's hover card; screenshots into the artifacts folder.
+// the open dialogs and reads a kernel's hover card; lists the workspace summary's quick pick and opens a file from it;
+// screenshots into the artifacts folder.
 // Usage: node e2e-code-server.mjs CONFIG.json; prints one JSON object with what it saw.
 import fs from "node:fs";
 import { createRequire } from "node:module";
@@ -11,7 +12,8 @@ const config = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
 const { chromium } = createRequire(path.join(config.setupDir, "package.json"))("playwright-core");
 const WAIT_MS = config.waitMs ?? 90_000;
 const seen = { problems: [], hover: "", actions: "", status: "", workerStatus: "", remoteStatus: "", remoteTooltip: "",
-  optimize: null, profileImport: null, screenshots: [], steps: [] };
+  finalStatus: "",
+  optimize: null, summary: null, profileImport: null, screenshots: [], steps: [] };
 
 async function shot(page, name) {
   const file = path.join(config.artifacts, `${name}.png`);
@@ -252,6 +254,65 @@ async function importProfile(page, { command, copy, into, details, raw, file, ke
   });
 }
 
+/** The rows of the open quick pick: label, description and detail, and the codicons of the label. */
+async function quickPickRows(page) {
+  return page.locator(".quick-input-widget .quick-input-list .monaco-list-row").evaluateAll((rows) => rows.map(
+    (row) => {
+      const text = (selector) => (row.querySelector(selector)?.textContent ?? "").replace(/\s+/g, " ").trim();
+      return {
+        label: text(".quick-input-list-label .label-name"),
+        description: text(".quick-input-list-label .label-description"),
+        detail: text(".quick-input-list-label-meta"),
+        icons: [...row.querySelectorAll(".quick-input-list-label .codicon")].flatMap((icon) => [...icon.classList]
+          .filter((name) => name.startsWith("codicon-") && name !== "codicon-modifier-spin")),
+      };
+    }));
+}
+
+/**
+ * "Show Workspace Summary": reads the quick pick (its placeholder and rows) once it lists `file`, asking again while
+ * a row still says `checking` or `verifying…`, or a row named in `until` (label -> text) lacks that text in its
+ * description (for at most `settleMs`); keeps a screenshot, then types `file` into the quick pick and picks it: its
+ * editor must become the active one.
+ */
+async function workspaceSummary(page, { command, file, until = {}, settleMs = 30_000 }) {
+  const result = { placeholder: "", title: "", rows: [], attempts: 0, opened: "" };
+  seen.summary = result;
+  const widget = page.locator(".quick-input-widget");
+  await step("workspace summary: quick pick", async () => {
+    await palette(page, "Notifications: Clear All Notifications");  // the earlier steps' toasts, off the screenshot
+    const deadline = Date.now() + settleMs;
+    for (;;) {
+      result.attempts += 1;
+      await palette(page, command);
+      await widget.locator(".monaco-list-row", { hasText: file }).first().waitFor({ state: "visible", timeout: WAIT_MS });
+      await page.waitForTimeout(300);  // every row rendered
+      result.placeholder = await widget.locator(".quick-input-box input").getAttribute("placeholder") ?? "";
+      result.title = (await widget.locator(".quick-input-title").innerText().catch(() => "")).trim();
+      result.rows = await quickPickRows(page);
+      const busy = result.rows.some((row) => /checking|verifying/.test(row.description))
+        || Object.entries(until).some(([label, text]) => !result.rows.some((row) => row.label === label
+          && row.description.includes(text)));
+      if (!busy || Date.now() > deadline) {
+        break;
+      }
+      await page.keyboard.press("Escape");
+      await page.waitForTimeout(1000);
+    }
+    await page.mouse.move(700, 760);  // off the quick pick, where its tooltip would cover the title
+    await page.waitForTimeout(1000);  // the editor's code lens catches up with the verification the list shows
+    await shot(page, "workspace-summary");
+  });
+  await step("workspace summary: open a file", async () => {
+    await widget.locator(".quick-input-box input").fill(file);
+    await widget.locator(".monaco-list-row", { hasText: file }).first().waitFor({ state: "visible", timeout: WAIT_MS });
+    await page.keyboard.press("Enter");
+    const tab = page.locator(".tabs-container .tab.active", { hasText: file }).first();
+    await tab.waitFor({ state: "visible", timeout: WAIT_MS });
+    result.opened = (await tab.innerText()).replace(/\s+/g, " ").trim();
+  });
+}
+
 const browser = await chromium.launch({ executablePath: config.chromium, headless: true,
   args: ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"] });
 let failure = null;
@@ -306,6 +367,9 @@ try {
   if (config.optimize) {
     await optimize(page, config.optimize);
   }
+  if (config.summary) {
+    await workspaceSummary(page, config.summary);
+  }
   if (config.remoteAddress) {
     await step("connect to a remote worker", async () => {
       await palette(page, "kernel-lsp: Connect to a Remote Worker");
@@ -326,6 +390,10 @@ try {
   if (config.profileImport) {
     await importProfile(page, config.profileImport);
   }
+  await step("final status bar", async () => {
+    const item = page.locator(".statusbar-item", { hasText: /worker:|: idle|: busy/ }).first();
+    seen.finalStatus = (await item.innerText({ timeout: WAIT_MS })).trim();
+  });
 } catch (error) {
   failure = String(error);
   const pages = browser.contexts().flatMap((c) => c.pages());

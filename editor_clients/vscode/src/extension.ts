@@ -30,12 +30,17 @@ import {
 import { Interpreter, resolveInterpreter, serverExecutable, which } from "./pure/interpreter";
 import { CommandResult, outcomeMessage } from "./pure/outcome";
 import { API_KEY_ENV, API_KEY_SECRET, SECTION, SectionReader, needsRestart, sectionKeys, serverSettings } from "./pure/settings";
-import { STATUS_NOTIFICATION, ServerState, WorkerStatus, statusLogLine, statusView } from "./pure/status";
+import { STATUS_NOTIFICATION, ServerState, WorkerStatus, replacesShownStatus, statusLogLine, statusView }
+  from "./pure/status";
+import { SUMMARY_PARAMS, SUMMARY_REQUEST, SUMMARY_TIMEOUT_MS, SummaryItem, summaryFailure, summaryView } from "./pure/summary";
+import { ShownDocument, VISIBLE_NOTIFICATION, VisibleDocuments, VisibleDocumentsSender, visibleDocuments }
+  from "./pure/visible";
 import { workerAddressProblem } from "./pure/workerAddress";
 
 const CLIENT_ID = "kernelLsp";  // the trace setting is CLIENT_ID + ".trace.server"
 const PYTHON_EXTENSION = "ms-python.python";
 const IMPORT_CHECK_TIMEOUT_MS = 30_000;
+const TIMED_OUT = Symbol("timed out");
 
 let extension: KernelLspExtension | undefined;
 
@@ -76,6 +81,9 @@ class KernelLspExtension {
   private serverState: ServerState = "stopped";
   private workerStatus: WorkerStatus | undefined;
   private lifecycle: Promise<void> = Promise.resolve();  // start / stop / restart, one after another
+  private readonly visible = new VisibleDocumentsSender(
+    (params) => void this.client?.sendNotification(VISIBLE_NOTIFICATION, params).catch(() => undefined),
+    () => this.visibleDocuments());
 
   constructor(private readonly context: vscode.ExtensionContext) {}
 
@@ -91,12 +99,16 @@ class KernelLspExtension {
     }
     subscriptions.push(
       vscode.commands.registerCommand("kernelLsp.importProfile", (...args: unknown[]) => this.importProfile(args)),
+      vscode.commands.registerCommand("kernelLsp.workspaceSummary", () => this.workspaceSummary()),
       vscode.commands.registerCommand("kernelLsp.restartServer", () => this.restart("restart requested")),
       vscode.commands.registerCommand("kernelLsp.showWorkerLog", () => this.showWorkerLog()),
       vscode.commands.registerCommand("kernelLsp.connectRemoteWorker", () => this.connectRemoteWorker()),
       vscode.commands.registerCommand("kernelLsp.setAnthropicApiKey", () => this.setApiKey()),
       vscode.commands.registerCommand("kernelLsp.clearAnthropicApiKey", () => this.clearApiKey()),
       vscode.workspace.onDidChangeConfiguration((event) => this.configurationChanged(event)),
+      vscode.window.onDidChangeActiveTextEditor(() => this.visible.changed()),
+      vscode.window.onDidChangeVisibleTextEditors(() => this.visible.changed()),
+      { dispose: () => this.visible.cancel() },
     );
     this.watchPythonExtension();
     void this.restart("activated");  // commands wait for it; activation itself does not
@@ -154,6 +166,10 @@ class KernelLspExtension {
       if (this.client === client) {
         this.setServerState(event.newState === State.Running ? "running"
           : event.newState === State.Starting ? "starting" : "stopped");
+        if (event.newState === State.Running) {
+          this.visible.reset();  // a new (or restarted) server process knows nothing of the editors yet
+          this.visible.flush();
+        }
       }
     });
     client.onNotification(STATUS_NOTIFICATION, (status: WorkerStatus) => this.workerStatusChanged(status));
@@ -279,9 +295,11 @@ class KernelLspExtension {
   }
 
   private workerStatusChanged(status: WorkerStatus): void {
-    this.workerStatus = status;
     this.workerLog.appendLine(statusLogLine(status, new Date()));
-    this.render();
+    if (replacesShownStatus(this.workerStatus, status)) {
+      this.workerStatus = status;
+      this.render();
+    }
   }
 
   private render(): void {
@@ -298,6 +316,22 @@ class KernelLspExtension {
         "first job (verify, profile, optimize); its own log lines appear in the kernel-lsp channel");
     }
     this.workerLog.show(true);
+  }
+
+  // --- the documents on screen --------------------------------------------------------------------------
+
+  /** What the editors show, as the running server should hear it; undefined when no server runs. */
+  private visibleDocuments(): VisibleDocuments | undefined {
+    const client = this.client;
+    if (!client?.isRunning()) {
+      return undefined;
+    }
+    const shown = (editor: vscode.TextEditor): ShownDocument => ({
+      scheme: editor.document.uri.scheme,
+      uri: client.code2ProtocolConverter.asUri(editor.document.uri),
+    });
+    const active = vscode.window.activeTextEditor;
+    return visibleDocuments(active && shown(active), vscode.window.visibleTextEditors.map(shown));
   }
 
   // --- commands --------------------------------------------------------------------------------------------
@@ -383,6 +417,54 @@ class KernelLspExtension {
       defaultUri: vscode.Uri.joinPath(detailsUri, ".."),
     });
     return { details: detailsUri.fsPath, raw: raw?.[0]?.fsPath };
+  }
+
+  /** The server's workspace summary as a quick pick of the kernel files; picking one opens it. */
+  private async workspaceSummary(): Promise<void> {
+    const client = await this.runningClient();
+    if (client === undefined) {
+      return;
+    }
+    // a cancelled request may never be answered: the time limit is a race, and the request cancelled after it
+    const cancel = new vscode.CancellationTokenSource();
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const timeout = new Promise<typeof TIMED_OUT>((resolve) => {
+      timer = setTimeout(() => resolve(TIMED_OUT), SUMMARY_TIMEOUT_MS);
+    });
+    let answer: unknown;
+    try {
+      answer = await vscode.window.withProgress({ location: vscode.ProgressLocation.Window,
+        title: "kernel-lsp: workspace summary" },
+      () => Promise.race([client.sendRequest<unknown>(SUMMARY_REQUEST, SUMMARY_PARAMS, cancel.token), timeout]));
+    } catch (error) {
+      cancel.dispose();
+      say({ level: "error", text: summaryFailure(error, false) });
+      return;
+    } finally {
+      clearTimeout(timer);
+    }
+    if (answer === TIMED_OUT) {
+      cancel.cancel();
+      cancel.dispose();
+      say({ level: "warning", text: summaryFailure(undefined, true) });
+      return;
+    }
+    cancel.dispose();
+    const folders = (vscode.workspace.workspaceFolders ?? []).map((folder) => folder.uri.fsPath);
+    const view = summaryView(answer, folders);
+    if (view.kind === "message") {
+      say(view);
+      return;
+    }
+    const picked = await vscode.window.showQuickPick<SummaryItem & vscode.QuickPickItem>(view.items, {
+      title: view.title,
+      placeHolder: view.placeholder,
+      matchOnDescription: true,
+      matchOnDetail: true,
+    });
+    if (picked !== undefined) {
+      await vscode.window.showTextDocument(client.protocol2CodeConverter.asUri(picked.uri), { preview: false });
+    }
   }
 
   private async connectRemoteWorker(): Promise<void> {

@@ -49,6 +49,10 @@ function fakeVscode(settings: Record<string, unknown>, recorded: Recorded): unkn
       showErrorMessage: async (message: string) => { recorded.errors.push(message); return undefined; },
       showWarningMessage: async () => undefined,
       showInformationMessage: async () => undefined,
+      onDidChangeActiveTextEditor: () => disposable,
+      onDidChangeVisibleTextEditors: () => disposable,
+      activeTextEditor: undefined,
+      visibleTextEditors: [],
     },
     commands: {
       registerCommand: (id: string) => { recorded.commands.push(id); return disposable; },

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { WorkerStatus, statusLogLine, statusView } from "../src/pure/status";
+import { WorkerStatus, replacesShownStatus, statusLogLine, statusView } from "../src/pure/status";
 
 const connected: WorkerStatus = { state: "connected", address: "local", gpu: "NVIDIA H100 80GB HBM3", driver: "550.54",
   memory_free_mib: 80000, running_jobs: 0, restarts: 0, message: null, busy: false };
@@ -43,4 +43,16 @@ test("before any job: a local worker is not started, a remote one not connected"
 test("log lines carry the time, the address, the state and the message", () => {
   const line = statusLogLine({ ...connected, running_jobs: 1, busy: true, restarts: 2 }, new Date(Date.UTC(2026, 0, 2)));
   assert.equal(line, "[2026-01-02T00:00:00.000Z] local worker connected gpu=NVIDIA H100 80GB HBM3 busy (1 job) restarts=2");
+});
+
+test("a replaced connection's late 'stopped' does not hide the worker now in use", () => {
+  const remote: WorkerStatus = { state: "failed", address: "tcp:127.0.0.1:7777", message: "Connection refused" };
+  const oldLocal: WorkerStatus = { state: "stopped", address: "local" };
+  assert.equal(replacesShownStatus(remote, oldLocal), false);  // the local worker closed after the switch
+  assert.equal(replacesShownStatus({ ...connected, address: "tcp:h:1" }, oldLocal), false);
+  assert.equal(replacesShownStatus(connected, oldLocal), true);  // the worker in use stopped
+  assert.equal(replacesShownStatus(undefined, oldLocal), true);
+  assert.equal(replacesShownStatus({ state: "stopped", address: "tcp:h:1" }, oldLocal), true);
+  assert.equal(replacesShownStatus(connected, remote), true);  // anything else from another address: a new worker
+  assert.equal(replacesShownStatus(remote, { ...connected, state: "starting" }), true);
 });

@@ -2,6 +2,7 @@
 -- (vim.lsp.start_client + buf_attach_client on 0.7, vim.lsp.start on 0.8 and later) and adds the
 -- :KernelLsp* commands. Usage: require("kernel_lsp").setup({ ... }) (see the README for the options).
 local handlers = require("kernel_lsp.handlers")
+local workspace = require("kernel_lsp.workspace")
 
 local M = {}
 
@@ -16,6 +17,18 @@ local DEFAULTS = {
 
 M.config = vim.deepcopy(DEFAULTS)
 local clients = {} -- root folder -> client id
+local SUMMARY_TIMEOUT_MS = 10000
+
+-- The ids of the running kernel-lsp clients.
+local function running_ids()
+  local ids = {}
+  for _, id in pairs(clients) do
+    if vim.lsp.get_client_by_id(id) then
+      table.insert(ids, id)
+    end
+  end
+  return ids
+end
 
 local function server_cmd()
   if M.config.cmd then
@@ -65,9 +78,13 @@ local function client_config(root)
     settings = settings and { kernelLsp = settings } or nil,
     capabilities = capabilities(),
     handlers = handlers.for_client(),
+    on_init = function()
+      workspace.schedule_visible(running_ids) -- what the windows show, once the server can hear it
+    end,
     on_exit = function(code, signal, client_id)
       handlers.tasks[client_id] = nil
       handlers.worker_status[client_id] = nil
+      workspace.last_visible[client_id] = nil
       if code ~= 0 and signal ~= 15 then
         vim.schedule(function()
           handlers.notify(string.format("the server exited (code %d, signal %d); :KernelLspRestart starts it again",
@@ -160,6 +177,42 @@ function M.execute(command, extra)
   end, bufnr)
 end
 
+-- kernelLsp/workspaceSummary to the current buffer's server (else the first one running): the kernel files in the
+-- summary buffer (<CR> on a line opens its file), the files with errors in the quickfix list. `callback(lines,
+-- summary)`, when given, gets what was shown; the answer also stays in `require("kernel_lsp").last_summary`.
+function M.summary(callback)
+  local bufnr = vim.api.nvim_get_current_buf()
+  local client = M.client(bufnr)
+  if not client then
+    local id = running_ids()[1]
+    client = id and vim.lsp.get_client_by_id(id)
+  end
+  if not client then
+    handlers.notify("no server running (open a CUDA or Python file first)", vim.log.levels.WARN)
+    return
+  end
+  local answered = false
+  vim.defer_fn(function()
+    if not answered then
+      handlers.notify(string.format("no workspace summary from the server within %d s (it may be busy scanning); "
+        .. "try again", SUMMARY_TIMEOUT_MS / 1000), vim.log.levels.WARN)
+    end
+  end, SUMMARY_TIMEOUT_MS)
+  -- no parameters, but an empty object: pygls cannot read a request without `params`, and then never answers
+  request(client, workspace.SUMMARY_REQUEST, vim.empty_dict(), function(err, result)
+    answered = true
+    if err then
+      handlers.notify("the workspace summary failed: " .. (err.message or vim.inspect(err)), vim.log.levels.ERROR)
+      return
+    end
+    M.last_summary = result
+    local lines = workspace.present_summary(result, client.config.root_dir)
+    if callback then
+      callback(lines, result)
+    end
+  end, bufnr)
+end
+
 -- One line per running server: its root, the worker's state, and the tasks in progress.
 function M.status_lines()
   local lines = {}
@@ -233,6 +286,9 @@ local function define_commands()
     M.execute("kernel-lsp.optimize")
   end, { desc = "kernel-lsp: start an optimization pass on this candidate" })
   command("KernelLspRestart", M.restart, { desc = "kernel-lsp: restart the server" })
+  command("KernelLspSummary", function()
+    M.summary()
+  end, { desc = "kernel-lsp: the workspace's kernel files, their compile and verify state; errors to quickfix" })
   command("KernelLspStatus", function()
     for _, line in ipairs(M.status_lines()) do
       vim.api.nvim_echo({ { line } }, true, {})
@@ -261,6 +317,15 @@ function M.setup(options)
     pattern = M.config.filetypes,
     callback = function(args)
       M.attach(args.buf)
+    end,
+  })
+  -- kernelLsp/visibleDocuments: the server checks the current buffer first, then the ones the windows show
+  vim.api.nvim_create_autocmd({ "BufEnter", "WinEnter", "WinClosed" }, {
+    group = group,
+    callback = function()
+      if next(clients) then
+        workspace.schedule_visible(running_ids)
+      end
     end,
   })
   define_commands()

@@ -12,6 +12,7 @@ export const EXTENSION_COMMANDS: readonly string[] = [
   ...Object.keys(DOCUMENT_COMMANDS),
   "kernelLsp.restartServer",
   "kernelLsp.importProfile",
+  "kernelLsp.workspaceSummary",
   "kernelLsp.showWorkerLog",
   "kernelLsp.connectRemoteWorker",
   "kernelLsp.setAnthropicApiKey",

@@ -96,6 +96,16 @@ function tooltipLines(status: WorkerStatus | undefined, configuredWorker: string
   return lines;
 }
 
+/**
+ * Whether a notification replaces the status shown. The server replaces its worker connection when the worker
+ * settings change and closes the old one in the background: the old one's last word ("stopped", with the old
+ * address) can arrive after the new connection's first ones, and says nothing about the worker now in use.
+ */
+export function replacesShownStatus(shown: WorkerStatus | undefined, incoming: WorkerStatus): boolean {
+  return !(incoming.state === "stopped" && shown !== undefined && shown.state !== "stopped"
+    && shown.address !== incoming.address);
+}
+
 /** One line of the worker log channel. */
 export function statusLogLine(status: WorkerStatus, at: Date): string {
   const parts = [`[${at.toISOString()}]`, where(status), status.state];

@@ -1,0 +1,25 @@
+"""WorkerFeature's status notifications: only the worker connection in use speaks for the status bar."""
+
+from __future__ import annotations
+
+import asyncio
+
+from kernel_lsp.config import resolve_settings
+from kernel_lsp.server.worker_feature import STATUS_NOTIFICATION, WorkerFeature
+
+
+async def test_a_replaced_connection_closing_late_does_not_overwrite_the_status():
+    sent: list[dict] = []
+    feature = WorkerFeature(notify=lambda method, params: sent.append(params) if method == STATUS_NOTIFICATION
+                            else None, tell_user=lambda message: None)
+    local, _ = resolve_settings({}, {})
+    remote, _ = resolve_settings({}, {"worker": "tcp:127.0.0.1:1"})
+    old = feature.client(local)
+    new = feature.client(remote)
+    assert new is not old
+    new._set_status(state="failed", message="connection refused")
+    old._set_status(state="stopped")  # what the old client's close() reports, after the new one's state
+    await asyncio.sleep(0)
+    assert [(s["state"], s["address"]) for s in sent] == [("failed", "tcp:127.0.0.1:1")]
+    new._set_status(state="stopped")
+    assert [s["state"] for s in sent] == ["failed", "stopped"]
