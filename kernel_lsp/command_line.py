@@ -9,10 +9,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernel_lsp.config import BASELINE_KINDS, VERIFY_DEVICES, Settings, pyproject_settings, resolve_settings
+from kernel_lsp.config import BACKENDS, BASELINE_KINDS, VERIFY_DEVICES, Settings, pyproject_settings, resolve_settings
 
 if TYPE_CHECKING:
-    from kernel_lsp.worker.client import WorkerClient
+    from kernel_lsp.worker.backend import JobRunner
 
 
 EXIT_USAGE = 2
@@ -41,6 +41,12 @@ def add_worker_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--worker", metavar="ADDRESS",
                         help="unix:PATH or tcp:HOST:PORT (default: the worker setting, else a local worker)")
     parser.add_argument("--token-file", help="token for --worker (else workerTokenFile, else $KERNEL_LSP_TOKEN)")
+    parser.add_argument("--backend", choices=BACKENDS, help="where jobs run: one worker (local, the default) or a "
+                        "pool of Ray actors (ray; needs pip install 'kernel-lsp[ray]'); default: the backend setting")
+    parser.add_argument("--address", metavar="RAY_ADDRESS", help="with --backend ray: the cluster (auto, HOST:PORT, "
+                        "ray://HOST:PORT); default: the rayAddress setting, else a Ray instance started here")
+    parser.add_argument("--actors", type=int, metavar="N", help="with --backend ray: actors in the pool (default: "
+                        "rayActors, else one per GPU, else 2)")
     parser.add_argument("--format", choices=["text", "json"], default="text")
 
 
@@ -94,17 +100,25 @@ def verify_option_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return overrides
 
 
-def worker_client(args: argparse.Namespace, settings: Settings) -> WorkerClient:
-    """A client for --worker (else the worker setting, else a local worker), with its token."""
-    from kernel_lsp.worker.client import WorkerClient
+def worker_client(args: argparse.Namespace, settings: Settings) -> JobRunner:
+    """The runner of the jobs: --backend ray (or the backend setting) a pool of Ray actors at --address; else a
+    client for --worker (else the worker setting, else a local worker), with its token."""
+    from kernel_lsp.worker.backend import make_runner
     from kernel_lsp.worker.daemon import UsageError, read_token
 
+    backend = getattr(args, "backend", None)
+    if (backend or settings.backend) == "ray" and args.worker:
+        raise CommandUsageError("--worker names one worker; with --backend ray the jobs go to Ray actors "
+                                "(--address names the cluster)")
     try:
         token = read_token(args.token_file or settings.worker_token_file or None)
     except (UsageError, OSError) as exc:
         raise CommandUsageError(f"worker token: {exc}") from exc
-    return WorkerClient(address=args.worker if args.worker is not None else settings.worker, token=token,
-                        max_frame=settings.max_frame_mib * 2**20, job_timeout_s=settings.job_timeout_s)
+    actors = getattr(args, "actors", None)
+    if actors is not None and actors < 1:
+        raise CommandUsageError(f"--actors must be at least 1, got {actors}")
+    return make_runner(settings, token=token, worker=args.worker, backend=backend,
+                       ray_address=getattr(args, "address", None), ray_actors=actors)
 
 
 def print_progress(message: str, _fraction: Any = None) -> None:

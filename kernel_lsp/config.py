@@ -17,6 +17,7 @@ CHECK_NAMES = ("compile", "resourceUsage", "hostCompile", "pythonSyntax")
 RESOURCE_USAGE_MODES = ("diagnostic", "codeLens", "both", "off")
 VERIFY_DEVICES = ("auto", "cuda", "cpu")
 WATCH_MODES = ("auto", "client", "watchdog", "off")
+BACKENDS = ("local", "ray")
 SECRET_SETTINGS = frozenset({"anthropic_api_key"})  # never echoed in messages or logs
 BASELINE_KINDS = ("eager", "compile")
 _ARCH_RE = re.compile(r"^(sm|compute)_\d+[a-z]?$")
@@ -71,6 +72,9 @@ class Settings:
     verify_closed_files: bool = True  # verify closed candidates again when a file they depend on changes
     persistent_cache: bool = True  # keep compile results on disk, so a restart republishes without compiling
     max_queued_checks: int = 10_000  # background checks waiting at once; more are dropped, with a warning
+    backend: str = "local"  # local: one worker (the worker setting); ray: a pool of Ray actors
+    ray_address: str = ""  # empty: a Ray instance started by kernel-lsp (or $RAY_ADDRESS); "auto" or HOST:PORT
+    ray_actors: int = 0  # 0: one actor per GPU of the cluster (2 CPU actors without GPUs)
 
     def check_enabled(self, name: str) -> bool:
         return self.checks.get(name, True)
@@ -102,6 +106,10 @@ class Settings:
                 tuple(sorted(self.checks.items())))
 
 
+_CHOICES = {"resource_usage": RESOURCE_USAGE_MODES, "verify_device": VERIFY_DEVICES, "watch": WATCH_MODES,
+            "backend": BACKENDS}
+
+
 def _snake(key: str) -> str:
     key = key.replace("-", "_")
     return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", key).lower()
@@ -128,12 +136,9 @@ def _convert(name: str, hint: Any, value: Any, current: Any) -> Any:
     if hint is str:
         if not isinstance(value, str):
             raise TypeError(f"expected a string, got {value!r}")
-        if name == "resource_usage" and value not in RESOURCE_USAGE_MODES:
-            raise ValueError(f"expected one of {', '.join(RESOURCE_USAGE_MODES)}, got {value!r}")
-        if name == "verify_device" and value not in VERIFY_DEVICES:
-            raise ValueError(f"expected one of {', '.join(VERIFY_DEVICES)}, got {value!r}")
-        if name == "watch" and value not in WATCH_MODES:
-            raise ValueError(f"expected one of {', '.join(WATCH_MODES)}, got {value!r}")
+        choices = _CHOICES.get(name)
+        if choices is not None and value not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {value!r}")
         return value
     if name == "checks":
         return _convert_checks(value, current)

@@ -208,16 +208,21 @@ async def _replay(file: Path, reference: Path, args: argparse.Namespace, setting
     workbench = Workbench(file.resolve(), reference.resolve(), original, settings, worker_client(args, settings),
                           options, "replay")
     tree = SearchTree(original)
+    texts = [original] * bool(original.strip()) + list(dict.fromkeys(s for s in sources if s != original))
+    nodes = [tree.root if text == original else tree.add_child(tree.root, text) for text in texts]
+
+    async def one(node, slots: asyncio.Semaphore) -> None:
+        async with slots:
+            result = await workbench.evaluate(node.source)
+        tree.record(node, result.evaluation, rubric.score(result.evaluation), result.evaluation["summary"])
+        print(f"  #{node.id}: {node.outcome}", file=sys.stderr)
+
     try:
-        for source in [original] * bool(original.strip()) + [s for s in sources if s != original]:
-            node = tree.root if source == original else tree.add_child(tree.root, source)
-            workbench.start_from(source)
-            try:
-                result = await workbench.execute("verify", {})
-            except WorkerUnavailable as exc:
-                raise CommandUsageError(f"--replay: the worker is unavailable: {exc}") from exc
-            tree.record(node, result.evaluation, rubric.score(result.evaluation), result.evaluation["summary"])
-            print(f"  #{node.id}: {node.outcome}", file=sys.stderr)
+        await workbench.worker.ping()  # the worker, or the Ray actors, started: their capacity known
+        slots = asyncio.Semaphore(max(1, workbench.worker.capacity))  # independent: as many at once as it runs
+        await asyncio.gather(*(one(node, slots) for node in nodes))
+    except WorkerUnavailable as exc:
+        raise CommandUsageError(f"--replay: the worker is unavailable: {exc}") from exc
     finally:
         await workbench.worker.close()
     improved, sentence = improvement(tree.root, best_candidate(tree))

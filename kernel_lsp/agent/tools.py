@@ -12,6 +12,7 @@ its structure has stopped changing and a profile of it will still describe the n
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib.util
 import itertools
 import json
@@ -178,8 +179,11 @@ class Workbench:
         return _ok(await self._compile_report(self.state.source))
 
     async def verify(self, _arguments: dict[str, Any]) -> ToolResult:
-        """Compile check first (no worker job for a file that cannot build), then the worker's "verify" job."""
-        source = self.state.source
+        return await self.evaluate(self.state.source)
+
+    async def evaluate(self, source: str) -> ToolResult:
+        """The verify tool on any text: compile check first (no worker job for a file that cannot build), then
+        the worker's "verify" job. Several may run at once (--replay sends one per actor)."""
         previous = self.state.verdicts.get(source)
         if previous is not None:  # verified before in this pass: the same answer, no new node, no job
             return ToolResult(_json({**json.loads(previous.content), "unchanged": True}), previous.is_error)
@@ -252,7 +256,9 @@ class Workbench:
                 **({"notes": notes} if notes else {})}
 
     async def _compile_findings(self, source: str) -> list[Finding]:
-        path = self.original.parent / f".{self.original.stem}.kernel-lsp-agent-{self.pass_id}-compile.py"
+        # named by the text: the same text compiles from the cache, two texts compiled at once never share a file
+        digest = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+        path = self.original.parent / f".{self.original.stem}.kernel-lsp-agent-{self.pass_id}-compile-{digest}.py"
         document = Document(path_to_uri(path), path, source)
         final: list[Finding] = []
         async for report in self.compile_service.run(document, self.settings):

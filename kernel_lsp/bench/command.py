@@ -56,12 +56,15 @@ def run_bench(args: argparse.Namespace) -> int:
     pairs = _paired_candidates(folder, workspace, settings, kernelbench_roots(args, workspace, settings))
     options = {**verify_options(settings), **verify_option_overrides(args)}
     started, start = datetime.now(UTC), time.monotonic()
-    results = asyncio.run(_verify_all(pairs, options, folder, settings, args))
-    metrics = bench_metrics(results, options["baselines"])
+    backend = args.backend or settings.backend
     run = {"tool": f"kernel-lsp {__version__}", "folder": str(folder), "device": options["device"],
            "trials": options["trials"], "timed_calls": options["timedCalls"], "baselines": options["baselines"],
-           "worker": args.worker or settings.worker or "local", "started_at": started.isoformat(timespec="seconds"),
-           "duration_s": round(time.monotonic() - start, 1)}
+           "backend": backend, "worker": (f"ray:{args.address or settings.ray_address or 'local'}"
+                                          if backend == "ray" else args.worker or settings.worker or "local"),
+           "started_at": started.isoformat(timespec="seconds")}
+    results = asyncio.run(_verify_all(pairs, options, folder, settings, args, run))
+    metrics = bench_metrics(results, options["baselines"])
+    run["duration_s"] = round(time.monotonic() - start, 1)
     written = _write_reports(args.out or folder / OUT_FOLDER, results, metrics, run)
     _print_outcome(args.format, results, metrics, run, written)
     if all(r.verdict == "unavailable" for r in results):
@@ -85,27 +88,40 @@ def _paired_candidates(folder: Path, workspace: Path | None, settings: Settings,
 
 
 async def _verify_all(pairs: list[Pairing], options: dict[str, Any], folder: Path, settings: Settings,
-                      args: argparse.Namespace) -> list[ProblemResult]:
-    """One job at a time: candidates timed while another runs would slow each other down."""
+                      args: argparse.Namespace, run: dict[str, Any]) -> list[ProblemResult]:
+    """As many jobs at once as the backend has room for, each result printed as it comes: the local worker
+    takes one at a time (candidates timed while another runs would slow each other down); the Ray backend one
+    per actor (one per GPU, so timings never share a device)."""
     from kernel_lsp.worker.client import WorkerUnavailable
 
     client = worker_client(args, settings)
-    results = []
-    try:
-        for number, pairing in enumerate(pairs, 1):
+    results: list[ProblemResult | None] = [None] * len(pairs)
+    done = 0
+
+    async def one(number: int, pairing: Pairing, slots: asyncio.Semaphore) -> None:
+        nonlocal done
+        async with slots:
             shown = _shown(pairing.candidate, folder)
             print(f"[{number}/{len(pairs)}] {shown}: verifying against {pairing.reference}", file=sys.stderr)
             start = time.monotonic()
             job = verify_job(pairing.candidate, pairing.reference, options)
             result = await client.run(job, progress=lambda message, _, shown=shown: log.info("%s: %s", shown, message))
-            results.append(problem_result(pairing, result, shown))
-            print(f"[{number}/{len(pairs)}] {shown}: {_one_line(results[-1])} ({time.monotonic() - start:.1f} s)",
-                  file=sys.stderr)
+            results[number - 1] = problem_result(pairing, result, shown)
+            done += 1
+            print(f"[{number}/{len(pairs)}] {shown}: {_one_line(results[number - 1])} "
+                  f"({time.monotonic() - start:.1f} s; {done} of {len(pairs)} done)", file=sys.stderr)
+
+    try:
+        await client.ping()  # starts the worker, or the Ray actors: then the capacity is known
+        run["parallel"] = client.capacity
+        run["workerDevice"] = client.status.gpu
+        slots = asyncio.Semaphore(max(1, client.capacity))
+        await asyncio.gather(*(one(number, pairing, slots) for number, pairing in enumerate(pairs, 1)))
     except WorkerUnavailable as exc:
         raise CommandUsageError(str(exc)) from exc
     finally:
         await client.close()
-    return results
+    return [r for r in results if r is not None]
 
 
 def problem_result(pairing: Pairing, result: Result, shown: str) -> ProblemResult:

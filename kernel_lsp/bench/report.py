@@ -96,7 +96,8 @@ def html_report(results: list[ProblemResult], metrics: BenchMetrics, run: dict[s
 
 
 def _run_line(run: dict[str, Any]) -> str:
-    keys = ("device", "trials", "timed_calls", "baselines", "worker", "started_at", "duration_s")
+    keys = ("device", "trials", "timed_calls", "baselines", "backend", "worker", "parallel", "workerDevice",
+            "started_at", "duration_s")
     return " · ".join(f"{k}: {run[k]}" for k in keys if k in run)
 
 

@@ -12,7 +12,8 @@ import logging
 from typing import Any, Callable
 
 from kernel_lsp.config import Settings
-from kernel_lsp.worker.client import WorkerClient, WorkerStatus, WorkerUnavailable
+from kernel_lsp.worker.backend import JobRunner, make_runner, runner_config
+from kernel_lsp.worker.client import WorkerStatus, WorkerUnavailable
 from kernel_lsp.worker.daemon import UsageError, read_token
 
 log = logging.getLogger(__name__)
@@ -24,21 +25,20 @@ class WorkerFeature:
     def __init__(self, notify: Callable[[str, Any], None], tell_user: Callable[[str], None]) -> None:
         self._notify = notify
         self._tell_user = tell_user
-        self._client: WorkerClient | None = None
+        self._client: JobRunner | None = None
         self._config: tuple | None = None
 
-    def client(self, settings: Settings) -> WorkerClient:
-        """The worker client for these settings (a new one, and the old one closed, when they change)."""
-        config = (settings.worker, settings.worker_token_file, settings.job_timeout_s, settings.max_frame_mib)
+    def client(self, settings: Settings) -> JobRunner:
+        """The job runner for these settings: a worker client, or the Ray backend when `backend` is "ray" (a new
+        one, and the old one closed, when they change)."""
+        config = runner_config(settings)
         if self._client is None or config != self._config:
             if self._client is not None:
                 log.info("worker settings changed; closing the old worker connection")
                 asyncio.ensure_future(self._client.close())
-            token = self._token(settings)
-            self._client = WorkerClient(address=settings.worker, token=token,
-                                        max_frame=settings.max_frame_mib * 2**20,
-                                        job_timeout_s=settings.job_timeout_s,
-                                        on_status=self._status_changed, on_message=self._tell_user)
+            token = self._token(settings) if settings.backend == "local" else None
+            self._client = make_runner(settings, token=token, on_status=self._status_changed,
+                                       on_message=self._tell_user)
             self._config = config
         return self._client
 

@@ -85,6 +85,8 @@ class WorkerClient:
 
     # --- public -------------------------------------------------------------------------------
 
+    capacity = 1  # jobs worth running at once: one worker, whose GPU runs one job at a time
+
     async def run(self, job: Job, progress: Callable[[str, float | None], None] | None = None,
                   timeout_s: float | None = None) -> Result:
         """Runs one job; a worker that dies meanwhile gives status 'lost', a job past its time 'timeout'."""

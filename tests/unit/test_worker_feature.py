@@ -23,3 +23,20 @@ async def test_a_replaced_connection_closing_late_does_not_overwrite_the_status(
     assert [(s["state"], s["address"]) for s in sent] == [("failed", "tcp:127.0.0.1:1")]
     new._set_status(state="stopped")
     assert [s["state"] for s in sent] == ["failed", "stopped"]
+
+
+def test_the_backend_setting_picks_the_runner_and_a_change_replaces_it():
+    from kernel_lsp.worker.client import WorkerClient
+    from kernel_lsp.worker.ray_backend import RayBackend
+
+    feature = WorkerFeature(notify=lambda method, params: None, tell_user=lambda message: None)
+    on_ray, problems = resolve_settings({}, {"backend": "ray", "rayAddress": "auto", "rayActors": 3})
+    assert problems == []
+    runner = feature.client(on_ray)
+    assert isinstance(runner, RayBackend) and (runner.address, runner.requested) == ("auto", 3)
+    assert runner.status.address == "ray:auto" and runner.capacity == 3
+    assert feature.client(on_ray) is runner  # the same settings: the same pool
+    local, _ = resolve_settings({}, {"worker": "tcp:127.0.0.1:1"})
+    bad, problems = resolve_settings({}, {"backend": "slurm"})
+    assert bad.backend == "local" and "expected one of local, ray" in problems[0]
+    assert isinstance(WorkerFeature(lambda m, p: None, lambda m: None).client(local), WorkerClient)

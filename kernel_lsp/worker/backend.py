@@ -1,0 +1,51 @@
+"""Which backend runs the jobs: the local (or one remote) worker through a WorkerClient, or a pool of Ray actors
+(RayBackend). Both offer run(job, progress, timeout_s), ping(), close(), status and capacity, so the server and
+the commands use either the same way."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+from kernel_lsp.config import Settings
+from kernel_lsp.worker.protocol import Job, Result
+
+if TYPE_CHECKING:
+    from kernel_lsp.worker.client import WorkerStatus
+
+
+class JobRunner(Protocol):
+    status: WorkerStatus
+    capacity: int
+
+    async def run(self, job: Job, progress: Callable[[str, float | None], None] | None = None,
+                  timeout_s: float | None = None) -> Result: ...
+
+    async def ping(self) -> float: ...
+
+    async def close(self) -> None: ...
+
+
+def make_runner(settings: Settings, token: str | None = None, worker: str | None = None, backend: str | None = None,
+                ray_address: str | None = None, ray_actors: int | None = None,
+                on_status: Callable[[WorkerStatus], None] | None = None,
+                on_message: Callable[[str], None] | None = None) -> JobRunner:
+    """The runner the settings name; the other arguments, when given, override them (command-line options)."""
+    if (backend or settings.backend) == "ray":
+        from kernel_lsp.worker.ray_backend import RayBackend
+
+        return RayBackend(address=settings.ray_address if ray_address is None else ray_address,
+                          actors=settings.ray_actors if ray_actors is None else ray_actors,
+                          job_timeout_s=settings.job_timeout_s, max_frame=settings.max_frame_mib * 2**20,
+                          on_status=on_status, on_message=on_message)
+    from kernel_lsp.worker.client import WorkerClient
+
+    return WorkerClient(address=settings.worker if worker is None else worker, token=token,
+                        max_frame=settings.max_frame_mib * 2**20, job_timeout_s=settings.job_timeout_s,
+                        on_status=on_status, on_message=on_message)
+
+
+def runner_config(settings: Settings) -> tuple:
+    """What in the settings makes another runner (the server replaces its runner when this changes)."""
+    return (settings.backend, settings.worker, settings.worker_token_file, settings.job_timeout_s,
+            settings.max_frame_mib, settings.ray_address, settings.ray_actors)
