@@ -76,6 +76,12 @@ async def noop_times(runner, count: int) -> list[float]:
     return times
 
 
+def show(rows: list, row: tuple) -> None:
+    """Kept, and printed at once: a run cut short still shows what it measured."""
+    rows.append(row)
+    print(" | ".join(row), file=sys.stderr, flush=True)
+
+
 def per_minute(seconds: float) -> str:
     return f"{seconds:.1f} s ({PROBLEMS / seconds * 60:.1f} jobs/min)"
 
@@ -98,20 +104,20 @@ async def measure(repeat: int) -> list[tuple[str, str, str, str]]:
         local_s, local_verdicts = await timed_batch(local, jobs, 1)
         local_noop = await noop_times(local, repeat)
         await local.close()
-        rows.append((f"local worker: {PROBLEMS} verify jobs, one at a time", per_minute(local_s), "", ""))
+        show(rows, (f"local worker: {PROBLEMS} verify jobs, one at a time", per_minute(local_s), "", ""))
 
-        ray.init(num_cpus=max(ACTORS), include_dashboard=False, log_to_driver=False,
+        ray.init(num_cpus=max(os.cpu_count() or 1, *ACTORS), include_dashboard=False, log_to_driver=False,
                  object_store_memory=100 * 2**20)
         try:
             base = None
             for actors in ACTORS:
-                backend = RayBackend(actors=actors)
+                backend = RayBackend(actors=actors, use_gpus=False)  # CPU jobs: CPU actors, GPU or not
                 await backend.ping()
                 await asyncio.gather(*(backend.run(job) for job in jobs[:actors]))  # warm every actor
                 seconds, verdicts = await timed_batch(backend, jobs, actors)
                 assert verdicts == local_verdicts, (verdicts, local_verdicts)
                 base = base or seconds
-                rows.append((f"Ray, {actors} actor{'s' if actors > 1 else ''}: the same {PROBLEMS} jobs, "
+                show(rows, (f"Ray, {actors} actor{'s' if actors > 1 else ''}: the same {PROBLEMS} jobs, "
                              f"{actors} at a time", f"{per_minute(seconds)}; {base / seconds:.2f}× 1 actor",
                              "", "same verdicts"))
                 if actors == 1:
@@ -120,18 +126,18 @@ async def measure(repeat: int) -> list[tuple[str, str, str, str]]:
         finally:
             ray.shutdown()
         local_ms, ray_ms = statistics.median(local_noop) * 1000, statistics.median(ray_noop) * 1000
-        rows.append((f"no-op job round trip, local worker (n={repeat})", f"{local_ms:.2f} ms", "", ""))
-        rows.append((f"no-op job round trip, one Ray actor (n={repeat})",
+        show(rows, (f"no-op job round trip, local worker (n={repeat})", f"{local_ms:.2f} ms", "", ""))
+        show(rows, (f"no-op job round trip, one Ray actor (n={repeat})",
                      f"{ray_ms:.2f} ms (+{ray_ms - local_ms:.2f} ms per job)", "", ""))
 
         started = time.perf_counter()
         done = subprocess.run([sys.executable, "-m", "kernel_lsp", "bench", str(candidates), "--kernelbench",
-                               str(kb.parent), "--device", "cpu", "--trials", "2", "--calls", "5", "--baselines",
+                               str(kb), "--device", "cpu", "--trials", "2", "--calls", "5", "--baselines",
                                "eager", "--backend", "ray", "--actors", "2", "--out", str(root / "out")],
                               capture_output=True, text=True, timeout=1200)
         wall = time.perf_counter() - started
         assert done.returncode == 0, done.stderr[-2000:]
-        rows.append(("`kernel-lsp bench DIR --backend ray --actors 2` (Ray start, warm-up, jobs, reports)",
+        show(rows, ("`kernel-lsp bench DIR --backend ray --actors 2` (Ray start, warm-up, jobs, reports)",
                      f"{wall:.1f} s", "", ""))
     return rows
 

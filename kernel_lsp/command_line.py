@@ -118,7 +118,8 @@ def worker_client(args: argparse.Namespace, settings: Settings) -> JobRunner:
     if actors is not None and actors < 1:
         raise CommandUsageError(f"--actors must be at least 1, got {actors}")
     return make_runner(settings, token=token, worker=args.worker, backend=backend,
-                       ray_address=getattr(args, "address", None), ray_actors=actors)
+                       ray_address=getattr(args, "address", None), ray_actors=actors,
+                       device=getattr(args, "device", None))
 
 
 def print_progress(message: str, _fraction: Any = None) -> None:

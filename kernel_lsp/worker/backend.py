@@ -27,17 +27,19 @@ class JobRunner(Protocol):
 
 
 def make_runner(settings: Settings, token: str | None = None, worker: str | None = None, backend: str | None = None,
-                ray_address: str | None = None, ray_actors: int | None = None,
+                ray_address: str | None = None, ray_actors: int | None = None, device: str | None = None,
                 on_status: Callable[[WorkerStatus], None] | None = None,
                 on_message: Callable[[str], None] | None = None) -> JobRunner:
-    """The runner the settings name; the other arguments, when given, override them (command-line options)."""
+    """The runner the settings name; the other arguments, when given, override them (command-line options).
+    device: where the jobs run ("cpu": Ray actors need no GPU even on a cluster that has them)."""
     if (backend or settings.backend) == "ray":
         from kernel_lsp.worker.ray_backend import RayBackend
 
         return RayBackend(address=settings.ray_address if ray_address is None else ray_address,
                           actors=settings.ray_actors if ray_actors is None else ray_actors,
                           job_timeout_s=settings.job_timeout_s, max_frame=settings.max_frame_mib * 2**20,
-                          on_status=on_status, on_message=on_message)
+                          on_status=on_status, on_message=on_message,
+                          use_gpus=False if (device or settings.verify_device) == "cpu" else None)
     from kernel_lsp.worker.client import WorkerClient
 
     return WorkerClient(address=settings.worker if worker is None else worker, token=token,

@@ -99,16 +99,18 @@ class RayBackend:
                  max_frame: int = protocol.DEFAULT_MAX_FRAME, max_retries: int = 2,
                  on_status: Callable[[WorkerStatus], None] | None = None,
                  on_message: Callable[[str], None] | None = None,
-                 init_options: dict[str, Any] | None = None) -> None:
+                 init_options: dict[str, Any] | None = None, use_gpus: bool | None = None) -> None:
         """address: "" starts a Ray instance in this process (or joins the one $RAY_ADDRESS names); "auto" or
         HOST:PORT / ray://HOST:PORT connects to a running cluster. actors: 0 picks one per GPU, else
-        DEFAULT_CPU_ACTORS; a number asks for that many (GPU actors on a cluster with GPUs)."""
+        DEFAULT_CPU_ACTORS; a number asks for that many (on GPUs: at most one per GPU). use_gpus: None, GPU actors
+        when the cluster has GPUs; False, CPU actors anyway (jobs that run on the CPU: --device cpu)."""
         self.address = address
         self.requested = actors
         self.job_timeout_s = job_timeout_s
         self.max_frame = max_frame
         self.max_retries = max_retries
         self.init_options = init_options or {}
+        self.use_gpus = use_gpus
         self.status = WorkerStatus(address=f"ray:{address or 'local'}")
         self.retried = 0  # jobs sent again after their actor died
         self._on_status = on_status or (lambda s: None)
@@ -199,6 +201,10 @@ class RayBackend:
                 self._set_status(state="failed", message=message)
                 raise WorkerUnavailable(message) from exc
             count = self.requested or self._gpus or DEFAULT_CPU_ACTORS
+            if self._gpus and count > self._gpus:  # an actor per GPU: more would wait for a GPU forever
+                self._on_message(f"kernel-lsp: the Ray cluster has {self._gpus} GPU(s): {self._gpus} actor(s), "
+                                 f"not {count}")
+                count = self._gpus
             self._idle = asyncio.Queue()
             ready = await asyncio.gather(*(self._new_actor() for _ in range(count)), return_exceptions=True)
             problems = [str(r) for r in ready if isinstance(r, BaseException)]
@@ -226,7 +232,7 @@ class RayBackend:
                 options.setdefault("num_cpus", max(os.cpu_count() or 1, self.requested))
             ray.init(**options)
             self._started_ray = True
-        self._gpus = int(ray.cluster_resources().get("GPU", 0))
+        self._gpus = int(ray.cluster_resources().get("GPU", 0)) if self.use_gpus is not False else 0
         self._actor_class = ray.remote(WorkerActor)
 
     async def _new_actor(self) -> _Actor:

@@ -40,3 +40,13 @@ def test_the_backend_setting_picks_the_runner_and_a_change_replaces_it():
     bad, problems = resolve_settings({}, {"backend": "slurm"})
     assert bad.backend == "local" and "expected one of local, ray" in problems[0]
     assert isinstance(WorkerFeature(lambda m, p: None, lambda m: None).client(local), WorkerClient)
+
+
+def test_cpu_jobs_get_cpu_actors_even_on_a_cluster_with_gpus():
+    from kernel_lsp.worker.backend import make_runner
+
+    on_ray, _ = resolve_settings({}, {"backend": "ray"})
+    assert make_runner(on_ray).use_gpus is None  # GPU actors where the cluster has GPUs
+    assert make_runner(on_ray, device="cpu").use_gpus is False  # --device cpu
+    on_cpu, _ = resolve_settings({}, {"backend": "ray", "verifyDevice": "cpu"})
+    assert make_runner(on_cpu).use_gpus is False
