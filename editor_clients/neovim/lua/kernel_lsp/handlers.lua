@@ -57,6 +57,7 @@ local function present(value) -- JSON null arrives as vim.NIL
   end
   return value
 end
+M.present = present
 
 function M.describe_task(task)
   local parts = { task.title or "working" }

@@ -14,12 +14,7 @@ M.QUICKFIX_TITLE = "kernel-lsp: files with errors"
 local STATES = { "errors", "warnings", "checking", "not checked", "compiles" } -- the order files are listed in
 local STATE_WIDTH = 11 -- #"not checked"
 
-local function present(value) -- JSON null arrives as vim.NIL
-  if value == vim.NIL then
-    return nil
-  end
-  return value
-end
+local present = handlers.present
 
 local function text(value)
   value = present(value)
