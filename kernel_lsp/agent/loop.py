@@ -8,6 +8,10 @@ its rubric score. An expansion ends after VERIFIES_PER_EXPANSION verifies (enoug
 while the context is fresh) or when the model ends its turn without a tool call; two such idle expansions in a row
 end the pass, as does `finish`.
 
+When the worker runs several jobs at once (a Ray pool: one per actor), that many expansions run at once, each from
+a start SearchTree.select_many() picks (virtual loss spreads them over branches) with its own Workbench fork; a round
+of them counts as idle when none of them verified anything, and the trajectory's events carry their `expansion`.
+
 The original candidate (node 0) is verified first: an improvement is a verified candidate faster than it by more
 than IMPROVEMENT_MARGIN of its time; when the original does not verify (or the file has no ModelNew), an improvement
 is a verified candidate faster than PyTorch eager.
@@ -35,6 +39,7 @@ log = logging.getLogger(__name__)
 
 VERIFIES_PER_EXPANSION = 3
 IDLE_EXPANSIONS_LIMIT = 2
+MAX_PARALLEL_EXPANSIONS = 8
 IMPROVEMENT_MARGIN = 0.03  # a time within 3% of the original's is timing noise, not an improvement
 MEMORY_LINES = 20
 SIDE_FILE_SUFFIX = ".kernel-lsp-best.py"
@@ -101,7 +106,7 @@ class Optimizer:
 
     def __init__(self, model: ModelClient, workbench: Workbench, budget: Budget, trajectory: TrajectoryWriter,
                  device: str, on_event: Callable[[ProgressEvent], None] | None = None,
-                 verifies_per_expansion: int = VERIFIES_PER_EXPANSION) -> None:
+                 verifies_per_expansion: int = VERIFIES_PER_EXPANSION, parallel: int | None = None) -> None:
         self.model = model
         self.workbench = workbench
         self.budget = budget
@@ -109,6 +114,8 @@ class Optimizer:
         self.device = device
         self.on_event = on_event or (lambda event: None)
         self.verifies_per_expansion = verifies_per_expansion
+        self._parallel_option = parallel
+        self.parallel = 1  # expansions at once: set when the search starts (_search)
         self.tree = SearchTree(workbench.state.source)
         self.spend = Spend()
         self.outcome: PassOutcome | None = None
@@ -140,16 +147,44 @@ class Optimizer:
 
     async def _search(self) -> str:
         await self._evaluate_original()
+        # as many expansions at once as the worker runs jobs at once (1 locally, one per Ray actor), read after
+        # the original's verify has started the worker (a Ray pool knows its actors then)
+        capacity = getattr(self.workbench.worker, "capacity", 1)
+        option = self._parallel_option
+        self.parallel = max(1, min(MAX_PARALLEL_EXPANSIONS, option if option is not None else capacity))
+        if self.parallel > 1:
+            self._emit("start", f"{self.parallel} expansions at once (the worker runs {capacity} jobs at once)")
         idle = 0
         while True:
             self._check_budget(self.budget.exceeded(self.spend))
-            start = self.tree.select()
-            verifies = await self._expand(start)
-            if self.workbench.state.finished is not None:
-                return f"the model finished: {self.workbench.state.finished or 'no summary'}"
+            if self.parallel == 1:
+                start = self.tree.select()
+                self.workbench.start_from(start.source)
+                benches = [self.workbench]
+                verifies = await self._expand(start, self.workbench)
+            else:
+                starts = self.tree.select_many(self.parallel)
+                benches = [self.workbench.fork(start.source) for start in starts]
+                verifies = await self._expand_together(starts, benches)
+            finished = next((b.state.finished for b in benches if b.state.finished is not None), None)
+            if finished is not None:
+                self.workbench.state.finished = finished
+                return f"the model finished: {finished or 'no summary'}"
             idle = 0 if verifies else idle + 1
             if idle >= IDLE_EXPANSIONS_LIMIT:
                 return "the model stopped proposing candidates"
+
+    async def _expand_together(self, starts: list[Node], benches: list[Workbench]) -> int:
+        """Expansions run at once, each with its own workbench (their evaluations go to the worker together); all
+        are awaited, then the first error any of them raised (a spent budget, the model API, the worker) ends the
+        pass as it would have ended a single expansion."""
+        outcomes = await asyncio.gather(*(self._expand(start, bench, expansion=number)
+                                          for number, (start, bench) in enumerate(zip(starts, benches), 1)),
+                                        return_exceptions=True)
+        errors = [o for o in outcomes if isinstance(o, BaseException)]
+        if errors:
+            raise errors[0]
+        return sum(outcomes)
 
     async def _evaluate_original(self) -> None:
         root = self.tree.root
@@ -165,60 +200,62 @@ class Optimizer:
         if self.device == "auto":  # the worker chose: the prompt says which
             self.device = ((result.evaluation or {}).get("report") or {}).get("device") or "auto"
 
-    async def _expand(self, start: Node) -> int:
-        """One conversation from `start`; returns how many verifies added nodes."""
-        self.workbench.start_from(start.source)
+    async def _expand(self, start: Node, bench: Workbench, expansion: int | None = None) -> int:
+        """One conversation from `start` on `bench`; returns how many verifies added nodes. `expansion` numbers
+        the expansions run at once (their trajectory events carry it)."""
+        tag = {} if expansion is None else {"expansion": expansion}
         messages: list[dict[str, Any]] = [{"role": "user", "content": self._expansion_prompt(start)}]
-        self.trajectory.write("message", role="user", node=start.id, content=messages[0]["content"])
+        self.trajectory.write("message", role="user", node=start.id, content=messages[0]["content"], **tag)
         base, verifies = start, 0
-        while verifies < self.verifies_per_expansion and self.workbench.state.finished is None:
+        while verifies < self.verifies_per_expansion and bench.state.finished is None:
             self._check_budget(self.budget.refuses_model_call(self.spend))
-            calls = await self._model_turn(messages)
+            calls = await self._model_turn(messages, bench, tag)
             if not calls:
                 return verifies
             results = []
             for call in calls:
-                result = await self._run_tool(call)
+                result = await self._run_tool(call, bench, tag)
                 if result.evaluation is not None:
-                    base = self._add_node(base, start, result)
+                    base = self._add_node(base, start, result, bench)
                     verifies += 1
                 if result.energy is not None:
-                    self._add_energy(result.energy)
+                    self._add_energy(result.energy, bench)
                 results.append({"type": "tool_result", "tool_use_id": call["id"], "content": result.content,
                                 **({"is_error": True} if result.is_error else {})})
             messages.append({"role": "user", "content": results})
         return verifies
 
-    async def _model_turn(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    async def _model_turn(self, messages: list[dict[str, Any]], bench: Workbench,
+                          tag: dict[str, Any]) -> list[dict[str, Any]]:
         self._emit("model", f"asking {self.model.model}")
-        turn = await self.model.turn(self.system_prompt(), messages, self.workbench.tool_definitions())
+        turn = await self.model.turn(self.system_prompt(), messages, bench.tool_definitions())
         self.spend.add_model_call(turn.usage.input_tokens, turn.usage.output_tokens, turn.cost_usd)
         self.trajectory.write("message", role="assistant", content=turn.blocks, stop_reason=turn.stop_reason,
                               usage={"input_tokens": turn.usage.input_tokens,
                                      "output_tokens": turn.usage.output_tokens},
-                              cost_usd=turn.cost_usd)
+                              cost_usd=turn.cost_usd, **tag)
         self.trajectory.write("spend", **self.spend.to_dict())
         messages.append({"role": "assistant", "content": turn.blocks})
         return [block for block in turn.blocks if block["type"] == "tool_use"]
 
-    async def _run_tool(self, call: dict[str, Any]) -> ToolResult:
+    async def _run_tool(self, call: dict[str, Any], bench: Workbench, tag: dict[str, Any]) -> ToolResult:
         name, arguments = call["name"], call.get("input") or {}
-        self.trajectory.write("tool_call", id=call["id"], name=name, input=arguments)
+        self.trajectory.write("tool_call", id=call["id"], name=name, input=arguments, **tag)
         refusal = self.budget.refuses_evaluation(self.spend) if name in ("verify", "profile") else None
         if refusal:
             result = ToolResult(json.dumps({"error": f"not run: {refusal}"}), is_error=True)
         else:
             self._emit(name, f"{name}…")
-            result = await self.workbench.execute(name, arguments)
+            result = await bench.execute(name, arguments)
         for _ in range(result.worker_jobs):
             self.spend.add_evaluation()
         self.trajectory.write("tool_result", id=call["id"], name=name, content=result.content,
-                              is_error=result.is_error)
+                              is_error=result.is_error, **tag)
         return result
 
-    def _add_node(self, base: Node, start: Node, result: ToolResult) -> Node:
+    def _add_node(self, base: Node, start: Node, result: ToolResult, bench: Workbench) -> Node:
         parent = base if not base.dead else start
-        node = self.tree.add_child(parent, self.workbench.state.source)
+        node = self.tree.add_child(parent, bench.state.source)
         self._record(node, result)
         return node
 
@@ -236,10 +273,10 @@ class Optimizer:
                               **more)
         self._emit(score.outcome, f"#{node.id}: {score.reason}")
 
-    def _add_energy(self, energy: dict[str, Any]) -> None:
+    def _add_energy(self, energy: dict[str, Any], bench: Workbench) -> None:
         """A profile read the energies of the current candidate, which verified before (profile is offered only
         then): its node's rubric gains the energy term."""
-        source = self.workbench.state.source
+        source = bench.state.source
         node = next((n for n in reversed(self.tree.nodes) if n.source == source and n.rubric is not None
                      and n.rubric.verified), None)
         if node is None:

@@ -4,7 +4,8 @@ Node 0 is the user's kernel. The loop asks select() for the node to improve, has
 from it (add_child), evaluates that candidate and record()s the result, which adds one visit and the score to the
 node and every ancestor (mean-value backup).
 
-select() walks down from the root. At each node it stops and returns that node when the node may take one more child
+select() walks down from the root (select_many(): several starts for expansions run at once, with virtual loss).
+At each node it stops and returns that node when the node may take one more child
 (progressive widening: children < max(1, floor(WIDENING_K * visits ** WIDENING_ALPHA)), or none of its children is
 alive; otherwise it moves to the live child of highest UCT:
     mean score + UCT_C * sqrt(ln(parent visits) / child visits),   an unvisited child first.
@@ -147,6 +148,23 @@ class SearchTree:
             if not live or len(node.children) < self.widening_limit(node):
                 return node
             node = max(live, key=lambda child: self.uct(child, node))
+
+    def select_many(self, count: int) -> list[Node]:
+        """Where `count` expansions run at once start: select() each time, with a virtual visit of score 0 on the
+        path of every node already chosen (virtual loss: the next walk leans to other branches), the virtual visits
+        taken back before returning. A node may come twice when it may take more children (progressive widening)."""
+        chosen: list[Node] = []
+        try:
+            for _ in range(max(1, count)):
+                node = self.select()
+                chosen.append(node)
+                for ancestor in self.path_to_root(node):
+                    ancestor.visits += 1
+        finally:
+            for node in chosen:
+                for ancestor in self.path_to_root(node):
+                    ancestor.visits -= 1
+        return chosen
 
     def widening_limit(self, node: Node) -> int:
         """How many children a node may have at its number of visits."""

@@ -12,6 +12,7 @@ its structure has stopped changing and a profile of it will still describe the n
 from __future__ import annotations
 
 import ast
+import copy
 import hashlib
 import importlib.util
 import itertools
@@ -137,6 +138,13 @@ class Workbench:
     def start_from(self, source: str) -> None:
         """The next expansion edits this node's source."""
         self.state.source = source
+
+    def fork(self, source: str) -> Workbench:
+        """A workbench for an expansion run beside others: its own current candidate (from `source`), the same
+        worker, compile service and pass, and the same verdicts (a text verified by one is not sent again)."""
+        other = copy.copy(self)
+        other.state = CandidateState(source, verdicts=self.state.verdicts)
+        return other
 
     # --- dispatch --------------------------------------------------------------------------------------
 

@@ -170,3 +170,63 @@ async def test_a_profile_with_both_energies_adds_the_energy_term_to_the_profiled
     assert pass_.tree.root.value == pytest.approx(sum(node.score for node in pass_.tree.nodes))
     scores = [e for e in read_trajectory(outcome.trajectory_path) if e["kind"] == "score" and e["node"] == 2]
     assert len(scores) == 2 and scores[-1]["energy"]["reference_mj_per_call"] == 50.0
+
+
+class PoolWorker:
+    """A worker with room for two jobs at once (as a Ray pool of two actors): each verify takes 0.5 s and answers
+    verified, at 2x eager for texts with 'pool-b' in them and 1.5x for the rest; it records how many ran at once."""
+
+    capacity = 2
+
+    def __init__(self) -> None:
+        self.running = self.most = 0
+        self.sources: list[str] = []
+
+    async def run(self, job, progress=None, timeout_s=None):
+        from kernel_lsp.worker.protocol import Result
+
+        self.running += 1
+        self.most = max(self.most, self.running)
+        try:
+            await asyncio.sleep(0.5)
+        finally:
+            self.running -= 1
+        source = job.source_files[job.config["candidate"]]
+        self.sources.append(source)
+        eager = 2.0 if "pool-b" in source else 1.5
+        report = {"verdict": "verified", "device": "cpu", "correctness": {"trials": 2, "passed": 2},
+                  "integrity": [], "speedup": {"eager": eager, "compile": None},
+                  "timing": {"candidate": {"median_ms": 2.0 / eager}}}
+        return Result("ok", metrics={"verdict": "verified", "summary": f"correct 2/2 · {eager}× eager",
+                                     "report": report})
+
+
+def write_and_verify(source: str):
+    from tests.agent.fake_api import Turn
+
+    turn = tool_use_turn("write_candidate", {"source": source})
+    verify = tool_use_turn("verify", {})
+    return Turn(turn.blocks + verify.blocks, "tool_use")
+
+
+async def test_with_room_for_two_jobs_two_expansions_run_at_once(tmp_path: Path):
+    file = problem(tmp_path, SLOW)
+    worker = PoolWorker()
+    workbench = Workbench(file, tmp_path / "ref.py", file.read_text(), Settings(), worker, OPTIONS, "t1")
+    a, b = FAST + "# pool-a\n", FAST + "# pool-b\n"
+    # round 1: each expansion writes and verifies one candidate, then ends its turn; rounds 2 and 3: nothing
+    script = [write_and_verify(a), write_and_verify(b)] + [text_turn("no more ideas")] * 6
+    with FakeMessagesApi(script) as api:
+        model = ModelClient("test-key", api.url, "claude-sonnet-4-5", 2048, None, max_retries=0, timeout_s=60)
+        pass_ = Optimizer(model, workbench, Budget(), TrajectoryWriter(tmp_path / "trajectories", "t1"), "cpu")
+        outcome = await pass_.run()
+        requests = len(api.requests)
+    assert pass_.parallel == 2 and worker.most == 2  # the two candidates' verifies ran together
+    assert requests == 8 and outcome.stop_reason == "the model stopped proposing candidates"
+    children = [pass_.tree.nodes[i] for i in pass_.tree.root.children]
+    assert sorted(n.source for n in children) == sorted([a, b]) and all(n.rubric.verified for n in children)
+    assert outcome.best_source == b and outcome.improved
+    events = read_trajectory(outcome.trajectory_path)
+    assert {e.get("expansion") for e in events if e["kind"] == "tool_call"} == {1, 2}
+    assert pass_.tree.root.visits == 3 and pass_.tree.root.value == pytest.approx(
+        sum(node.score for node in pass_.tree.nodes))

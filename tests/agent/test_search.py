@@ -183,3 +183,17 @@ def test_to_dict_holds_every_node_and_the_constants() -> None:
     assert [n["id"] for n in data["nodes"]] == [0, 1]
     assert data["nodes"][1]["rubric"]["outcome"] == "integrity" and data["nodes"][1]["dead"]
     assert len(data["nodes"][1]["source_sha256"]) == 64
+
+
+def test_select_many_spreads_over_branches_with_virtual_loss_and_leaves_the_counts_alone():
+    from kernel_lsp.agent.rubric import RubricScore
+
+    tree = SearchTree("root", widening_k=1.0, widening_alpha=0.0)  # one child per node: selection must descend
+    tree.record(tree.root, {}, RubricScore(0.0, {}, "original", "verified"), "")
+    better, worse = tree.add_child(tree.root, "a"), tree.add_child(tree.root, "b")
+    tree.record(better, {}, RubricScore(2.0, {}, "2x", "verified"), "")
+    tree.record(worse, {}, RubricScore(1.0, {}, "1x", "verified"), "")
+    visits = [n.visits for n in tree.nodes]
+    assert tree.select_many(1) == [better]
+    assert tree.select_many(2) == [better, worse]  # the virtual visit on `better` sends the second walk elsewhere
+    assert [n.visits for n in tree.nodes] == visits

@@ -178,3 +178,36 @@ def test_bench_over_ray_gives_the_local_table_and_runs_one_job_per_actor(local_r
     assert on_ray["run"]["backend"] == "ray" and on_ray["run"]["parallel"] == 3
     assert local["run"]["backend"] == "local" and local["run"]["parallel"] == 1
     assert "3 of 3 done" in err
+
+
+def test_optimize_over_ray_runs_one_expansion_per_actor_and_replays_in_parallel(local_ray, tmp_path: Path, capsys,
+                                                                               monkeypatch):
+    """`kernel-lsp optimize --backend ray --actors 2`: two expansions at once, each verifying its candidate on an
+    actor; then --replay re-verifies the pass's candidates over the pool."""
+    from kernel_lsp.agent.trajectory import read_trajectory
+    from kernel_lsp.cli import main
+    from tests.agent.fake_api import FakeMessagesApi, text_turn
+    from tests.agent.test_loop import FAST, SLOW, problem, write_and_verify
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+    monkeypatch.setenv("KERNEL_LSP_CACHE_DIR", str(tmp_path / "cache"))
+    file = problem(tmp_path, SLOW)
+    faster = FAST.replace("4096", "2048")
+    script = [write_and_verify(FAST), write_and_verify(faster)] + [text_turn("no more ideas")] * 6
+    cpu = ["--device", "cpu", "--trials", "2", "--calls", "5", "--baselines", "eager"]
+    with FakeMessagesApi(script) as api:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
+        status = main(["optimize", str(file), "--reference", str(tmp_path / "ref.py"), "--format", "json",
+                       "--backend", "ray", "--actors", "2", *cpu])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    document = json.loads(captured.out)
+    assert "2 expansions at once" in captured.err
+    assert sorted(a["outcome"].split()[0] for a in document["attempts"]) == ["verified"] * 3
+    events = read_trajectory(Path(document["trajectory_path"]))
+    assert {e.get("expansion") for e in events if e["kind"] == "tool_call"} == {1, 2}
+
+    assert main(["optimize", str(file), "--replay", document["trajectory_path"], "--backend", "ray",
+                 "--actors", "2", *cpu]) == 0
+    out = capsys.readouterr().out
+    assert "#0: verified" in out and "#1: verified" in out and "#2: verified" in out
