@@ -180,15 +180,14 @@ def _targets(paths: list[Path], settings) -> list[Path]:
     """Files named are checked; folders are scanned as the server scans its workspace (.gitignore and
     `workspaceExclude` honoured) for .cu, .cuh and .py files, less the headers another file includes (those are
     checked through their includers)."""
-    from kernel_lsp.workspace.scan import DEFAULT_EXCLUDES
-    from kernel_lsp.workspace.survey import survey
+    from kernel_lsp.workspace.survey import exclude_patterns, survey
 
     found: set[Path] = set()
     for path in paths:
         if not path.is_dir():
             found.add(path.resolve())
             continue
-        scanned = survey([path], (*DEFAULT_EXCLUDES, *settings.workspace_exclude),
+        scanned = survey([path], exclude_patterns(settings.workspace_exclude),
                          [Path(d) for d in settings.include_dirs])
         found.update(p for p in scanned.digests if p.suffix in CHECKED_SUFFIXES and scanned.checked_alone(p))
     return sorted(found)

@@ -38,7 +38,6 @@ from kernel_lsp.server.settings import SettingsManager
 from kernel_lsp.server.verify_feature import VerifyFeature
 from kernel_lsp.workspace.graph import DependencyGraph
 from kernel_lsp.workspace.scan import (
-    DEFAULT_EXCLUDES,
     DEPENDENCY_SUFFIXES,
     KERNEL_SUFFIXES,
     IgnoreRules,
@@ -49,6 +48,7 @@ from kernel_lsp.workspace.survey import (
     checked_alone,
     compile_state,
     digest,
+    exclude_patterns,
     kernel_names,
     read_text,
     resources,
@@ -174,12 +174,13 @@ class WorkspaceFeature:
             self.state.ready = True
             return
         started = time.perf_counter()
-        excludes = (*DEFAULT_EXCLUDES, *settings.workspace_exclude)
+        excludes = exclude_patterns(settings.workspace_exclude)
         include_dirs = [Path(d) for d in settings.include_dirs]
         try:
             self._rules = await asyncio.to_thread(lambda: {r: IgnoreRules.for_folder(r, excludes) for r in roots})
-            await self._watch(roots, client_can_watch, settings.watch)
-            found = await asyncio.to_thread(survey, roots, excludes, include_dirs, self.verify.reference_finder())
+            await self._watch(roots, client_can_watch, settings.watch)  # its filter needs the rules
+            found = await asyncio.to_thread(survey, roots, excludes, include_dirs, self.verify.reference_finder(),
+                                            self._rules)
         except Exception:  # a scan that fails leaves the open documents working
             log.exception("scanning the workspace failed")
             self.state.ready = True
@@ -355,7 +356,7 @@ class WorkspaceFeature:
             self.verify.file_deleted(path_to_uri(path))
 
     def _rules_changed(self) -> None:
-        excludes = (*DEFAULT_EXCLUDES, *self.settings.settings.workspace_exclude)
+        excludes = exclude_patterns(self.settings.settings.workspace_exclude)
         self._rules = {root: IgnoreRules.for_folder(root, excludes) for root in self._rules}
 
     def _rules_for(self, path: Path) -> IgnoreRules | None:
@@ -409,6 +410,7 @@ class WorkspaceFeature:
         """kernelLsp/workspaceSummary: one entry per kernel file: its kernels, compile state, verification, top
         hint; and the scan's and the queue's state."""
         open_docs = self._open_by_path()
+        checked = self.store.uris()
         files = []
         for path in sorted(self.state.kernel_paths):
             document = open_docs.get(path)
@@ -419,7 +421,7 @@ class WorkspaceFeature:
             state, errors, warnings = compile_state(findings)
             if self.compile.scheduler.is_pending(uri) or path in self._queue:
                 state = "checking"
-            elif uri not in self.store.uris():
+            elif uri not in checked:
                 state = "not checked"
             files.append({
                 "uri": uri, "path": str(path), "open": document is not None,

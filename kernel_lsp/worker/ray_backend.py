@@ -244,7 +244,7 @@ class RayBackend:
         handle = self._actor_class.options(**options, max_concurrency=8).remote(self.job_timeout_s, self.max_frame)
         actor = _Actor(handle, self._numbers)
         try:
-            actor.info = await asyncio.wait_for(_awaitable(handle.ready.remote()), READY_TIMEOUT_S)
+            actor.info = await asyncio.wait_for(handle.ready.remote(), READY_TIMEOUT_S)  # an ObjectRef is awaitable
         except BaseException:
             self._ray.kill(handle)
             raise
@@ -302,9 +302,7 @@ class RayBackend:
         except TimeoutError:
             ray.cancel(stream)
             raise _ActorLost(f"no answer {limit + RESULT_GRACE_S:g} s after the job started") from None
-        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
-            raise _ActorLost(_first_line(exc)) from exc
-        except ray.exceptions.RayError as exc:
+        except ray.exceptions.RayError as exc:  # the actor died or is unreachable (RayActorError, ...)
             raise _ActorLost(_first_line(exc)) from exc
         raise _ActorLost("the actor's stream ended without a result")
 
@@ -340,10 +338,6 @@ class RayBackend:
 
 class _ActorLost(Exception):
     pass
-
-
-async def _awaitable(ref: Any) -> Any:
-    return await ref
 
 
 def _first_line(exc: BaseException) -> str:

@@ -5,13 +5,13 @@ workspace's results live on disk, and how one file's findings read in a summary.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernel_lsp.findings import Finding, Severity
 from kernel_lsp.workspace.graph import DependencyGraph
-from kernel_lsp.workspace.scan import KERNEL_SUFFIXES, IgnoreRules, is_kernel_file, scan_folder
+from kernel_lsp.workspace.scan import DEFAULT_EXCLUDES, KERNEL_SUFFIXES, IgnoreRules, is_kernel_file, scan_folder
 
 
 @dataclass
@@ -26,14 +26,22 @@ class Survey:
         return checked_alone(path, self.graph)
 
 
+def exclude_patterns(workspace_exclude: Sequence[str]) -> tuple[str, ...]:
+    """What is never scanned: the folders always skipped, then the `workspaceExclude` setting's patterns."""
+    return (*DEFAULT_EXCLUDES, *workspace_exclude)
+
+
 def survey(roots: Iterable[Path], excludes: Sequence[str], include_dirs: Sequence[Path] = (),
-           reference_of: Callable[[Path, str], Path | None] | None = None) -> Survey:
-    """Every folder scanned (.gitignore and `excludes` honoured), every file read once into the graph. Blocking:
-    the server runs it in a thread."""
+           reference_of: Callable[[Path, str], Path | None] | None = None,
+           rules: Mapping[Path, IgnoreRules] | None = None) -> Survey:
+    """Every folder scanned (.gitignore and `excludes` honoured), every file read once into the graph. `rules`:
+    ignore rules already read for (resolved) roots, used instead of reading them again. Blocking: the server runs
+    it in a thread."""
     found = Survey(graph=DependencyGraph(list(include_dirs), reference_of))
     for root in roots:
         root = root.resolve()
-        found.rules[root] = IgnoreRules.for_folder(root, excludes)
+        known = (rules or {}).get(root)
+        found.rules[root] = known if known is not None else IgnoreRules.for_folder(root, excludes)
         result = scan_folder(root, found.rules[root])
         found.truncated |= result.truncated
         for path in result.files:
