@@ -84,7 +84,6 @@ class WorkspaceState:
     truncated: bool = False
     watching: str = "off"  # client | watchdog | off
     watch_problem: str | None = None
-    batches: int = 0
     dropped: int = 0
     cache: str = "off"
     cache_problem: str | None = None
@@ -114,7 +113,7 @@ class WorkspaceFeature:
         self._queue: OrderedDict[Path, None] = OrderedDict()
         self._in_flight: set[Path] = set()
         self._early: list[tuple[Path, str]] = []  # events that came before the scan ended
-        self._coalescer = Coalescer(self._changed)
+        self._coalescer = Coalescer(self._apply)
         self._watcher: FolderWatcher | None = None
         self._disk: DiskCache | None = None
         self._flusher: asyncio.Task | None = None
@@ -290,10 +289,6 @@ class WorkspaceFeature:
         else:
             self._coalescer.add(path, kind)
 
-    def _changed(self, batch: dict[Path, str]) -> None:
-        self.state.batches += 1
-        self._apply(batch)
-
     def _apply(self, batch: dict[Path, str], texts: dict[Path, str] | None = None) -> None:
         """One batch: the graph updated, deleted files cleared, changed kernel files and all dependents checked."""
         texts = texts or {}
@@ -435,7 +430,7 @@ class WorkspaceFeature:
         return {"ready": state.ready, "files": files, "scanned": state.files, "kernelFiles": state.kernel_files,
                 "scanSeconds": round(state.scan_s, 3), "truncated": state.truncated, "watching": state.watching,
                 "watchProblem": state.watch_problem, "queued": self.queued, "dropped": state.dropped,
-                "batches": state.batches, "closedChecks": self.compile.closed_checks, "cache": state.cache,
+                "batches": self._coalescer.batches, "closedChecks": self.compile.closed_checks, "cache": state.cache,
                 "cacheProblem": state.cache_problem}
 
     def _kernel_names(self, path: Path, document: OpenDocument | None) -> list[str]:

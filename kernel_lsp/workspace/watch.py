@@ -31,11 +31,9 @@ class Coalescer:
         self._batch: dict[Path, str] = {}
         self._first: float | None = None
         self._timer: asyncio.TimerHandle | None = None
-        self.batches = 0
-        self.events = 0
+        self.batches = 0  # handed on so far (the workspace summary shows it)
 
     def add(self, path: Path, kind: str) -> None:
-        self.events += 1
         before = self._batch.get(path)
         if kind == DELETED and before == CREATED:
             self._batch[path] = DELETED  # created and removed again: report the removal (a no-op for unknown files)
