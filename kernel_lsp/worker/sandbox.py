@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from kernel_lsp.worker.isolation import build_cache_root, candidate_environment
 from kernel_lsp.worker.child import (
     CUDA_ERROR_MARKERS,
     FRAME_HEADER,
@@ -98,7 +99,7 @@ class Sandbox:
                  env: dict[str, str] | None = None) -> None:
         self._python = python
         self._preload = tuple(preload)
-        self._env = _child_environment(env)
+        self._env = dict(os.environ if env is None else env)
         self._waiting: asyncio.Task[_Child] | None = None
         self._closed = False
 
@@ -172,9 +173,11 @@ class Sandbox:
                                     f"(importing {', '.join(self._preload) or 'nothing'})") from None
 
     async def _spawn(self) -> _Child:
+        home = tempfile.mkdtemp(prefix="kernel-lsp-home-")  # the child's HOME and TMPDIR, removed with it
         try:
-            child = await _Child.start(self._python, self._preload, self._env)
+            child = await _Child.start(self._python, self._preload, _child_environment(self._env, home), home)
         except OSError as error:
+            shutil.rmtree(home, ignore_errors=True)
             raise SandboxStartError(f"cannot start the sandbox's child with {self._python}: {error}") from None
         try:
             ready = await child.read_frame()
@@ -221,8 +224,9 @@ class _Child:
     """One started child process with its frame pipes and captured output; it serves exactly one task."""
 
     def __init__(self, process: asyncio.subprocess.Process, task_pipe: asyncio.WriteTransport,
-                 results: asyncio.StreamReader, results_pipe: asyncio.ReadTransport) -> None:
+                 results: asyncio.StreamReader, results_pipe: asyncio.ReadTransport, home: str) -> None:
         self.process = process
+        self.home = home
         self._task_pipe = task_pipe
         self._results = results
         self._results_pipe = results_pipe
@@ -230,7 +234,7 @@ class _Child:
         self.stderr = _CappedOutput(process.stderr)
 
     @classmethod
-    async def start(cls, python: str, preload: tuple[str, ...], env: dict[str, str]) -> _Child:
+    async def start(cls, python: str, preload: tuple[str, ...], env: dict[str, str], home: str) -> _Child:
         task_read, task_write = os.pipe()
         result_read, result_write = os.pipe()
         try:
@@ -250,19 +254,21 @@ class _Child:
             os.close(task_read)
             os.close(result_write)
         try:
-            return await cls._connected(process, task_write, result_read)
+            return await cls._connected(process, task_write, result_read, home)
         except BaseException:
             _kill_group(process.pid)
+            shutil.rmtree(home, ignore_errors=True)
             raise
 
     @classmethod
-    async def _connected(cls, process: asyncio.subprocess.Process, task_write: int, result_read: int) -> _Child:
+    async def _connected(cls, process: asyncio.subprocess.Process, task_write: int, result_read: int,
+                         home: str) -> _Child:
         loop = asyncio.get_running_loop()
         task_pipe, _ = await loop.connect_write_pipe(asyncio.Protocol, os.fdopen(task_write, "wb", buffering=0))
         results = asyncio.StreamReader()
         results_pipe, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(results),
                                                        os.fdopen(result_read, "rb", buffering=0))
-        return cls(process, task_pipe, results, results_pipe)
+        return cls(process, task_pipe, results, results_pipe, home)
 
     async def read_frame(self) -> dict[str, Any] | None:
         """The child's next frame, or None when it closed the pipe (it has ended) first."""
@@ -303,6 +309,7 @@ class _Child:
         if not self._task_pipe.is_closing():
             self._task_pipe.abort()
         self._results_pipe.close()
+        shutil.rmtree(self.home, ignore_errors=True)
 
     def ending(self) -> _Ending:
         return _Ending(self.process.returncode, self.stdout.text(), self.stderr.text(),
@@ -460,8 +467,9 @@ def _kill_group(pid: int) -> None:
         pass
 
 
-def _child_environment(env: dict[str, str] | None) -> dict[str, str]:
-    """The child's environment, this kernel_lsp first on its path: the child must run the worker's own code."""
-    environment = dict(os.environ if env is None else env)
+def _child_environment(env: dict[str, str], home: str) -> dict[str, str]:
+    """The child's environment: the allow-list of isolation.py (no secrets), HOME at its scratch folder, and this
+    kernel_lsp first on its path (the child must run the worker's own code)."""
+    environment = candidate_environment(env, home, build_cache_root())
     environment["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT, environment.get("PYTHONPATH")]))
     return environment

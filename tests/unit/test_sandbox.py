@@ -318,3 +318,46 @@ def _is_waiting_child(pid: int) -> bool:
     except OSError:
         return False
     return int(stat.rpartition(")")[2].split()[1]) == os.getpid() and b"kernel_lsp.worker.child" in command
+
+
+SECRETS = {"ANTHROPIC_API_KEY": "sk-ant-secret", "KERNEL_LSP_TOKEN": "worker-token", "AWS_SECRET_ACCESS_KEY": "aws",
+           "GITHUB_TOKEN": "gh", "TORCH_HUB_TOKEN": "hub", "MY_SERVICE_PASSWORD": "pw", "OPENAI_API_KEY": "oa"}
+
+
+async def test_secrets_stay_out_of_the_candidates_environment(tmp_path: Path):
+    """A candidate that reads its environment (os.environ, /proc/self/environ) and writes it to a file of its
+    choosing finds none of the worker's secrets; HOME is a scratch folder of its own, removed after the run."""
+    leak = tmp_path / "leaked.txt"
+    source = ("import os\n"
+              "def main(leak):\n"
+              "    raw = open('/proc/self/environ', 'rb').read().decode(errors='replace')\n"
+              "    open(leak, 'w').write(repr(dict(os.environ)) + raw)\n"
+              "    return {'home': os.environ.get('HOME'), 'names': sorted(os.environ),\n"
+              "            'triton': os.environ.get('TRITON_CACHE_DIR')}\n")
+    sandbox = Sandbox(env={**os.environ, **SECRETS, "CUDA_VISIBLE_DEVICES": "0", "HOME": str(tmp_path)})
+    try:
+        outcome = await run(sandbox, source, leak=str(leak))
+    finally:
+        await sandbox.close()
+    assert outcome.status == "ok", outcome.message
+    written = leak.read_text()
+    for name, value in SECRETS.items():
+        assert name not in outcome.value["names"]
+        assert value not in written, f"{name} reached the candidate"
+    assert "CUDA_VISIBLE_DEVICES" in outcome.value["names"]  # what CUDA needs still gets through
+    home = Path(outcome.value["home"])
+    assert home != tmp_path and home.name.startswith("kernel-lsp-home-")
+    assert not home.exists()  # removed with the child
+    assert outcome.value["triton"].endswith("builds/triton")  # build caches apart from the trusted ones
+
+
+@pytest.mark.parametrize("name, allowed", [
+    ("PATH", True), ("CUDA_VISIBLE_DEVICES", True), ("TRITON_INTERPRET", True), ("LC_ALL", True),
+    ("ANTHROPIC_API_KEY", False), ("KERNEL_LSP_TOKEN", False), ("TORCH_HUB_TOKEN", False),
+    ("CUDA_SECRET", False), ("AWS_ACCESS_KEY_ID", False), ("GOOGLE_APPLICATION_CREDENTIALS", False),
+    ("SSH_AUTH_SOCK", False), ("HF_TOKEN", False), ("DATABASE_URL", False), ("NPM_CONFIG_USERCONFIG", False),
+])
+def test_environment_allow_list(name: str, allowed: bool):
+    from kernel_lsp.worker.isolation import allowed as is_allowed
+
+    assert is_allowed(name) is allowed

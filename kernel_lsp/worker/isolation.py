@@ -1,0 +1,58 @@
+"""What a candidate's process may see of the worker's environment: an allow-list, never a secret.
+
+Candidates are untrusted code (most written by a model). Their children get only the variables CUDA, torch,
+Triton and the compilers need, named here; everything else (the Anthropic API key, the worker's token, cloud
+credentials, tokens of any tool) stays behind, and so does any allowed name that looks like a credential.
+HOME points at a scratch folder of the child's own, so nothing under the user's home is found through it.
+The build caches a candidate needs (torch extensions, Triton) are given as folders of their own under the
+worker's cache, apart from the caches the verifier trusts (baselines/, peaks/).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+ALLOWED_NAMES = frozenset({
+    "PATH", "LANG", "LANGUAGE", "TZ", "TERM", "USER", "LOGNAME", "SHELL", "TMPDIR",
+    "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH",
+    "CC", "CXX", "CUDAHOSTCXX", "MAX_JOBS", "PYTHONPATH", "PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE",
+    "VIRTUAL_ENV", "OMP_NUM_THREADS", "CUTLASS_PATH", "KERNEL_LSP_CACHE_DIR",
+})
+ALLOWED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "NVCC_", "TORCH_", "PYTORCH_", "TORCHINDUCTOR_", "TRITON_",
+                    "MKL_", "KMP_", "OPENBLAS_", "GOMP_", "NCCL_")
+# an allowed prefix does not make a credential safe: TORCH_HUB_TOKEN, CUDA_..._SECRET and the like stay behind
+CREDENTIAL = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION)", re.IGNORECASE)
+BUILD_CACHES = {"TORCH_EXTENSIONS_DIR": "torch_extensions", "TRITON_CACHE_DIR": "triton"}
+
+
+def allowed(name: str) -> bool:
+    """Whether a variable of this name reaches a candidate's process."""
+    if CREDENTIAL.search(name):
+        return False
+    return name in ALLOWED_NAMES or name.startswith(ALLOWED_PREFIXES)
+
+
+def candidate_environment(environ: Mapping[str, str], home: str, build_cache_root: Path | None) -> dict[str, str]:
+    """The environment of a candidate's child: the allowed variables of `environ`, HOME at `home`, and the build
+    caches (unless set) in folders of their own under build_cache_root."""
+    environment = {name: value for name, value in environ.items() if allowed(name)}
+    environment["HOME"] = home
+    environment.setdefault("TMPDIR", home)
+    if build_cache_root is not None:
+        for name, folder in BUILD_CACHES.items():
+            environment.setdefault(name, str(build_cache_root / folder))
+    return environment
+
+
+def withheld(environ: Mapping[str, str]) -> list[str]:
+    """Names of the variables a candidate does not get (for kernel-lsp doctor: names only, never values)."""
+    return sorted(name for name in environ if not allowed(name))
+
+
+def build_cache_root() -> Path:
+    """Where candidates' build caches live: builds/ under the worker's cache folder."""
+    from kernel_lsp.worker.environment import cache_dir
+
+    return cache_dir() / "builds"
