@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import hashlib
+import inspect
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -230,3 +231,76 @@ def threads_started(before: set[int], after: set[int]) -> list[str]:
     """Names of threads alive in `after` that were not in `before`: work the candidate may have hidden there."""
     names = {thread.ident: thread.name for thread in threading.enumerate()}
     return [names.get(ident, f"thread {ident} (since exited)") for ident in sorted(after - before)]
+
+
+PATCHABLE_MODULES = ("torch", "torch.nn.functional", "torch.linalg", "torch.fft", "torch.special")
+TENSOR_DUNDERS = ("__add__", "__sub__", "__mul__", "__truediv__", "__matmul__", "__getitem__", "__setitem__",
+                  "__neg__", "__pow__", "__radd__", "__rmul__", "__iadd__", "__imul__", "__torch_function__")
+
+
+def _public_callables(owner: object, prefix: str, extra: tuple[str, ...] = ()) -> dict[str, object]:
+    """Static look-ups: a classmethod is the same object each time only before it is bound."""
+    found: dict[str, object] = {}
+    for name in [n for n in dir(owner) if not n.startswith("_")] + list(extra):
+        try:
+            value = inspect.getattr_static(owner, name)
+        except Exception:  # a lazy attribute that cannot load here is no candidate's doing
+            continue
+        if callable(value) or isinstance(value, (classmethod, staticmethod, property)):
+            found[f"{prefix}.{name}"] = value
+    return found
+
+
+def numerics_flags() -> dict[str, object]:
+    """The global settings that change what the reference computes (precision, algorithms, default dtype)."""
+    cuda_matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    return {
+        "torch.backends.cuda.matmul.allow_tf32": cuda_matmul.allow_tf32,
+        "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction":
+            cuda_matmul.allow_fp16_reduced_precision_reduction,
+        "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction":
+            cuda_matmul.allow_bf16_reduced_precision_reduction,
+        "torch.backends.cudnn.allow_tf32": cudnn.allow_tf32, "torch.backends.cudnn.enabled": cudnn.enabled,
+        "torch.backends.cudnn.deterministic": cudnn.deterministic,
+        "torch.get_default_dtype()": str(torch.get_default_dtype()),
+        "torch.get_float32_matmul_precision()": torch.get_float32_matmul_precision(),
+        "torch.are_deterministic_algorithms_enabled()": torch.are_deterministic_algorithms_enabled(),
+        "flush denormal": _flushes_denormals(),
+    }
+
+
+def _flushes_denormals() -> bool:
+    """torch.set_flush_denormal has no getter: a denormal that survives a multiply by one is not flushed."""
+    tiny = torch.tensor([1e-40], dtype=torch.float32)
+    return bool((tiny * 1.0 == 0).item())
+
+
+def torch_snapshot() -> dict[str, object]:
+    """The identities of torch's public callables (torch, torch.nn.functional, torch.linalg, torch.fft,
+    torch.special, torch.Tensor's methods, torch.nn's modules and their forward) and the numerics flags."""
+    import importlib
+
+    snapshot: dict[str, object] = {}
+    for module_name in PATCHABLE_MODULES:
+        snapshot.update(_public_callables(importlib.import_module(module_name), module_name))
+    snapshot.update(_public_callables(torch.Tensor, "torch.Tensor", TENSOR_DUNDERS))
+    for name, value in vars(torch.nn).items():
+        if isinstance(value, type) and issubclass(value, torch.nn.Module):
+            snapshot[f"torch.nn.{name}"] = value
+            snapshot[f"torch.nn.{name}.forward"] = value.__dict__.get("forward", value.forward)
+    snapshot.update({name: ("flag", value) for name, value in numerics_flags().items()})
+    return snapshot
+
+
+def torch_patches(before: dict[str, object]) -> list[str]:
+    """What changed since `before`: replaced callables, and flags with their old and new values."""
+    after = torch_snapshot()
+    changed = []
+    for name, value in before.items():
+        now = after.get(name)
+        if isinstance(value, tuple) and value[:1] == ("flag",):
+            if now != value:
+                changed.append(f"{name} {value[1]!r} -> {now[1] if isinstance(now, tuple) else now!r}")
+        elif now is not value:
+            changed.append(name)
+    return changed

@@ -39,6 +39,8 @@ from kernel_lsp.verify.integrity import (
     thread_idents,
     threads_started,
     timer_snapshot,
+    torch_patches,
+    torch_snapshot,
 )
 from kernel_lsp.verify.kernels import RecordingSession, Window, classify, launches_off_stream, own_kernel_names
 from kernel_lsp.verify.timing import Timing, make_input_sets, resolve_device, speedup, time_callable
@@ -49,6 +51,7 @@ TIMING_SEED = 10_000  # timed inputs are drawn apart from the trials' seeds
 MAX_TIMING_INPUT_SETS = 4
 TIMING_MEMORY_FRACTION = 0.25  # rotated input sets may take this much of the free device memory
 WARMUP_MS = 250.0  # warm-up calls run at least this long before a candidate or a baseline is timed
+TORCH_PATCHES_LISTED = 5  # names in the integrity-torch-patched message
 THREAD_JOIN_S = 1.0  # how long a thread the candidate left running gets to finish before outputs are compared
 
 
@@ -113,7 +116,7 @@ def verify_candidate(reference: str, candidate: str, device: str = "auto", trial
             distributions = accepted_distributions(reference_module.get_inputs, ref_model, target, seed)
     except ReferenceFailed as exc:
         return {"verdict": "unavailable", "reason": str(exc)}
-    timers, threads = timer_snapshot(), thread_idents()
+    timers, threads, torch_before = timer_snapshot(), thread_idents(), torch_snapshot()
     with PHASES("candidate import and build"):
         candidate_module = load_module(candidate, "kernel_lsp_candidate")
         torch.manual_seed(WEIGHTS_SEED)
@@ -126,6 +129,7 @@ def verify_candidate(reference: str, candidate: str, device: str = "auto", trial
                                distributions, overrides, own, tuple(allowed_kernels), verdict)
     trials_report["weights"] = weights
     report_timers(timers, verdict)
+    report_torch_patches(torch_before, verdict)
     left_running = threads_started(threads, thread_idents())
     if left_running:
         verdict.reject("integrity-thread", f"the candidate started thread(s) still alive: {', '.join(left_running)}")
@@ -385,6 +389,13 @@ def report_timers(before: dict[str, object], verdict: Verdict) -> None:
     patched = patched_timers(before, timer_snapshot())
     if patched:
         verdict.reject("integrity-timer-patched", f"the candidate replaced timing functions: {', '.join(patched)}")
+
+
+def report_torch_patches(before: dict[str, object], verdict: Verdict) -> None:
+    patched = torch_patches(before)
+    if patched:
+        listed = ", ".join(patched[:TORCH_PATCHES_LISTED]) + (", ..." if len(patched) > TORCH_PATCHES_LISTED else "")
+        verdict.reject("integrity-torch-patched", f"the candidate changed torch itself: {listed}")
 
 
 def timing_input_sets(get_inputs: Callable[[], list], target: torch.device, seed: int) -> list[tuple]:

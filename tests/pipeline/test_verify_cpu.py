@@ -101,6 +101,33 @@ class ModelNew(nn.Module):
         return triton_relu(x)
 '''
 
+ZEROS = TRITON_RELU + '''
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return triton_relu(torch.full_like(x, -1.0))  # a Triton kernel runs; the output is all zeros
+'''
+
+# each makes the reference, run in the same torch, compute the candidate's wrong answer (all zeros)
+PATCHES_TORCH_RELU = ZEROS + '''
+torch.relu = lambda x: torch.zeros_like(x)
+'''
+
+PATCHES_TENSOR_METHOD = ZEROS + '''
+torch.Tensor.relu = lambda self: torch.zeros_like(self)
+torch.relu = torch.Tensor.relu
+'''
+
+PATCHES_NN_MODULE = ZEROS + '''
+nn.ReLU.forward = lambda self, x: torch.zeros_like(x)
+import torch.nn.functional as F
+F.relu = lambda x, inplace=False: torch.zeros_like(x)
+'''
+
+CHANGES_NUMERICS_FLAGS = HONEST + '''
+torch.backends.cuda.matmul.allow_tf32 = True
+torch.set_float32_matmul_precision("medium")
+'''
+
 FINISHES_IN_A_THREAD = TRITON_RELU + '''
 import threading, time
 
@@ -238,14 +265,25 @@ async def test_each_trial_draws_fresh_inputs(sandbox: Sandbox, cache_dir: Path):
     (FINISHES_IN_A_THREAD, "integrity-pending-work"),
     (NONDETERMINISTIC, "integrity-nondeterministic"),
     (READS_REFERENCE_OUTPUT, "integrity-order"),
+    (PATCHES_TORCH_RELU, "integrity-torch-patched"),
+    (PATCHES_TENSOR_METHOD, "integrity-torch-patched"),
+    (PATCHES_NN_MODULE, "integrity-torch-patched"),
+    (CHANGES_NUMERICS_FLAGS, "integrity-torch-patched"),
 ], ids=["mutates-input", "stock-only", "falls-back", "patches-timer", "thread", "nondeterministic",
-        "reads-reference-output"])
+        "reads-reference-output", "patches-torch-relu", "patches-tensor-method", "patches-nn-module",
+        "changes-numerics-flags"])
 async def test_cheating_candidate_is_rejected_with_its_code(sandbox: Sandbox, cache_dir: Path, candidate: str,
                                                             code: str):
     report = await verify(sandbox, cache_dir, candidate)
     assert report["verdict"] == "rejected"
     assert code in codes(report), report["integrity"]
     assert any(f.code == code for f in report_findings(report, "file:///c.py", candidate))
+
+
+async def test_torch_patch_is_named(sandbox: Sandbox, cache_dir: Path):
+    report = await verify(sandbox, cache_dir, PATCHES_NN_MODULE, trials=1)
+    message = next(p["message"] for p in report["integrity"] if p["code"] == "integrity-torch-patched")
+    assert "torch.nn.ReLU.forward" in message and "torch.nn.functional.relu" in message
 
 
 async def test_thread_left_running_is_named(sandbox: Sandbox, cache_dir: Path):
