@@ -57,6 +57,20 @@ def gpu_checks() -> list[Check]:
             Check("ok", "driver / NVML", facts["driver"])]
 
 
+def isolation_checks() -> list[Check]:
+    """What a candidate's child is kept from: its environment is filtered here; its files and network are not yet."""
+    from kernel_lsp.worker.isolation import withheld
+
+    names = withheld(os.environ)
+    shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+    return [Check("ok", "candidate environment",
+                  f"allow-list: {len(names)} variable(s) withheld{f' ({shown})' if names else ''}, HOME in a scratch "
+                  "folder"),
+            Check("missing", "candidate isolation",
+                  "not isolated: candidates can still write the user's files and the cache folder and use the "
+                  "network (only their environment is filtered)")]
+
+
 def profiler_checks() -> list[Check]:
     checks = []
     ncu = shutil.which("ncu")
@@ -116,7 +130,7 @@ async def worker_check(address: str, token: str | None) -> list[Check]:
 def run_doctor(worker_address: str, token_file: str | None) -> int:
     async def gather() -> list[Check]:
         checks = await tool_checks(Settings())
-        checks += gpu_checks() + profiler_checks() + [api_key_check()]
+        checks += gpu_checks() + profiler_checks() + isolation_checks() + [api_key_check()]
         checks += await worker_check(worker_address, read_token(token_file))
         return checks
 

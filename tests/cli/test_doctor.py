@@ -23,6 +23,8 @@ def test_doctor_reports_each_item(tmp_path: Path):
     assert rows["worker"].startswith("ok") and "ping" in rows["worker"]
     assert rows["ANTHROPIC_API_KEY"].startswith("ok") and "sk-test" not in result.stdout
     assert "ncu" in rows and "GPU" in result.stdout
+    assert rows["candidate environment"].startswith("ok") and "ANTHROPIC_API_KEY" in rows["candidate environment"]
+    assert rows["candidate isolation"].startswith("missing") and "not isolated" in rows["candidate isolation"]
     assert result.returncode == (0 if shutil.which("nvcc") else 1)
 
 
