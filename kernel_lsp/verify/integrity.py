@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import zip_longest
+from pathlib import Path
 
 import torch
 
@@ -233,6 +234,7 @@ def threads_started(before: set[int], after: set[int]) -> list[str]:
     return [names.get(ident, f"thread {ident} (since exited)") for ident in sorted(after - before)]
 
 
+TORCH_PACKAGE = Path(torch.__file__).resolve().parent
 PATCHABLE_MODULES = ("torch", "torch.nn.functional", "torch.linalg", "torch.fft", "torch.special")
 TENSOR_DUNDERS = ("__add__", "__sub__", "__mul__", "__truediv__", "__matmul__", "__getitem__", "__setitem__",
                   "__neg__", "__pow__", "__radd__", "__rmul__", "__iadd__", "__imul__", "__torch_function__")
@@ -275,11 +277,20 @@ def _flushes_denormals() -> bool:
     return bool((tiny * 1.0 == 0).item())
 
 
+def _torch_wraps(now: object, before: object) -> bool:
+    """torch's own lazy wrappers (torch._dynamo wraps torch.manual_seed when it is first imported, which the
+    profiler does): a wrapper of the same callable whose code lives in torch's own package files."""
+    code = getattr(now, "__code__", None)
+    return (getattr(now, "__wrapped__", None) is before and code is not None
+            and Path(code.co_filename).resolve().is_relative_to(TORCH_PACKAGE))
+
+
 def torch_snapshot() -> dict[str, object]:
     """The identities of torch's public callables (torch, torch.nn.functional, torch.linalg, torch.fft,
     torch.special, torch.Tensor's methods, torch.nn's modules and their forward) and the numerics flags."""
     import importlib
 
+    importlib.import_module("torch._dynamo")  # wraps some of torch's functions on import: before, not after
     snapshot: dict[str, object] = {}
     for module_name in PATCHABLE_MODULES:
         snapshot.update(_public_callables(importlib.import_module(module_name), module_name))
@@ -301,6 +312,6 @@ def torch_patches(before: dict[str, object]) -> list[str]:
         if isinstance(value, tuple) and value[:1] == ("flag",):
             if now != value:
                 changed.append(f"{name} {value[1]!r} -> {now[1] if isinstance(now, tuple) else now!r}")
-        elif now is not value:
+        elif now is not value and not _torch_wraps(now, value):
             changed.append(name)
     return changed
