@@ -9,12 +9,14 @@ from __future__ import annotations
 import ctypes
 import gc
 import hashlib
+import importlib
 import inspect
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import zip_longest
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -285,33 +287,31 @@ def _torch_wraps(now: object, before: object) -> bool:
             and Path(code.co_filename).resolve().is_relative_to(TORCH_PACKAGE))
 
 
-def torch_snapshot() -> dict[str, object]:
+class TorchState(NamedTuple):
+    callables: dict[str, object]  # compared by identity
+    flags: dict[str, object]  # compared by value
+
+
+def torch_snapshot() -> TorchState:
     """The identities of torch's public callables (torch, torch.nn.functional, torch.linalg, torch.fft,
     torch.special, torch.Tensor's methods, torch.nn's modules and their forward) and the numerics flags."""
-    import importlib
-
     importlib.import_module("torch._dynamo")  # wraps some of torch's functions on import: before, not after
-    snapshot: dict[str, object] = {}
+    callables: dict[str, object] = {}
     for module_name in PATCHABLE_MODULES:
-        snapshot.update(_public_callables(importlib.import_module(module_name), module_name))
-    snapshot.update(_public_callables(torch.Tensor, "torch.Tensor", TENSOR_DUNDERS))
+        callables.update(_public_callables(importlib.import_module(module_name), module_name))
+    callables.update(_public_callables(torch.Tensor, "torch.Tensor", TENSOR_DUNDERS))
     for name, value in vars(torch.nn).items():
         if isinstance(value, type) and issubclass(value, torch.nn.Module):
-            snapshot[f"torch.nn.{name}"] = value
-            snapshot[f"torch.nn.{name}.forward"] = value.__dict__.get("forward", value.forward)
-    snapshot.update({name: ("flag", value) for name, value in numerics_flags().items()})
-    return snapshot
+            callables[f"torch.nn.{name}"] = value
+            callables[f"torch.nn.{name}.forward"] = value.__dict__.get("forward", value.forward)
+    return TorchState(callables, numerics_flags())
 
 
-def torch_patches(before: dict[str, object]) -> list[str]:
+def torch_patches(before: TorchState) -> list[str]:
     """What changed since `before`: replaced callables, and flags with their old and new values."""
     after = torch_snapshot()
-    changed = []
-    for name, value in before.items():
-        now = after.get(name)
-        if isinstance(value, tuple) and value[:1] == ("flag",):
-            if now != value:
-                changed.append(f"{name} {value[1]!r} -> {now[1] if isinstance(now, tuple) else now!r}")
-        elif now is not value and not _torch_wraps(now, value):
-            changed.append(name)
-    return changed
+    replaced = [name for name, value in before.callables.items()
+                if after.callables.get(name) is not value and not _torch_wraps(after.callables.get(name), value)]
+    flipped = [f"{name} {value!r} -> {after.flags[name]!r}" for name, value in before.flags.items()
+               if after.flags[name] != value]
+    return replaced + flipped

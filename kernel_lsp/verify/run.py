@@ -29,6 +29,7 @@ from kernel_lsp.verify.models import WEIGHTS_SEED, load_module, share_weights
 from kernel_lsp.verify.floor import Floor, below_floor, device_peaks, problem_work
 from kernel_lsp.verify.integrity import (
     SECOND_POISON_BYTE,
+    TorchState,
     as_bytes,
     changed_since,
     flush_allocator,
@@ -391,7 +392,7 @@ def report_timers(before: dict[str, object], verdict: Verdict) -> None:
         verdict.reject("integrity-timer-patched", f"the candidate replaced timing functions: {', '.join(patched)}")
 
 
-def report_torch_patches(before: dict[str, object], verdict: Verdict) -> None:
+def report_torch_patches(before: TorchState, verdict: Verdict) -> None:
     patched = torch_patches(before)
     if patched:
         listed = ", ".join(patched[:TORCH_PATCHES_LISTED]) + (", ..." if len(patched) > TORCH_PATCHES_LISTED else "")

@@ -14,6 +14,8 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from kernel_lsp.worker.environment import cache_dir
+
 ALLOWED_NAMES = frozenset({
     "PATH", "LANG", "LANGUAGE", "TZ", "TERM", "USER", "LOGNAME", "SHELL", "TMPDIR",
     "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH",
@@ -35,15 +37,14 @@ def allowed(name: str) -> bool:
     return name in ALLOWED_NAMES or name.startswith(ALLOWED_PREFIXES)
 
 
-def candidate_environment(environ: Mapping[str, str], home: str, build_cache_root: Path | None) -> dict[str, str]:
+def candidate_environment(environ: Mapping[str, str], home: str, build_cache_root: Path) -> dict[str, str]:
     """The environment of a candidate's child: the allowed variables of `environ`, HOME at `home`, and the build
     caches (unless set) in folders of their own under build_cache_root."""
     environment = {name: value for name, value in environ.items() if allowed(name)}
     environment["HOME"] = home
     environment.setdefault("TMPDIR", home)
-    if build_cache_root is not None:
-        for name, folder in BUILD_CACHES.items():
-            environment.setdefault(name, str(build_cache_root / folder))
+    for name, folder in BUILD_CACHES.items():
+        environment.setdefault(name, str(build_cache_root / folder))
     return environment
 
 
@@ -54,6 +55,4 @@ def withheld(environ: Mapping[str, str]) -> list[str]:
 
 def build_cache_root() -> Path:
     """Where candidates' build caches live: builds/ under the worker's cache folder."""
-    from kernel_lsp.worker.environment import cache_dir
-
     return cache_dir() / "builds"

@@ -176,9 +176,11 @@ class Sandbox:
         home = tempfile.mkdtemp(prefix="kernel-lsp-home-")  # the child's HOME and TMPDIR, removed with it
         try:
             child = await _Child.start(self._python, self._preload, _child_environment(self._env, home), home)
-        except OSError as error:
-            shutil.rmtree(home, ignore_errors=True)
-            raise SandboxStartError(f"cannot start the sandbox's child with {self._python}: {error}") from None
+        except BaseException as error:
+            shutil.rmtree(home, ignore_errors=True)  # a child that never started leaves only its folder
+            if isinstance(error, OSError):
+                raise SandboxStartError(f"cannot start the sandbox's child with {self._python}: {error}") from None
+            raise
         try:
             ready = await child.read_frame()
         except BaseException:
@@ -257,7 +259,6 @@ class _Child:
             return await cls._connected(process, task_write, result_read, home)
         except BaseException:
             _kill_group(process.pid)
-            shutil.rmtree(home, ignore_errors=True)
             raise
 
     @classmethod
