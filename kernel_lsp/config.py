@@ -53,6 +53,7 @@ class Settings:
     tolerances: dict[str, dict[str, float]] = field(default_factory=dict)  # dtype name -> {"atol", "rtol"}
     baselines: tuple[str, ...] = ("eager", "compile")
     allowed_kernels: tuple[str, ...] = ()  # fnmatch patterns of stock kernels a candidate may also run
+    verify_allow_network: bool = False  # a candidate's process may open network sockets (off: refused by seccomp)
     agent_model: str = "claude-sonnet-4-5"
     agent_max_tokens: int = 8192  # per model turn
     agent_temperature: float | None = None  # None: the model's default (newer models refuse the parameter)

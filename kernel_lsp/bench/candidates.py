@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 SKIPPED_DIRS = {"__pycache__", "node_modules", "build", "dist", "venv"}  # and every folder starting with '.'
 # the config keys a caller may set; the job's own keys (candidate, reference, origins) come from the files
 VERIFY_OPTIONS = frozenset({"device", "trials", "timedCalls", "warmup", "seed", "tolerances", "baselines",
-                            "allowedKernels", "timing", "limits"})
+                            "allowedKernels", "timing", "limits", "allowNetwork"})
 _PROBLEM_STEM = re.compile(r"^(?:level(\d+)_)?(\d+)_(.+?)(?:_new)?$")
 _LEVEL_FOLDER = re.compile(r"^level(\d+)$")
 
@@ -75,7 +75,8 @@ def verify_options(settings: Settings) -> dict[str, Any]:
     """The "verify" config keys that come from the settings."""
     options: dict[str, Any] = {"device": settings.verify_device, "trials": settings.trials,
                                "timedCalls": settings.timed_calls, "warmup": settings.warmup_calls,
-                               "baselines": list(settings.baselines), "allowedKernels": list(settings.allowed_kernels)}
+                               "baselines": list(settings.baselines), "allowedKernels": list(settings.allowed_kernels),
+                               "allowNetwork": settings.verify_allow_network}
     if settings.tolerances:
         options["tolerances"] = {dtype: dict(t) for dtype, t in settings.tolerances.items()}
     return options

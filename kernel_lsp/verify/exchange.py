@@ -43,12 +43,21 @@ class Exchange:
         self._kept: list[torch.Tensor] = []  # CUDA tensors sent: their memory must outlive the other side's use
 
     def send(self, value: Any) -> Any:
+        return self.share(value)[0]
+
+    def share(self, value: Any) -> tuple[Any, Any]:
+        """The descriptor of value, and value as the other side will see it: the same memory (a CUDA tensor's
+        contiguous copy, a CPU tensor's shared file), so that what the other side does to it shows here."""
         if isinstance(value, torch.Tensor):
-            return {"tensor": self._send_tensor(value)}
+            described, view = self._send_tensor(value)
+            return {"tensor": described}, view
         if isinstance(value, (list, tuple)):
-            return {"items": [self.send(item) for item in value], "tuple": isinstance(value, tuple)}
+            pairs = [self.share(item) for item in value]
+            views = [view for _, view in pairs]
+            return ({"items": [described for described, _ in pairs], "tuple": isinstance(value, tuple)},
+                    tuple(views) if isinstance(value, tuple) else views)
         if isinstance(value, SCALARS):
-            return {"scalar": value}
+            return {"scalar": value}, value
         raise ExchangeError(f"a {type(value).__name__} cannot be passed between the judge and the candidate: "
                             "only tensors, lists and tuples of them, and plain scalars")
 
@@ -71,7 +80,7 @@ class Exchange:
         self._written.clear()
         self._kept.clear()
 
-    def _send_tensor(self, tensor: torch.Tensor) -> dict[str, Any]:
+    def _send_tensor(self, tensor: torch.Tensor) -> tuple[dict[str, Any], torch.Tensor]:
         tensor = tensor.detach()
         if type(tensor) is not torch.Tensor:
             tensor = tensor.as_subclass(torch.Tensor)
@@ -79,19 +88,20 @@ class Exchange:
         described: dict[str, Any] = {"shape": list(tensor.shape), "dtype": str(tensor.dtype).removeprefix("torch."),
                                      "numel": flat.numel()}
         if flat.numel() == 0:
-            return {**described, "empty": str(tensor.device)}
+            return {**described, "empty": str(tensor.device)}, tensor
         if flat.is_cuda:
             self._kept.append(flat)
             device, handle, size, offset, counter, counter_offset, event, sync = flat.untyped_storage()._share_cuda_()
-            return {**described, "cuda": [device, handle, size, offset, counter, counter_offset, event, sync],
-                    "offset": flat.storage_offset()}
+            return ({**described, "cuda": [device, handle, size, offset, counter, counter_offset, event, sync],
+                     "offset": flat.storage_offset()}, flat.view(tensor.shape))
         path = self.folder / f"{self.prefix}-{os.getpid()}-{next(self._names)}.bin"
         nbytes = flat.numel() * flat.element_size()
         with open(path, "wb") as file:
             file.truncate(nbytes)
         self._written.append(path)
-        torch.from_file(str(path), shared=True, size=nbytes, dtype=torch.uint8).copy_(flat.view(torch.uint8))
-        return {**described, "file": path.name}
+        mapped = torch.from_file(str(path), shared=True, size=nbytes, dtype=torch.uint8)
+        mapped.copy_(flat.view(torch.uint8))
+        return {**described, "file": path.name}, mapped.view(tensor.dtype).view(tensor.shape)
 
     def _receive_tensor(self, described: dict[str, Any]) -> torch.Tensor:
         try:

@@ -27,7 +27,11 @@ def load_module(path: str, name: str) -> ModuleType:
 
 
 def share_weights(reference: torch.nn.Module, candidate: torch.nn.Module) -> str:
-    ref_state = reference.state_dict()
+    return load_weights(reference.state_dict(), candidate)
+
+
+def load_weights(ref_state: dict[str, torch.Tensor], candidate: torch.nn.Module) -> str:
+    """Loads the reference's weights (its state_dict) into the candidate where names and shapes match."""
     cand_state = candidate.state_dict()
     shared = {k: v for k, v in ref_state.items() if k in cand_state and cand_state[k].shape == v.shape}
     if not ref_state:

@@ -1,20 +1,25 @@
 """verify_candidate: the verdict on one candidate, computed inside a sandboxed child (a SandboxTask entry).
 
-The order matters. The reference is imported, built and run first (which input distributions it accepts),
-then the identities of the timers and the live threads are noted, and only then is the candidate imported:
-whatever it replaces or starts from then on is its doing. Each correctness trial draws fresh inputs on the
-target device, alternates which model runs first (flushing the allocator and poisoning its free memory
-before the candidate), records the kernels the candidate launched, checks its inputs are unchanged, that
-nothing is still writing its output after forward returned, and compares. A failing trial, and the first,
-are run again over differently poisoned memory: an output that changes read memory it never wrote.
-Only a candidate that passed everything is timed, against the reference eager and under torch.compile.
+This process is the judge: it never imports the candidate. The candidate lives in a process of its own
+(verify/host.py, started first so its imports overlap the reference's set-up), confined to its scratch folder
+and the build caches, without the network. The judge imports the reference, draws every input set by seed,
+computes the reference's outputs here, where no candidate code ever ran, and sends the candidate a copy of the
+inputs in shared memory (verify/exchange.py). Each correctness trial runs forward there over freshly poisoned
+memory, and the judge looks itself: at the output as it was when forward returned and once everything the
+candidate started has finished (pending work), at its copy of the inputs (mutation), and compares. The first
+trial, and any failing one, are run again over differently poisoned memory: an output that changes read
+memory it never wrote. What only the candidate's process can see (the kernels it launched, torch patched, timers
+replaced, threads left) it reports, and the judge records it as reported. Only a candidate that passed
+everything is timed: it times itself, and the judge's clock around that loop must agree with the sum it
+reports (integrity-timing-forged); the baselines are timed here, in the clean process.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import threading
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -24,27 +29,29 @@ from typing import Any
 import torch
 
 from kernel_lsp.verify.baselines import BaselineCache, gpu_state
-from kernel_lsp.verify.compare import Comparison, Tolerance, chunks, compare_outputs, tolerance_for
-from kernel_lsp.verify.models import WEIGHTS_SEED, load_module, share_weights
+from kernel_lsp.verify.candidate_process import CandidateProcess
+from kernel_lsp.verify.compare import Comparison, Tolerance, chunks, compare_outputs, refused, tolerance_for
+from kernel_lsp.verify.exchange import Exchange
+from kernel_lsp.verify.models import WEIGHTS_SEED, load_module
 from kernel_lsp.verify.floor import Floor, below_floor, device_peaks, problem_work
 from kernel_lsp.verify.integrity import (
+    POISON_BYTE,
     SECOND_POISON_BYTE,
-    TorchState,
     as_bytes,
-    changed_since,
     flush_allocator,
-    input_snapshot,
-    patched_timers,
-    poison_free_memory,
     tensor_leaves,
-    thread_idents,
-    threads_started,
-    timer_snapshot,
-    torch_patches,
-    torch_snapshot,
 )
-from kernel_lsp.verify.kernels import RecordingSession, Window, classify, launches_off_stream, own_kernel_names
-from kernel_lsp.verify.timing import Timing, make_input_sets, resolve_device, speedup, time_callable
+from kernel_lsp.verify.kernels import KernelLaunch, Window, classify, launches_off_stream, own_kernel_names
+from kernel_lsp.verify.timing import (
+    Timing,
+    make_input_sets,
+    resolve_device,
+    speedup,
+    time_callable,
+    time_cpu_calls,
+    time_cuda_calls,
+    l2_scratch,
+)
 
 DISTRIBUTIONS = ("own", "normal", "scaled")
 SCALE = 16.0  # "scaled" inputs: the problem's own values times this, so magnitudes outside [0, 1) are covered
@@ -54,6 +61,10 @@ TIMING_MEMORY_FRACTION = 0.25  # rotated input sets may take this much of the fr
 WARMUP_MS = 250.0  # warm-up calls run at least this long before a candidate or a baseline is timed
 TORCH_PATCHES_LISTED = 5  # names in the integrity-torch-patched message
 THREAD_JOIN_S = 1.0  # how long a thread the candidate left running gets to finish before outputs are compared
+# integrity-timing-forged: the judge's clock around the candidate's timing loop, less the loop's own cost, must
+# not exceed the sum the candidate reports by more than this factor and this many milliseconds
+FORGED_FACTOR = 2.0
+FORGED_MIN_GAP_MS = 50.0
 
 
 class Phases:
@@ -80,11 +91,11 @@ class ReferenceFailed(Exception):
 
 @dataclass
 class CandidateRun:
-    output: Any  # dropped once compared: a trial's output may take GiBs
-    window: Window | None  # the recorded launches (filled when the recording session ends); None when not recorded
+    output: Any  # the settled output, as the judge sees it; dropped once compared (it may take GiBs)
     mutated: list[int]
     pending: bool  # the output changed after forward returned and the current stream was done
     threads: list[str]
+    plain: bool  # every output leaf was a plain torch.Tensor in the candidate's process
 
 
 @dataclass
@@ -97,53 +108,76 @@ class Verdict:
             self.integrity.append({"code": code, "message": message})
 
 
+@dataclass
+class Judge:
+    """What every step of one verification shares: the candidate's process, the exchange and the verdict."""
+
+    host: CandidateProcess
+    exchange: Exchange
+    target: torch.device
+    verdict: Verdict
+
+
 def verify_candidate(reference: str, candidate: str, device: str = "auto", trials: int = 5, timed_calls: int = 100,
                      warmup: int = 10, seed: int = 0, tolerances: dict[str, dict[str, float]] | None = None,
                      baselines: list[str] | tuple[str, ...] = ("eager", "compile"),
                      allowed_kernels: list[str] | tuple[str, ...] = (), timing: bool = True,
-                     cache_dir: str | None = None, files: dict[str, str] | None = None) -> dict[str, Any]:
+                     cache_dir: str | None = None, files: dict[str, str] | None = None,
+                     allow_network: bool = False) -> dict[str, Any]:
     """The sandbox entry: a VerifyReport (docs/ARCHITECTURE.md), or {"verdict": "unavailable", "reason"}."""
     started = time.perf_counter()
     target = choose_device(device)
     if isinstance(target, str):
         return {"verdict": "unavailable", "reason": target}
     if target.type == "cpu":
-        os.environ.setdefault("TRITON_INTERPRET", "1")  # before the candidate imports triton
-    overrides = {name: Tolerance(**t) for name, t in (tolerances or {}).items()}
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before the candidate's process starts
     PHASES.seconds.clear()
+    scratch = Path(tempfile.mkdtemp(prefix="kernel-lsp-judge-"))
+    host = CandidateProcess(scratch, allow_network)
+    try:
+        judge = Judge(host, Exchange(host.exchange_folder, "judge"), target, Verdict(device=target.type))
+        report = judge_candidate(judge, reference, candidate, trials, timed_calls, warmup, seed, tolerances or {},
+                                 tuple(baselines), tuple(allowed_kernels), timing, cache_dir, files or {})
+    finally:
+        host.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+    report["duration_s"] = time.perf_counter() - started
+    report["phases_s"] = {name: round(seconds, 3) for name, seconds in PHASES.seconds.items()}
+    return report
+
+
+def judge_candidate(judge: Judge, reference: str, candidate: str, trials: int, timed_calls: int, warmup: int,
+                    seed: int, tolerances: dict[str, dict[str, float]], baselines: tuple[str, ...],
+                    allowed_kernels: tuple[str, ...], timing: bool, cache_dir: str | None,
+                    files: dict[str, str]) -> dict[str, Any]:
+    target, verdict = judge.target, judge.verdict
+    overrides = {name: Tolerance(**t) for name, t in tolerances.items()}
     try:
         with PHASES("reference set-up"):
             reference_module, ref_model = build_reference(reference, target)
             distributions = accepted_distributions(reference_module.get_inputs, ref_model, target, seed)
     except ReferenceFailed as exc:
         return {"verdict": "unavailable", "reason": str(exc)}
-    timers, threads, torch_before = timer_snapshot(), thread_idents(), torch_snapshot()
     with PHASES("candidate import and build"):
-        candidate_module = load_module(candidate, "kernel_lsp_candidate")
-        torch.manual_seed(WEIGHTS_SEED)
-        cand_model = candidate_module.ModelNew(*init_inputs(reference_module))
-        weights = share_weights(ref_model, cand_model)
-        cand_model = cand_model.to(target).eval()
-    verdict = Verdict(device=target.type)
-    own = own_kernel_names(files or {})
-    trials_report = run_trials(reference_module.get_inputs, ref_model, cand_model, target, trials, seed,
-                               distributions, overrides, own, tuple(allowed_kernels), verdict)
-    trials_report["weights"] = weights
-    report_timers(timers, verdict)
-    report_torch_patches(torch_before, verdict)
-    left_running = threads_started(threads, thread_idents())
-    if left_running:
-        verdict.reject("integrity-thread", f"the candidate started thread(s) still alive: {', '.join(left_running)}")
+        isolation = judge.host.ready()
+        state = ref_model.state_dict()
+        loaded = judge.host.ask("load", candidate=str(Path(candidate).resolve()), device=str(target),
+                                init=judge.exchange.send(init_inputs(reference_module)), weight_names=list(state),
+                                weights=judge.exchange.send(list(state.values())))
+        judge.exchange.forget()
+    trials_report = run_trials(judge, reference_module.get_inputs, ref_model, trials, seed, distributions,
+                               overrides, own_kernel_names(files), allowed_kernels)
+    trials_report["weights"] = loaded["weights"]
+    note_process_changes(judge.host.ask("report"), verdict)
     report: dict[str, Any] = {"device": target.type, "correctness": trials_report, "integrity": verdict.integrity,
                               "kernels": trials_report.pop("kernels"), "timing": None,
-                              "speedup": {"eager": None, "compile": None}, "gpu": None, "floor": None}
+                              "speedup": {"eager": None, "compile": None}, "gpu": None, "floor": None,
+                              "isolation": isolation}
     correct = trials_report["passed"] == trials_report["trials"] and not verdict.integrity
     if correct and timing:
-        measure(report, reference_module, ref_model, cand_model, target, timed_calls, warmup, seed,
-                tuple(baselines), Path(cache_dir) if cache_dir else None, Path(reference).read_text(), verdict)
+        measure(report, judge, reference_module, ref_model, timed_calls, warmup, seed, baselines,
+                Path(cache_dir) if cache_dir else None, Path(reference).read_text())
     report["verdict"] = "verified" if correct and not verdict.integrity else "rejected"
-    report["duration_s"] = time.perf_counter() - started
-    report["phases_s"] = {name: round(seconds, 3) for name, seconds in PHASES.seconds.items()}
     return report
 
 
@@ -226,42 +260,39 @@ def clone_inputs(inputs: tuple) -> tuple:
     return tuple(v.clone() if isinstance(v, torch.Tensor) else v for v in inputs)
 
 
-@PHASES("poisoning memory")
-def fresh_memory(target: torch.device, byte: int | None = None) -> None:
-    """Nothing of an earlier run left for the next one to read: allocator flushed, free memory poisoned."""
-    flush_allocator(target)
-    if byte is None:
-        poison_free_memory(target)
-    else:
-        poison_free_memory(target, byte)
-
-
 def snapshot(output: Any) -> list[torch.Tensor]:
     return [t.detach().clone() for t in tensor_leaves(output)]
 
 
-def run_candidate(model: torch.nn.Module, inputs: tuple, target: torch.device,
-                  session: RecordingSession | None) -> CandidateRun:
-    """Runs forward once, watching what it launches (in a window of `session`, unless None), what it changes,
-    and what it leaves running."""
-    with PHASES("input snapshots"):
-        before, threads = input_snapshot(inputs), thread_idents()
-    window = session.window() if session is not None else contextlib.nullcontext()
-    with PHASES("candidate runs"), torch.no_grad(), window as seen:
-        output = model(*inputs)
-        if target.type == "cuda":
-            torch.cuda.current_stream(target).synchronize()  # what the caller may rely on, and no more
-        returned = snapshot(output)
-        if target.type == "cuda":
-            torch.cuda.synchronize(target)
-    started = threads_started(threads, thread_idents())
-    for thread in threading.enumerate():
-        if thread.name in started:
-            thread.join(THREAD_JOIN_S)
-    pending = any(not torch.equal(as_bytes(a), as_bytes(b)) for a, b in zip(returned, tensor_leaves(output)))
-    with PHASES("input snapshots"):
-        mutated = changed_since(before, inputs)
-    return CandidateRun(output, seen, mutated, pending, started)
+def differs(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape != b.shape or a.dtype != b.dtype or not torch.equal(as_bytes(a), as_bytes(b))
+
+
+def run_candidate(judge: Judge, inputs: tuple, poison: int, record: bool) -> CandidateRun:
+    """Runs forward once in the candidate's process on a shared copy of `inputs`, over free memory poisoned
+    with `poison`; what the judge then sees of its output and of its copy of the inputs."""
+    with PHASES("sending inputs"):
+        sent, shared = judge.exchange.share(inputs)
+    with PHASES("candidate runs"):
+        reply = judge.host.ask("forward", inputs=sent, poison=poison, record=record)
+        returned = judge.exchange.receive(reply["output"])
+    with PHASES("pending-work checks"):
+        first = snapshot(returned)
+        settled = judge.host.ask("settle", join_s=THREAD_JOIN_S)
+        output = judge.exchange.receive(settled["output"]) if "output" in settled else returned
+        later = list(tensor_leaves(output))
+        pending = len(first) != len(later) or any(differs(a, b) for a, b in zip(first, later))
+        del first
+        mutated = [index for index, (given, kept) in enumerate(zip(tensor_leaves(shared), tensor_leaves(inputs)))
+                   if differs(given, kept)]
+    return CandidateRun(output, mutated, pending, list(reply["threads"]), bool(reply["plain"]))
+
+
+def release(judge: Judge) -> None:
+    """The candidate's outputs and the shared inputs of a trial are dropped on both sides."""
+    judge.host.ask("release")
+    judge.exchange.forget()
+    flush_allocator(judge.target)
 
 
 def outputs_agree(first: Any, second: Any, overrides: dict[str, Tolerance]) -> bool:
@@ -282,70 +313,63 @@ def same_within(a: torch.Tensor, b: torch.Tensor, overrides: dict[str, Tolerance
                for _, x, y in chunks(a.reshape(-1), b.reshape(-1)))
 
 
-def run_trials(get_inputs: Callable[[], list], ref_model: torch.nn.Module, cand_model: torch.nn.Module,
-               target: torch.device, trials: int, seed: int, distributions: list[str],
-               overrides: dict[str, Tolerance], own: set[str], allowed: tuple[str, ...],
-               verdict: Verdict) -> dict[str, Any]:
-    """Correctness over `trials` fresh input sets, alternating order and distribution; integrity noted in verdict.
-    One recording session covers the trials; what each run launched is judged once it ends."""
-    passed_by_order = {"reference-first": [], "candidate-first": []}
+def run_trials(judge: Judge, get_inputs: Callable[[], list], ref_model: torch.nn.Module, trials: int, seed: int,
+               distributions: list[str], overrides: dict[str, Tolerance], own: set[str],
+               allowed: tuple[str, ...]) -> dict[str, Any]:
+    """Correctness over `trials` fresh input sets, cycling through the distributions; integrity noted in the
+    verdict. One recording session in the candidate's process covers the trials; what each run launched is
+    judged once it ends."""
+    target, verdict = judge.target, judge.verdict
+    passed = 0
     worst: Comparison | None = None
     used: list[str] = []
     runs: list[CandidateRun] = []
-    with RecordingSession(str(target)) as session:
-        for index in range(trials):
-            distribution = distributions[index % len(distributions)]
-            used.append(distribution)
-            inputs = draw_inputs(get_inputs, seed + index, target, distribution)
-            order = "reference-first" if index % 2 == 0 else "candidate-first"
-            expected, run = one_trial(ref_model, cand_model, inputs, target, order, session)
-            comparison = compare_outputs(expected, run.output, overrides)
-            del expected
-            passed_by_order[order].append(comparison.ok)
-            if worst is None or worse(comparison, worst):
-                worst = comparison
-            if index == 0 or not comparison.ok:
-                check_rerun(cand_model, inputs, target, run, overrides, comparison, verdict)
-            run.output = None
-            runs.append(run)
+    judge.host.ask("record", on=True)
+    for index in range(trials):
+        distribution = distributions[index % len(distributions)]
+        used.append(distribution)
+        inputs = draw_inputs(get_inputs, seed + index, target, distribution)
+        expected = run_reference(ref_model, clone_inputs(inputs))
+        run = run_candidate(judge, inputs, POISON_BYTE, record=True)
+        comparison = compare_outputs(expected, run.output, overrides) if run.plain else refused(
+            "type", "the candidate returned a torch.Tensor subclass (it can change how it compares); return plain "
+                    "tensors")
+        del expected
+        passed += comparison.ok
+        if worst is None or worse(comparison, worst):
+            worst = comparison
+        if index == 0 or not comparison.ok:
+            check_rerun(judge, inputs, run, overrides, comparison)
+        run.output = None
+        release(judge)
+        runs.append(run)
+    recorded = judge.host.ask("record", on=False)
+    windows = [Window([KernelLaunch(*launch) for launch in window["launches"]], window["current_stream"])
+               for window in recorded["windows"]]
+    how = recorded["how"] if len(windows) == len(runs) else "none"
     custom: set[str] = set()
     stock: set[str] = set()
-    for index, run in enumerate(runs):
-        use = classify(run.window.launches, own, allowed)
+    for index, (run, window) in enumerate(zip(runs, windows + [Window()] * (len(runs) - len(windows)))):
+        use = classify(window.launches, own, allowed)
         custom.update(use.custom)
         stock.update(use.stock)
-        note_run_integrity(run, use, index, verdict, session)
-    note_order(passed_by_order, verdict)
-    passed = sum(sum(oks) for oks in passed_by_order.values())
+        note_run_integrity(run, window, use, index, verdict, how, recorded["reason"])
     return {"trials": trials, "passed": passed, "distributions": used,
             "worst": asdict(worst) if worst is not None else None,
-            "kernels": {"custom": sorted(custom), "stock": sorted(stock), "how": session.how}}
+            "kernels": {"custom": sorted(custom), "stock": sorted(stock), "how": how}}
 
 
-def one_trial(ref_model: torch.nn.Module, cand_model: torch.nn.Module, inputs: tuple, target: torch.device,
-              order: str, session: RecordingSession) -> tuple[Any, CandidateRun]:
-    if order == "reference-first":
-        expected = run_reference(ref_model, clone_inputs(inputs))
-        fresh_memory(target)
-        run = run_candidate(cand_model, clone_inputs(inputs), target, session)
-    else:
-        fresh_memory(target)
-        run = run_candidate(cand_model, clone_inputs(inputs), target, session)
-        flush_allocator(target)
-        expected = run_reference(ref_model, clone_inputs(inputs))
-    return expected, run
-
-
-def note_run_integrity(run: CandidateRun, use: Any, index: int, verdict: Verdict, session: RecordingSession) -> None:
+def note_run_integrity(run: CandidateRun, window: Window, use: Any, index: int, verdict: Verdict, how: str,
+                       reason: str | None) -> None:
     trial = f"trial {index + 1}"
     if run.mutated:
         verdict.reject("integrity-input-mutated",
                        f"the candidate changed input tensor(s) {run.mutated} in place ({trial})")
     problem = use.problem()
     if problem is not None:
-        detail = "" if session.how != "none" else f" (kernel launches cannot be observed here: {session.reason})"
+        detail = "" if how != "none" else f" (kernel launches cannot be observed here: {reason})"
         verdict.reject("integrity-no-custom-kernel", f"{problem}{detail} ({trial})")
-    others = [launch.name for launch in launches_off_stream(run.window.launches, run.window.current_stream)]
+    others = [launch.name for launch in launches_off_stream(window.launches, window.current_stream)]
     if others:
         verdict.reject("integrity-other-stream", f"kernels ran on a stream other than the current one: "
                                                  f"{', '.join(sorted(set(others))[:3])} ({trial})")
@@ -356,20 +380,20 @@ def note_run_integrity(run: CandidateRun, use: Any, index: int, verdict: Verdict
         verdict.reject("integrity-thread", f"forward started thread(s) {', '.join(run.threads)} ({trial})")
 
 
-def check_rerun(cand_model: torch.nn.Module, inputs: tuple, target: torch.device, first: CandidateRun,
-                overrides: dict[str, Tolerance], comparison: Comparison, verdict: Verdict) -> None:
-    """Run again on the same inputs over memory poisoned with other bytes: a changed output read garbage."""
-    fresh_memory(target, SECOND_POISON_BYTE)
-    second = run_candidate(cand_model, clone_inputs(inputs), target, None)
+def check_rerun(judge: Judge, inputs: tuple, first: CandidateRun, overrides: dict[str, Tolerance],
+                comparison: Comparison) -> None:
+    """Run again on the same inputs over memory poisoned with other bytes: a changed output read garbage.
+    The first output stays held by the candidate's process until the trial's release, so it cannot move."""
+    second = run_candidate(judge, inputs, SECOND_POISON_BYTE, record=False)
     if outputs_agree(first.output, second.output, overrides):
         return
-    if target.type == "cuda":
-        verdict.reject("integrity-uninitialized-output",
-                       "the output depends on memory the candidate never wrote: two runs on the same inputs "
-                       "differ after the free memory was filled with different bytes"
-                       + (" (the first run read NaN poison)" if comparison.reason == "nan" else ""))
+    if judge.target.type == "cuda":
+        judge.verdict.reject("integrity-uninitialized-output",
+                             "the output depends on memory the candidate never wrote: two runs on the same inputs "
+                             "differ after the free memory was filled with different bytes"
+                             + (" (the first run read NaN poison)" if comparison.reason == "nan" else ""))
     else:
-        verdict.reject("integrity-nondeterministic", "two runs on the same inputs gave different outputs")
+        judge.verdict.reject("integrity-nondeterministic", "two runs on the same inputs gave different outputs")
 
 
 def worse(a: Comparison, b: Comparison) -> bool:
@@ -379,24 +403,17 @@ def worse(a: Comparison, b: Comparison) -> bool:
     return a.max_abs_error > b.max_abs_error
 
 
-def note_order(passed_by_order: dict[str, list[bool]], verdict: Verdict) -> None:
-    reference_first, candidate_first = passed_by_order["reference-first"], passed_by_order["candidate-first"]
-    if reference_first and candidate_first and all(reference_first) and not any(candidate_first):
-        verdict.reject("integrity-order", "the candidate is right only when the reference ran just before it: "
-                                          "it reads what the reference left in memory")
-
-
-def report_timers(before: dict[str, object], verdict: Verdict) -> None:
-    patched = patched_timers(before, timer_snapshot())
-    if patched:
-        verdict.reject("integrity-timer-patched", f"the candidate replaced timing functions: {', '.join(patched)}")
-
-
-def report_torch_patches(before: TorchState, verdict: Verdict) -> None:
-    patched = torch_patches(before)
+def note_process_changes(seen: dict[str, list[str]], verdict: Verdict) -> None:
+    """What the candidate's process reports it changed in itself since before the candidate's import."""
+    if seen["timers"]:
+        verdict.reject("integrity-timer-patched",
+                       f"the candidate replaced timing functions: {', '.join(seen['timers'])}")
+    patched = seen["torch"]
     if patched:
         listed = ", ".join(patched[:TORCH_PATCHES_LISTED]) + (", ..." if len(patched) > TORCH_PATCHES_LISTED else "")
         verdict.reject("integrity-torch-patched", f"the candidate changed torch itself: {listed}")
+    if seen["threads"]:
+        verdict.reject("integrity-thread", f"the candidate started thread(s) still alive: {', '.join(seen['threads'])}")
 
 
 def timing_input_sets(get_inputs: Callable[[], list], target: torch.device, seed: int) -> list[tuple]:
@@ -417,17 +434,21 @@ def no_grad_call(model: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
-def measure(report: dict[str, Any], reference_module: Any, ref_model: torch.nn.Module, cand_model: torch.nn.Module,
-            target: torch.device, calls: int, warmup: int, seed: int, baselines: tuple[str, ...],
-            cache_dir: Path | None, reference_text: str, verdict: Verdict) -> None:
+def measure(report: dict[str, Any], judge: Judge, reference_module: Any, ref_model: torch.nn.Module, calls: int,
+            warmup: int, seed: int, baselines: tuple[str, ...], cache_dir: Path | None, reference_text: str) -> None:
     """Candidate and baseline timings (baselines from the cache when the same setting was timed before), the
-    GPU's state around them, and the physical floor check."""
+    GPU's state around them, the cross-check of the candidate's own figures, and the physical floor check."""
+    target, verdict = judge.target, judge.verdict
     flush_allocator(target)
     input_sets = timing_input_sets(reference_module.get_inputs, target, seed)
     before = gpu_state(target)
     with PHASES("timing the candidate"):
-        candidate = time_callable(no_grad_call(cand_model), input_sets, device=str(target), calls=calls,
-                                  warmup=warmup, warmup_ms=WARMUP_MS)
+        sent = [judge.exchange.send(inputs) for inputs in input_sets]
+        reply = judge.host.ask("time", input_sets=sent, calls=calls, warmup=warmup, warmup_ms=WARMUP_MS)
+        candidate = Timing(**reply["timing"])
+    release(judge)
+    with PHASES("checking the candidate's timing"):
+        check_reported_timing(judge, candidate, input_sets)
     timings: dict[str, Any] = {"candidate": candidate.to_dict(), "eager": None, "compile": None,
                                "compileError": None, "cached": {"eager": False, "compile": False}}
     cache = BaselineCache(cache_dir) if cache_dir is not None else None
@@ -455,6 +476,33 @@ def measure(report: dict[str, Any], reference_module: Any, ref_model: torch.nn.M
             report["speedup"][kind] = speedup(Timing(**timings[kind]), candidate)
     with PHASES("physical floor"):
         report["floor"] = physical_floor(ref_model, input_sets[0], target, cache_dir, candidate, verdict)
+
+
+def check_reported_timing(judge: Judge, candidate: Timing, input_sets: list[tuple]) -> None:
+    """The candidate's process reports how long its calls took (warm-up included); the judge's clock ran around
+    that whole request. Less what the timing loop itself costs (measured here, on a call that does nothing) and
+    one round trip, the two must agree: a candidate that shrinks its figures is integrity-timing-forged."""
+    calls_run = candidate.calls + candidate.warmup
+    loop_ms = loop_cost_ms(judge.target, input_sets, calls_run)
+    seen_ms = judge.host.wall_s["time"] * 1e3 - loop_ms - judge.host.wall_s["release"] * 1e3
+    gap = seen_ms - candidate.busy_ms
+    if seen_ms > FORGED_FACTOR * candidate.busy_ms and gap > FORGED_MIN_GAP_MS:
+        judge.verdict.reject(
+            "integrity-timing-forged",
+            f"the candidate's process reported its {calls_run} calls took {candidate.busy_ms:.1f} ms in all, but "
+            f"they took {seen_ms:.1f} ms by the judge's clock (after {loop_ms:.1f} ms for the timing loop itself)")
+
+
+def loop_cost_ms(target: torch.device, input_sets: list[tuple], calls: int) -> float:
+    """What `calls` calls of a function that does nothing cost in the timing loop, by this process's clock."""
+    def nothing(*inputs: Any) -> None:
+        return None
+    started = time.perf_counter()
+    if target.type == "cuda":
+        time_cuda_calls(nothing, input_sets, calls, target, l2_scratch(target))
+    else:
+        time_cpu_calls(nothing, input_sets, calls)
+    return (time.perf_counter() - started) * 1e3
 
 
 def first_line(exc: BaseException) -> str:

@@ -42,6 +42,8 @@ class Timing:
     spread: float  # (p90 - p10) / median
     input_sets: int
     l2_flushed: bool
+    busy_ms: float = 0.0  # all calls' times added up, warm-up included: what the judge's clock must have seen
+
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -71,14 +73,14 @@ def relative_spread(p10: float, p90: float, median: float) -> float:
 
 
 def summarize(samples_ms: list[float], *, device: str, clock: str, warmup: int, input_sets: int,
-              l2_flushed: bool) -> Timing:
+              l2_flushed: bool, busy_ms: float = 0.0) -> Timing:
     ordered = sorted(samples_ms)
     median = statistics.median(ordered)
     p10, p90 = percentile(ordered, 0.1), percentile(ordered, 0.9)
     return Timing(device=device, clock=clock, calls=len(ordered), warmup=warmup, median_ms=median,
                   mean_ms=statistics.fmean(ordered), min_ms=ordered[0], max_ms=ordered[-1], p10_ms=p10,
                   p90_ms=p90, spread=relative_spread(p10, p90, median), input_sets=input_sets,
-                  l2_flushed=l2_flushed)
+                  l2_flushed=l2_flushed, busy_ms=busy_ms)
 
 
 def l2_scratch(device: torch.device) -> torch.Tensor:
@@ -138,19 +140,19 @@ def time_callable(fn: Callable[..., object], input_sets: list[tuple], *, device:
         clock, flushed = CPU_PERF_COUNTER, False  # no portable way to flush CPU caches from Python
     warm = warm_up(run, warmup, warmup_ms)
     samples = run(calls)
-    return summarize(samples, device=target.type, clock=clock, warmup=warm, input_sets=len(input_sets),
-                     l2_flushed=flushed)
+    return summarize(samples, device=target.type, clock=clock, warmup=len(warm), input_sets=len(input_sets),
+                     l2_flushed=flushed, busy_ms=sum(warm) + sum(samples))
 
 
-def warm_up(run: Callable[[int], list[float]], calls: int, minimum_ms: float) -> int:
+def warm_up(run: Callable[[int], list[float]], calls: int, minimum_ms: float) -> list[float]:
     """Untimed calls: `calls` of them, then more in doubling batches until they took minimum_ms together (or
-    MAX_WARMUP_CALLS ran); how many ran."""
+    MAX_WARMUP_CALLS ran); the times they took."""
     taken = run(calls)
     batch = max(1, calls)
     while sum(taken) < minimum_ms and len(taken) < MAX_WARMUP_CALLS:
         taken += run(min(batch, MAX_WARMUP_CALLS - len(taken)))
         batch *= 2
-    return len(taken)
+    return taken
 
 
 def on_device(value: object, device: torch.device) -> object:

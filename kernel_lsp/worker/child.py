@@ -142,6 +142,29 @@ def run_task(task: dict[str, Any]) -> bytes:
     return _value_frame(value)
 
 
+def describe_exception(error: BaseException, task_dir: str, origins: dict[str, str]) -> dict[str, Any]:
+    """The reply for a run the entry ended with an exception: status, message and the user's frames. An
+    exception with a `sandbox_failure` (a failure in the candidate's own process, as failure_parts described
+    it there) is reported as that failure."""
+    reported = getattr(error, "sandbox_failure", None)
+    if isinstance(reported, dict):
+        frames = user_frames([tuple(frame) for frame in reported["frames"]], task_dir, origins)
+        return _reply(reported["status"], reported["message"], error_type=reported["error_type"], frames=frames)
+    parts = failure_parts(error)
+    return _reply(parts["status"], parts["message"], error_type=parts["error_type"],
+                  frames=user_frames(parts["frames"], task_dir, origins))
+
+
+def failure_parts(error: BaseException) -> dict[str, Any]:
+    """How an exception ended a run (status, message, error type, frames oldest first), as msgpack values;
+    the exception's frames are cleared (they may hold GiBs of the candidate's locals)."""
+    frames = exception_frames(error)
+    traceback.clear_frames(error.__traceback__)
+    status, cause = classify_exception(error)
+    return {"status": status, "message": failure_message(status, cause), "error_type": type_name(cause),
+            "frames": [list(frame) for frame in frames]}
+
+
 def _prepare(task: dict[str, Any]) -> dict[str, Any]:
     """Writes the files, imports the task's preload modules, applies the limits; the entry's arguments."""
     args = dict(task["args"])
@@ -224,14 +247,6 @@ def _limit_host_memory(limit: int, cuda_possible: bool) -> None:
 # ---- how an exception ended the run ----------------------------------------------------------------------
 
 
-def describe_exception(error: BaseException, task_dir: str, origins: dict[str, str]) -> dict[str, Any]:
-    """The reply for a run the entry ended with an exception: status, message and the user's frames."""
-    frames = user_frames(_exception_frames(error), task_dir, origins)
-    traceback.clear_frames(error.__traceback__)  # drops the candidate's locals (maybe GiBs) before the reply
-    status, cause = classify_exception(error)
-    return _reply(status, _message(status, cause), error_type=_type_name(cause), frames=frames)
-
-
 def classify_exception(error: BaseException) -> tuple[str, BaseException]:
     """The status, and the exception in the chain (cause or context) that decided it."""
     chain = _exception_chain(error)
@@ -282,11 +297,11 @@ def _mentions(text: str, markers: Iterable[str]) -> bool:
     return any(marker in lowered for marker in markers)
 
 
-def _message(status: str, error: BaseException) -> str:
+def failure_message(status: str, error: BaseException) -> str:
     if status == "compile-error":
         return "the extension failed to build:\n" + _compiler_output(error)[-COMPILER_OUTPUT_TAIL_CHARS:]
     text = str(error)
-    return f"{_type_name(error)}: {text}" if text else _type_name(error)
+    return f"{type_name(error)}: {text}" if text else type_name(error)
 
 
 def _compiler_output(error: BaseException) -> str:
@@ -296,12 +311,12 @@ def _compiler_output(error: BaseException) -> str:
     return output or str(error)
 
 
-def _type_name(error: BaseException) -> str:
+def type_name(error: BaseException) -> str:
     kind = type(error)
     return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
 
 
-def _exception_frames(error: BaseException) -> list[Frame]:
+def exception_frames(error: BaseException) -> list[Frame]:
     frames = [(s.filename, s.lineno or 0, s.name, (s.line or "").strip())
               for s in traceback.extract_tb(error.__traceback__)]
     if isinstance(error, SyntaxError) and error.filename:

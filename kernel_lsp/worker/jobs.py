@@ -145,6 +145,7 @@ async def _verify(job: Job, context: JobContext, on_gpu: bool) -> Result:
                              "tolerances": config.get("tolerances") or {},
                              "baselines": list(config.get("baselines", ["eager", "compile"])),
                              "allowed_kernels": list(config.get("allowedKernels") or []),
+                             "allow_network": bool(config.get("allowNetwork", False)),
                              "timing": bool(config.get("timing", True)), "cache_dir": str(context.daemon.cache_dir),
                              "files": job.source_files, "uses_cuda": on_gpu})
     await context.progress(f"verifying {candidate} against {config['reference']}")

@@ -190,6 +190,73 @@ class ModelNew(nn.Module):
         return ModelNew.remembered.clone()  # right only for the first inputs it saw
 '''
 
+# -- candidates that reach for the judge itself (issue 16): each is stopped by the process boundary or the OS
+
+PATCHES_VERIFIER = ZEROS + '''
+import sys
+class Comparison:
+    ok, reason, max_abs_error, max_rel_error, worst_index, worst_expected, worst_actual = True, "", 0.0, 0.0, None, 0, 0
+    mismatched, total, message = 0, 1, "equal"
+for name, module in list(sys.modules.items()):  # every verifier function it can find says "equal"
+    if name.startswith("kernel_lsp"):
+        for attr in ("compare_outputs", "outputs_agree", "same_within", "below_floor"):
+            if hasattr(module, attr):
+                setattr(module, attr, (lambda *a, **k: Comparison()) if attr == "compare_outputs" else (lambda *a, **k: True))
+'''
+
+# the candidate's process reports its calls as taking a microsecond each; it runs them all the same
+FORGES_TIMING = HONEST + '''
+import kernel_lsp.verify.timing as timing
+def _forged(fn, input_sets, count):
+    for index in range(count):
+        fn(*input_sets[index % len(input_sets)])
+    return [0.001] * count
+timing.time_cpu_calls = _forged
+'''
+
+# each of these tries to do harm at import, keeps quiet about failing, and is otherwise honest
+REWRITES_TRUSTED_CACHES = HONEST + '''
+import glob, json, os
+for path in glob.glob("{cache}/baselines/*.json") + glob.glob("{cache}/peaks/*.json") + glob.glob("{cache}/*.json"):
+    try:
+        with open(path) as file:
+            stored = json.load(file)
+        if "timing" in stored:
+            stored["timing"]["median_ms"] *= 50
+        with open(path, "w") as file:
+            json.dump(stored, file)
+    except OSError:
+        pass
+'''
+
+WRITES_WORKSPACE = HONEST + '''
+import os
+for path in ("{workspace}/problem.py", "{workspace}/cand.py", __file__, os.path.join(os.getcwd(), "reference/problem.py")):
+    try:
+        with open(path, "a") as file:
+            file.write("\\n# written by the candidate\\n")
+    except OSError:
+        pass
+'''
+
+OPENS_SOCKET = HONEST + '''
+import socket
+try:
+    with socket.create_connection(("127.0.0.1", {port}), timeout=2) as connection:
+        connection.sendall(b"leaked")
+except OSError:
+    pass
+'''
+
+SEES_SECRETS = TRITON_RELU + '''
+import os
+SEEN = [name for name in ("ANTHROPIC_API_KEY", "KERNEL_LSP_TOKEN", "AWS_SECRET_ACCESS_KEY") if name in os.environ]
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return triton_relu(x) if not SEEN else torch.zeros_like(x)  # a wrong answer tells the secret got through
+'''
+
 BIG_RELU_PROBLEM = RELU_PROBLEM.replace("torch.rand(64, 256)", "torch.rand(2048, 2048)")
 
 
@@ -252,6 +319,12 @@ async def test_wrong_candidate_is_a_mismatch_on_forward(sandbox: Sandbox, cache_
     assert finding.range.start.line == forward_line
 
 
+async def test_reading_the_references_output_finds_nothing(sandbox: Sandbox, cache_dir: Path):
+    # the reference runs in the judge's process: the candidate's process holds no output of it to steal
+    report = await verify(sandbox, cache_dir, READS_REFERENCE_OUTPUT, trials=2)
+    assert (report["verdict"], report["correctness"]["passed"]) == ("rejected", 0)
+
+
 async def test_each_trial_draws_fresh_inputs(sandbox: Sandbox, cache_dir: Path):
     report = await verify(sandbox, cache_dir, REMEMBERS_FIRST_OUTPUT, trials=3)
     assert (report["verdict"], report["correctness"]["passed"]) == ("rejected", 1)
@@ -264,13 +337,12 @@ async def test_each_trial_draws_fresh_inputs(sandbox: Sandbox, cache_dir: Path):
     (PATCHES_TIMER, "integrity-timer-patched"),
     (FINISHES_IN_A_THREAD, "integrity-pending-work"),
     (NONDETERMINISTIC, "integrity-nondeterministic"),
-    (READS_REFERENCE_OUTPUT, "integrity-order"),
     (PATCHES_TORCH_RELU, "integrity-torch-patched"),
     (PATCHES_TENSOR_METHOD, "integrity-torch-patched"),
     (PATCHES_NN_MODULE, "integrity-torch-patched"),
     (CHANGES_NUMERICS_FLAGS, "integrity-torch-patched"),
 ], ids=["mutates-input", "stock-only", "falls-back", "patches-timer", "thread", "nondeterministic",
-        "reads-reference-output", "patches-torch-relu", "patches-tensor-method", "patches-nn-module",
+        "patches-torch-relu", "patches-tensor-method", "patches-nn-module",
         "changes-numerics-flags"])
 async def test_cheating_candidate_is_rejected_with_its_code(sandbox: Sandbox, cache_dir: Path, candidate: str,
                                                             code: str):
@@ -309,3 +381,78 @@ async def test_reference_that_fails_makes_the_verdict_unavailable(sandbox: Sandb
     broken = RELU_PROBLEM.replace("return torch.relu(x)", "return torch.relu(x, 3)")
     report = await verify(sandbox, cache_dir, HONEST, reference=broken)
     assert report["verdict"] == "unavailable" and "the reference's forward failed: TypeError" in report["reason"]
+
+
+async def test_patching_the_verifier_changes_nothing_in_the_judge(sandbox: Sandbox, cache_dir: Path):
+    report = await verify(sandbox, cache_dir, PATCHES_VERIFIER, trials=2)
+    assert (report["verdict"], report["correctness"]["passed"]) == ("rejected", 0)
+    assert report["correctness"]["worst"]["reason"] == "mismatch"
+
+
+async def test_forged_timing_is_caught_by_the_judges_clock(sandbox: Sandbox, cache_dir: Path):
+    report = await verify(sandbox, cache_dir, FORGES_TIMING, trials=2)
+    assert report["correctness"]["passed"] == 2
+    assert codes(report) == ["integrity-timing-forged"], report["integrity"]
+    honest = await verify(sandbox, cache_dir, HONEST, trials=2)
+    assert honest["verdict"] == "verified", honest["integrity"]
+
+
+def confined_here() -> str | None:
+    from kernel_lsp.worker.confine import landlock_abi
+
+    return None if landlock_abi() >= 1 else "Landlock is not available in this kernel"
+
+
+async def test_trusted_caches_cannot_be_rewritten(sandbox: Sandbox, tmp_path: Path):
+    if confined_here():
+        pytest.skip(confined_here())
+    cache = tmp_path / "cache"
+    first = await verify(sandbox, cache, HONEST, trials=1)
+    stored = {path: path.read_bytes() for path in cache.rglob("*.json")}
+    assert any("baselines" in str(path) for path in stored), sorted(map(str, stored))
+    attacked = await verify(sandbox, cache, REWRITES_TRUSTED_CACHES.replace("{cache}", str(cache)), trials=1)
+    assert attacked["verdict"] == "verified", attacked["integrity"]
+    assert {path: path.read_bytes() for path in stored} == stored  # not one byte changed
+    later = await verify(sandbox, cache, HONEST, trials=1)
+    assert later["timing"]["cached"]["eager"] and later["timing"]["eager"] == first["timing"]["eager"]
+
+
+async def test_workspace_files_cannot_be_written(sandbox: Sandbox, cache_dir: Path, tmp_path: Path):
+    if confined_here():
+        pytest.skip(confined_here())
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "problem.py").write_text(RELU_PROBLEM)
+    candidate = WRITES_WORKSPACE.replace("{workspace}", str(workspace))
+    (workspace / "cand.py").write_text(candidate)
+    report = await verify(sandbox, cache_dir, candidate, trials=1)
+    assert report["verdict"] == "verified", report["integrity"]
+    assert (workspace / "problem.py").read_text() == RELU_PROBLEM and (workspace / "cand.py").read_text() == candidate
+    assert report["isolation"]["files"].startswith("isolated")
+
+
+async def test_no_connection_leaves_the_candidate(sandbox: Sandbox, cache_dir: Path):
+    import socket
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        listener.settimeout(0.5)
+        report = await verify(sandbox, cache_dir, OPENS_SOCKET.replace("{port}", str(listener.getsockname()[1])),
+                              trials=1)
+        with pytest.raises(TimeoutError):
+            listener.accept()
+    assert report["verdict"] == "verified", report["integrity"]
+    assert report["isolation"]["network"].startswith("isolated"), report["isolation"]
+
+
+async def test_secrets_do_not_reach_the_candidate(cache_dir: Path):
+    import os
+
+    secrets = {"ANTHROPIC_API_KEY": "sk-ant-test", "KERNEL_LSP_TOKEN": "t0ken", "AWS_SECRET_ACCESS_KEY": "aws"}
+    sandbox = Sandbox(preload=("torch",), env={**os.environ, **secrets})
+    try:
+        report = await verify(sandbox, cache_dir, SEES_SECRETS, trials=1)
+    finally:
+        await sandbox.close()
+    assert (report["verdict"], report["correctness"]["passed"]) == ("verified", 1), report

@@ -1,0 +1,118 @@
+"""The judge's handle on the candidate's process (kernel_lsp.verify.host): start it, ask it, read its answers.
+
+The process is started at the very beginning of a verification, so that its imports overlap the reference's
+set-up. It stays in the sandbox child's process group (a timeout kills both). It gets a scratch folder of its
+own as HOME and TMPDIR, and may write only there, in the build caches, /dev and /proc (worker/confine.py).
+
+If it dies without answering (a segfault, an illegal address that aborts, the out-of-memory killer), the judge
+ends the same way (same signal or exit code, the candidate's own stderr already in the shared stderr), so the
+sandbox reports the candidate's crash exactly as it would have reported it in one process.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, NoReturn
+
+from kernel_lsp.worker.child import encode_frame, read_frame
+
+HOST_MODULE = "kernel_lsp.verify.host"
+BUILD_CACHE_VARIABLES = ("TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "CUDA_CACHE_PATH")
+ALWAYS_WRITABLE = ("/dev", "/proc")  # device nodes CUDA opens read-write; CUDA's driver writes under /proc/self
+
+
+class CandidateFailed(Exception):
+    """The candidate raised in its own process; `sandbox_failure` is how (the sandbox child reports it)."""
+
+    def __init__(self, failure: dict[str, Any]) -> None:
+        super().__init__(failure.get("message", "the candidate failed"))
+        self.sandbox_failure = failure
+
+
+class CandidateProcess:
+    def __init__(self, scratch: Path, allow_network: bool, environ: dict[str, str] | None = None) -> None:
+        self.home = scratch / "candidate-home"
+        self.exchange_folder = self.home / "exchange"
+        self.exchange_folder.mkdir(parents=True, exist_ok=True)
+        environment = dict(os.environ if environ is None else environ)
+        environment["HOME"] = environment["TMPDIR"] = str(self.home)
+        writable = [str(self.home), *ALWAYS_WRITABLE]
+        for name in BUILD_CACHE_VARIABLES:
+            if environment.get(name):
+                Path(environment[name]).mkdir(parents=True, exist_ok=True)
+                writable.append(environment[name])
+        request_read, self._requests = os.pipe()
+        self._replies, reply_write = os.pipe()
+        command = [sys.executable, "-P", "-m", HOST_MODULE, "--requests-fd", str(request_read),
+                   "--replies-fd", str(reply_write), "--exchange", str(self.exchange_folder),
+                   *(f"--writable={folder}" for folder in writable), *(["--allow-network"] if allow_network else [])]
+        try:
+            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, env=environment,
+                                            pass_fds=(request_read, reply_write))
+        finally:
+            os.close(request_read)
+            os.close(reply_write)
+        self.confinement: dict[str, str] | None = None
+        self.wall_s: dict[str, float] = {}  # per op, the judge's clock from request to reply
+
+    def ready(self) -> dict[str, str]:
+        """Waits for the process to be up and confined; how it is confined."""
+        if self.confinement is None:
+            self.confinement = self._read()["confinement"]
+        return self.confinement
+
+    def ask(self, op: str, **fields: Any) -> dict[str, Any]:
+        """One request and its reply; raises CandidateFailed when the candidate raised."""
+        self.ready()
+        started = time.perf_counter()
+        data = memoryview(encode_frame({"op": op, **fields}))
+        try:
+            while data:
+                data = data[os.write(self._requests, data):]
+        except BrokenPipeError:
+            self._died()
+        reply = self._read()
+        self.wall_s[op] = time.perf_counter() - started
+        if "error" in reply:
+            raise CandidateFailed(reply["error"])
+        return reply
+
+    def close(self) -> None:
+        try:
+            os.write(self._requests, encode_frame({"op": "exit"}))
+        except OSError:
+            pass
+        try:
+            self.process.wait(5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        for fd in (self._requests, self._replies):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def _read(self) -> dict[str, Any]:
+        reply = read_frame(self._replies)
+        if reply is None:
+            self._died()
+        return reply
+
+    def _died(self) -> NoReturn:
+        """The candidate's process ended without answering: this process ends the same way."""
+        returncode = self.process.wait()
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        faulthandler.disable()  # the candidate's own dump is the last one on stderr, as the sandbox expects
+        if returncode < 0:
+            signal.signal(-returncode, signal.SIG_DFL)
+            os.kill(os.getpid(), -returncode)
+            time.sleep(5)  # a signal that does not end a process by default (SIGCHLD...) falls through
+        os._exit(returncode if returncode >= 0 else 1)

@@ -1,0 +1,182 @@
+"""The candidate's process: it imports the candidate, builds its model and runs it when the judge asks.
+
+`python -m kernel_lsp.verify.host` is started by the judge (kernel_lsp.verify.run) and confines itself before
+it imports anything else (worker/confine.py: writes only to its scratch folder, the build caches, /dev and
+/proc; no network unless allowed; no signal to the judge). It never decides anything: it runs `forward` on
+the inputs the judge sends and sends back its outputs (verify/exchange.py), records what kernels each run
+launched, times itself when asked, and says what it saw of its own process (torch patched, timers replaced,
+threads left running). The judge treats each of those answers as the candidate's word: outputs are compared
+against the judge's own reference, timings are cross-checked against the judge's clock.
+
+Requests and replies are msgpack frames on two pipes (stdout and stderr belong to the candidate). A request
+that fails replies {"error": ...} with the exception's status, message and frames, which the judge reports as
+the candidate's own failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+from typing import Any
+
+from kernel_lsp.worker.child import encode_frame, failure_parts, read_frame
+from kernel_lsp.worker.confine import confine
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m kernel_lsp.verify.host")
+    parser.add_argument("--requests-fd", type=int, required=True)
+    parser.add_argument("--replies-fd", type=int, required=True)
+    parser.add_argument("--exchange", required=True)
+    parser.add_argument("--writable", action="append", default=[])
+    parser.add_argument("--allow-network", action="store_true")
+    options = parser.parse_args(argv)
+    for fd in (options.requests_fd, options.replies_fd):
+        os.set_inheritable(fd, False)
+    confinement = confine(options.writable, options.allow_network)  # before torch: no thread may exist yet
+    host = Host(options.exchange)
+    send(options.replies_fd, {"ready": os.getpid(), "confinement": confinement.to_dict()})
+    while (request := read_frame(options.requests_fd)) is not None:
+        op = request.get("op")
+        if op == "exit":
+            break
+        try:
+            reply = getattr(host, f"op_{op}")(request)
+        except BaseException as error:  # noqa: BLE001 - the candidate's failure, whatever it is, goes to the judge
+            reply = {"error": failure_parts(error)}
+        send(options.replies_fd, reply)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def send(fd: int, message: dict[str, Any]) -> None:
+    data = memoryview(encode_frame(message))
+    while data:
+        data = data[os.write(fd, data):]
+
+
+class Host:
+    """The candidate's side of one verification; each op_* answers one request."""
+
+    def __init__(self, exchange_folder: str) -> None:
+        import torch
+
+        from kernel_lsp.verify.exchange import Exchange
+
+        self.torch = torch
+        self.exchange = Exchange(exchange_folder, "candidate")
+        self.model: Any = None
+        self.target = None
+        self.session: Any = None
+        self.output: Any = None
+        self.started_threads: list[str] = []
+
+    def op_load(self, request: dict[str, Any]) -> dict[str, Any]:
+        from kernel_lsp.verify.integrity import thread_idents, timer_snapshot, torch_snapshot
+        from kernel_lsp.verify.models import WEIGHTS_SEED, load_module, load_weights
+        from kernel_lsp.verify.timing import resolve_device
+
+        torch = self.torch
+        sys.path.insert(0, os.getcwd())  # the candidate's own helper modules, beside it in the task folder
+        self.target = resolve_device(request["device"])
+        self.before = (timer_snapshot(), thread_idents(), torch_snapshot())
+        module = load_module(request["candidate"], "kernel_lsp_candidate")
+        torch.manual_seed(WEIGHTS_SEED)
+        model = module.ModelNew(*self.exchange.receive(request["init"]))
+        state = dict(zip(request["weight_names"], self.exchange.receive(request["weights"])))
+        weights = load_weights(state, model)
+        self.model = model.to(self.target).eval()
+        return {"weights": weights}
+
+    def op_record(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Starts (on=True) or ends the recording session of the trials; at its end, what each run launched."""
+        from kernel_lsp.verify.kernels import RecordingSession
+
+        if request["on"]:
+            self.session = RecordingSession(str(self.target)).__enter__()
+            return {}
+        session, self.session = self.session, None
+        session.__exit__(None, None, None)
+        return {"how": session.how, "reason": session.reason,
+                "windows": [{"launches": [[k.name, k.stream, k.source] for k in w.launches],
+                             "current_stream": w.current_stream} for w in session.windows]}
+
+    def op_forward(self, request: dict[str, Any]) -> dict[str, Any]:
+        """One run of forward on the judge's inputs (over freshly poisoned memory); its output, as returned."""
+        from kernel_lsp.verify.integrity import flush_allocator, poison_free_memory, thread_idents, threads_started
+
+        torch, target = self.torch, self.target
+        inputs = self.exchange.receive(request["inputs"])
+        flush_allocator(target)
+        poison_free_memory(target, request["poison"])
+        threads = thread_idents()
+        recording = self.session.window() if request.get("record") and self.session is not None else None
+        with torch.no_grad():
+            if recording is not None:
+                with recording:
+                    output = self.model(*inputs)
+                    if target.type == "cuda":
+                        torch.cuda.current_stream(target).synchronize()
+            else:
+                output = self.model(*inputs)
+        if target.type == "cuda":
+            torch.cuda.current_stream(target).synchronize()  # what a caller may rely on, and no more
+        self.output = output
+        self.started_threads = threads_started(threads, thread_idents())
+        return {"output": self.exchange.send(output), "plain": all(type(t) is torch.Tensor for t in _leaves(output)),
+                "threads": self.started_threads}
+
+    def op_settle(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Everything this process started has finished: the device synchronized, the run's threads joined
+        (a while). On the CPU the output is sent again (the judge compares it with the first)."""
+        if self.target.type == "cuda":
+            self.torch.cuda.synchronize(self.target)
+        for thread in threading.enumerate():
+            if thread.name in self.started_threads:
+                thread.join(request.get("join_s", 1.0))
+        if self.target.type == "cuda":
+            self.torch.cuda.synchronize(self.target)
+            return {}
+        return {"output": self.exchange.send(self.output)}
+
+    def op_release(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.output = None
+        self.exchange.forget()
+        if self.target is not None and self.target.type == "cuda":
+            self.torch.cuda.ipc_collect()
+        return {}
+
+    def op_time(self, request: dict[str, Any]) -> dict[str, Any]:
+        from kernel_lsp.verify.timing import time_callable
+
+        input_sets = [tuple(self.exchange.receive(d)) for d in request["input_sets"]]
+        model, torch = self.model, self.torch
+
+        def call(*inputs: Any) -> Any:
+            with torch.no_grad():
+                return model(*inputs)
+        timing = time_callable(call, input_sets, device=str(self.target), calls=request["calls"],
+                               warmup=request["warmup"], warmup_ms=request["warmup_ms"])
+        return {"timing": timing.to_dict()}
+
+    def op_report(self, request: dict[str, Any]) -> dict[str, Any]:
+        """What the candidate changed in this process since before its import."""
+        from kernel_lsp.verify.integrity import patched_timers, thread_idents, threads_started, timer_snapshot
+        from kernel_lsp.verify.integrity import torch_patches
+
+        timers, threads, torch_state = self.before
+        return {"timers": patched_timers(timers, timer_snapshot()), "torch": torch_patches(torch_state),
+                "threads": threads_started(threads, thread_idents())}
+
+
+def _leaves(value: Any) -> list[Any]:
+    from kernel_lsp.verify.integrity import tensor_leaves
+
+    return list(tensor_leaves(value))
+
+
+if __name__ == "__main__":
+    main()
