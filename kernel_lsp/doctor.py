@@ -7,8 +7,11 @@ otherwise work (exit status 1).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,17 +61,30 @@ def gpu_checks() -> list[Check]:
 
 
 def isolation_checks() -> list[Check]:
-    """What a candidate's child is kept from: its environment is filtered here; its files and network are not yet."""
+    """What a candidate's process is kept from: its environment (filtered here), and its files and network, as
+    a throw-away child confined the same way finds them (worker/confine.py's probe)."""
     from kernel_lsp.worker.isolation import withheld
 
     names = withheld(os.environ)
     shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
-    return [Check("ok", "candidate environment",
-                  f"allow-list: {len(names)} variable(s) withheld{f' ({shown})' if names else ''}, HOME in a scratch "
-                  "folder"),
-            Check("missing", "candidate isolation",
-                  "not isolated: candidates can still write the user's files and the cache folder and use the "
-                  "network (only their environment is filtered)")]
+    checks = [Check("ok", "candidate environment",
+                    f"allow-list: {len(names)} variable(s) withheld{f' ({shown})' if names else ''}, HOME in a "
+                    "scratch folder")]
+    try:
+        probed = subprocess.run([sys.executable, "-m", "kernel_lsp.worker.confine", "--probe"], capture_output=True,
+                                text=True, timeout=30, check=True)
+        seen = json.loads(probed.stdout)
+        for folder in seen.get("folders", []):
+            shutil.rmtree(folder, ignore_errors=True)
+    except (OSError, subprocess.SubprocessError, ValueError) as error:
+        return checks + [Check("missing", "candidate isolation", f"not isolated: the probe failed ({error})")]
+    confinement = seen["confinement"]
+    for part, tried in (("files", "write outside"), ("network", "connect")):
+        status = confinement[part]
+        held = status.startswith("isolated") and seen[tried] != "done"
+        checks.append(Check("ok" if held else "missing", f"candidate {part}",
+                            status if held else f"not isolated: {status} (a probe's {tried}: {seen[tried]})"))
+    return checks
 
 
 def profiler_checks() -> list[Check]:

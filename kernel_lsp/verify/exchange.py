@@ -90,8 +90,13 @@ class Exchange:
         if flat.numel() == 0:
             return {**described, "empty": str(tensor.device)}, tensor
         if flat.is_cuda:
+            try:
+                shared = flat.untyped_storage()._share_cuda_()
+            except RuntimeError:  # memory this side received from the other (an input returned as the output)
+                flat = flat.clone()
+                shared = flat.untyped_storage()._share_cuda_()
             self._kept.append(flat)
-            device, handle, size, offset, counter, counter_offset, event, sync = flat.untyped_storage()._share_cuda_()
+            device, handle, size, offset, counter, counter_offset, event, sync = shared
             return ({**described, "cuda": [device, handle, size, offset, counter, counter_offset, event, sync],
                      "offset": flat.storage_offset()}, flat.view(tensor.shape))
         path = self.folder / f"{self.prefix}-{os.getpid()}-{next(self._names)}.bin"

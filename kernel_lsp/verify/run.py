@@ -272,7 +272,7 @@ def run_candidate(judge: Judge, inputs: tuple, poison: int, record: bool) -> Can
     """Runs forward once in the candidate's process on a shared copy of `inputs`, over free memory poisoned
     with `poison`; what the judge then sees of its output and of its copy of the inputs."""
     with PHASES("sending inputs"):
-        sent, shared = judge.exchange.share(inputs)
+        sent, shared = judge.exchange.share(clone_inputs(inputs))  # on CUDA the candidate writes into this memory
     with PHASES("candidate runs"):
         reply = judge.host.ask("forward", inputs=sent, poison=poison, record=record)
         returned = judge.exchange.receive(reply["output"])

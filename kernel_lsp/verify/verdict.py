@@ -42,7 +42,18 @@ def report_findings(report: dict[str, Any], candidate_uri: str, candidate_text: 
                                 message, data={"worst": worst}))
     for problem in report.get("integrity", []):
         findings.append(Finding(candidate_uri, where, Severity.ERROR, SOURCE, problem["code"], problem["message"]))
+    gaps = isolation_gaps(report)
+    if gaps:
+        findings.append(Finding(candidate_uri, where, Severity.WARNING, SOURCE, "verify-not-isolated",
+                                "the candidate ran without full isolation: " + "; ".join(gaps)))
     return findings
+
+
+def isolation_gaps(report: dict[str, Any]) -> list[str]:
+    """What the candidate's process was not kept from (files, network), as the report's isolation says."""
+    isolation = report.get("isolation") or {}
+    return [f"{part}: {status}" for part, status in isolation.items()
+            if isinstance(status, str) and not status.startswith("isolated")]
 
 
 def readable_ms(ms: float) -> str:
@@ -70,4 +81,6 @@ def summary(verdict: str, report: dict[str, Any] | None, reason: str = "") -> st
     timing = report.get("timing") or {}
     if timing.get("candidate"):
         parts.append(readable_ms(timing["candidate"]["median_ms"]) + cpu)
+    if isolation_gaps(report):
+        parts.append("not isolated")
     return " · ".join(parts)

@@ -170,7 +170,8 @@ def probe() -> dict[str, object]:
     listener.listen(1)
     port = listener.getsockname()[1]
     confinement = confine([scratch])
-    seen = {"confinement": confinement.to_dict(), "abi": landlock_abi()}
+    seen: dict[str, object] = {"confinement": confinement.to_dict(), "abi": landlock_abi(),
+                               "folders": [scratch, outside]}
     seen["write outside"] = _try(lambda: open(os.path.join(outside, "x"), "w").close())
     seen["write inside"] = _try(lambda: open(os.path.join(scratch, "x"), "w").close())
     seen["connect"] = _try(lambda: socket.create_connection(("127.0.0.1", port), timeout=2).close())

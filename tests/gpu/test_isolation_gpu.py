@@ -1,0 +1,126 @@
+"""Issue 16 on a real GPU: CUDA load_inline candidates that reach for the judge, its caches, the workspace, the
+network or the worker's secrets, verified through a real worker. Each is stopped by the process boundary or the OS."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from kernel_lsp.worker.confine import landlock_abi
+from kernel_lsp.worker.environment import cache_dir
+from tests.gpu import candidates as c
+from tests.gpu.test_verify_pipeline_gpu import codes, verify
+from tests.gpu.test_worker_gpu import gpu_present
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_present(), reason="needs an NVIDIA GPU with CUDA torch"),
+              pytest.mark.skipif(not (c.KERNELBENCH / c.RELU_PROBLEM).is_file(),
+                                 reason=f"needs the KernelBench problems at {c.KERNELBENCH}"),
+              pytest.mark.timeout(900)]
+
+ZEROS_RELU = c.relu_candidate("ops.relu(x.contiguous()) * 0")
+
+PATCHES_VERIFIER = ZEROS_RELU + '''
+import sys
+for name, module in list(sys.modules.items()):
+    if name.startswith("kernel_lsp"):
+        for attr in ("compare_outputs", "outputs_agree", "same_within", "below_floor"):
+            if hasattr(module, attr):
+                setattr(module, attr, lambda *a, **k: True)
+'''
+
+PATCHES_TORCH = ZEROS_RELU + '''
+torch.relu = lambda x: torch.zeros_like(x)
+torch.Tensor.relu = lambda self: torch.zeros_like(self)
+'''
+
+FORGES_TIMING = c.HONEST_RELU + '''
+import kernel_lsp.verify.timing as timing
+_real = timing.time_cuda_calls
+timing.time_cuda_calls = lambda fn, sets, count, device, scratch: [s / 100 for s in _real(fn, sets, count, device, scratch)]
+'''
+
+REWRITES_CACHES = c.HONEST_RELU + '''
+import glob, json
+for path in glob.glob("{cache}/**/*.json", recursive=True):
+    try:
+        stored = json.load(open(path))
+        if isinstance(stored.get("timing"), dict):
+            stored["timing"]["median_ms"] *= 50
+        json.dump(stored, open(path, "w"))
+    except (OSError, ValueError):
+        pass
+'''
+
+WRITES_WORKSPACE = c.HONEST_RELU + '''
+for path in ("{workspace}/candidate.py", "{workspace}/problem_copy.py"):
+    try:
+        open(path, "a").write("# the candidate was here\\n")
+    except OSError:
+        pass
+'''
+
+OPENS_SOCKET = c.HONEST_RELU + '''
+import socket
+try:
+    socket.create_connection(("127.0.0.1", {port}), timeout=2).sendall(b"leaked")
+except OSError:
+    pass
+'''
+
+SEES_SECRETS = c.relu_candidate("ops.relu(x.contiguous()) if not SEEN else torch.zeros_like(x)") + '''
+import os
+SEEN = [name for name in ("ANTHROPIC_API_KEY", "GITHUB_TOKEN") if name in os.environ]
+'''
+
+
+async def test_patching_the_verifier_changes_nothing_in_the_judge(tmp_path: Path):
+    result = await verify(tmp_path, PATCHES_VERIFIER, c.RELU_PROBLEM, trials=2)
+    assert result["verdict"] == "rejected" and "verify-mismatch" in codes(result), result["summary"]
+
+
+async def test_patched_torch_leaves_the_reference_alone(tmp_path: Path):
+    result = await verify(tmp_path, PATCHES_TORCH, c.RELU_PROBLEM, trials=2)
+    assert {"verify-mismatch", "integrity-torch-patched"} <= set(codes(result)), result["summary"]
+
+
+async def test_forged_timing_is_caught_by_the_judges_clock(tmp_path: Path):
+    result = await verify(tmp_path, FORGES_TIMING, c.RELU_PROBLEM, trials=2, timedCalls=30)
+    assert result["report"]["correctness"]["passed"] == 2
+    assert "integrity-timing-forged" in codes(result), (result["summary"], result["findings"])
+
+
+async def test_trusted_caches_are_out_of_reach(tmp_path: Path):
+    if landlock_abi() < 1:
+        pytest.skip("Landlock is not available in this kernel")
+    honest = await verify(tmp_path, c.HONEST_RELU, c.RELU_PROBLEM, trials=1)
+    stored = {path: path.read_bytes() for path in cache_dir().rglob("*.json")}
+    assert honest["verdict"] == "verified" and any("baselines" in str(path) for path in stored)
+    attacked = await verify(tmp_path, REWRITES_CACHES.replace("{cache}", str(cache_dir())), c.RELU_PROBLEM, trials=1)
+    assert attacked["verdict"] == "verified", attacked["summary"]
+    assert {path: path.read_bytes() for path in stored} == stored
+    later = await verify(tmp_path, c.HONEST_RELU, c.RELU_PROBLEM, trials=1)
+    assert later["report"]["timing"]["eager"] == honest["report"]["timing"]["eager"]
+
+
+async def test_workspace_network_and_secrets_stay_out_of_reach(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp-test")  # not KERNEL_LSP_TOKEN: the test's own worker reads that one
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "problem_copy.py").write_text("original\n")
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        listener.settimeout(0.5)
+        for candidate in (WRITES_WORKSPACE.replace("{workspace}", str(workspace)),
+                          OPENS_SOCKET.replace("{port}", str(listener.getsockname()[1])), SEES_SECRETS):
+            result = await verify(workspace, candidate, c.RELU_PROBLEM, trials=1, timing=False)
+            assert result["verdict"] == "verified", (result["summary"], result["findings"])
+            assert result["report"]["isolation"]["network"].startswith("isolated")
+            if landlock_abi() >= 1:  # its own file in the workspace, and the other one
+                assert (workspace / "candidate.py").read_text() == candidate
+        with pytest.raises(TimeoutError):
+            listener.accept()
+    assert (workspace / "problem_copy.py").read_text() == "original\n"
