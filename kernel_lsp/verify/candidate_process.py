@@ -37,6 +37,7 @@ class CandidateFailed(Exception):
 
 class CandidateProcess:
     def __init__(self, scratch: Path, allow_network: bool, environ: dict[str, str] | None = None) -> None:
+        self.scratch = scratch  # the caller removes it once the process is closed
         self.home = scratch / "candidate-home"
         self.exchange_folder = self.home / "exchange"
         self.exchange_folder.mkdir(parents=True, exist_ok=True)

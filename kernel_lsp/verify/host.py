@@ -66,6 +66,8 @@ class Host:
 
         from kernel_lsp.verify.exchange import Exchange
 
+        if torch.cuda.is_available():
+            torch.empty(1, device="cuda")  # the CUDA context, made while waiting (about half a second)
         self.torch = torch
         self.exchange = Exchange(exchange_folder, "candidate")
         self.model: Any = None
@@ -80,8 +82,11 @@ class Host:
         from kernel_lsp.verify.timing import resolve_device
 
         torch = self.torch
-        sys.path.insert(0, os.getcwd())  # the candidate's own helper modules, beside it in the task folder
+        os.chdir(request["task_dir"])  # a process started ahead of time began elsewhere
+        sys.path.insert(0, request["task_dir"])  # the candidate's own helper modules, beside it
         self.target = resolve_device(request["device"])
+        if self.target.type == "cpu":
+            os.environ.setdefault("TRITON_INTERPRET", "1")  # before the candidate's import decorates its kernels
         self.before = (timer_snapshot(), thread_idents(), torch_snapshot())
         module = load_module(request["candidate"], "kernel_lsp_candidate")
         torch.manual_seed(WEIGHTS_SEED)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -132,15 +133,15 @@ def verify_candidate(reference: str, candidate: str, device: str = "auto", trial
     if target.type == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before the candidate's process starts
     PHASES.seconds.clear()
-    scratch = Path(tempfile.mkdtemp(prefix="kernel-lsp-judge-"))
-    host = CandidateProcess(scratch, allow_network)
+    host = prestarted(allow_network) or CandidateProcess(Path(tempfile.mkdtemp(prefix="kernel-lsp-judge-")),
+                                                         allow_network)
     try:
         judge = Judge(host, Exchange(host.exchange_folder, "judge"), target, Verdict(device=target.type))
         report = judge_candidate(judge, reference, candidate, trials, timed_calls, warmup, seed, tolerances or {},
                                  tuple(baselines), tuple(allowed_kernels), timing, cache_dir, files or {})
     finally:
         host.close()
-        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(host.scratch, ignore_errors=True)
     report["duration_s"] = time.perf_counter() - started
     report["phases_s"] = {name: round(seconds, 3) for name, seconds in PHASES.seconds.items()}
     return report
@@ -162,6 +163,7 @@ def judge_candidate(judge: Judge, reference: str, candidate: str, trials: int, t
         isolation = judge.host.ready()
         state = ref_model.state_dict()
         loaded = judge.host.ask("load", candidate=str(Path(candidate).resolve()), device=str(target),
+                                task_dir=os.getcwd(),
                                 init=judge.exchange.send(init_inputs(reference_module)), weight_names=list(state),
                                 weights=judge.exchange.send(list(state.values())))
         judge.exchange.forget()
@@ -179,6 +181,12 @@ def judge_candidate(judge: Judge, reference: str, candidate: str, trials: int, t
                 Path(cache_dir) if cache_dir else None, Path(reference).read_text())
     report["verdict"] = "verified" if correct and not verdict.integrity else "rejected"
     return report
+
+
+def prestarted(allow_network: bool) -> CandidateProcess | None:
+    """The candidate's process this sandbox child started while it waited (verify/prestart.py), if any."""
+    prestart = sys.modules.get("kernel_lsp.verify.prestart")
+    return prestart.take(allow_network) if prestart is not None else None
 
 
 def choose_device(device: str) -> torch.device | str:

@@ -65,7 +65,8 @@ class WorkerDaemon:
         self.token = token
         self.max_frame = max_frame
         # children wait with torch already imported, so a candidate's start costs no import
-        self.sandbox = Sandbox(preload=("torch",) if package_version("torch") else ())
+        # and, for verifications, with the candidate's process started (verify/prestart.py)
+        self.sandbox = Sandbox(preload=("torch", "kernel_lsp.verify.prestart") if package_version("torch") else ())
         self.warmup = Warmup()
         self._warm = warm
         self.stopped = asyncio.Event()

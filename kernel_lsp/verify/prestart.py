@@ -1,0 +1,28 @@
+"""A candidate's process started ahead of time: imported by a waiting sandbox child (the worker's preload list),
+so that the candidate's process has imported torch and made its CUDA context before the task arrives.
+
+It is started with the network refused (the default); a task that allows the network, or a process that died
+while waiting, gets a fresh one (verify/run.py asks `take`).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from kernel_lsp.verify.candidate_process import CandidateProcess
+
+_waiting: CandidateProcess | None = CandidateProcess(Path(tempfile.mkdtemp(prefix="kernel-lsp-judge-")),
+                                                     allow_network=False)
+
+
+def take(allow_network: bool) -> CandidateProcess | None:
+    """The process started while waiting, if it suits the task and still lives; at most once."""
+    global _waiting
+    waiting, _waiting = _waiting, None
+    if waiting is None:
+        return None
+    if allow_network or waiting.process.poll() is not None:
+        waiting.close()
+        return None
+    return waiting
