@@ -63,6 +63,7 @@ class Host:
 
     def __init__(self, exchange_folder: str) -> None:
         import torch
+        import torch._dynamo  # noqa: F401 - torch_snapshot needs it at load: imported while waiting instead
 
         from kernel_lsp.verify.exchange import Exchange
 

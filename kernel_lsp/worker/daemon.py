@@ -65,8 +65,10 @@ class WorkerDaemon:
         self.token = token
         self.max_frame = max_frame
         # children wait with torch already imported, so a candidate's start costs no import
-        # and, for verifications, with the candidate's process started (verify/prestart.py)
-        self.sandbox = Sandbox(preload=("torch", "kernel_lsp.verify.prestart") if package_version("torch") else ())
+        # and torch._dynamo (torch.compile and the floor's FLOP count import it on first use: seconds), and, for
+        # verifications, with the candidate's process started (verify/prestart.py)
+        self.sandbox = Sandbox(preload=("torch", "torch._dynamo", "kernel_lsp.verify.prestart")
+                               if package_version("torch") else ())
         self.warmup = Warmup()
         self._warm = warm
         self.stopped = asyncio.Event()
