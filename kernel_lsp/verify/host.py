@@ -19,6 +19,7 @@ import argparse
 import os
 import sys
 import threading
+from contextlib import nullcontext
 from typing import Any
 
 from kernel_lsp.worker.child import encode_frame, failure_parts, read_frame
@@ -112,28 +113,25 @@ class Host:
 
     def op_forward(self, request: dict[str, Any]) -> dict[str, Any]:
         """One run of forward on the judge's inputs (over freshly poisoned memory); its output, as returned."""
-        from kernel_lsp.verify.integrity import flush_allocator, poison_free_memory, thread_idents, threads_started
+        from kernel_lsp.verify.integrity import (flush_allocator, poison_free_memory, tensor_leaves, thread_idents,
+                                                 threads_started)
 
         torch, target = self.torch, self.target
         inputs = self.exchange.receive(request["inputs"])
         flush_allocator(target)
         poison_free_memory(target, request["poison"])
         threads = thread_idents()
-        recording = self.session.window() if request.get("record") and self.session is not None else None
-        with torch.no_grad():
-            if recording is not None:
-                with recording:
-                    output = self.model(*inputs)
-                    if target.type == "cuda":
-                        torch.cuda.current_stream(target).synchronize()
-            else:
-                output = self.model(*inputs)
+        recording = self.session.window() if request.get("record") and self.session is not None else nullcontext()
+        with torch.no_grad(), recording:
+            output = self.model(*inputs)
+            if target.type == "cuda":
+                torch.cuda.current_stream(target).synchronize()  # what a caller may rely on, and no more
         if target.type == "cuda":
-            torch.cuda.current_stream(target).synchronize()  # what a caller may rely on, and no more
             torch.cuda.empty_cache()  # the poison's blocks go back to the driver: the judge needs the room
         self.output = output
         self.started_threads = threads_started(threads, thread_idents())
-        return {"output": self.exchange.send(output), "plain": all(type(t) is torch.Tensor for t in _leaves(output)),
+        return {"output": self.exchange.send(output),
+                "plain": all(type(t) is torch.Tensor for t in tensor_leaves(output)),
                 "threads": self.started_threads}
 
     def op_settle(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -177,12 +175,6 @@ class Host:
         timers, threads, torch_state = self.before
         return {"timers": patched_timers(timers, timer_snapshot()), "torch": torch_patches(torch_state),
                 "threads": threads_started(threads, thread_idents())}
-
-
-def _leaves(value: Any) -> list[Any]:
-    from kernel_lsp.verify.integrity import tensor_leaves
-
-    return list(tensor_leaves(value))
 
 
 if __name__ == "__main__":

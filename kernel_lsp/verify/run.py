@@ -39,7 +39,9 @@ from kernel_lsp.verify.integrity import (
     POISON_BYTE,
     SECOND_POISON_BYTE,
     as_bytes,
+    changed_since,
     flush_allocator,
+    input_snapshot,
     tensor_leaves,
 )
 from kernel_lsp.verify.kernels import KernelLaunch, Window, classify, launches_off_stream, own_kernel_names
@@ -268,10 +270,6 @@ def clone_inputs(inputs: tuple) -> tuple:
     return tuple(v.clone() if isinstance(v, torch.Tensor) else v for v in inputs)
 
 
-def snapshot(output: Any) -> list[torch.Tensor]:
-    return [t.detach().clone() for t in tensor_leaves(output)]
-
-
 def differs(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape != b.shape or a.dtype != b.dtype or not torch.equal(as_bytes(a), as_bytes(b))
 
@@ -285,11 +283,10 @@ def run_candidate(judge: Judge, inputs: tuple, poison: int, record: bool) -> Can
         reply = judge.host.ask("forward", inputs=sent, poison=poison, record=record)
         returned = judge.exchange.receive(reply["output"])
     with PHASES("pending-work checks"):
-        first = snapshot(returned)
+        first = input_snapshot(returned)  # a device copy where it fits, else a digest
         settled = judge.host.ask("settle", join_s=THREAD_JOIN_S)
         output = judge.exchange.receive(settled["output"]) if "output" in settled else returned
-        later = list(tensor_leaves(output))
-        pending = len(first) != len(later) or any(differs(a, b) for a, b in zip(first, later))
+        pending = bool(changed_since(first, output))
         del first
         mutated = [index for index, (given, kept) in enumerate(zip(tensor_leaves(shared), tensor_leaves(inputs)))
                    if differs(given, kept)]

@@ -392,7 +392,8 @@ async def test_patching_the_verifier_changes_nothing_in_the_judge(sandbox: Sandb
 async def test_forged_timing_is_caught_by_the_judges_clock(sandbox: Sandbox, cache_dir: Path):
     report = await verify(sandbox, cache_dir, FORGES_TIMING, trials=2)
     assert report["correctness"]["passed"] == 2
-    assert codes(report) == ["integrity-timing-forged"], report["integrity"]
+    assert report["verdict"] == "rejected"  # the forged figures may fall below the physical floor too
+    assert "integrity-timing-forged" in codes(report), report["integrity"]
     honest = await verify(sandbox, cache_dir, HONEST, trials=2)
     assert honest["verdict"] == "verified", honest["integrity"]
 
