@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/compile_latency.py [--repeat N] [--record]
 
-Measures, for ../shared/fixtures/h200/kernels.cu and a generated 2,000-line .cu:
+Measures, for tests/fixtures/h200/kernels.cu and a generated 2,000-line .cu:
   - didSave -> publishDiagnostics of a changed buffer, against nvcc run by hand with the same flags
     (interleaved, so both see the same machine load); target: at most 10% over nvcc;
   - an unchanged re-save (served from the cache); target: median <= 20 ms;
@@ -27,7 +27,7 @@ from pygls.lsp.client import LanguageClient
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from benchmarks import report  # noqa: E402
-FIXTURE = ROOT.parent / "shared" / "fixtures" / "h200" / "kernels.cu"
+FIXTURE = ROOT / "tests" / "fixtures" / "h200" / "kernels.cu"
 SERVER = [sys.executable, "-m", "kernel_lsp", "serve"]
 
 

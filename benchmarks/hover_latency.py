@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/hover_latency.py [--repeat N] [--record]
 
-Opens a copy of ../shared/fixtures/h200/kernels.cu, imports the fixture's ncu export (details and raw pages) with
+Opens a copy of tests/fixtures/h200/kernels.cu, imports the fixture's ncu export (details and raw pages) with
 `kernel-lsp.importProfile`, then times N hovers over its seven kernel names, round trip as the client sees it:
   - hover on a profiled kernel (target: median <= 20 ms);
   - hover right after an edit (the document's kernels are parsed again first);
@@ -26,7 +26,7 @@ from pygls.lsp.client import LanguageClient
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from benchmarks import report  # noqa: E402
-FIXTURES = ROOT.parent / "shared" / "fixtures" / "h200"
+FIXTURES = ROOT / "tests" / "fixtures" / "h200"
 SERVER = [sys.executable, "-m", "kernel_lsp", "serve"]
 KERNELS = ("vec_add", "transpose_read_uncoalesced", "smem_conflict", "divergent", "spills", "tiny_grid",
            "matmul_naive")

@@ -6,12 +6,9 @@ import atexit
 import os
 import shutil
 import tempfile
-from pathlib import Path
 
-# real tool output recorded on an H200, kept in the project's shared folder beside the repository
-# (KERNEL_LSP_FIXTURES names a copy elsewhere, e.g. one carried to the GPU machine)
-FIXTURES = Path(os.environ.get("KERNEL_LSP_FIXTURES",
-                              Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "h200"))
+# real tool output recorded on an H200, in the repository (tests/paths.py)
+from tests.paths import FIXTURES  # noqa: E402,F401
 
 # what servers, workers and the CLI started by the tests cache (results, builds, charts) goes to a folder of this
 # test session, removed at its end, not to the user's ~/.cache (KERNEL_LSP_CACHE_DIR set by the caller wins)

@@ -10,7 +10,7 @@ import pytest
 
 from kernel_lsp.cli import main
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "h200"
+from tests.paths import FIXTURES
 needs_fixtures = pytest.mark.skipif(not FIXTURES.is_dir(), reason=f"needs the recorded fixtures at {FIXTURES}")
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 

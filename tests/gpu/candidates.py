@@ -5,11 +5,8 @@ Every candidate builds the same extension (same name and sources), so torch buil
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
+from tests.paths import KERNELBENCH  # noqa: F401 - the GPU tests and benchmarks read it from here
 
-# ../shared/kernelbench beside the project; on a machine where shared/ does not travel, a copy named by the variable
-KERNELBENCH = Path(os.environ.get("KERNEL_LSP_KERNELBENCH", Path(__file__).resolve().parents[3] / "shared" / "kernelbench"))
 RELU_PROBLEM = "level1/19_ReLU.py"
 MATMUL_PROBLEM = "level1/1_Square_matrix_multiplication_.py"
 

@@ -18,7 +18,7 @@ from kernel_lsp.profile.report import (
 from profilers.ncu import parse_details_csv
 from profilers.sass import parse_sass_stats
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "h200"
+from tests.paths import FIXTURES
 pytestmark = pytest.mark.skipif(not FIXTURES.is_dir(), reason=f"needs the recorded fixtures at {FIXTURES}")
 
 KNOWN_PROBLEMS = {  # kernel -> a code its profile must carry

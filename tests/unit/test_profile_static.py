@@ -10,7 +10,7 @@ import pytest
 from kernel_lsp.config import Settings
 from kernel_lsp.profile.static import static_profile
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "h200"
+from tests.paths import FIXTURES
 pytestmark = [pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc"), pytest.mark.timeout(300)]
 
 LOAD_INLINE_CANDIDATE = '''import torch

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
 from kernel_lsp.findings import Range
 from kernel_lsp.sources.cuda import Include, blank_comments_and_literals, find_includes, find_kernels
 
-KERNELS_CU = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "h200" / "kernels.cu"
+from tests.paths import FIXTURES
+
+KERNELS_CU = FIXTURES / "kernels.cu"
 
 
 def names(text: str) -> list[str]:

@@ -4,14 +4,13 @@ KernelBench parts, and recovery from syntax errors."""
 from __future__ import annotations
 
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from kernel_lsp.findings import Range
 from kernel_lsp.sources import SyntaxErrorInfo, assemble_load_inline, find_kernels, parse_python
 
-KERNELBENCH = Path(__file__).resolve().parents[3] / "shared" / "kernelbench"
+from tests.paths import KERNELBENCH
 
 CANDIDATE = '''\
 import torch

@@ -16,7 +16,7 @@ from kernel_lsp.verify.pairing import (
     find_reference,
 )
 
-KERNELBENCH = Path(__file__).resolve().parents[3] / "shared" / "kernelbench"
+from tests.paths import KERNELBENCH
 needs_kernelbench = pytest.mark.skipif(not KERNELBENCH.is_dir(), reason=f"KernelBench problems not at {KERNELBENCH}")
 
 MODEL = "class Model:\n    def forward(self, x):\n        return x\n"
