@@ -70,7 +70,7 @@ FAST = CANDIDATE.replace("x.numel(), 64)", "x.numel(), 4096)").replace("BLOCK=64
 IMPROVING = [tool_use_turn("write_candidate", {"source": FAST}), tool_use_turn("verify", {}),
              tool_use_turn("finish", {"summary": "one program of 4096"})]
 API_KEY = "sk-ant-e2e-test"
-# the imported H200 profile (../shared/fixtures/h200): this kernel's card, as `kernel-lsp profile --import-csv
+# the imported H200 profile (tests/fixtures/h200): this kernel's card, as `kernel-lsp profile --import-csv
 # ncu_details.csv --raw-csv ncu_raw.csv` and tests/unit/test_hover_card.py read the same export
 PROFILED = "transpose_read_uncoalesced"
 PROFILE_FILES = ("kernels.cu", "ncu_details.csv", "ncu_raw.csv")
