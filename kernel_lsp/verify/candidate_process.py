@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
-from kernel_lsp.worker.child import encode_frame, read_frame
+from kernel_lsp.worker.child import read_frame, write_frame
 
 HOST_MODULE = "kernel_lsp.verify.host"
 BUILD_CACHE_VARIABLES = ("TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "CUDA_CACHE_PATH")
@@ -36,12 +36,12 @@ class CandidateFailed(Exception):
 
 
 class CandidateProcess:
-    def __init__(self, scratch: Path, allow_network: bool, environ: dict[str, str] | None = None) -> None:
+    def __init__(self, scratch: Path, allow_network: bool) -> None:
         self.scratch = scratch  # the caller removes it once the process is closed
         self.home = scratch / "candidate-home"
         self.exchange_folder = self.home / "exchange"
         self.exchange_folder.mkdir(parents=True, exist_ok=True)
-        environment = dict(os.environ if environ is None else environ)
+        environment = dict(os.environ)
         environment["HOME"] = environment["TMPDIR"] = str(self.home)
         writable = [str(self.home), *ALWAYS_WRITABLE]
         for name in BUILD_CACHE_VARIABLES:
@@ -72,10 +72,8 @@ class CandidateProcess:
         """One request and its reply; raises CandidateFailed when the candidate raised."""
         self.ready()
         started = time.perf_counter()
-        data = memoryview(encode_frame({"op": op, **fields}))
         try:
-            while data:
-                data = data[os.write(self._requests, data):]
+            write_frame(self._requests, {"op": op, **fields})
         except BrokenPipeError:
             self._died()
         reply = self._read()
@@ -86,7 +84,7 @@ class CandidateProcess:
 
     def close(self) -> None:
         try:
-            os.write(self._requests, encode_frame({"op": "exit"}))
+            write_frame(self._requests, {"op": "exit"})
         except OSError:
             pass
         try:

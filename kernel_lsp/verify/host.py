@@ -22,7 +22,7 @@ import threading
 from contextlib import nullcontext
 from typing import Any
 
-from kernel_lsp.worker.child import encode_frame, failure_parts, read_frame
+from kernel_lsp.worker.child import failure_parts, read_frame, write_frame
 from kernel_lsp.worker.confine import confine
 
 
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
         os.set_inheritable(fd, False)
     confinement = confine(options.writable, options.allow_network)  # before torch: no thread may exist yet
     host = Host(options.exchange)
-    send(options.replies_fd, {"ready": os.getpid(), "confinement": confinement.to_dict()})
+    write_frame(options.replies_fd, {"ready": os.getpid(), "confinement": confinement.to_dict()})
     while (request := read_frame(options.requests_fd)) is not None:
         op = request.get("op")
         if op == "exit":
@@ -47,16 +47,10 @@ def main(argv: list[str] | None = None) -> None:
             reply = getattr(host, f"op_{op}")(request)
         except BaseException as error:  # noqa: BLE001 - the candidate's failure, whatever it is, goes to the judge
             reply = {"error": failure_parts(error)}
-        send(options.replies_fd, reply)
+        write_frame(options.replies_fd, reply)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
-
-
-def send(fd: int, message: dict[str, Any]) -> None:
-    data = memoryview(encode_frame(message))
-    while data:
-        data = data[os.write(fd, data):]
 
 
 class Host:

@@ -44,7 +44,6 @@ class Timing:
     l2_flushed: bool
     busy_ms: float = 0.0  # all calls' times added up, warm-up included: what the judge's clock must have seen
 
-
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
 

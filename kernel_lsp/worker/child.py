@@ -72,6 +72,11 @@ def _read_exactly(fd: int, size: int) -> bytes | None:
     return bytes(data)
 
 
+def write_frame(fd: int, message: dict[str, Any]) -> None:
+    """Writes one frame to a blocking pipe."""
+    _write_all(fd, encode_frame(message))
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -88,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
     faulthandler.enable(all_threads=False)  # a crash in native code still names the Python line (Sandbox parses it)
     _preload(options.preload)
     _create_cuda_context()
-    _write_all(options.result_fd, encode_frame({"ready": os.getpid()}))
+    write_frame(options.result_fd, {"ready": os.getpid()})
     task = read_frame(options.task_fd)
     if task is None:
         os._exit(0)  # the sandbox closed without giving this child a task
@@ -158,10 +163,10 @@ def describe_exception(error: BaseException, task_dir: str, origins: dict[str, s
 def failure_parts(error: BaseException) -> dict[str, Any]:
     """How an exception ended a run (status, message, error type, frames oldest first), as msgpack values;
     the exception's frames are cleared (they may hold GiBs of the candidate's locals)."""
-    frames = exception_frames(error)
+    frames = _exception_frames(error)
     traceback.clear_frames(error.__traceback__)
     status, cause = classify_exception(error)
-    return {"status": status, "message": failure_message(status, cause), "error_type": type_name(cause),
+    return {"status": status, "message": _message(status, cause), "error_type": _type_name(cause),
             "frames": [list(frame) for frame in frames]}
 
 
@@ -297,11 +302,11 @@ def _mentions(text: str, markers: Iterable[str]) -> bool:
     return any(marker in lowered for marker in markers)
 
 
-def failure_message(status: str, error: BaseException) -> str:
+def _message(status: str, error: BaseException) -> str:
     if status == "compile-error":
         return "the extension failed to build:\n" + _compiler_output(error)[-COMPILER_OUTPUT_TAIL_CHARS:]
     text = str(error)
-    return f"{type_name(error)}: {text}" if text else type_name(error)
+    return f"{_type_name(error)}: {text}" if text else _type_name(error)
 
 
 def _compiler_output(error: BaseException) -> str:
@@ -311,12 +316,12 @@ def _compiler_output(error: BaseException) -> str:
     return output or str(error)
 
 
-def type_name(error: BaseException) -> str:
+def _type_name(error: BaseException) -> str:
     kind = type(error)
     return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
 
 
-def exception_frames(error: BaseException) -> list[Frame]:
+def _exception_frames(error: BaseException) -> list[Frame]:
     frames = [(s.filename, s.lineno or 0, s.name, (s.line or "").strip())
               for s in traceback.extract_tb(error.__traceback__)]
     if isinstance(error, SyntaxError) and error.filename:
