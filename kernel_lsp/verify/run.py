@@ -161,14 +161,16 @@ def judge_candidate(judge: Judge, reference: str, candidate: str, trials: int, t
             distributions = accepted_distributions(reference_module.get_inputs, ref_model, target, seed)
     except ReferenceFailed as exc:
         return {"verdict": "unavailable", "reason": str(exc)}
-    with PHASES("candidate import and build"):
+    with PHASES("waiting for the candidate's process"):
         isolation = judge.host.ready()
+    with PHASES("candidate import and build"):
         state = ref_model.state_dict()
         loaded = judge.host.ask("load", candidate=str(Path(candidate).resolve()), device=str(target),
                                 task_dir=os.getcwd(),
                                 init=judge.exchange.send(init_inputs(reference_module)), weight_names=list(state),
                                 weights=judge.exchange.send(list(state.values())))
         judge.exchange.forget()
+    note_candidate_phases(loaded.get("seconds"))
     trials_report = run_trials(judge, reference_module.get_inputs, ref_model, trials, seed, distributions,
                                overrides, own_kernel_names(files), allowed_kernels)
     trials_report["weights"] = loaded["weights"]
@@ -183,6 +185,19 @@ def judge_candidate(judge: Judge, reference: str, candidate: str, trials: int, t
                 Path(cache_dir) if cache_dir else None, Path(reference).read_text())
     report["verdict"] = "verified" if correct and not verdict.integrity else "rejected"
     return report
+
+
+CANDIDATE_PHASES = ("candidate: import", "candidate: model built", "candidate: weights loaded")
+
+
+def note_candidate_phases(seconds: Any) -> None:
+    """The candidate's process says how its load was spent: only its known phases, as numbers, are kept (its
+    word, shown to say where time went, never used to decide)."""
+    if isinstance(seconds, dict):
+        for name in CANDIDATE_PHASES:
+            value = seconds.get(name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e6:
+                PHASES.seconds[name] = float(value)
 
 
 def prestarted(allow_network: bool) -> CandidateProcess | None:
@@ -479,8 +494,7 @@ def measure(report: dict[str, Any], judge: Judge, reference_module: Any, ref_mod
     for kind in baselines:
         if timings[kind] is not None:
             report["speedup"][kind] = speedup(Timing(**timings[kind]), candidate)
-    with PHASES("physical floor"):
-        report["floor"] = physical_floor(ref_model, input_sets[0], target, cache_dir, candidate, verdict)
+    report["floor"] = physical_floor(ref_model, input_sets[0], target, cache_dir, candidate, verdict)
 
 
 def check_reported_timing(judge: Judge, candidate: Timing, input_sets: list[tuple]) -> None:
@@ -535,7 +549,11 @@ def input_signature(inputs: tuple) -> list:
 
 def physical_floor(ref_model: torch.nn.Module, inputs: tuple, target: torch.device, cache_dir: Path | None,
                    candidate: Timing, verdict: Verdict) -> dict[str, Any]:
-    floor = Floor(problem_work(ref_model, inputs), device_peaks(target, cache_dir))
+    with PHASES("physical floor: the problem's work"):
+        work = problem_work(ref_model, inputs)
+    with PHASES("physical floor: the device's peaks"):
+        peaks = device_peaks(target, cache_dir)
+    floor = Floor(work, peaks)
     problem = below_floor(candidate.median_ms, floor)
     if problem is not None:
         verdict.reject("integrity-below-floor", problem)

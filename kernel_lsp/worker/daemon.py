@@ -64,10 +64,13 @@ class WorkerDaemon:
         self.single_client = single_client
         self.token = token
         self.max_frame = max_frame
-        # children wait with torch already imported, so a candidate's start costs no import
-        # and torch._dynamo (torch.compile and the floor's FLOP count import it on first use: seconds), and, for
-        # verifications, with the candidate's process started (verify/prestart.py)
-        self.sandbox = Sandbox(preload=("torch", "torch._dynamo", "kernel_lsp.verify.prestart")
+        # children wait with torch already imported, so a candidate's start costs no import, and torch._dynamo
+        # and inductor's compile_fx (the compile baseline imports them on first use: ~1.5 s). For verifications the
+        # candidate's process is started first (verify/prestart.py), so that its own imports and CUDA context run
+        # alongside the child's instead of after them: one after the other took ~16 s on the H200, longer than a
+        # warm verification, and the next verification waited for it
+        self.sandbox = Sandbox(preload=("kernel_lsp.verify.prestart", "torch", "torch._dynamo",
+                                        "torch._inductor.compile_fx")
                                if package_version("torch") else ())
         self.warmup = Warmup()
         self._warm = warm
