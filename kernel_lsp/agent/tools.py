@@ -219,9 +219,11 @@ class Workbench:
         return ToolResult(_json(profile_feedback(report)), worker_jobs=1, energy=rubric_energy(report))
 
     def _profile_options(self) -> dict[str, Any]:
-        """The pass's device, where it names one: a pass on the CPU gets the static profile, not the GPU's."""
+        """The pass's device, where it names one (a pass on the CPU gets the static profile, not the GPU's), and
+        its network setting."""
         device = self.verify_options.get("device")
-        return {"device": device} if device in ("cpu", "cuda") else {}
+        options = {"allowNetwork": bool(self.verify_options.get("allowNetwork", False))}
+        return {**options, "device": device} if device in ("cpu", "cuda") else options
 
     async def finish(self, arguments: dict[str, Any]) -> ToolResult:
         self.state.finished = str(arguments.get("summary") or "")

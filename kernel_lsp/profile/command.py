@@ -113,7 +113,8 @@ async def _worker_report(args: argparse.Namespace) -> dict[str, Any]:
     settings = nearest_settings(args.file.parent, "profile")[1]
     reference = _reference(args, settings)
     client = worker_client(args, settings)
-    job = profile_job(args.file, reference, {"kernels": args.kernel} if args.kernel else {})
+    job = profile_job(args.file, reference, {**({"kernels": args.kernel} if args.kernel else {}),
+                                             "allowNetwork": settings.verify_allow_network})
     print(f"kernel-lsp profile: {args.file}" + (f" with reference {reference}" if reference else ""), file=sys.stderr)
     try:
         result = await client.run(job, progress=print_progress)

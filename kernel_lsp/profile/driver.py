@@ -1,10 +1,16 @@
 """The program ncu profiles: imports a candidate, builds its ModelNew and calls forward on the problem's inputs.
 
     python -m kernel_lsp.profile.driver --candidate cand.py [--reference ref.py] [--device cuda] [--warmup 1] [--calls 1]
+                                        [--writable FOLDER ... [--allow-network]]
 
 get_inputs/get_init_inputs come from the reference, else from the candidate itself (a file with Model and
 ModelNew). The warm-up calls (extension loading, autotuning, lazy initialisation) run outside the profiled range:
 ncu runs with --profile-from-start off, and only the calls between cudaProfilerStart and Stop are profiled.
+
+The worker starts it confined, as a verification's candidate process is (verify/candidate_process.py): the
+environment's allow-list, HOME in a scratch folder, and, with --writable, writes only under the given folders and
+no network socket (worker/confine.py), applied at the start of main. ncu's injected library starts its threads
+before main; they are NVIDIA's code, but the file rules do not bind them.
 """
 
 from __future__ import annotations
@@ -39,15 +45,15 @@ def load_problem(candidate: str, reference: str | None) -> tuple[ModuleType, Mod
     return candidate_module, inputs_module
 
 
-def build_model(candidate_module: ModuleType, inputs_module: ModuleType, device: str) -> Any:
-    """ModelNew(*get_init_inputs()) on the device, in eval mode, with the verifier's weights seed."""
+def build_model(candidate_module: ModuleType, init: list, device: str) -> Any:
+    """ModelNew(*init) (the problem's get_init_inputs()) on the device, in eval mode, with the verifier's
+    weights seed."""
     import torch
 
     from kernel_lsp.verify.models import WEIGHTS_SEED
-    from kernel_lsp.verify.run import init_inputs
 
     torch.manual_seed(WEIGHTS_SEED)
-    return candidate_module.ModelNew(*init_inputs(inputs_module)).to(device).eval()
+    return candidate_module.ModelNew(*init).to(device).eval()
 
 
 def make_inputs(inputs_module: ModuleType, device: str) -> tuple:
@@ -86,12 +92,24 @@ def profiled_range(device: str) -> Iterator[None]:
 
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
+    if args.writable:  # the worker's run under ncu: confined before anything of the candidate's is imported
+        from kernel_lsp.worker.confine import confine
+
+        confinement = confine(args.writable, args.allow_network)
+        if not confinement.isolated:
+            print(f"kernel-lsp profile driver: the candidate runs without full isolation: files "
+                  f"{confinement.files}; network {confinement.network}", file=sys.stderr)
+    # started with python -P (a module beside the candidate named like ours must not run before the
+    # confinement): the candidate's own helper modules are found from here on
+    sys.path.insert(0, str(Path(args.candidate).resolve().parent))
     try:
         candidate_module, inputs_module = load_problem(args.candidate, args.reference)
     except ProblemError as exc:
         print(f"kernel-lsp profile driver: {exc}", file=sys.stderr)
         return 2
-    model = build_model(candidate_module, inputs_module, args.device)
+    from kernel_lsp.verify.run import init_inputs
+
+    model = build_model(candidate_module, init_inputs(inputs_module), args.device)
     inputs = make_inputs(inputs_module, args.device)
     run_forward(model, inputs, args.warmup)
     with profiled_range(args.device):
@@ -106,6 +124,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--calls", type=int, default=1)
+    parser.add_argument("--writable", action="append", default=[],
+                        help="confine this process first: writes only under these folders (repeatable)")
+    parser.add_argument("--allow-network", action="store_true", help="with --writable: sockets stay allowed")
     return parser.parse_args(argv)
 
 

@@ -17,8 +17,9 @@ from kernel_lsp.worker.protocol import Job
 log = logging.getLogger(__name__)
 
 # the config keys a caller may set; candidate, reference and origins come from the files
-PROFILE_OPTIONS = frozenset({"kernels", "sections", "limits", "launchCount", "device"})  # device: "cpu" asks
-# for the static profile even where the worker has a GPU
+PROFILE_OPTIONS = frozenset({"kernels", "sections", "limits", "launchCount", "device", "allowNetwork"})
+# device: "cpu" asks for the static profile even where the worker has a GPU; allowNetwork: the candidate's
+# processes may open sockets (the verifyAllowNetwork setting, as for verification)
 
 
 def profile_job(candidate: Path, reference: Path | None, options: dict[str, Any]) -> Job:

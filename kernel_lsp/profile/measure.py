@@ -1,16 +1,26 @@
-"""What the profile job measures in a sandboxed child on the GPU, besides ncu: the candidate's extension binaries
-(for their SASS), the reference forward's PyTorch kernels and their device time, the candidate's energy per
-call, the GPU's roofline ceilings and its state. Each part that cannot be measured becomes a problem."""
+"""What the profile job measures on the GPU, besides ncu: the candidate's extension binaries (for their SASS),
+the reference forward's PyTorch kernels and their device time, the candidate's energy per call, the GPU's
+roofline ceilings and its state. Each part that cannot be measured becomes a problem.
+
+Two processes share the work, as in verification (verify/run.py): the sandbox child (`measure_candidate`)
+never imports the candidate; it measures the ceilings (and writes them to the cache), the GPU's state, the
+reference's kernels and energy. The candidate is imported, built and run only in its own confined process
+(verify/host.py, op "profile", which calls `candidate_side`): its energy, the libraries it loaded and, when the
+candidate's file is its own reference, that reference's figures are its word. They are hints for the editor,
+never a verdict, and are checked for shape before the worker uses them.
+"""
 
 from __future__ import annotations
 
+import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from kernel_lsp.profile.driver import (
+    ProblemError,
     build_model,
-    load_problem,
     make_inputs,
     run_forward,
 )
@@ -23,25 +33,106 @@ SYSTEM_PREFIXES = ("/usr/", "/lib", "/opt/", "/etc/")
 
 
 def measure_candidate(candidate: str, reference: str | None = None, cache_dir: str | None = None,
-                      energy_seconds: float = ENERGY_MIN_SECONDS, device: str = "cuda") -> dict[str, Any]:
-    """The sandbox entry ("kernel_lsp.profile.measure:measure_candidate"); a failing candidate raises, so the
-    sandbox reports it on the candidate's own line."""
+                      energy_seconds: float = ENERGY_MIN_SECONDS, device: str = "cuda",
+                      allow_network: bool = False) -> dict[str, Any]:
+    """The sandbox entry ("kernel_lsp.profile.measure:measure_candidate"). A candidate that fails raises
+    CandidateFailed, so the sandbox reports it on the candidate's own line."""
+    from kernel_lsp.verify.candidate_process import candidate_process
+    from kernel_lsp.verify.exchange import Exchange
+    from kernel_lsp.verify.models import load_module
+    from kernel_lsp.verify.run import init_inputs
+
     problems: list[str] = []
-    before = mapped_libraries()
-    candidate_module, inputs_module = load_problem(candidate, reference)
-    model = build_model(candidate_module, inputs_module, device)
-    inputs = make_inputs(inputs_module, device)
-    run_forward(model, inputs, 1)  # extensions built and loaded, lazy initialisation done
-    reference_model = build_reference(inputs_module, device, problems)
-    candidate_energy = energy(model, inputs, device, energy_seconds, problems)
-    return {"extensions": sorted(own_libraries(mapped_libraries() - before)),
-            "reference_kernels": reference_kernels(reference_model, inputs, problems),
+    reference_model = inputs = None
+    with candidate_process(allow_network) as host:  # it starts now: its imports overlap the reference's set-up
+        measured_ceilings = ceilings(device, cache_dir, problems)  # before any candidate code ran anywhere
+        if reference is not None:
+            inputs_module = load_module(reference, "kernel_lsp_reference")
+            if not hasattr(inputs_module, "get_inputs"):
+                raise ProblemError(f"{Path(reference).name} defines no get_inputs()")
+            inputs = make_inputs(inputs_module, device)
+            reference_model = build_reference(inputs_module, device, problems)
+        exchange = Exchange(host.exchange_folder, "judge")
+        isolation = host.ready()
+        said = host.ask("profile", candidate=str(Path(candidate).resolve()), device=device, task_dir=os.getcwd(),
+                        energy_seconds=energy_seconds,
+                        inputs=exchange.send(list(inputs)) if inputs is not None else None,
+                        init=exchange.send(init_inputs(inputs_module)) if reference is not None else None)
+        exchange.forget()
+    candidate_energy = checked_energy(said.get("energy"))
+    problems += [str(problem) for problem in said.get("problems") or [] if isinstance(problem, str)]
+    if reference is None:  # the candidate's file was its own reference: its figures, measured in its process
+        kernels, reference_energy = checked_kernels(said.get("reference_kernels")), checked_energy(
+            said.get("reference_energy"))
+    else:
+        kernels = reference_kernels(reference_model, inputs, problems)
+        reference_energy = (energy(reference_model, inputs, device, energy_seconds, problems)
+                            if candidate_energy is not None and reference_model is not None else None)
+    return {"extensions": checked_libraries(said.get("extensions")), "reference_kernels": kernels,
             "energy": candidate_energy,
             # the reference on the same inputs, read the same way: what the agent's rubric compares against
-            "reference_energy": (energy(reference_model, inputs, device, energy_seconds, problems)
-                                 if candidate_energy is not None and reference_model is not None else None),
-            "ceilings": ceilings(device, cache_dir, problems),
-            "gpu_state": gpu_state(device), "problems": problems}
+            "reference_energy": reference_energy,
+            "ceilings": measured_ceilings, "gpu_state": gpu_state(device), "problems": problems,
+            "isolation": isolation}
+
+
+def candidate_side(candidate: str, device: str, energy_seconds: float, inputs: tuple | None,
+                   init: list | None) -> dict[str, Any]:
+    """In the candidate's process: import and build the candidate, run it once (extensions loaded, lazy set-up
+    done), read its energy per call and the libraries it loaded. Without inputs from the judge (no reference
+    file), the candidate's own file gives its inputs and its reference Model, measured here too."""
+    from kernel_lsp.verify.models import load_module
+    from kernel_lsp.verify.run import init_inputs
+
+    problems: list[str] = []
+    before = mapped_libraries()
+    module = load_module(candidate, "kernel_lsp_candidate")
+    if not hasattr(module, "ModelNew"):
+        raise ProblemError(f"{Path(candidate).name} defines no ModelNew")
+    own = inputs is None
+    if own:
+        if not hasattr(module, "get_inputs"):
+            raise ProblemError(f"{Path(candidate).name} defines no get_inputs(): pass the reference (--reference) "
+                               "or define get_inputs in the candidate")
+        inputs, init = make_inputs(module, device), init_inputs(module)
+    model = build_model(module, init or [], device)
+    run_forward(model, inputs, 1)
+    said: dict[str, Any] = {"extensions": sorted(own_libraries(mapped_libraries() - before)),
+                            "energy": energy(model, inputs, device, energy_seconds, problems), "problems": problems}
+    if own:
+        reference_model = build_reference(module, device, problems)
+        said["reference_kernels"] = reference_kernels(reference_model, inputs, problems)
+        said["reference_energy"] = (energy(reference_model, inputs, device, energy_seconds, problems)
+                                    if said["energy"] is not None and reference_model is not None else None)
+    return said
+
+
+def checked_energy(value: Any) -> dict[str, Any] | None:
+    """An energy reading from the candidate's process, if it has the shape of one."""
+    if not isinstance(value, dict):
+        return None
+    per_call, calls, seconds = value.get("mj_per_call"), value.get("calls"), value.get("seconds")
+    numbers = (per_call, calls, seconds)
+    if not all(isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n) for n in numbers):
+        return None
+    return {"mj_per_call": float(per_call), "calls": int(calls), "seconds": float(seconds),
+            "how": str(value.get("how", ""))[:300]}
+
+
+def checked_kernels(value: Any) -> list[dict[str, Any]]:
+    """Kernel times from the candidate's process, those with the shape of one."""
+    kept = []
+    for item in value if isinstance(value, list) else []:
+        if (isinstance(item, dict) and isinstance(item.get("name"), str)
+                and isinstance(item.get("device_ms"), (int, float)) and isinstance(item.get("calls"), int)):
+            kept.append({"name": item["name"][:2000], "device_ms": float(item["device_ms"]), "calls": item["calls"]})
+    return kept
+
+
+def checked_libraries(value: Any) -> list[str]:
+    """Libraries the candidate's process says it loaded: shared libraries that exist (cuobjdump reads them)."""
+    paths = value if isinstance(value, list) else []
+    return sorted({path for path in paths if isinstance(path, str) and path.endswith(".so") and os.path.isfile(path)})
 
 
 def mapped_libraries() -> set[str]:

@@ -1,5 +1,9 @@
 """Nsight Compute on a candidate, run by the worker (not inside the sandbox child: ncu must start the program it
-profiles): the driver under `ncu --profile-from-start off`, then the report's details and raw pages parsed."""
+profiles): the driver under `ncu --profile-from-start off`, then the report's details and raw pages parsed.
+
+The driver is started as a candidate's process is (verify/candidate_process.py): no secret in its environment,
+a scratch HOME, and confined (writes only there and in the build caches, no network unless allowed) before it
+imports the candidate. ncu itself writes the report beside the task's files, outside the driver's reach."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernel_lsp.compile.process import run_process
+from kernel_lsp.verify.candidate_process import candidate_launch
 from profilers.ncu import (
     DEFAULT_SECTIONS,
     KernelLaunch,
@@ -40,6 +45,7 @@ class NcuPlan:
     sections: tuple[str, ...] = DEFAULT_SECTIONS
     launch_count: int = DEFAULT_LAUNCH_COUNT
     timeout_s: float = NCU_TIMEOUT_S
+    allow_network: bool = False
 
 
 def kernel_name_filter(kernels: Sequence[str]) -> list[str]:
@@ -51,14 +57,16 @@ def kernel_name_filter(kernels: Sequence[str]) -> list[str]:
     return ["-k", f"regex:^(?:.*::)?(?:{'|'.join(map(re.escape, last_parts))})$"]
 
 
-def driver_program(plan: NcuPlan) -> list[str]:
-    program = [sys.executable, "-m", "kernel_lsp.profile.driver", "--candidate", plan.candidate]
-    return program + (["--reference", plan.reference] if plan.reference else [])
+def driver_program(plan: NcuPlan, writable: Sequence[str] = ()) -> list[str]:
+    program = [sys.executable, "-P", "-m", "kernel_lsp.profile.driver", "--candidate", plan.candidate]
+    program += ["--reference", plan.reference] if plan.reference else []
+    program += [f"--writable={folder}" for folder in writable]
+    return program + (["--allow-network"] if writable and plan.allow_network else [])
 
 
-def profiling_command(plan: NcuPlan, ncu: str, report: Path) -> list[str]:
+def profiling_command(plan: NcuPlan, ncu: str, report: Path, writable: Sequence[str] = ()) -> list[str]:
     """ncu_command with the name filter and --profile-from-start off (the driver's warm-up is not profiled)."""
-    argv = ncu_command(driver_program(plan), (), plan.sections, ncu=ncu, report=report,
+    argv = ncu_command(driver_program(plan, writable), (), plan.sections, ncu=ncu, report=report,
                        launch_count=plan.launch_count)
     return argv[:1] + ["--profile-from-start", "off"] + kernel_name_filter(plan.kernels) + argv[1:]
 
@@ -68,18 +76,24 @@ async def profile_launches(plan: NcuPlan, files: dict[str, str]) -> list[KernelL
     ncu = find_ncu()
     with tempfile.TemporaryDirectory(prefix="kernel-lsp-ncu-") as directory:
         folder = Path(directory)
-        write_files(folder, files)
-        report = folder / "profile.ncu-rep"
-        await run_ncu_async(profiling_command(plan, ncu, report), plan.timeout_s, folder)
+        write_files(folder / "task", files)
+        home = folder / "home"  # the profiled program's HOME and TMPDIR, and the one folder it may write
+        home.mkdir()
+        environment, writable = candidate_launch(home)
+        report = folder / "profile.ncu-rep"  # written by ncu itself, which is not confined
+        await run_ncu_async(profiling_command(plan, ncu, report, writable), plan.timeout_s, folder / "task",
+                            environment)
         details = await run_ncu_async(import_command(report, "details", ncu=ncu), IMPORT_TIMEOUT_S, folder)
         raw = await run_ncu_async(import_command(report, "raw", ncu=ncu), IMPORT_TIMEOUT_S, folder)
     return with_raw(parse_details_csv(details), parse_raw_csv(raw))
 
 
-async def run_ncu_async(argv: list[str], timeout_s: float, cwd: Path) -> str:
-    """profilers.ncu.run_ncu as an asyncio subprocess: a cancelled job kills ncu and the program it runs."""
-    environment = dict(os.environ)
-    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_ROOT, environment.get("PYTHONPATH")]))
+async def run_ncu_async(argv: list[str], timeout_s: float, cwd: Path, environment: dict[str, str] | None = None) -> str:
+    """profilers.ncu.run_ncu as an asyncio subprocess: a cancelled job kills ncu and the program it runs.
+    Without an environment, the worker's own (the report imports run no candidate code)."""
+    if environment is None:
+        environment = dict(os.environ)
+        environment["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_ROOT, environment.get("PYTHONPATH")]))
     try:
         result = await run_process(argv, timeout_s=timeout_s, cwd=str(cwd), env=environment)
     except OSError as exc:

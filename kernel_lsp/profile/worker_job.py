@@ -22,6 +22,7 @@ from kernel_lsp.profile.report import (
 )
 from kernel_lsp.profile.static import REFERENCE_FOLDER, static_profile
 from kernel_lsp.verify.kernels import own_kernel_names
+from kernel_lsp.verify.verdict import isolation_gaps
 from kernel_lsp.worker.protocol import Job, Result
 from kernel_lsp.worker.sandbox import SandboxTask
 from profilers.ncu import DEFAULT_SECTIONS, KernelLaunch, NcuError
@@ -79,7 +80,8 @@ async def gpu_profile(job: Job, context: JobContext) -> Result:
     task = SandboxTask(entry="kernel_lsp.profile.measure:measure_candidate", files=job.source_files,
                        origins=config.get("origins") or {},
                        args={"candidate": config["candidate"], "reference": config.get("reference"),
-                             "cache_dir": str(context.daemon.cache_dir), "uses_cuda": True})
+                             "cache_dir": str(context.daemon.cache_dir), "uses_cuda": True,
+                             "allow_network": bool(config.get("allowNetwork", False))})
     await context.progress(f"building and measuring {config['candidate']} (reference kernels, energy, ceilings)")
     outcome = await context.daemon.sandbox.run(task, sandbox_limits(config.get("limits") or MEASURE_LIMITS))
     if outcome.status != "ok":
@@ -103,6 +105,10 @@ async def ncu_report(job: Job, measured: dict[str, Any]) -> tuple[dict[str, Any]
     """The ncu ProfileReport and its artifacts (the roofline chart) from the sandbox's measurements."""
     config = job.config
     problems = list(measured["problems"])
+    gaps = isolation_gaps(measured)
+    if gaps:
+        problems.append("the candidate ran without full isolation: " + "; ".join(gaps))
+    report_isolation = measured.get("isolation")
     launches: list[KernelLaunch] = []
     try:
         launches = await profile_launches(ncu_plan(job), job.source_files)
@@ -120,6 +126,7 @@ async def ncu_report(job: Job, measured: dict[str, Any]) -> tuple[dict[str, Any]
     report = profile_report("ncu", kernels, gpu=state.get("name") or (ceilings.gpu if ceilings else None),
                             ceilings=ceilings, reference_kernels=measured["reference_kernels"], problems=problems)
     report["energy"] = energy
+    report["isolation"] = report_isolation  # of the measuring process; the ncu driver is started the same way
     report["reference_energy"] = measured.get("reference_energy")  # the reference forward, read the same way
     return report, roofline_artifacts(ceilings, launches)
 
@@ -131,7 +138,8 @@ def ncu_plan(job: Job) -> NcuPlan:
     return NcuPlan(candidate=config["candidate"], reference=config.get("reference"), kernels=kernels,
                    sections=tuple(config.get("sections") or DEFAULT_SECTIONS),
                    launch_count=int(config.get("launchCount", NcuPlan.launch_count)),
-                   timeout_s=float(limits.get("wallTimeS", NcuPlan.timeout_s)))
+                   timeout_s=float(limits.get("wallTimeS", NcuPlan.timeout_s)),
+                   allow_network=bool(config.get("allowNetwork", False)))
 
 
 def ceilings_from(raw: dict[str, Any] | None) -> Ceilings | None:

@@ -153,7 +153,8 @@ class ProfileFeature:
         try:
             path = uri_to_path(uri)
             reference = self._reference(uri, path)
-            job = profile_job(path, reference, {"kernels": [kernel]} if kernel else {})
+            job = profile_job(path, reference, {**({"kernels": [kernel]} if kernel else {}),
+                                                "allowNetwork": self.settings.settings.verify_allow_network})
         except (ValueError, OSError) as exc:
             return {"uri": uri, "status": "error", "message": f"cannot profile {uri}: {exc}"}
         token = await self._progress.begin("profile", f"Profiling {kernel or path.name}", path.name)

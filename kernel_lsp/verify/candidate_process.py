@@ -11,20 +11,57 @@ sandbox reports the candidate's crash exactly as it would have reported it in on
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
 from kernel_lsp.worker.child import read_frame, write_frame
+from kernel_lsp.worker.isolation import build_cache_root, candidate_environment
 
 HOST_MODULE = "kernel_lsp.verify.host"
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 BUILD_CACHE_VARIABLES = ("TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "CUDA_CACHE_PATH")
 ALWAYS_WRITABLE = ("/dev", "/proc")  # device nodes CUDA opens read-write; CUDA's driver writes under /proc/self
+
+
+def candidate_launch(home: Path) -> tuple[dict[str, str], list[str]]:
+    """How a candidate's process is started: its environment (the allow-list of worker/isolation.py, so no
+    secret, with HOME and TMPDIR at `home` and this kernel_lsp on its path) and the folders it may write once
+    confined (`home`, the build caches, /dev and /proc). The candidate's process of a verification or a
+    profile and the program ncu profiles all start this way."""
+    environment = candidate_environment(os.environ, str(home), build_cache_root())
+    environment["HOME"] = environment["TMPDIR"] = str(home)
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_ROOT, environment.get("PYTHONPATH")]))
+    writable = [str(home), *ALWAYS_WRITABLE]
+    for name in BUILD_CACHE_VARIABLES:
+        if environment.get(name):
+            Path(environment[name]).mkdir(parents=True, exist_ok=True)
+            writable.append(environment[name])
+    return environment, writable
+
+
+@contextlib.contextmanager
+def candidate_process(allow_network: bool) -> Iterator[CandidateProcess]:
+    """The candidate's process for one task: the one this sandbox child started while it waited
+    (verify/prestart.py) if it suits, else a new one; closed and its scratch folder removed afterwards."""
+    prestart = sys.modules.get("kernel_lsp.verify.prestart")  # imported only where the worker preloads it
+    host = prestart.take(allow_network) if prestart is not None else None
+    if host is None:
+        host = CandidateProcess(Path(tempfile.mkdtemp(prefix="kernel-lsp-judge-")), allow_network)
+    try:
+        yield host
+    finally:
+        host.close()
+        shutil.rmtree(host.scratch, ignore_errors=True)
 
 
 class CandidateFailed(Exception):
@@ -41,13 +78,7 @@ class CandidateProcess:
         self.home = scratch / "candidate-home"
         self.exchange_folder = self.home / "exchange"
         self.exchange_folder.mkdir(parents=True, exist_ok=True)
-        environment = dict(os.environ)
-        environment["HOME"] = environment["TMPDIR"] = str(self.home)
-        writable = [str(self.home), *ALWAYS_WRITABLE]
-        for name in BUILD_CACHE_VARIABLES:
-            if environment.get(name):
-                Path(environment[name]).mkdir(parents=True, exist_ok=True)
-                writable.append(environment[name])
+        environment, writable = candidate_launch(self.home)
         request_read, self._requests = os.pipe()
         self._replies, reply_write = os.pipe()
         command = [sys.executable, "-P", "-m", HOST_MODULE, "--requests-fd", str(request_read),

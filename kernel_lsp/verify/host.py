@@ -91,11 +91,8 @@ class Host:
         from kernel_lsp.verify.timing import resolve_device
 
         torch = self.torch
-        os.chdir(request["task_dir"])  # a process started ahead of time began elsewhere
-        sys.path.insert(0, request["task_dir"])  # the candidate's own helper modules, beside it
+        self.enter(request["task_dir"], request["device"])
         self.target = resolve_device(request["device"])
-        if self.target.type == "cpu":
-            os.environ.setdefault("TRITON_INTERPRET", "1")  # before the candidate's import decorates its kernels
         self.before = (timer_snapshot(), thread_idents(), torch_snapshot())
         seconds: dict[str, float] = {}
         with stopwatch(seconds, "candidate: import"):
@@ -108,6 +105,24 @@ class Host:
             weights = load_weights(state, model)
             self.model = model.to(self.target).eval()
         return {"weights": weights, "seconds": seconds}
+
+    def op_profile(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The profile job's measurements of the candidate (kernel_lsp.profile.measure.candidate_side)."""
+        from kernel_lsp.profile.measure import candidate_side
+
+        self.enter(request["task_dir"], request["device"])
+        inputs = tuple(self.exchange.receive(request["inputs"])) if request.get("inputs") is not None else None
+        init = self.exchange.receive(request["init"]) if request.get("init") is not None else None
+        return candidate_side(request["candidate"], request["device"], request["energy_seconds"], inputs, init)
+
+    def enter(self, task_dir: str, device: str) -> None:
+        """The task's folder becomes this process's: a process started ahead of time began elsewhere, and the
+        candidate's own helper modules lie beside it. On the CPU, Triton interprets (set before the candidate's
+        import decorates its kernels)."""
+        os.chdir(task_dir)
+        sys.path.insert(0, task_dir)
+        if device == "cpu":
+            os.environ.setdefault("TRITON_INTERPRET", "1")
 
     def op_record(self, request: dict[str, Any]) -> dict[str, Any]:
         """Starts (on=True) or ends the recording session of the trials; at its end, what each run launched."""

@@ -18,9 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -30,7 +27,7 @@ from typing import Any
 import torch
 
 from kernel_lsp.verify.baselines import BaselineCache, gpu_state
-from kernel_lsp.verify.candidate_process import CandidateProcess
+from kernel_lsp.verify.candidate_process import CandidateProcess, candidate_process
 from kernel_lsp.verify.compare import Comparison, Tolerance, chunks, compare_outputs, refused, tolerance_for
 from kernel_lsp.verify.exchange import Exchange
 from kernel_lsp.verify.models import WEIGHTS_SEED, load_module
@@ -135,15 +132,10 @@ def verify_candidate(reference: str, candidate: str, device: str = "auto", trial
     if target.type == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before the candidate's process starts
     PHASES.seconds.clear()
-    host = prestarted(allow_network) or CandidateProcess(Path(tempfile.mkdtemp(prefix="kernel-lsp-judge-")),
-                                                         allow_network)
-    try:
+    with candidate_process(allow_network) as host:
         judge = Judge(host, Exchange(host.exchange_folder, "judge"), target, Verdict(device=target.type))
         report = judge_candidate(judge, reference, candidate, trials, timed_calls, warmup, seed, tolerances or {},
                                  tuple(baselines), tuple(allowed_kernels), timing, cache_dir, files or {})
-    finally:
-        host.close()
-        shutil.rmtree(host.scratch, ignore_errors=True)
     report["duration_s"] = time.perf_counter() - started
     report["phases_s"] = {name: round(seconds, 3) for name, seconds in PHASES.seconds.items()}
     return report
@@ -198,12 +190,6 @@ def note_candidate_phases(seconds: Any) -> None:
             value = seconds.get(name)
             if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e6:
                 PHASES.seconds[name] = float(value)
-
-
-def prestarted(allow_network: bool) -> CandidateProcess | None:
-    """The candidate's process this sandbox child started while it waited (verify/prestart.py), if any."""
-    prestart = sys.modules.get("kernel_lsp.verify.prestart")
-    return prestart.take(allow_network) if prestart is not None else None
 
 
 def choose_device(device: str) -> torch.device | str:

@@ -1,17 +1,16 @@
 """What the OS can do to keep a candidate's process off the user's files and off the network (Linux).
 
 `confine` is called by the candidate's own process before it imports anything of the candidate's (and before
-any thread starts: a user namespace can only be entered by a single-threaded process):
+torch starts threads: the file rules bind the calling thread and the threads it starts later):
 
-- **Network**: a new network namespace (with a user namespace, so no privilege is needed) holds only a
-  loopback device that is down: no connection leaves the process, not even to a listener on this machine.
-  Where user namespaces are not allowed (some containers), Landlock's network rules (ABI 4, Linux 6.7) refuse
-  TCP connect and bind instead; UDP then stays open and the status says so.
+- **Network**: a seccomp filter on every thread of the process refuses IPv4, IPv6 and raw-packet sockets and
+  io_uring: no connection leaves the process, not even to a listener on this machine. Unix sockets stay
+  (CUDA's IPC uses them). A network namespace would be stricter, but entering one (with a user namespace)
+  broke CUDA IPC between the judge and the candidate on the H200, so it is not used.
 - **Files**: Landlock (Linux 5.13) makes every write outside the given folders fail with EACCES: the user's
   workspace, the trusted caches (baseline timings, measured peaks, verdicts) and the rest of the home folder
   stay as they were. Reads are not restricted (the candidate reads its reference, Python and CUDA libraries).
-  From ABI 6 the process also cannot signal processes outside its domain (the judge) or reach abstract unix
-  sockets outside it.
+  From ABI 6 the process also cannot signal processes outside its domain (the judge).
 
 Each part that is not available is said plainly in the returned `Confinement`, never pretended. Stdlib only:
 this runs before torch is imported.
@@ -84,7 +83,7 @@ def landlock_abi() -> int:
 def confine(writable: list[str], allow_network: bool = False) -> Confinement:
     """Confines this process for good: the network for all its threads, files for this thread and whatever it
     starts. What was and was not possible."""
-    network = "allowed by the setting verify.allowNetwork" if allow_network else _refuse_network()
+    network = "not isolated: allowed by the setting verifyAllowNetwork" if allow_network else _refuse_network()
     return Confinement(_restrict_writes(writable, landlock_abi()), network)
 
 

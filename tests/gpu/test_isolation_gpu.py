@@ -124,3 +124,60 @@ async def test_workspace_network_and_secrets_stay_out_of_reach(tmp_path: Path, m
         with pytest.raises(TimeoutError):
             listener.accept()
     assert (workspace / "problem_copy.py").read_text() == "original\n"
+
+
+ATTACKS_WHILE_PROFILED = c.HONEST_RELU + '''
+import glob, json, os, socket
+if [name for name in ("ANTHROPIC_API_KEY", "GITHUB_TOKEN") if name in os.environ]:
+    raise RuntimeError("the candidate sees the worker's secrets")
+for path in glob.glob("{cache}/**/*.json", recursive=True) + ["{workspace}/problem_copy.py"]:
+    try:
+        open(path, "a").write("# the candidate was here\\n")
+    except OSError:
+        pass
+try:
+    socket.create_connection(("127.0.0.1", {port}), timeout=2).sendall(b"leaked")
+except OSError:
+    pass
+'''
+
+
+async def test_profiling_keeps_the_candidate_confined_in_both_of_its_processes(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch):
+    """The profile job runs the candidate twice: in the measuring step's candidate process and under ncu. Both
+    keep it off the caches, the workspace, the network and the secrets, and ncu still profiles its kernel."""
+    from kernel_lsp.profile.job import profile_job
+    from kernel_lsp.worker.client import WorkerClient
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp-test")
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "problem_copy.py").write_text("original\n")
+    honest = await verify(tmp_path, c.HONEST_RELU, c.RELU_PROBLEM, trials=1)  # baselines and peaks cached
+    assert honest["verdict"] == "verified", honest["summary"]
+    stored = {path: path.read_bytes() for path in cache_dir().rglob("*.json")}
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        listener.settimeout(0.5)
+        candidate = workspace / "candidate.py"
+        candidate.write_text(ATTACKS_WHILE_PROFILED.replace("{cache}", str(cache_dir()))
+                             .replace("{workspace}", str(workspace)).replace("{port}", str(listener.getsockname()[1])))
+        client = WorkerClient(job_timeout_s=900)
+        try:
+            result = await client.run(profile_job(candidate, c.KERNELBENCH / c.RELU_PROBLEM, {"launchCount": 1}))
+        finally:
+            await client.close()
+        with pytest.raises(TimeoutError):
+            listener.accept()
+    assert result.status == "ok", result.error
+    report = result.metrics["profile"]
+    assert report["source"] == "ncu", report["problems"]
+    assert [kernel["kernel"] for kernel in report["kernels"]] == ["relu_kernel"]
+    assert report["isolation"]["network"].startswith("isolated"), report["isolation"]
+    if landlock_abi() >= 1:
+        assert report["isolation"]["files"].startswith("isolated"), report["isolation"]
+        assert {path: path.read_bytes() for path in stored} == stored
+        assert (workspace / "problem_copy.py").read_text() == "original\n"
+    assert not any("without full isolation" in problem for problem in report["problems"]), report["problems"]
