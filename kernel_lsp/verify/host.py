@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import sys
 import threading
 import time
@@ -55,6 +56,51 @@ def main(argv: list[str] | None = None) -> None:
     os._exit(0)
 
 
+class TimedCalls:
+    """The timing loop's watch (verify/timing.py CallWatch) in the candidate's process.
+
+    Kept outputs: for each input set, one timed call's output, picked after the call returned (reservoir
+    sampling: the k-th call of a set replaces the kept one with probability 1/k), so no call can know while it
+    runs whether its output will be compared. Recorded calls: `recorded_calls` calls at random positions run
+    under a kernel recording (verify/kernels.py) instead of being timed; their launches are judged like a
+    trial's. Both are this process's word, as everything here is (a candidate that rewrote this code could
+    choose what is kept); the judge compares what it receives with its own reference outputs.
+    """
+
+    def __init__(self, calls: int, recorded_calls: int, device: str, rng: random.Random) -> None:
+        self.recorded_calls = max(0, min(recorded_calls, calls))
+        self.device = device
+        self.rng = rng
+        self.to_record = set(rng.sample(range(calls + self.recorded_calls), self.recorded_calls))
+        self.seen: dict[int, int] = {}
+        self.kept: dict[int, tuple[int, Any]] = {}  # input set -> (call index, output)
+        self.sessions: list[tuple[int, Any]] = []  # (call index, RecordingSession of that call)
+        self.recorded_ms = 0.0
+
+    def recording(self, index: int) -> Any:
+        return self._record(index) if index in self.to_record else None
+
+    @contextmanager
+    def _record(self, index: int) -> Iterator[None]:
+        from kernel_lsp.verify.kernels import RecordingSession
+
+        started = time.perf_counter()
+        session = RecordingSession(self.device)
+        try:
+            with session, session.window():
+                yield
+        finally:
+            self.sessions.append((index, session))
+            self.recorded_ms += (time.perf_counter() - started) * 1e3
+
+    def returned(self, index: int, set_index: int, output: Any) -> None:
+        if index in self.to_record:
+            return  # a recorded call may be told apart (the profiler is on): only timed calls are kept
+        self.seen[set_index] = self.seen.get(set_index, 0) + 1
+        if self.rng.random() * self.seen[set_index] < 1:
+            self.kept[set_index] = (index, output)
+
+
 @contextmanager
 def stopwatch(seconds: dict[str, float], name: str) -> Iterator[None]:
     """Adds the block's wall time to seconds[name]: the judge reports it among its phases (the candidate's word,
@@ -84,6 +130,7 @@ class Host:
         self.session: Any = None
         self.output: Any = None
         self.started_threads: list[str] = []
+        self.random = random.Random(int.from_bytes(os.urandom(8), "little"))  # seeded before the candidate runs
 
     def op_load(self, request: dict[str, Any]) -> dict[str, Any]:
         from kernel_lsp.verify.integrity import thread_idents, timer_snapshot, torch_snapshot
@@ -181,6 +228,9 @@ class Host:
         return {}
 
     def op_time(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Times forward; one output per input set is kept for the judge and a few calls are recorded
+        (TimedCalls), outside the timed stretch of every other call."""
+        from kernel_lsp.verify.integrity import tensor_leaves
         from kernel_lsp.verify.timing import time_callable
 
         input_sets = [tuple(self.exchange.receive(d)) for d in request["input_sets"]]
@@ -189,9 +239,19 @@ class Host:
         def call(*inputs: Any) -> Any:
             with torch.no_grad():
                 return model(*inputs)
+        watch = TimedCalls(request["calls"], request.get("recorded_calls", 0), str(self.target), self.random)
         timing = time_callable(call, input_sets, device=str(self.target), calls=request["calls"],
-                               warmup=request["warmup"], warmup_ms=request["warmup_ms"])
-        return {"timing": timing.to_dict()}
+                               warmup=request["warmup"], warmup_ms=request["warmup_ms"], watch=watch).to_dict()
+        timing["busy_ms"] += watch.recorded_ms  # the judge's clock saw the recorded calls too
+        self.output = [output for _, output in watch.kept.values()]  # held until release, as forward's output
+        return {"timing": timing,
+                "kept": [{"set": set_index, "call": index, "output": self.exchange.send(output),
+                          "plain": all(type(t) is torch.Tensor for t in tensor_leaves(output))}
+                         for set_index, (index, output) in sorted(watch.kept.items())],
+                "recorded": [{"call": index, "how": session.how, "reason": session.reason,
+                              "launches": [[k.name, k.stream, k.source] for k in session.windows[0].launches],
+                              "current_stream": session.windows[0].current_stream}
+                             for index, session in watch.sessions]}
 
     def op_report(self, request: dict[str, Any]) -> dict[str, Any]:
         """What the candidate changed in this process since before its import."""

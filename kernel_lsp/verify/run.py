@@ -65,6 +65,7 @@ THREAD_JOIN_S = 1.0  # how long a thread the candidate left running gets to fini
 # not exceed the sum the candidate reports by more than this factor and this many milliseconds
 FORGED_FACTOR = 2.0
 FORGED_MIN_GAP_MS = 50.0
+TIMED_CALLS_RECORDED = 1  # timed calls run under a kernel recording instead (each costs a profiler start on CUDA)
 
 
 class Phases:
@@ -116,6 +117,9 @@ class Judge:
     exchange: Exchange
     target: torch.device
     verdict: Verdict
+    overrides: dict[str, Tolerance] = field(default_factory=dict)  # tolerances by dtype
+    own: set[str] = field(default_factory=set)  # the candidate's own kernel names
+    allowed: tuple[str, ...] = ()  # kernels the problem allows besides its own
 
 
 def verify_candidate(reference: str, candidate: str, device: str = "auto", trials: int = 5, timed_calls: int = 100,
@@ -147,6 +151,7 @@ def judge_candidate(judge: Judge, reference: str, candidate: str, trials: int, t
                     files: dict[str, str]) -> dict[str, Any]:
     target, verdict = judge.target, judge.verdict
     overrides = {name: Tolerance(**t) for name, t in tolerances.items()}
+    judge.overrides, judge.own, judge.allowed = overrides, own_kernel_names(files), allowed_kernels
     try:
         with PHASES("reference set-up"):
             reference_module, ref_model = build_reference(reference, target)
@@ -164,7 +169,7 @@ def judge_candidate(judge: Judge, reference: str, candidate: str, trials: int, t
         judge.exchange.forget()
     note_candidate_phases(loaded.get("seconds"))
     trials_report = run_trials(judge, reference_module.get_inputs, ref_model, trials, seed, distributions,
-                               overrides, own_kernel_names(files), allowed_kernels)
+                               overrides, judge.own, allowed_kernels)
     trials_report["weights"] = loaded["weights"]
     note_process_changes(judge.host.ask("report"), verdict)
     report: dict[str, Any] = {"device": target.type, "correctness": trials_report, "integrity": verdict.integrity,
@@ -450,8 +455,14 @@ def measure(report: dict[str, Any], judge: Judge, reference_module: Any, ref_mod
     before = gpu_state(target)
     with PHASES("timing the candidate"):
         sent = [judge.exchange.send(inputs) for inputs in input_sets]
-        reply = judge.host.ask("time", input_sets=sent, calls=calls, warmup=warmup, warmup_ms=WARMUP_MS)
+        reply = judge.host.ask("time", input_sets=sent, calls=calls, warmup=warmup, warmup_ms=WARMUP_MS,
+                               recorded_calls=TIMED_CALLS_RECORDED)
         candidate = Timing(**reply["timing"])
+    with PHASES("checking timed calls"):
+        recorded = reply["recorded"][:TIMED_CALLS_RECORDED]
+        check_timed_outputs(judge, reply["kept"], input_sets, ref_model,
+                            timed_sets(calls, len(input_sets), {item.get("call") for item in recorded}))
+        check_timed_kernels(judge, recorded)
     release(judge)
     with PHASES("checking the candidate's timing"):
         check_reported_timing(judge, candidate, input_sets)
@@ -481,6 +492,53 @@ def measure(report: dict[str, Any], judge: Judge, reference_module: Any, ref_mod
         if timings[kind] is not None:
             report["speedup"][kind] = speedup(Timing(**timings[kind]), candidate)
     report["floor"] = physical_floor(ref_model, input_sets[0], target, cache_dir, candidate, verdict)
+
+
+def timed_sets(calls: int, sets: int, recorded: set[Any]) -> set[int]:
+    """The input sets that had at least one timed call: call i used set i % sets; recorded calls were not timed
+    (`calls` timed calls ran besides them)."""
+    return {index % sets for index in range(calls + len(recorded)) if index not in recorded}
+
+
+def check_timed_outputs(judge: Judge, kept: list[dict[str, Any]], input_sets: list[tuple],
+                        ref_model: torch.nn.Module, expected_sets: set[int]) -> None:
+    """The outputs the candidate's process kept of its timed calls (one per input set, picked after each call
+    returned) against the judge's reference output for that input set: integrity-timed-output."""
+    missing = expected_sets - {item.get("set") for item in kept}
+    if missing:
+        judge.verdict.reject("integrity-timed-output", f"the candidate's process returned no timed output for "
+                                                       f"{len(missing)} of the {len(input_sets)} input sets")
+    for item in kept:
+        set_index, call = item.get("set"), item.get("call")
+        if not isinstance(set_index, int) or not 0 <= set_index < len(input_sets):
+            judge.verdict.reject("integrity-timed-output", f"a timed output named no input set ({set_index!r})")
+            continue
+        actual = judge.exchange.receive(item["output"])
+        expected = run_reference(ref_model, clone_inputs(input_sets[set_index]))
+        comparison = compare_outputs(expected, actual, judge.overrides) if item.get("plain") else refused(
+            "type", "a torch.Tensor subclass")
+        del expected, actual
+        if not comparison.ok:
+            judge.verdict.reject("integrity-timed-output",
+                                 f"timed call {call} (input set {set_index + 1}) returned a different answer than "
+                                 f"the checked calls: {comparison.message}")
+
+
+def check_timed_kernels(judge: Judge, recorded: list[dict[str, Any]]) -> None:
+    """What the recorded timed calls launched, judged like a trial's run (no custom kernel, other streams)."""
+    for item in recorded:
+        if item.get("how") == "none":
+            continue  # nothing could observe launches here: the trials already said so
+        launches = [KernelLaunch(*launch) for launch in item.get("launches", [])]
+        use = classify(launches, judge.own, judge.allowed)
+        problem = use.problem()
+        if problem is not None:
+            judge.verdict.reject("integrity-no-custom-kernel", f"{problem} (timed call {item.get('call')})")
+        others = [launch.name for launch in launches_off_stream(launches, item.get("current_stream"))]
+        if others:
+            judge.verdict.reject("integrity-other-stream", f"kernels ran on a stream other than the current one: "
+                                                           f"{', '.join(sorted(set(others))[:3])} (timed call "
+                                                           f"{item.get('call')})")
 
 
 def check_reported_timing(judge: Judge, candidate: Timing, input_sets: list[tuple]) -> None:

@@ -14,10 +14,12 @@ On CPU the clock is time.perf_counter_ns and the timing says so: CPU and GPU tim
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any, Protocol
 
 import torch
 
@@ -46,6 +48,19 @@ class Timing:
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
+
+
+class CallWatch(Protocol):
+    """What a caller may see of the timed calls (verify/host.py checks them), outside the timed stretch of each."""
+
+    recorded_calls: int  # calls run under a recording instead of timed: run in addition to the timed ones
+
+    def recording(self, index: int) -> contextlib.AbstractContextManager[Any] | None:
+        """For call `index`: a recording to run it under instead of timing it (its time is not a sample), or None;
+        exactly `recorded_calls` of the calls get one."""
+
+    def returned(self, index: int, set_index: int, output: Any) -> None:
+        """Call `index` (of input set `set_index`) returned `output`, after the device finished it."""
 
 
 def resolve_device(device: str) -> torch.device:
@@ -89,37 +104,60 @@ def l2_scratch(device: torch.device) -> torch.Tensor:
 
 
 def time_cuda_calls(fn: Callable[..., object], input_sets: list[tuple], count: int, device: torch.device,
-                    scratch: torch.Tensor | None) -> list[float]:
-    """Milliseconds per call from CUDA events; the flush runs before the start event, so it is not counted."""
+                    scratch: torch.Tensor | None, watch: CallWatch | None = None) -> list[float]:
+    """Milliseconds per call from CUDA events; the flush runs before the start event, so it is not counted.
+    Calls the watch records give no sample."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     samples: list[float] = []
     with torch.cuda.device(device):
         for index in range(count):
+            inputs = input_sets[index % len(input_sets)]
             torch.cuda.synchronize()
-            if scratch is not None:
-                scratch.zero_()
-            start.record()
-            fn(*input_sets[index % len(input_sets)])
-            end.record()
-            torch.cuda.synchronize()  # the whole device, not just the event's stream
-            samples.append(start.elapsed_time(end))
+            recording = watch.recording(index) if watch is not None else None
+            if recording is not None:
+                with recording:
+                    output = fn(*inputs)
+                    torch.cuda.synchronize()
+            else:
+                if scratch is not None:
+                    scratch.zero_()
+                start.record()
+                output = fn(*inputs)
+                end.record()
+                torch.cuda.synchronize()  # the whole device, not just the event's stream
+                samples.append(start.elapsed_time(end))
+            if watch is not None:
+                watch.returned(index, index % len(input_sets), output)
+            del output
     return samples
 
 
-def time_cpu_calls(fn: Callable[..., object], input_sets: list[tuple], count: int) -> list[float]:
+def time_cpu_calls(fn: Callable[..., object], input_sets: list[tuple], count: int,
+                   watch: CallWatch | None = None) -> list[float]:
     samples: list[float] = []
     for index in range(count):
         inputs = input_sets[index % len(input_sets)]
-        began = time.perf_counter_ns()
-        fn(*inputs)
-        samples.append((time.perf_counter_ns() - began) / 1e6)
+        recording = watch.recording(index) if watch is not None else None
+        if recording is not None:
+            with recording:
+                output = fn(*inputs)
+        else:
+            began = time.perf_counter_ns()
+            output = fn(*inputs)
+            samples.append((time.perf_counter_ns() - began) / 1e6)
+        if watch is not None:
+            watch.returned(index, index % len(input_sets), output)
+        del output
     return samples
 
 
 def time_callable(fn: Callable[..., object], input_sets: list[tuple], *, device: str, calls: int = 100,
-                  warmup: int = 10, flush_l2: bool = True, warmup_ms: float = 0.0) -> Timing:
+                  warmup: int = 10, flush_l2: bool = True, warmup_ms: float = 0.0,
+                  watch: CallWatch | None = None) -> Timing:
     """Run fn untimed warmup times (and, with warmup_ms, until the warm-up calls took that long), then calls
-    times timed; call i gets input_sets[i % len(input_sets)]."""
+    times timed; call i gets input_sets[i % len(input_sets)]. A watch sees the timed calls (not the warm-up):
+    each output once the device finished it, and it may record some calls instead of timing them (those add to
+    the calls run: `calls` samples are taken all the same)."""
     if calls < 1:
         raise ValueError(f"calls must be at least 1, got {calls}")
     if warmup < 0 or warmup_ms < 0:
@@ -130,15 +168,15 @@ def time_callable(fn: Callable[..., object], input_sets: list[tuple], *, device:
     if target.type == "cuda":
         scratch = l2_scratch(target) if flush_l2 else None
 
-        def run(count: int) -> list[float]:
-            return time_cuda_calls(fn, input_sets, count, target, scratch)
+        def run(count: int, watch: CallWatch | None = None) -> list[float]:
+            return time_cuda_calls(fn, input_sets, count, target, scratch, watch)
         clock, flushed = CUDA_EVENTS, flush_l2
     else:
-        def run(count: int) -> list[float]:
-            return time_cpu_calls(fn, input_sets, count)
+        def run(count: int, watch: CallWatch | None = None) -> list[float]:
+            return time_cpu_calls(fn, input_sets, count, watch)
         clock, flushed = CPU_PERF_COUNTER, False  # no portable way to flush CPU caches from Python
     warm = warm_up(run, warmup, warmup_ms)
-    samples = run(calls)
+    samples = run(calls + (watch.recorded_calls if watch is not None else 0), watch)
     return summarize(samples, device=target.type, clock=clock, warmup=len(warm), input_sets=len(input_sets),
                      l2_flushed=flushed, busy_ms=sum(warm) + sum(samples))
 

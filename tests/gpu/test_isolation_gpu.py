@@ -38,7 +38,7 @@ torch.Tensor.relu = lambda self: torch.zeros_like(self)
 FORGES_TIMING = c.HONEST_RELU + '''
 import kernel_lsp.verify.timing as timing
 _real = timing.time_cuda_calls
-timing.time_cuda_calls = lambda fn, sets, count, device, scratch: [s / 100 for s in _real(fn, sets, count, device, scratch)]
+timing.time_cuda_calls = lambda fn, sets, count, device, scratch, *rest: [s / 100 for s in _real(fn, sets, count, device, scratch, *rest)]
 '''
 
 REWRITES_CACHES = c.HONEST_RELU + '''

@@ -207,11 +207,49 @@ for name, module in list(sys.modules.items()):  # every verifier function it can
 # the candidate's process reports its calls as taking a microsecond each; it runs them all the same
 FORGES_TIMING = HONEST + '''
 import kernel_lsp.verify.timing as timing
-def _forged(fn, input_sets, count):
+def _forged(fn, input_sets, count, watch=None):
     for index in range(count):
-        fn(*input_sets[index % len(input_sets)])
+        output = fn(*input_sets[index % len(input_sets)])
+        if watch is not None:
+            watch.returned(index, index % len(input_sets), output)
     return [0.001] * count
 timing.time_cpu_calls = _forged
+'''
+
+# these do less work once they guess they are being timed; checked calls get the right answer
+SLACKS_AFTER_CHECKS = TRITON_RELU + '''
+class ModelNew(nn.Module):
+    calls = 0
+
+    def forward(self, x):
+        ModelNew.calls += 1
+        if ModelNew.calls > 12:  # the trials and their rerun are over: the rest are warm-up and timing
+            return torch.empty_like(x)
+        return triton_relu(x.contiguous())
+'''
+
+SLACKS_UNDER_THE_TIMER = TRITON_RELU + '''
+import sys
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        frame = sys._getframe(1)
+        while frame is not None:  # called from the timing loop?
+            if frame.f_code.co_name.startswith("time_"):
+                return x.clamp(min=0) * 0.5
+            frame = frame.f_back
+        return triton_relu(x.contiguous())
+'''
+
+SLACKS_ON_REPEATED_INPUTS = TRITON_RELU + '''
+class ModelNew(nn.Module):
+    seen = []  # held, so that no other tensor gets the same id
+
+    def forward(self, x):
+        if any(t is x for t in ModelNew.seen):  # only the timing loop calls forward on the same object again
+            return torch.zeros_like(x)
+        ModelNew.seen.append(x)
+        return triton_relu(x.contiguous())
 '''
 
 # each of these tries to do harm at import, keeps quiet about failing, and is otherwise honest
@@ -341,9 +379,12 @@ async def test_each_trial_draws_fresh_inputs(sandbox: Sandbox, cache_dir: Path):
     (PATCHES_TENSOR_METHOD, "integrity-torch-patched"),
     (PATCHES_NN_MODULE, "integrity-torch-patched"),
     (CHANGES_NUMERICS_FLAGS, "integrity-torch-patched"),
+    (SLACKS_AFTER_CHECKS, "integrity-timed-output"),
+    (SLACKS_UNDER_THE_TIMER, "integrity-timed-output"),
+    (SLACKS_ON_REPEATED_INPUTS, "integrity-timed-output"),
 ], ids=["mutates-input", "stock-only", "falls-back", "patches-timer", "thread", "nondeterministic",
         "patches-torch-relu", "patches-tensor-method", "patches-nn-module",
-        "changes-numerics-flags"])
+        "changes-numerics-flags", "slacks-after-checks", "slacks-under-the-timer", "slacks-on-repeated-inputs"])
 async def test_cheating_candidate_is_rejected_with_its_code(sandbox: Sandbox, cache_dir: Path, candidate: str,
                                                             code: str):
     report = await verify(sandbox, cache_dir, candidate)
@@ -373,7 +414,9 @@ async def test_subclass_output_is_refused(sandbox: Sandbox, cache_dir: Path):
 async def test_caching_by_pointer_is_faster_than_physics_allows(sandbox: Sandbox, cache_dir: Path):
     report = await verify(sandbox, cache_dir, CACHES_BY_POINTER, reference=BIG_RELU_PROBLEM, trials=2, calls=8)
     assert report["correctness"]["passed"] == 2  # right answers...
-    assert codes(report) == ["integrity-below-floor"]  # ...served from a cache while being timed
+    assert "integrity-below-floor" in codes(report)  # ...served from a cache while being timed...
+    # ...where a recorded timed call launched no kernel at all
+    assert set(codes(report)) <= {"integrity-below-floor", "integrity-no-custom-kernel"}, report["integrity"]
     assert report["verdict"] == "rejected"
 
 
