@@ -129,6 +129,7 @@ class Host:
         self.target = None
         self.session: Any = None
         self.output: Any = None
+        self.inputs: Any = None  # the last run's inputs, as forward got them
         self.started_threads: list[str] = []
         self.random = random.Random(int.from_bytes(os.urandom(8), "little"))  # seeded before the candidate runs
 
@@ -185,7 +186,8 @@ class Host:
                              "current_stream": w.current_stream} for w in session.windows]}
 
     def op_forward(self, request: dict[str, Any]) -> dict[str, Any]:
-        """One run of forward on the judge's inputs (over freshly poisoned memory); its output, as returned."""
+        """One run of forward on the judge's inputs (over freshly poisoned memory); its output, as returned.
+        With own_copy, forward gets copies made in this process's memory (op_again then frees and reuses it)."""
         from kernel_lsp.verify.integrity import (flush_allocator, poison_free_memory, tensor_leaves, thread_idents,
                                                  threads_started)
 
@@ -193,6 +195,9 @@ class Host:
         inputs = self.exchange.receive(request["inputs"])
         flush_allocator(target)
         poison_free_memory(target, request["poison"])
+        if request.get("own_copy"):
+            inputs = tuple(v.clone() if isinstance(v, torch.Tensor) else v for v in inputs)
+        self.inputs = inputs
         threads = thread_idents()
         recording = self.session.window() if request.get("record") and self.session is not None else nullcontext()
         with torch.no_grad(), recording:
@@ -206,6 +211,30 @@ class Host:
         return {"output": self.exchange.send(output),
                 "plain": all(type(t) is torch.Tensor for t in tensor_leaves(output)),
                 "threads": self.started_threads}
+
+    def op_again(self, request: dict[str, Any]) -> dict[str, Any]:
+        """forward once more on new values in old places (integrity-stale-output): in the same tensor objects as
+        the last run (how="objects": the judge already wrote the new values into its shared memory), or in the
+        storage of the last run's own copies, freed and taken again by new tensors (how="storage")."""
+        from kernel_lsp.verify.integrity import tensor_leaves
+
+        torch, target = self.torch, self.target
+        self.output = None
+        if request["how"] == "objects":
+            inputs, reused = self.inputs, True
+        else:
+            values = self.exchange.receive(request["inputs"])
+            before = {t.data_ptr() for t in tensor_leaves(self.inputs)}
+            self.inputs = None  # the last copies' storage is free now: the new tensors take it
+            inputs = tuple(torch.empty_like(v).copy_(v) if isinstance(v, torch.Tensor) else v for v in values)
+            reused = all(t.data_ptr() in before for t in tensor_leaves(inputs))
+        with torch.no_grad():
+            output = self.model(*inputs)
+        if target.type == "cuda":
+            torch.cuda.current_stream(target).synchronize()
+        self.inputs, self.output = inputs, output
+        return {"output": self.exchange.send(output), "reused": reused,
+                "plain": all(type(t) is torch.Tensor for t in tensor_leaves(output))}
 
     def op_settle(self, request: dict[str, Any]) -> dict[str, Any]:
         """Everything this process started has finished: the device synchronized, the run's threads joined
@@ -221,7 +250,7 @@ class Host:
         return {"output": self.exchange.send(self.output)}
 
     def op_release(self, request: dict[str, Any]) -> dict[str, Any]:
-        self.output = None
+        self.output = self.inputs = None
         self.exchange.forget()
         if self.target is not None and self.target.type == "cuda":
             self.torch.cuda.ipc_collect()

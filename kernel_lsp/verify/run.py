@@ -56,6 +56,7 @@ from kernel_lsp.verify.timing import (
 DISTRIBUTIONS = ("own", "normal", "scaled")
 SCALE = 16.0  # "scaled" inputs: the problem's own values times this, so magnitudes outside [0, 1) are covered
 TIMING_SEED = 10_000  # timed inputs are drawn apart from the trials' seeds
+STALE_SEED = 20_000  # and so are the new values of the stale-output checks
 MAX_TIMING_INPUT_SETS = 4
 TIMING_MEMORY_FRACTION = 0.25  # rotated input sets may take this much of the free device memory
 WARMUP_MS = 250.0  # warm-up calls run at least this long before a candidate or a baseline is timed
@@ -97,6 +98,7 @@ class CandidateRun:
     pending: bool  # the output changed after forward returned and the current stream was done
     threads: list[str]
     plain: bool  # every output leaf was a plain torch.Tensor in the candidate's process
+    shared: tuple = ()  # the judge's view of the inputs the candidate's process got (CUDA IPC, shared files)
 
 
 @dataclass
@@ -280,13 +282,14 @@ def differs(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape != b.shape or a.dtype != b.dtype or not torch.equal(as_bytes(a), as_bytes(b))
 
 
-def run_candidate(judge: Judge, inputs: tuple, poison: int, record: bool) -> CandidateRun:
-    """Runs forward once in the candidate's process on a shared copy of `inputs`, over free memory poisoned
-    with `poison`; what the judge then sees of its output and of its copy of the inputs."""
+def run_candidate(judge: Judge, inputs: tuple, poison: int, record: bool, own_copy: bool = False) -> CandidateRun:
+    """Runs forward once in the candidate's process on a shared copy of `inputs` (with own_copy: on a copy of
+    it in the candidate's own memory), over free memory poisoned with `poison`; what the judge then sees of its
+    output and of its copy of the inputs."""
     with PHASES("sending inputs"):
         sent, shared = judge.exchange.share(clone_inputs(inputs))  # on CUDA the candidate writes into this memory
     with PHASES("candidate runs"):
-        reply = judge.host.ask("forward", inputs=sent, poison=poison, record=record)
+        reply = judge.host.ask("forward", inputs=sent, poison=poison, record=record, own_copy=own_copy)
         returned = judge.exchange.receive(reply["output"])
     with PHASES("pending-work checks"):
         first = input_snapshot(returned)  # a device copy where it fits, else a digest
@@ -296,7 +299,7 @@ def run_candidate(judge: Judge, inputs: tuple, poison: int, record: bool) -> Can
         del first
         mutated = [index for index, (given, kept) in enumerate(zip(tensor_leaves(shared), tensor_leaves(inputs)))
                    if differs(given, kept)]
-    return CandidateRun(output, mutated, pending, list(reply["threads"]), bool(reply["plain"]))
+    return CandidateRun(output, mutated, pending, list(reply["threads"]), bool(reply["plain"]), shared)
 
 
 def release(judge: Judge) -> None:
@@ -335,23 +338,29 @@ def run_trials(judge: Judge, get_inputs: Callable[[], list], ref_model: torch.nn
     worst: Comparison | None = None
     used: list[str] = []
     runs: list[CandidateRun] = []
+    stale = stale_checks(trials)
     judge.host.ask("record", on=True)
     for index in range(trials):
         distribution = distributions[index % len(distributions)]
         used.append(distribution)
         inputs = draw_inputs(get_inputs, seed + index, target, distribution)
         expected = run_reference(ref_model, clone_inputs(inputs))
-        run = run_candidate(judge, inputs, POISON_BYTE, record=True)
+        run = run_candidate(judge, inputs, POISON_BYTE, record=True, own_copy=stale.get(index) == "storage")
         comparison = compare_outputs(expected, run.output, overrides) if run.plain else refused(
             "type", "the candidate returned a torch.Tensor subclass (it can change how it compares); return plain "
                     "tensors")
         del expected
+        if not comparison.ok and run.plain:
+            check_earlier_answer(judge, run, index, get_inputs, ref_model, seed, used)
         passed += comparison.ok
         if worst is None or worse(comparison, worst):
             worst = comparison
         if index == 0 or not comparison.ok:
             check_rerun(judge, inputs, run, overrides, comparison)
         run.output = None
+        if index in stale and comparison.ok:
+            check_stale(judge, run, draw_inputs(get_inputs, seed + STALE_SEED + index, target, distribution),
+                        ref_model, stale[index])
         release(judge)
         runs.append(run)
     recorded = judge.host.ask("record", on=False)
@@ -405,6 +414,52 @@ def check_rerun(judge: Judge, inputs: tuple, first: CandidateRun, overrides: dic
                              + (" (the first run read NaN poison)" if comparison.reason == "nan" else ""))
     else:
         judge.verdict.reject("integrity-nondeterministic", "two runs on the same inputs gave different outputs")
+
+
+def check_earlier_answer(judge: Judge, run: CandidateRun, index: int, get_inputs: Callable[[], list],
+                         ref_model: torch.nn.Module, seed: int, distributions: list[str]) -> None:
+    """A trial that failed: did it return the answer to an earlier trial's inputs (a cache keyed by an address
+    that the new inputs happened to reuse)? Only failed trials pay for this: the earlier references run again."""
+    for earlier in range(index):
+        expected = run_reference(ref_model, draw_inputs(get_inputs, seed + earlier, judge.target,
+                                                        distributions[earlier]))
+        if compare_outputs(expected, run.output, judge.overrides).ok:
+            judge.verdict.reject("integrity-stale-output", f"trial {index + 1} returned the answer to the inputs of "
+                                                           f"trial {earlier + 1} (an answer kept from an earlier "
+                                                           f"call, found by where or what its input was)")
+            return
+
+
+def stale_checks(trials: int) -> dict[int, str]:
+    """Which trials are followed by a stale-output check, and how: the second in the same tensor objects, the
+    third in storage freed and reused (the first is followed by the rerun over other poison)."""
+    return {index: how for index, how in ((1, "objects"), (2, "storage")) if index < trials}
+
+
+def check_stale(judge: Judge, run: CandidateRun, values: tuple, ref_model: torch.nn.Module, how: str) -> None:
+    """forward again on new values in the old places: written into the very tensor objects of the run just
+    checked, or copied into tensors that took the storage of its inputs once freed. An answer computed for the
+    old values (a cache keyed by identity, data pointer or version) is integrity-stale-output."""
+    expected = run_reference(ref_model, clone_inputs(values))
+    with PHASES("stale-output checks"):
+        if how == "objects":
+            for given, value in zip(tensor_leaves(run.shared), tensor_leaves(values)):
+                given.copy_(value)
+            if judge.target.type == "cuda":
+                torch.cuda.synchronize(judge.target)
+            reply = judge.host.ask("again", how="objects")
+        else:
+            reply = judge.host.ask("again", how="storage", inputs=judge.exchange.send(values))
+        output = judge.exchange.receive(reply["output"])
+        comparison = compare_outputs(expected, output, judge.overrides) if reply["plain"] else refused(
+            "type", "a torch.Tensor subclass")
+        del output, expected
+    if not comparison.ok:
+        place = ("the same tensor objects, their values changed in place" if how == "objects" else
+                 "new tensors in the storage of the last inputs, freed" +
+                 ("" if reply.get("reused") else " (the allocator gave other addresses this time)"))
+        judge.verdict.reject("integrity-stale-output", f"called again on {place}, forward returned a wrong answer "
+                                                       f"(an answer kept from the earlier call?): {comparison.message}")
 
 
 def worse(a: Comparison, b: Comparison) -> bool:

@@ -246,10 +246,48 @@ class ModelNew(nn.Module):
     seen = []  # held, so that no other tensor gets the same id
 
     def forward(self, x):
-        if any(t is x for t in ModelNew.seen):  # only the timing loop calls forward on the same object again
-            return torch.zeros_like(x)
         ModelNew.seen.append(x)
+        if sum(t is x for t in ModelNew.seen) > 2:  # only the timing loop calls forward on one object that often
+            return torch.zeros_like(x)
         return triton_relu(x.contiguous())
+'''
+
+# these answer from a cache keyed by where or what the input is, not by its values
+CACHES_BY_IDENTITY = TRITON_RELU + '''
+class ModelNew(nn.Module):
+    cache = {}
+
+    def forward(self, x):
+        hit = ModelNew.cache.get(id(x))
+        if hit is not None and hit[0] is x:
+            return hit[1]
+        out = triton_relu(x.contiguous())
+        ModelNew.cache[id(x)] = (x, out)
+        return out
+'''
+
+CACHES_BY_DATA_POINTER = TRITON_RELU + '''
+class ModelNew(nn.Module):
+    cache = {}
+
+    def forward(self, x):
+        key = (x.data_ptr(), tuple(x.shape))
+        if key not in ModelNew.cache:
+            ModelNew.cache[key] = triton_relu(x.contiguous())
+        return ModelNew.cache[key]
+'''
+
+CACHES_BY_VERSION = TRITON_RELU + '''
+class ModelNew(nn.Module):
+    cache = {}
+
+    def forward(self, x):
+        hit = ModelNew.cache.get(id(x))
+        if hit is not None and hit[0] is x and hit[1] == x._version:  # an in-place write through x bumps it
+            return hit[2]
+        out = triton_relu(x.contiguous())
+        ModelNew.cache[id(x)] = (x, x._version, out)
+        return out
 '''
 
 # each of these tries to do harm at import, keeps quiet about failing, and is otherwise honest
@@ -382,9 +420,13 @@ async def test_each_trial_draws_fresh_inputs(sandbox: Sandbox, cache_dir: Path):
     (SLACKS_AFTER_CHECKS, "integrity-timed-output"),
     (SLACKS_UNDER_THE_TIMER, "integrity-timed-output"),
     (SLACKS_ON_REPEATED_INPUTS, "integrity-timed-output"),
+    (CACHES_BY_IDENTITY, "integrity-stale-output"),
+    (CACHES_BY_DATA_POINTER, "integrity-stale-output"),
+    (CACHES_BY_VERSION, "integrity-stale-output"),
 ], ids=["mutates-input", "stock-only", "falls-back", "patches-timer", "thread", "nondeterministic",
         "patches-torch-relu", "patches-tensor-method", "patches-nn-module",
-        "changes-numerics-flags", "slacks-after-checks", "slacks-under-the-timer", "slacks-on-repeated-inputs"])
+        "changes-numerics-flags", "slacks-after-checks", "slacks-under-the-timer", "slacks-on-repeated-inputs",
+        "caches-by-identity", "caches-by-data-pointer", "caches-by-version"])
 async def test_cheating_candidate_is_rejected_with_its_code(sandbox: Sandbox, cache_dir: Path, candidate: str,
                                                             code: str):
     report = await verify(sandbox, cache_dir, candidate)
