@@ -7,6 +7,7 @@ while waiting, gets a fresh one (verify/run.py asks `take`).
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -26,3 +27,14 @@ def take(allow_network: bool) -> CandidateProcess | None:
         waiting.close()
         return None
     return waiting
+
+
+def discard() -> None:
+    """Ends the process at once if no task took it (the sandbox child calls this before it exits), so that it
+    writes nothing more into the child's scratch folder while that is being removed."""
+    global _waiting
+    waiting, _waiting = _waiting, None
+    if waiting is not None:
+        waiting.process.kill()
+        waiting.close()
+        shutil.rmtree(waiting.scratch, ignore_errors=True)

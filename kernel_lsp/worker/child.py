@@ -16,6 +16,7 @@ import importlib
 import importlib.util
 import os
 import resource
+import shutil
 import struct
 import subprocess
 import sys
@@ -93,14 +94,28 @@ def main(argv: list[str] | None = None) -> None:
     faulthandler.enable(all_threads=False)  # a crash in native code still names the Python line (Sandbox parses it)
     _preload(options.preload)
     _create_cuda_context()
-    write_frame(options.result_fd, {"ready": os.getpid()})
-    task = read_frame(options.task_fd)
-    if task is None:
-        os._exit(0)  # the sandbox closed without giving this child a task
+    try:
+        write_frame(options.result_fd, {"ready": os.getpid()})
+        task = read_frame(options.task_fd)
+    except OSError:  # the sandbox's process died while this child was starting
+        task = None
+    if task is None:  # the sandbox closed, or its process died, without giving this child a task
+        _discard_prestarted()
+        if options.home:
+            shutil.rmtree(options.home, ignore_errors=True)  # a parent that died cannot remove it
+        os._exit(0)
     reply = run_task(task)
+    _discard_prestarted()
     _flush_output()
     _write_all(options.result_fd, reply)
     os._exit(0)  # no interpreter teardown: after a CUDA error torch's exit hooks can hang or crash
+
+
+def _discard_prestarted() -> None:
+    """A candidate's process started while waiting (verify/prestart.py) that no task took ends with this child."""
+    prestart = sys.modules.get("kernel_lsp.verify.prestart")
+    if prestart is not None:
+        prestart.discard()
 
 
 def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -108,6 +123,7 @@ def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--task-fd", type=int, required=True)
     parser.add_argument("--result-fd", type=int, required=True)
     parser.add_argument("--preload", action="append", default=[])
+    parser.add_argument("--home", help="this child's scratch folder, removed if no task ever comes")
     return parser.parse_args(argv)
 
 

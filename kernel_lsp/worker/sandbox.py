@@ -242,7 +242,7 @@ class _Child:
         try:
             process = await asyncio.create_subprocess_exec(
                 python, "-P", "-m", CHILD_MODULE, "--task-fd", str(task_read), "--result-fd", str(result_write),
-                *(f"--preload={name}" for name in preload),
+                *(f"--preload={name}" for name in preload), f"--home={home}",
                 stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                 pass_fds=(task_read, result_write), env=env,
                 start_new_session=True,  # its own process group: a kill reaches whatever the candidate started

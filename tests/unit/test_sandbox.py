@@ -361,3 +361,31 @@ def test_environment_allow_list(name: str, allowed: bool):
     from kernel_lsp.worker.isolation import allowed as is_allowed
 
     assert is_allowed(name) is allowed
+
+
+def test_a_waiting_child_whose_sandbox_died_removes_its_own_folder(tmp_path: Path):
+    """A worker killed (or a Ray actor stopped) never removes its waiting child's scratch folder: the child does,
+    once its task pipe closes without a task."""
+    import sys
+
+    from kernel_lsp.worker.child import read_frame
+
+    home = tmp_path / "kernel-lsp-home-x"
+    (home / "inside").mkdir(parents=True)
+    task_read, task_write = os.pipe()
+    result_read, result_write = os.pipe()
+    child = subprocess.Popen([sys.executable, "-P", "-m", "kernel_lsp.worker.child", "--task-fd", str(task_read),
+                              "--result-fd", str(result_write), f"--home={home}"],
+                             pass_fds=(task_read, result_write), stdin=subprocess.DEVNULL,
+                             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    os.close(task_read)
+    os.close(result_write)
+    try:
+        assert "ready" in read_frame(result_read)
+        assert home.is_dir()
+        os.close(task_write)  # what the parent's death does to the pipe
+        assert child.wait(30) == 0
+        assert not home.exists()
+    finally:
+        child.kill()
+        os.close(result_read)
