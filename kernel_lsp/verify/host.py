@@ -130,6 +130,7 @@ class Host:
         self.session: Any = None
         self.output: Any = None
         self.inputs: Any = None  # the last run's inputs, as forward got them
+        self.module: Any = None  # the candidate's module, once loaded
         self.started_threads: list[str] = []
         self.random = random.Random(int.from_bytes(os.urandom(8), "little"))  # seeded before the candidate runs
 
@@ -144,7 +145,7 @@ class Host:
         self.before = (timer_snapshot(), thread_idents(), torch_snapshot())
         seconds: dict[str, float] = {}
         with stopwatch(seconds, "candidate: import"):
-            module = load_module(request["candidate"], "kernel_lsp_candidate")
+            module = self.module = load_module(request["candidate"], "kernel_lsp_candidate")
         with stopwatch(seconds, "candidate: model built"):
             torch.manual_seed(WEIGHTS_SEED)
             model = module.ModelNew(*self.exchange.receive(request["init"]))
@@ -235,6 +236,27 @@ class Host:
         self.inputs, self.output = inputs, output
         return {"output": self.exchange.send(output), "reused": reused,
                 "plain": all(type(t) is torch.Tensor for t in tensor_leaves(output))}
+
+    def op_ablate(self, request: dict[str, Any]) -> dict[str, Any]:
+        """forward as it is, then with every result of the candidate's own code destroyed as made
+        (verify/ablation.py): whether the output changed, and what made it."""
+        from kernel_lsp.verify.ablation import Ablation, StockOps
+        from kernel_lsp.verify.integrity import changed_since, input_snapshot
+
+        torch, target = self.torch, self.target
+        inputs, others = self.exchange.receive(request["inputs"]), self.exchange.receive(request["others"])
+        with torch.no_grad():
+            plain = input_snapshot(self.model(*inputs))
+            self.model(*others)  # buffers the candidate keeps across calls now hold other values
+        ablation, stock = Ablation(set(request["own"]), [self.module, self.model]), StockOps()
+        with torch.no_grad(), ablation:
+            with stock:
+                output = self.model(*inputs)
+            changed = bool(changed_since(plain, output))
+        if target.type == "cuda":
+            torch.cuda.synchronize(target)
+        return {"changed": changed, "launches": ablation.launches, "destroyed": ablation.destroyed,
+                "names": sorted(ablation.names), "stock": stock.names}
 
     def op_settle(self, request: dict[str, Any]) -> dict[str, Any]:
         """Everything this process started has finished: the device synchronized, the run's threads joined

@@ -57,6 +57,8 @@ DISTRIBUTIONS = ("own", "normal", "scaled")
 SCALE = 16.0  # "scaled" inputs: the problem's own values times this, so magnitudes outside [0, 1) are covered
 TIMING_SEED = 10_000  # timed inputs are drawn apart from the trials' seeds
 STALE_SEED = 20_000  # and so are the new values of the stale-output checks
+ABLATION_SEED = 30_000  # and the inputs of the output-from-kernel check
+STOCK_OPS_LISTED = 5  # stock kernels and operators named in integrity-output-not-from-kernel
 MAX_TIMING_INPUT_SETS = 4
 TIMING_MEMORY_FRACTION = 0.25  # rotated input sets may take this much of the free device memory
 WARMUP_MS = 250.0  # warm-up calls run at least this long before a candidate or a baseline is timed
@@ -173,6 +175,10 @@ def judge_candidate(judge: Judge, reference: str, candidate: str, trials: int, t
     trials_report = run_trials(judge, reference_module.get_inputs, ref_model, trials, seed, distributions,
                                overrides, judge.own, allowed_kernels)
     trials_report["weights"] = loaded["weights"]
+    kernels = trials_report["kernels"]
+    if trials_report["passed"] == trials and kernels["custom"]:
+        kernels["output_from_kernel"] = check_output_from_kernel(judge, reference_module.get_inputs, seed,
+                                                                 kernels["stock"])
     note_process_changes(judge.host.ask("report"), verdict)
     report: dict[str, Any] = {"device": target.type, "correctness": trials_report, "integrity": verdict.integrity,
                               "kernels": trials_report.pop("kernels"), "timing": None,
@@ -428,6 +434,27 @@ def check_earlier_answer(judge: Judge, run: CandidateRun, index: int, get_inputs
                                                            f"trial {earlier + 1} (an answer kept from an earlier "
                                                            f"call, found by where or what its input was)")
             return
+
+
+def check_output_from_kernel(judge: Judge, get_inputs: Callable[[], list], seed: int, stock: list[str]) -> bool | None:
+    """Does the output depend on what the candidate's own kernels wrote? The candidate's process runs forward
+    plainly and with every result of its own code destroyed (verify/ablation.py); an unchanged output is
+    integrity-output-not-from-kernel. None when its own code could not be intercepted (no verdict then)."""
+    inputs, others = (draw_inputs(get_inputs, seed + ABLATION_SEED + k, judge.target, "own") for k in (0, 1))
+    with PHASES("output-from-kernel check"):
+        reply = judge.host.ask("ablate", inputs=judge.exchange.send(inputs), others=judge.exchange.send(others),
+                               own=sorted(judge.own))
+        release(judge)
+    if not reply.get("destroyed"):
+        return None
+    if reply.get("changed"):
+        return True
+    made_by = ", ".join(str(name) for name in [*stock, *reply.get("stock", [])][:STOCK_OPS_LISTED]) or "none seen"
+    judge.verdict.reject("integrity-output-not-from-kernel",
+                         f"the output does not depend on what the candidate's own code wrote: "
+                         f"{', '.join(map(str, reply.get('names', [])[:3]))} ran, but with everything it wrote "
+                         f"overwritten, forward returned the same output; stock operators made it ({made_by})")
+    return False
 
 
 def stale_checks(trials: int) -> dict[int, str]:

@@ -290,6 +290,32 @@ class ModelNew(nn.Module):
         return out
 '''
 
+# decoys: their own kernel runs every call, on the input, but stock operators make what they return
+DECOY_ON_SCRATCH = TRITON_RELU + '''
+class ModelNew(nn.Module):
+    def forward(self, x):
+        scratch = torch.empty_like(x)
+        triton_relu(x, out=scratch)
+        return x.clamp(min=0)
+'''
+
+DECOY_RESULT_UNUSED = TRITON_RELU + '''
+class ModelNew(nn.Module):
+    def forward(self, x):
+        mine = triton_relu(x.contiguous())
+        return torch.maximum(x, torch.zeros_like(x)) + 0 * mine.isnan().any()  # mine is NaN-free either way
+'''
+
+DECOY_OVERWRITTEN = TRITON_RELU + '''
+import torch.nn.functional as F
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        out = triton_relu(x.contiguous())
+        out.copy_(F.relu(x))  # what the kernel wrote is replaced before it is returned
+        return out
+'''
+
 # each of these tries to do harm at import, keeps quiet about failing, and is otherwise honest
 REWRITES_TRUSTED_CACHES = HONEST + '''
 import glob, json, os
@@ -370,7 +396,8 @@ async def test_honest_triton_candidate_is_verified_with_cpu_timing(sandbox: Sand
     assert report["verdict"] == "verified", report
     assert report["correctness"]["passed"] == report["correctness"]["trials"] == 4
     assert report["correctness"]["distributions"] == ["own", "normal", "scaled", "own"]
-    assert report["kernels"] == {"custom": ["relu_kernel"], "stock": [], "how": "triton-launcher"}
+    assert report["kernels"] == {"custom": ["relu_kernel"], "stock": [], "how": "triton-launcher",
+                                 "output_from_kernel": True}
     assert report["timing"]["candidate"]["clock"] == "cpu-perf-counter" and report["speedup"]["eager"] > 0
     assert report["floor"]["bytes"] == 2 * 64 * 256 * 4
     title = summary("verified", report)
@@ -423,10 +450,14 @@ async def test_each_trial_draws_fresh_inputs(sandbox: Sandbox, cache_dir: Path):
     (CACHES_BY_IDENTITY, "integrity-stale-output"),
     (CACHES_BY_DATA_POINTER, "integrity-stale-output"),
     (CACHES_BY_VERSION, "integrity-stale-output"),
+    (DECOY_ON_SCRATCH, "integrity-output-not-from-kernel"),
+    (DECOY_RESULT_UNUSED, "integrity-output-not-from-kernel"),
+    (DECOY_OVERWRITTEN, "integrity-output-not-from-kernel"),
 ], ids=["mutates-input", "stock-only", "falls-back", "patches-timer", "thread", "nondeterministic",
         "patches-torch-relu", "patches-tensor-method", "patches-nn-module",
         "changes-numerics-flags", "slacks-after-checks", "slacks-under-the-timer", "slacks-on-repeated-inputs",
-        "caches-by-identity", "caches-by-data-pointer", "caches-by-version"])
+        "caches-by-identity", "caches-by-data-pointer", "caches-by-version", "decoy-on-scratch",
+        "decoy-result-unused", "decoy-overwritten"])
 async def test_cheating_candidate_is_rejected_with_its_code(sandbox: Sandbox, cache_dir: Path, candidate: str,
                                                             code: str):
     report = await verify(sandbox, cache_dir, candidate)
