@@ -40,6 +40,22 @@ FOREIGN_LIBRARY_MARKERS = ("site-packages", "dist-packages")
 SYSTEM_PREFIXES = ("/usr/", "/lib", "/opt/", "/etc/")
 
 
+def ablate(model: Callable[..., Any], roots: list[Any], own_kernels: set[str], inputs: tuple,
+           others: tuple) -> dict[str, Any]:
+    """forward on `inputs` as it is, on `others`, then on `inputs` with the results of the candidate's own code
+    destroyed: whether the output changed, what was intercepted, and the stock operators of the last run."""
+    with torch.no_grad():
+        plain = input_snapshot(model(*inputs))
+        model(*others)  # buffers the candidate keeps across calls now hold other values
+    ablation, stock = Ablation(own_kernels, roots), StockOps()
+    with torch.no_grad(), ablation:
+        with stock:
+            output = model(*inputs)
+        changed = bool(changed_since(plain, output))
+    return {"changed": changed, "launches": ablation.launches, "destroyed": ablation.destroyed,
+            "names": sorted(ablation.names), "stock": stock.names}
+
+
 def destroy(tensor: torch.Tensor) -> None:
     """Overwrites a result so that anything computed from it changes."""
     if tensor.is_floating_point() or tensor.is_complex():

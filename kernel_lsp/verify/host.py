@@ -240,23 +240,10 @@ class Host:
     def op_ablate(self, request: dict[str, Any]) -> dict[str, Any]:
         """forward as it is, then with every result of the candidate's own code destroyed as made
         (verify/ablation.py): whether the output changed, and what made it."""
-        from kernel_lsp.verify.ablation import Ablation, StockOps
-        from kernel_lsp.verify.integrity import changed_since, input_snapshot
+        from kernel_lsp.verify.ablation import ablate
 
-        torch, target = self.torch, self.target
         inputs, others = self.exchange.receive(request["inputs"]), self.exchange.receive(request["others"])
-        with torch.no_grad():
-            plain = input_snapshot(self.model(*inputs))
-            self.model(*others)  # buffers the candidate keeps across calls now hold other values
-        ablation, stock = Ablation(set(request["own"]), [self.module, self.model]), StockOps()
-        with torch.no_grad(), ablation:
-            with stock:
-                output = self.model(*inputs)
-            changed = bool(changed_since(plain, output))
-        if target.type == "cuda":
-            torch.cuda.synchronize(target)
-        return {"changed": changed, "launches": ablation.launches, "destroyed": ablation.destroyed,
-                "names": sorted(ablation.names), "stock": stock.names}
+        return ablate(self.model, [self.module, self.model], set(request["own"]), inputs, others)
 
     def op_settle(self, request: dict[str, Any]) -> dict[str, Any]:
         """Everything this process started has finished: the device synchronized, the run's threads joined
