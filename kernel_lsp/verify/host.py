@@ -98,7 +98,24 @@ class TimedCalls:
             return  # a recorded call may be told apart (the profiler is on): only timed calls are kept
         self.seen[set_index] = self.seen.get(set_index, 0) + 1
         if self.rng.random() * self.seen[set_index] < 1:
-            self.kept[set_index] = (index, output)
+            # a copy: what the caller saw when the call returned, even from a candidate that returns the same
+            # buffer every call (CUDA graphs do)
+            self.kept[set_index] = (index, copied(output))
+
+
+def copied(value: Any) -> Any:
+    """Tensors cloned, in the same tuples, lists and dicts."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple takes its items one by one
+        return type(value)(*(copied(item) for item in value))
+    if isinstance(value, (tuple, list)):
+        return type(value)(copied(item) for item in value)
+    if isinstance(value, dict):
+        return {key: copied(item) for key, item in value.items()}
+    return value
 
 
 @contextmanager
