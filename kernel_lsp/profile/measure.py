@@ -44,6 +44,8 @@ def measure_candidate(candidate: str, reference: str | None = None, cache_dir: s
 
     problems: list[str] = []
     reference_model = inputs = None
+    if device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before the candidate's process starts
     with candidate_process(allow_network) as host:  # it starts now: its imports overlap the reference's set-up
         measured_ceilings = ceilings(device, cache_dir, problems)  # before any candidate code ran anywhere
         if reference is not None:

@@ -52,9 +52,11 @@ def candidate_launch(home: Path) -> tuple[dict[str, str], list[str]]:
 @contextlib.contextmanager
 def candidate_process(allow_network: bool) -> Iterator[CandidateProcess]:
     """The candidate's process for one task: the one this sandbox child started while it waited
-    (verify/prestart.py) if it suits, else a new one; closed and its scratch folder removed afterwards."""
+    (verify/prestart.py) if it suits, else a new one; closed and its scratch folder removed afterwards.
+    Set TRITON_INTERPRET first for a CPU task: the process must start with it."""
     prestart = sys.modules.get("kernel_lsp.verify.prestart")  # imported only where the worker preloads it
-    host = prestart.take(allow_network) if prestart is not None else None
+    interpret = os.environ.get("TRITON_INTERPRET") == "1"
+    host = prestart.take(allow_network, interpret) if prestart is not None else None
     if host is None:
         host = CandidateProcess(Path(tempfile.mkdtemp(prefix="kernel-lsp-judge-")), allow_network)
     try:
@@ -79,6 +81,7 @@ class CandidateProcess:
         self.exchange_folder = self.home / "exchange"
         self.exchange_folder.mkdir(parents=True, exist_ok=True)
         environment, writable = candidate_launch(self.home)
+        self.interpret = environment.get("TRITON_INTERPRET") == "1"  # Triton reads it once, at import
         request_read, self._requests = os.pipe()
         self._replies, reply_write = os.pipe()
         command = [sys.executable, "-P", "-m", HOST_MODULE, "--requests-fd", str(request_read),

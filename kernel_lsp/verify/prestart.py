@@ -7,23 +7,32 @@ while waiting, gets a fresh one (verify/run.py asks `take`).
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
 
 from kernel_lsp.verify.candidate_process import CandidateProcess
 
+# Triton reads TRITON_INTERPRET when it is imported (the candidate's process imports it with torch._dynamo while
+# it waits): a machine without an NVIDIA device can only run Triton in the interpreter, so its processes start
+# with it; elsewhere a CPU task gets a fresh process
+NO_GPU = not any(os.path.exists(node) for node in ("/dev/nvidiactl", "/dev/nvidia0"))
+if NO_GPU:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 _waiting: CandidateProcess | None = CandidateProcess(Path(tempfile.mkdtemp(prefix="kernel-lsp-judge-")),
                                                      allow_network=False)
 
 
-def take(allow_network: bool) -> CandidateProcess | None:
-    """The process started while waiting, if it suits the task and still lives; at most once."""
+def take(allow_network: bool, interpret: bool) -> CandidateProcess | None:
+    """The process started while waiting, if it suits the task (network, Triton's interpreter) and still lives;
+    at most once."""
     global _waiting
     waiting, _waiting = _waiting, None
     if waiting is None:
         return None
-    if allow_network or waiting.process.poll() is not None:
+    if allow_network or waiting.interpret != interpret or waiting.process.poll() is not None:
         waiting.close()
         return None
     return waiting
