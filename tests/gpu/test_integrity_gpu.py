@@ -1,0 +1,89 @@
+"""Issue 17 on a real GPU: CUDA load_inline candidates that game the verdict (less work when timed, stale answers
+from a cache, decoy kernels), each rejected with its code, verified through a real worker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.gpu import candidates as c
+from tests.gpu.test_verify_pipeline_gpu import codes, verify
+from tests.gpu.test_worker_gpu import gpu_present
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_present(), reason="needs an NVIDIA GPU with CUDA torch"),
+              pytest.mark.skipif(not (c.KERNELBENCH / c.RELU_PROBLEM).is_file(),
+                                 reason=f"needs the KernelBench problems at {c.KERNELBENCH}"),
+              pytest.mark.timeout(900)]
+
+SLACKS_WHEN_NOT_PROFILED = c.PRELUDE + '''
+from torch.autograd import profiler
+
+class ModelNew(nn.Module):
+    calls = 0
+
+    def forward(self, x):
+        ModelNew.calls += 1
+        if ModelNew.calls > 12 and not profiler._is_profiler_enabled:  # past the checks, and not recorded
+            return torch.empty_like(x)
+        return ops.relu(x.contiguous())
+'''
+
+SLACKS_ON_REPEATED_OBJECTS = c.PRELUDE + '''
+class ModelNew(nn.Module):
+    seen = []
+
+    def forward(self, x):
+        ModelNew.seen.append(x)
+        if sum(t is x for t in ModelNew.seen) > 2:  # the timing loop's input sets come back again and again
+            return torch.zeros_like(x)
+        return ops.relu(x.contiguous())
+'''
+
+CACHES_BY_DATA_POINTER = c.PRELUDE + '''
+class ModelNew(nn.Module):
+    cache = {}
+
+    def forward(self, x):
+        key = (x.data_ptr(), tuple(x.shape))
+        if key not in ModelNew.cache:
+            ModelNew.cache[key] = ops.relu(x.contiguous())
+        return ModelNew.cache[key]
+'''
+
+CACHES_BY_IDENTITY = c.PRELUDE + '''
+class ModelNew(nn.Module):
+    cache = {}
+
+    def forward(self, x):
+        hit = ModelNew.cache.get(id(x))
+        if hit is not None and hit[0] is x:
+            return hit[1]
+        out = ops.relu(x.contiguous())
+        ModelNew.cache[id(x)] = (x, out)
+        return out
+'''
+
+DECOY_ON_SCRATCH = c.relu_candidate("(ops.relu(x.contiguous()), x.clamp(min=0))[1]")
+DECOY_OVERWRITTEN = c.relu_candidate("ops.relu(x.contiguous()).copy_(torch.relu(x))")
+
+
+@pytest.mark.parametrize(("candidate", "code"), [
+    (SLACKS_WHEN_NOT_PROFILED, "integrity-timed-output"),
+    (SLACKS_ON_REPEATED_OBJECTS, "integrity-timed-output"),
+    (CACHES_BY_DATA_POINTER, "integrity-stale-output"),
+    (CACHES_BY_IDENTITY, "integrity-stale-output"),
+    (DECOY_ON_SCRATCH, "integrity-output-not-from-kernel"),
+    (DECOY_OVERWRITTEN, "integrity-output-not-from-kernel"),
+], ids=["slacks-when-not-profiled", "slacks-on-repeated-objects", "caches-by-data-pointer", "caches-by-identity",
+        "decoy-on-scratch", "decoy-overwritten"])
+async def test_a_candidate_gaming_the_verdict_is_rejected_with_its_code(tmp_path: Path, candidate: str, code: str):
+    result = await verify(tmp_path, candidate, c.RELU_PROBLEM, trials=3, timedCalls=20)
+    assert result["verdict"] == "rejected", result["summary"]
+    assert code in codes(result), (result["summary"], result["findings"])
+
+
+async def test_the_honest_relu_passes_the_new_checks(tmp_path: Path):
+    result = await verify(tmp_path, c.HONEST_RELU, c.RELU_PROBLEM, trials=3, timedCalls=20)
+    assert result["verdict"] == "verified", (result["summary"], result["findings"])
+    assert result["report"]["kernels"]["output_from_kernel"] is True
