@@ -67,3 +67,20 @@ def get_inputs():
 def get_init_inputs():
     return [{features}]
 """
+
+
+def caches_by_identity(relu: str) -> str:
+    """ModelNew (after a prelude defining the call `relu`) answering from a cache keyed by the input object: a
+    stale answer once the caller writes new values into the same tensor."""
+    return f"""
+class ModelNew(nn.Module):
+    cache = {{}}
+
+    def forward(self, x):
+        hit = ModelNew.cache.get(id(x))
+        if hit is not None and hit[0] is x:
+            return hit[1]
+        out = {relu}(x.contiguous())
+        ModelNew.cache[id(x)] = (x, out)
+        return out
+"""

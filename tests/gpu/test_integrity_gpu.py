@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.gpu import candidates as c
+from tests.problems import caches_by_identity
 from tests.gpu.test_verify_pipeline_gpu import codes, verify
 from tests.gpu.test_worker_gpu import gpu_present
 
@@ -51,18 +52,7 @@ class ModelNew(nn.Module):
         return ModelNew.cache[key]
 '''
 
-CACHES_BY_IDENTITY = c.PRELUDE + '''
-class ModelNew(nn.Module):
-    cache = {}
-
-    def forward(self, x):
-        hit = ModelNew.cache.get(id(x))
-        if hit is not None and hit[0] is x:
-            return hit[1]
-        out = ops.relu(x.contiguous())
-        ModelNew.cache[id(x)] = (x, out)
-        return out
-'''
+CACHES_BY_IDENTITY = c.PRELUDE + caches_by_identity("ops.relu")
 
 DECOY_ON_SCRATCH = c.relu_candidate("(ops.relu(x.contiguous()), x.clamp(min=0))[1]")
 DECOY_OVERWRITTEN = c.relu_candidate("ops.relu(x.contiguous()).copy_(torch.relu(x))")

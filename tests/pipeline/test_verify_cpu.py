@@ -13,7 +13,7 @@ import pytest
 
 from kernel_lsp.verify.verdict import report_findings, summary
 from kernel_lsp.worker.sandbox import Sandbox, SandboxLimits, SandboxTask
-from tests.problems import linear_relu_problem, relu_problem
+from tests.problems import caches_by_identity, linear_relu_problem, relu_problem
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -253,18 +253,7 @@ class ModelNew(nn.Module):
 '''
 
 # these answer from a cache keyed by where or what the input is, not by its values
-CACHES_BY_IDENTITY = TRITON_RELU + '''
-class ModelNew(nn.Module):
-    cache = {}
-
-    def forward(self, x):
-        hit = ModelNew.cache.get(id(x))
-        if hit is not None and hit[0] is x:
-            return hit[1]
-        out = triton_relu(x.contiguous())
-        ModelNew.cache[id(x)] = (x, out)
-        return out
-'''
+CACHES_BY_IDENTITY = TRITON_RELU + caches_by_identity("triton_relu")
 
 CACHES_BY_DATA_POINTER = TRITON_RELU + '''
 class ModelNew(nn.Module):
