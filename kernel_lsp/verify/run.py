@@ -367,6 +367,7 @@ def run_trials(judge: Judge, get_inputs: Callable[[], list], ref_model: torch.nn
         if index in stale and comparison.ok:
             check_stale(judge, run, draw_inputs(get_inputs, seed + STALE_SEED + index, target, distribution),
                         ref_model, stale[index])
+        run.shared = ()  # the inputs' shared copy may take GiBs: only the trial's facts are kept
         release(judge)
         runs.append(run)
     recorded = judge.host.ask("record", on=False)
