@@ -320,8 +320,10 @@ def _is_waiting_child(pid: int) -> bool:
     return int(stat.rpartition(")")[2].split()[1]) == os.getpid() and b"kernel_lsp.worker.child" in command
 
 
-SECRETS = {"ANTHROPIC_API_KEY": "sk-ant-secret", "KERNEL_LSP_TOKEN": "worker-token", "AWS_SECRET_ACCESS_KEY": "aws",
-           "GITHUB_TOKEN": "gh", "TORCH_HUB_TOKEN": "hub", "MY_SERVICE_PASSWORD": "pw", "OPENAI_API_KEY": "oa"}
+# values no random folder name can contain by chance (one test failed when "oa" was part of a home's name)
+SECRETS = {name: f"secret-value-of-{name.lower()}" for name in (
+    "ANTHROPIC_API_KEY", "KERNEL_LSP_TOKEN", "AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN", "TORCH_HUB_TOKEN",
+    "MY_SERVICE_PASSWORD", "OPENAI_API_KEY")}
 
 
 async def test_secrets_stay_out_of_the_candidates_environment(tmp_path: Path):
