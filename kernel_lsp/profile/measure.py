@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +27,7 @@ from profilers.nvml import ENERGY_MIN_SECONDS
 
 PROC_MAPS = Path("/proc/self/maps")
 # libraries that are not the candidate's: the toolkit's, Python packages' and the system's, Triton's launchers
-FOREIGN_LIBRARY_MARKERS = ("site-packages", "dist-packages", ".triton")
-SYSTEM_PREFIXES = ("/usr/", "/lib", "/opt/", "/etc/")
+TRITON_LAUNCHERS = ".triton"  # the launcher libraries Triton builds for its kernels: not the candidate's own
 
 
 def measure_candidate(candidate: str, reference: str | None = None, cache_dir: str | None = None,
@@ -44,9 +42,7 @@ def measure_candidate(candidate: str, reference: str | None = None, cache_dir: s
 
     problems: list[str] = []
     reference_model = inputs = None
-    if device == "cpu":
-        os.environ.setdefault("TRITON_INTERPRET", "1")  # before the candidate's process starts
-    with candidate_process(allow_network) as host:  # it starts now: its imports overlap the reference's set-up
+    with candidate_process(allow_network, device) as host:  # it starts now: its imports overlap the reference's set-up
         measured_ceilings = ceilings(device, cache_dir, problems)  # before any candidate code ran anywhere
         if reference is not None:
             inputs_module = load_module(reference, "kernel_lsp_reference")
@@ -149,9 +145,10 @@ def mapped_libraries() -> set[str]:
 
 def own_libraries(paths: set[str]) -> set[str]:
     """The candidate's own builds among newly mapped libraries (its load_inline or load extensions)."""
-    pythons = tuple(f"{prefix}/" for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix})
-    return {path for path in paths if path.startswith("/") and not path.startswith(SYSTEM_PREFIXES + pythons)
-            and not any(marker in path for marker in FOREIGN_LIBRARY_MARKERS)}
+    from kernel_lsp.verify.models import installed_file
+
+    return {path for path in paths if path.startswith("/") and not installed_file(path)
+            and TRITON_LAUNCHERS not in path}
 
 
 def build_reference(inputs_module: Any, device: str, problems: list[str]) -> Any:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from kernel_lsp.compile.process import run_process
 from kernel_lsp.verify.candidate_process import candidate_launch
+from kernel_lsp.worker.isolation import with_package_on_path
 from profilers.ncu import (
     DEFAULT_SECTIONS,
     KernelLaunch,
@@ -31,7 +32,6 @@ from profilers.ncu import (
     with_raw,
 )
 
-PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 DEFAULT_LAUNCH_COUNT = 8  # launches profiled: each is replayed once per section pass, so this bounds the time
 NCU_TIMEOUT_S = 600.0
 IMPORT_TIMEOUT_S = 120.0
@@ -92,8 +92,7 @@ async def run_ncu_async(argv: list[str], timeout_s: float, cwd: Path, environmen
     """profilers.ncu.run_ncu as an asyncio subprocess: a cancelled job kills ncu and the program it runs.
     Without an environment, the worker's own (the report imports run no candidate code)."""
     if environment is None:
-        environment = dict(os.environ)
-        environment["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_ROOT, environment.get("PYTHONPATH")]))
+        environment = with_package_on_path(dict(os.environ))
     try:
         result = await run_process(argv, timeout_s=timeout_s, cwd=str(cwd), env=environment)
     except OSError as exc:

@@ -108,7 +108,6 @@ async def ncu_report(job: Job, measured: dict[str, Any]) -> tuple[dict[str, Any]
     gaps = isolation_gaps(measured)
     if gaps:
         problems.append("the candidate ran without full isolation: " + "; ".join(gaps))
-    report_isolation = measured.get("isolation")
     launches: list[KernelLaunch] = []
     try:
         launches = await profile_launches(ncu_plan(job), job.source_files)
@@ -126,7 +125,7 @@ async def ncu_report(job: Job, measured: dict[str, Any]) -> tuple[dict[str, Any]
     report = profile_report("ncu", kernels, gpu=state.get("name") or (ceilings.gpu if ceilings else None),
                             ceilings=ceilings, reference_kernels=measured["reference_kernels"], problems=problems)
     report["energy"] = energy
-    report["isolation"] = report_isolation  # of the measuring process; the ncu driver is started the same way
+    report["isolation"] = measured.get("isolation")  # of the measuring process; the ncu driver is started the same way
     report["reference_energy"] = measured.get("reference_energy")  # the reference forward, read the same way
     return report, roofline_artifacts(ceilings, launches)
 

@@ -35,9 +35,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from kernel_lsp.verify.integrity import changed_since, input_snapshot, tensor_leaves
+from kernel_lsp.verify.models import installed_file
 
-FOREIGN_LIBRARY_MARKERS = ("site-packages", "dist-packages")
-SYSTEM_PREFIXES = ("/usr/", "/lib", "/opt/", "/etc/")
 
 
 def ablate(model: Callable[..., Any], roots: list[Any], own_kernels: set[str], inputs: tuple,
@@ -218,6 +217,4 @@ def extension_modules(roots: list[Any]) -> list[types.ModuleType]:
 def is_extension(module: types.ModuleType) -> bool:
     """A shared library of the candidate's own: not Python's, an installed package's or the system's."""
     path = getattr(module, "__file__", None) or ""
-    pythons = tuple(f"{prefix}/" for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix})
-    return (path.endswith(".so") and not path.startswith(pythons + SYSTEM_PREFIXES)
-            and not any(marker in path for marker in FOREIGN_LIBRARY_MARKERS))
+    return path.endswith(".so") and not installed_file(path)

@@ -25,10 +25,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from kernel_lsp.worker.child import read_frame, write_frame
-from kernel_lsp.worker.isolation import build_cache_root, candidate_environment
+from kernel_lsp.worker.isolation import build_cache_root, candidate_environment, with_package_on_path
 
 HOST_MODULE = "kernel_lsp.verify.host"
-PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 BUILD_CACHE_VARIABLES = ("TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "CUDA_CACHE_PATH")
 ALWAYS_WRITABLE = ("/dev", "/proc")  # device nodes CUDA opens read-write; CUDA's driver writes under /proc/self
 
@@ -38,9 +37,8 @@ def candidate_launch(home: Path) -> tuple[dict[str, str], list[str]]:
     secret, with HOME and TMPDIR at `home` and this kernel_lsp on its path) and the folders it may write once
     confined (`home`, the build caches, /dev and /proc). The candidate's process of a verification or a
     profile and the program ncu profiles all start this way."""
-    environment = candidate_environment(os.environ, str(home), build_cache_root())
+    environment = with_package_on_path(candidate_environment(os.environ, str(home), build_cache_root()))
     environment["HOME"] = environment["TMPDIR"] = str(home)
-    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_ROOT, environment.get("PYTHONPATH")]))
     writable = [str(home), *ALWAYS_WRITABLE]
     for name in BUILD_CACHE_VARIABLES:
         if environment.get(name):
@@ -50,10 +48,13 @@ def candidate_launch(home: Path) -> tuple[dict[str, str], list[str]]:
 
 
 @contextlib.contextmanager
-def candidate_process(allow_network: bool) -> Iterator[CandidateProcess]:
+def candidate_process(allow_network: bool, device: str) -> Iterator[CandidateProcess]:
     """The candidate's process for one task: the one this sandbox child started while it waited
     (verify/prestart.py) if it suits, else a new one; closed and its scratch folder removed afterwards.
-    Set TRITON_INTERPRET first for a CPU task: the process must start with it."""
+    For the CPU it runs Triton's interpreter (TRITON_INTERPRET=1), which Triton reads when it is imported: the
+    process must start with it."""
+    if device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     prestart = sys.modules.get("kernel_lsp.verify.prestart")  # imported only where the worker preloads it
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
     host = prestart.take(allow_network, interpret) if prestart is not None else None

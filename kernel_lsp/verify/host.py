@@ -103,6 +103,15 @@ class TimedCalls:
             self.kept[set_index] = (index, copied(output))
 
 
+def plain(output: Any) -> bool:
+    """Every tensor of the output is a plain torch.Tensor (a subclass can change how it compares)."""
+    import torch
+
+    from kernel_lsp.verify.integrity import tensor_leaves
+
+    return all(type(t) is torch.Tensor for t in tensor_leaves(output))
+
+
 def copied(value: Any) -> Any:
     """Tensors cloned, in the same tuples, lists and dicts."""
     import torch
@@ -157,7 +166,7 @@ class Host:
         from kernel_lsp.verify.timing import resolve_device
 
         torch = self.torch
-        self.enter(request["task_dir"], request["device"])
+        self.enter(request["task_dir"])
         self.target = resolve_device(request["device"])
         self.before = (timer_snapshot(), thread_idents(), torch_snapshot())
         seconds: dict[str, float] = {}
@@ -176,19 +185,17 @@ class Host:
         """The profile job's measurements of the candidate (kernel_lsp.profile.measure.candidate_side)."""
         from kernel_lsp.profile.measure import candidate_side
 
-        self.enter(request["task_dir"], request["device"])
+        self.enter(request["task_dir"])
         inputs = tuple(self.exchange.receive(request["inputs"])) if request.get("inputs") is not None else None
         init = self.exchange.receive(request["init"]) if request.get("init") is not None else None
         return candidate_side(request["candidate"], request["device"], request["energy_seconds"], inputs, init)
 
-    def enter(self, task_dir: str, device: str) -> None:
+    def enter(self, task_dir: str) -> None:
         """The task's folder becomes this process's: a process started ahead of time began elsewhere, and the
-        candidate's own helper modules lie beside it. On the CPU, Triton interprets (set before the candidate's
-        import decorates its kernels)."""
+        candidate's own helper modules lie beside it. (Triton's interpreter, for the CPU, was chosen when this
+        process started: verify/candidate_process.py.)"""
         os.chdir(task_dir)
         sys.path.insert(0, task_dir)
-        if device == "cpu":
-            os.environ.setdefault("TRITON_INTERPRET", "1")
 
     def op_record(self, request: dict[str, Any]) -> dict[str, Any]:
         """Starts (on=True) or ends the recording session of the trials; at its end, what each run launched."""
@@ -206,8 +213,7 @@ class Host:
     def op_forward(self, request: dict[str, Any]) -> dict[str, Any]:
         """One run of forward on the judge's inputs (over freshly poisoned memory); its output, as returned.
         With own_copy, forward gets copies made in this process's memory (op_again then frees and reuses it)."""
-        from kernel_lsp.verify.integrity import (flush_allocator, poison_free_memory, tensor_leaves, thread_idents,
-                                                 threads_started)
+        from kernel_lsp.verify.integrity import flush_allocator, poison_free_memory, thread_idents, threads_started
 
         torch, target = self.torch, self.target
         inputs = self.exchange.receive(request["inputs"])
@@ -227,7 +233,7 @@ class Host:
         self.output = output
         self.started_threads = threads_started(threads, thread_idents())
         return {"output": self.exchange.send(output),
-                "plain": all(type(t) is torch.Tensor for t in tensor_leaves(output)),
+                "plain": plain(output),
                 "threads": self.started_threads}
 
     def op_again(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -252,7 +258,7 @@ class Host:
             torch.cuda.current_stream(target).synchronize()
         self.inputs, self.output = inputs, output
         return {"output": self.exchange.send(output), "reused": reused,
-                "plain": all(type(t) is torch.Tensor for t in tensor_leaves(output))}
+                "plain": plain(output)}
 
     def op_ablate(self, request: dict[str, Any]) -> dict[str, Any]:
         """forward as it is, then with every result of the candidate's own code destroyed as made
@@ -285,7 +291,6 @@ class Host:
     def op_time(self, request: dict[str, Any]) -> dict[str, Any]:
         """Times forward; one output per input set is kept for the judge and a few calls are recorded
         (TimedCalls), outside the timed stretch of every other call."""
-        from kernel_lsp.verify.integrity import tensor_leaves
         from kernel_lsp.verify.timing import time_callable
 
         input_sets = [tuple(self.exchange.receive(d)) for d in request["input_sets"]]
@@ -301,7 +306,7 @@ class Host:
         self.output = [output for _, output in watch.kept.values()]  # held until release, as forward's output
         return {"timing": timing,
                 "kept": [{"set": set_index, "call": index, "output": self.exchange.send(output),
-                          "plain": all(type(t) is torch.Tensor for t in tensor_leaves(output))}
+                          "plain": plain(output)}
                          for set_index, (index, output) in sorted(watch.kept.items())],
                 "recorded": [{"call": index, "how": session.how, "reason": session.reason,
                               "launches": [[k.name, k.stream, k.source] for k in session.windows[0].launches],

@@ -14,6 +14,8 @@ from types import ModuleType
 import torch
 
 WEIGHTS_SEED = 1234
+INSTALLED_MARKERS = ("site-packages", "dist-packages")
+SYSTEM_PREFIXES = ("/usr/", "/lib", "/opt/", "/etc/")
 
 
 def load_module(path: str, name: str) -> ModuleType:
@@ -24,6 +26,13 @@ def load_module(path: str, name: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def installed_file(path: str) -> bool:
+    """A file of Python's, of an installed package or of the system: never a build of the candidate's own (its
+    load_inline or load extensions live in the build caches or beside it)."""
+    pythons = tuple(f"{prefix}/" for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix})
+    return path.startswith(SYSTEM_PREFIXES + pythons) or any(marker in path for marker in INSTALLED_MARKERS)
 
 
 def share_weights(reference: torch.nn.Module, candidate: torch.nn.Module) -> str:

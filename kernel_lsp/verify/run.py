@@ -137,10 +137,8 @@ def verify_candidate(reference: str, candidate: str, device: str = "auto", trial
     target = choose_device(device)
     if isinstance(target, str):
         return {"verdict": "unavailable", "reason": target}
-    if target.type == "cpu":
-        os.environ.setdefault("TRITON_INTERPRET", "1")  # before the candidate's process starts
     PHASES.seconds.clear()
-    with candidate_process(allow_network) as host:
+    with candidate_process(allow_network, target.type) as host:
         judge = Judge(host, Exchange(host.exchange_folder, "judge"), target, Verdict(device=target.type))
         report = judge_candidate(judge, reference, candidate, trials, timed_calls, warmup, seed, tolerances or {},
                                  tuple(baselines), tuple(allowed_kernels), timing, cache_dir, files or {})
@@ -315,6 +313,15 @@ def release(judge: Judge) -> None:
     flush_allocator(judge.target)
 
 
+def compare_candidate(expected: Any, actual: Any, plain: bool, overrides: dict[str, Tolerance]) -> Comparison:
+    """The reference's output against the candidate's; an output with a torch.Tensor subclass in it (its process
+    said so) is refused before any value is compared."""
+    if not plain:
+        return refused("type", "the candidate returned a torch.Tensor subclass (it can change how it compares); "
+                               "return plain tensors")
+    return compare_outputs(expected, actual, overrides)
+
+
 def outputs_agree(first: Any, second: Any, overrides: dict[str, Tolerance]) -> bool:
     """Two runs of the candidate on the same inputs give the same output: within tolerance, NaN where NaN."""
     a_leaves, b_leaves = list(tensor_leaves(first)), list(tensor_leaves(second))
@@ -352,9 +359,7 @@ def run_trials(judge: Judge, get_inputs: Callable[[], list], ref_model: torch.nn
         inputs = draw_inputs(get_inputs, seed + index, target, distribution)
         expected = run_reference(ref_model, clone_inputs(inputs))
         run = run_candidate(judge, inputs, POISON_BYTE, record=True, own_copy=stale.get(index) == "storage")
-        comparison = compare_outputs(expected, run.output, overrides) if run.plain else refused(
-            "type", "the candidate returned a torch.Tensor subclass (it can change how it compares); return plain "
-                    "tensors")
+        comparison = compare_candidate(expected, run.output, run.plain, overrides)
         del expected
         if not comparison.ok and run.plain:
             check_earlier_answer(judge, run, index, get_inputs, ref_model, seed, used)
@@ -392,19 +397,25 @@ def note_run_integrity(run: CandidateRun, window: Window, use: Any, index: int, 
     if run.mutated:
         verdict.reject("integrity-input-mutated",
                        f"the candidate changed input tensor(s) {run.mutated} in place ({trial})")
-    problem = use.problem()
-    if problem is not None:
-        detail = "" if how != "none" else f" (kernel launches cannot be observed here: {reason})"
-        verdict.reject("integrity-no-custom-kernel", f"{problem}{detail} ({trial})")
-    others = [launch.name for launch in launches_off_stream(window.launches, window.current_stream)]
-    if others:
-        verdict.reject("integrity-other-stream", f"kernels ran on a stream other than the current one: "
-                                                 f"{', '.join(sorted(set(others))[:3])} ({trial})")
+    detail = "" if how != "none" else f" (kernel launches cannot be observed here: {reason})"
+    note_kernel_use(verdict, use, window, trial, detail)
     if run.pending:
         verdict.reject("integrity-pending-work", "the output was still being written after forward returned "
                                                  f"and the current stream was done ({trial})")
     if run.threads:
         verdict.reject("integrity-thread", f"forward started thread(s) {', '.join(run.threads)} ({trial})")
+
+
+def note_kernel_use(verdict: Verdict, use: Any, window: Window, where: str, detail: str = "") -> None:
+    """What one recorded run launched: none of the candidate's own kernels (integrity-no-custom-kernel), or
+    kernels on a stream other than the current one (integrity-other-stream); `where` names the run."""
+    problem = use.problem()
+    if problem is not None:
+        verdict.reject("integrity-no-custom-kernel", f"{problem}{detail} ({where})")
+    others = [launch.name for launch in launches_off_stream(window.launches, window.current_stream)]
+    if others:
+        verdict.reject("integrity-other-stream", f"kernels ran on a stream other than the current one: "
+                                                 f"{', '.join(sorted(set(others))[:3])} ({where})")
 
 
 def check_rerun(judge: Judge, inputs: tuple, first: CandidateRun, overrides: dict[str, Tolerance],
@@ -479,8 +490,7 @@ def check_stale(judge: Judge, run: CandidateRun, values: tuple, ref_model: torch
         else:
             reply = judge.host.ask("again", how="storage", inputs=judge.exchange.send(values))
         output = judge.exchange.receive(reply["output"])
-        comparison = compare_outputs(expected, output, judge.overrides) if reply["plain"] else refused(
-            "type", "a torch.Tensor subclass")
+        comparison = compare_candidate(expected, output, bool(reply["plain"]), judge.overrides)
         del output, expected
     if not comparison.ok:
         place = ("the same tensor objects, their values changed in place" if how == "objects" else
@@ -598,8 +608,7 @@ def check_timed_outputs(judge: Judge, kept: list[dict[str, Any]], input_sets: li
             continue
         actual = judge.exchange.receive(item["output"])
         expected = run_reference(ref_model, clone_inputs(input_sets[set_index]))
-        comparison = compare_outputs(expected, actual, judge.overrides) if item.get("plain") else refused(
-            "type", "a torch.Tensor subclass")
+        comparison = compare_candidate(expected, actual, bool(item.get("plain")), judge.overrides)
         del expected, actual
         if not comparison.ok:
             judge.verdict.reject("integrity-timed-output",
@@ -612,16 +621,9 @@ def check_timed_kernels(judge: Judge, recorded: list[dict[str, Any]]) -> None:
     for item in recorded:
         if item.get("how") == "none":
             continue  # nothing could observe launches here: the trials already said so
-        launches = [KernelLaunch(*launch) for launch in item.get("launches", [])]
-        use = classify(launches, judge.own, judge.allowed)
-        problem = use.problem()
-        if problem is not None:
-            judge.verdict.reject("integrity-no-custom-kernel", f"{problem} (timed call {item.get('call')})")
-        others = [launch.name for launch in launches_off_stream(launches, item.get("current_stream"))]
-        if others:
-            judge.verdict.reject("integrity-other-stream", f"kernels ran on a stream other than the current one: "
-                                                           f"{', '.join(sorted(set(others))[:3])} (timed call "
-                                                           f"{item.get('call')})")
+        window = Window([KernelLaunch(*launch) for launch in item.get("launches", [])], item.get("current_stream"))
+        note_kernel_use(judge.verdict, classify(window.launches, judge.own, judge.allowed), window,
+                        f"timed call {item.get('call')}")
 
 
 def check_reported_timing(judge: Judge, candidate: Timing, input_sets: list[tuple]) -> None:

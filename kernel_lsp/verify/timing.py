@@ -108,43 +108,46 @@ def time_cuda_calls(fn: Callable[..., object], input_sets: list[tuple], count: i
     """Milliseconds per call from CUDA events; the flush runs before the start event, so it is not counted.
     Calls the watch records give no sample."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    samples: list[float] = []
+
+    def timed(inputs: tuple) -> tuple[object, float]:
+        if scratch is not None:
+            scratch.zero_()
+        start.record()
+        output = fn(*inputs)
+        end.record()
+        torch.cuda.synchronize()  # the whole device, not just the event's stream
+        return output, start.elapsed_time(end)
     with torch.cuda.device(device):
-        for index in range(count):
-            inputs = input_sets[index % len(input_sets)]
-            torch.cuda.synchronize()
-            recording = watch.recording(index) if watch is not None else None
-            if recording is not None:
-                with recording:
-                    output = fn(*inputs)
-                    torch.cuda.synchronize()
-            else:
-                if scratch is not None:
-                    scratch.zero_()
-                start.record()
-                output = fn(*inputs)
-                end.record()
-                torch.cuda.synchronize()  # the whole device, not just the event's stream
-                samples.append(start.elapsed_time(end))
-            if watch is not None:
-                watch.returned(index, index % len(input_sets), output)
-            del output
-    return samples
+        return run_calls(fn, input_sets, count, timed, watch, settle=torch.cuda.synchronize)
 
 
 def time_cpu_calls(fn: Callable[..., object], input_sets: list[tuple], count: int,
                    watch: CallWatch | None = None) -> list[float]:
+    def timed(inputs: tuple) -> tuple[object, float]:
+        began = time.perf_counter_ns()
+        output = fn(*inputs)
+        return output, (time.perf_counter_ns() - began) / 1e6
+    return run_calls(fn, input_sets, count, timed, watch)
+
+
+def run_calls(fn: Callable[..., object], input_sets: list[tuple], count: int,
+              timed: Callable[[tuple], tuple[object, float]], watch: CallWatch | None,
+              settle: Callable[[], None] = lambda: None) -> list[float]:
+    """`count` calls, call i on input_sets[i % len(input_sets)]: each timed by `timed` (its output and
+    milliseconds), except those the watch records, which run under its recording and give no sample. `settle`
+    runs before each call and after a recorded one (the device synchronized)."""
     samples: list[float] = []
     for index in range(count):
         inputs = input_sets[index % len(input_sets)]
+        settle()
         recording = watch.recording(index) if watch is not None else None
         if recording is not None:
             with recording:
                 output = fn(*inputs)
+                settle()
         else:
-            began = time.perf_counter_ns()
-            output = fn(*inputs)
-            samples.append((time.perf_counter_ns() - began) / 1e6)
+            output, milliseconds = timed(inputs)
+            samples.append(milliseconds)
         if watch is not None:
             watch.returned(index, index % len(input_sets), output)
         del output

@@ -10,6 +10,7 @@ worker's cache, apart from the caches the verifier trusts (baselines/, peaks/).
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,6 +29,7 @@ ALLOWED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "NVCC_", "TORCH_", "PYTORCH_", "T
 # an allowed prefix does not make a credential safe: TORCH_HUB_TOKEN, CUDA_..._SECRET and the like stay behind
 CREDENTIAL = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION)", re.IGNORECASE)
 BUILD_CACHES = {"TORCH_EXTENSIONS_DIR": "torch_extensions", "TRITON_CACHE_DIR": "triton"}
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding this kernel_lsp
 
 
 def allowed(name: str) -> bool:
@@ -45,6 +47,13 @@ def candidate_environment(environ: Mapping[str, str], home: str, build_cache_roo
     environment.setdefault("TMPDIR", home)
     for name, folder in BUILD_CACHES.items():
         environment.setdefault(name, str(build_cache_root / folder))
+    return environment
+
+
+def with_package_on_path(environment: dict[str, str]) -> dict[str, str]:
+    """`environment` with this kernel_lsp first on PYTHONPATH: a process started with it runs the worker's own
+    code (a sandbox child, a candidate's process, the program ncu profiles)."""
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_ROOT, environment.get("PYTHONPATH")]))
     return environment
 
 

@@ -18,10 +18,9 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
-from kernel_lsp.worker.isolation import build_cache_root, candidate_environment
+from kernel_lsp.worker.isolation import build_cache_root, candidate_environment, with_package_on_path
 from kernel_lsp.worker.child import (
     CUDA_ERROR_MARKERS,
     FRAME_HEADER,
@@ -41,7 +40,6 @@ EXIT_GRACE_S = 5.0  # a child that has replied only has to exit; tearing down a 
 EXIT_POLL_S = 0.01
 STDERR_TAIL_CHARS = 4000
 READ_CHUNK_BYTES = 2**16
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 _FAULT_FRAME = re.compile(r'^\s+File "(?P<file>.+)", line (?P<line>\d+) in (?P<function>.+)$')
 _FAULT_STACK_HEADER = "(most recent call first):"
 
@@ -471,6 +469,4 @@ def _kill_group(pid: int) -> None:
 def _child_environment(env: dict[str, str], home: str) -> dict[str, str]:
     """The child's environment: the allow-list of isolation.py (no secrets), HOME at its scratch folder, and this
     kernel_lsp first on its path (the child must run the worker's own code)."""
-    environment = candidate_environment(env, home, build_cache_root())
-    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT, environment.get("PYTHONPATH")]))
-    return environment
+    return with_package_on_path(candidate_environment(env, home, build_cache_root()))
