@@ -16,6 +16,7 @@ the candidate's own failure.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import random
 import sys
@@ -103,6 +104,26 @@ class TimedCalls:
             self.kept[set_index] = (index, copied(output))
 
 
+def overwriter(spared: list[Any]) -> Any:
+    """What the timing loop does with each output it is done with: its memory is overwritten with poison (NaN),
+    so the next call cannot return memory that still holds an earlier call's answer (a `torch.empty` output
+    left unwritten when timed, served by the allocator from the block the last output freed). Storage shared
+    with the inputs or the model's parameters and buffers (an output that is a view of them) is spared."""
+    from kernel_lsp.verify.integrity import POISON_BYTE, tensor_leaves
+
+    kept = {t.untyped_storage().data_ptr() for t in tensor_leaves(spared)}
+
+    def overwrite(output: Any) -> None:
+        for leaf in tensor_leaves(output):
+            try:
+                storage = leaf.untyped_storage()
+                if storage.nbytes() and storage.data_ptr() not in kept:
+                    storage.fill_(POISON_BYTE)
+            except (RuntimeError, NotImplementedError):  # storage of a kind that cannot be written (meta, sparse)
+                continue
+    return overwrite
+
+
 def plain(output: Any) -> bool:
     """Every tensor of the output is a plain torch.Tensor (a subclass can change how it compares)."""
     import torch
@@ -179,6 +200,7 @@ class Host:
             state = dict(zip(request["weight_names"], self.exchange.receive(request["weights"])))
             weights = load_weights(state, model)
             self.model = model.to(self.target).eval()
+        gc.freeze()  # what exists now lives as long as this process: each run's collection skips it
         return {"weights": weights, "seconds": seconds}
 
     def op_profile(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -216,25 +238,29 @@ class Host:
         from kernel_lsp.verify.integrity import flush_allocator, poison_free_memory, thread_idents, threads_started
 
         torch, target = self.torch, self.target
-        inputs = self.exchange.receive(request["inputs"])
-        flush_allocator(target)
-        poison_free_memory(target, request["poison"])
+        seconds: dict[str, float] = {}
+        with stopwatch(seconds, "candidate: receiving inputs"):
+            inputs = self.exchange.receive(request["inputs"])
+        with stopwatch(seconds, "candidate: poisoning free memory"):
+            flush_allocator(target)
+            poison_free_memory(target, request["poison"])
         if request.get("own_copy"):
             inputs = tuple(v.clone() if isinstance(v, torch.Tensor) else v for v in inputs)
         self.inputs = inputs
         threads = thread_idents()
         recording = self.session.window() if request.get("record") and self.session is not None else nullcontext()
-        with torch.no_grad(), recording:
+        with stopwatch(seconds, "candidate: forward"), torch.no_grad(), recording:
             output = self.model(*inputs)
             if target.type == "cuda":
                 torch.cuda.current_stream(target).synchronize()  # what a caller may rely on, and no more
-        if target.type == "cuda":
-            torch.cuda.empty_cache()  # the poison's blocks go back to the driver: the judge needs the room
+        with stopwatch(seconds, "candidate: returning memory"):
+            if target.type == "cuda":
+                torch.cuda.empty_cache()  # the poison's blocks go back to the driver: the judge needs the room
         self.output = output
         self.started_threads = threads_started(threads, thread_idents())
-        return {"output": self.exchange.send(output),
-                "plain": plain(output),
-                "threads": self.started_threads}
+        with stopwatch(seconds, "candidate: sending output"):
+            sent = self.exchange.send(output)
+        return {"output": sent, "plain": plain(output), "threads": self.started_threads, "seconds": seconds}
 
     def op_again(self, request: dict[str, Any]) -> dict[str, Any]:
         """forward once more on new values in old places (integrity-stale-output): in the same tensor objects as
@@ -282,10 +308,13 @@ class Host:
         return {"output": self.exchange.send(self.output)}
 
     def op_release(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The last run's inputs and outputs are dropped and this process's cached memory goes back to the
+        driver (the judge draws the next inputs and the timing's input sets from what is free)."""
         self.output = self.inputs = None
         self.exchange.forget()
         if self.target is not None and self.target.type == "cuda":
             self.torch.cuda.ipc_collect()
+            self.torch.cuda.empty_cache()
         return {}
 
     def op_time(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -301,7 +330,8 @@ class Host:
                 return model(*inputs)
         watch = TimedCalls(request["calls"], request.get("recorded_calls", 0), str(self.target), self.random)
         timing = time_callable(call, input_sets, device=str(self.target), calls=request["calls"],
-                               warmup=request["warmup"], warmup_ms=request["warmup_ms"], watch=watch).to_dict()
+                               warmup=request["warmup"], warmup_ms=request["warmup_ms"], watch=watch,
+                               discard=overwriter([*input_sets, *model.parameters(), *model.buffers()])).to_dict()
         timing["busy_ms"] += watch.recorded_ms  # the judge's clock saw the recorded calls too
         self.output = [output for _, output in watch.kept.values()]  # held until release, as forward's output
         return {"timing": timing,

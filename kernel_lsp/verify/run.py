@@ -17,6 +17,7 @@ reports (integrity-timing-forged); the baselines are timed here, in the clean pr
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -142,6 +143,8 @@ def verify_candidate(reference: str, candidate: str, device: str = "auto", trial
         judge = Judge(host, Exchange(host.exchange_folder, "judge"), target, Verdict(device=target.type))
         report = judge_candidate(judge, reference, candidate, trials, timed_calls, warmup, seed, tolerances or {},
                                  tuple(baselines), tuple(allowed_kernels), timing, cache_dir, files or {})
+        closing = time.perf_counter()
+    PHASES.seconds["closing the candidate's process"] = time.perf_counter() - closing
     report["duration_s"] = time.perf_counter() - started
     report["phases_s"] = {name: round(seconds, 3) for name, seconds in PHASES.seconds.items()}
     return report
@@ -160,6 +163,7 @@ def judge_candidate(judge: Judge, reference: str, candidate: str, trials: int, t
             distributions = accepted_distributions(reference_module.get_inputs, ref_model, target, seed)
     except ReferenceFailed as exc:
         return {"verdict": "unavailable", "reason": str(exc)}
+    gc.freeze()  # torch, the reference and the judge live until this process ends: collections skip them
     with PHASES("waiting for the candidate's process"):
         isolation = judge.host.ready()
     with PHASES("candidate import and build"):
@@ -177,7 +181,8 @@ def judge_candidate(judge: Judge, reference: str, candidate: str, trials: int, t
     if trials_report["passed"] == trials and kernels["custom"]:
         kernels["output_from_kernel"] = check_output_from_kernel(judge, reference_module.get_inputs, seed,
                                                                  kernels["stock"])
-    note_process_changes(judge.host.ask("report"), verdict)
+    with PHASES("the candidate's process report"):
+        note_process_changes(judge.host.ask("report"), verdict)
     report: dict[str, Any] = {"device": target.type, "correctness": trials_report, "integrity": verdict.integrity,
                               "kernels": trials_report.pop("kernels"), "timing": None,
                               "speedup": {"eager": None, "compile": None}, "gpu": None, "floor": None,
@@ -190,17 +195,19 @@ def judge_candidate(judge: Judge, reference: str, candidate: str, trials: int, t
     return report
 
 
-CANDIDATE_PHASES = ("candidate: import", "candidate: model built", "candidate: weights loaded")
+CANDIDATE_PHASES = ("candidate: import", "candidate: model built", "candidate: weights loaded",
+                    "candidate: receiving inputs", "candidate: poisoning free memory", "candidate: forward",
+                    "candidate: returning memory", "candidate: sending output")
 
 
 def note_candidate_phases(seconds: Any) -> None:
-    """The candidate's process says how its load was spent: only its known phases, as numbers, are kept (its
-    word, shown to say where time went, never used to decide)."""
+    """The candidate's process says how its load and its runs were spent: only its known phases, as numbers,
+    are added up (its word, shown to say where time went, never used to decide)."""
     if isinstance(seconds, dict):
         for name in CANDIDATE_PHASES:
             value = seconds.get(name)
             if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e6:
-                PHASES.seconds[name] = float(value)
+                PHASES.seconds[name] = PHASES.seconds.get(name, 0.0) + float(value)
 
 
 def choose_device(device: str) -> torch.device | str:
@@ -243,6 +250,7 @@ def run_reference(model: torch.nn.Module, inputs: tuple) -> Any:
         raise ReferenceFailed(f"the reference's forward failed: {type(exc).__name__}: {exc}") from exc
 
 
+@PHASES("drawing inputs")
 def draw_inputs(get_inputs: Callable[[], list], seed: int, target: torch.device, distribution: str) -> tuple:
     """One input set made on the target device; floating tensors redrawn or scaled for the other distributions."""
     inputs = make_input_sets(get_inputs, 1, seed, str(target))[0]
@@ -295,6 +303,7 @@ def run_candidate(judge: Judge, inputs: tuple, poison: int, record: bool, own_co
     with PHASES("candidate runs"):
         reply = judge.host.ask("forward", inputs=sent, poison=poison, record=record, own_copy=own_copy)
         returned = judge.exchange.receive(reply["output"])
+    note_candidate_phases(reply.get("seconds"))
     with PHASES("pending-work checks"):
         first = input_snapshot(returned)  # a device copy where it fits, else a digest
         settled = judge.host.ask("settle", join_s=THREAD_JOIN_S)
@@ -306,6 +315,7 @@ def run_candidate(judge: Judge, inputs: tuple, poison: int, record: bool, own_co
     return CandidateRun(output, mutated, pending, list(reply["threads"]), bool(reply["plain"]), shared)
 
 
+@PHASES("releasing")
 def release(judge: Judge) -> None:
     """The candidate's outputs and the shared inputs of a trial are dropped on both sides."""
     judge.host.ask("release")
@@ -313,6 +323,7 @@ def release(judge: Judge) -> None:
     flush_allocator(judge.target)
 
 
+@PHASES("comparing outputs")
 def compare_candidate(expected: Any, actual: Any, plain: bool, overrides: dict[str, Tolerance]) -> Comparison:
     """The reference's output against the candidate's; an output with a torch.Tensor subclass in it (its process
     said so) is refused before any value is compared."""
@@ -322,6 +333,7 @@ def compare_candidate(expected: Any, actual: Any, plain: bool, overrides: dict[s
     return compare_outputs(expected, actual, overrides)
 
 
+@PHASES("comparing outputs")
 def outputs_agree(first: Any, second: Any, overrides: dict[str, Tolerance]) -> bool:
     """Two runs of the candidate on the same inputs give the same output: within tolerance, NaN where NaN."""
     a_leaves, b_leaves = list(tensor_leaves(first)), list(tensor_leaves(second))
@@ -520,6 +532,7 @@ def note_process_changes(seen: dict[str, list[str]], verdict: Verdict) -> None:
         verdict.reject("integrity-thread", f"the candidate started thread(s) still alive: {', '.join(seen['threads'])}")
 
 
+@PHASES("timing input sets")
 def timing_input_sets(get_inputs: Callable[[], list], target: torch.device, seed: int) -> list[tuple]:
     """Rotated input sets, as many as fit in a quarter of the free memory (at least one, at most four)."""
     first = make_input_sets(get_inputs, 1, seed + TIMING_SEED, str(target))
@@ -545,7 +558,8 @@ def measure(report: dict[str, Any], judge: Judge, reference_module: Any, ref_mod
     target, verdict = judge.target, judge.verdict
     flush_allocator(target)
     input_sets = timing_input_sets(reference_module.get_inputs, target, seed)
-    before = gpu_state(target)
+    with PHASES("GPU state (NVML)"):
+        before = gpu_state(target)
     with PHASES("timing the candidate"):
         sent = [judge.exchange.send(inputs) for inputs in input_sets]
         reply = judge.host.ask("time", input_sets=sent, calls=calls, warmup=warmup, warmup_ms=WARMUP_MS,
@@ -580,7 +594,8 @@ def measure(report: dict[str, Any], judge: Judge, reference_module: Any, ref_mod
         if cache:
             cache.put(key, kind, timings[kind])
     report["timing"] = timings
-    report["gpu"] = {"before": before, "after": gpu_state(target)}
+    with PHASES("GPU state (NVML)"):
+        report["gpu"] = {"before": before, "after": gpu_state(target)}
     for kind in baselines:
         if timings[kind] is not None:
             report["speedup"][kind] = speedup(Timing(**timings[kind]), candidate)

@@ -104,7 +104,8 @@ def l2_scratch(device: torch.device) -> torch.Tensor:
 
 
 def time_cuda_calls(fn: Callable[..., object], input_sets: list[tuple], count: int, device: torch.device,
-                    scratch: torch.Tensor | None, watch: CallWatch | None = None) -> list[float]:
+                    scratch: torch.Tensor | None, watch: CallWatch | None = None,
+                    discard: Callable[[object], None] | None = None) -> list[float]:
     """Milliseconds per call from CUDA events; the flush runs before the start event, so it is not counted.
     Calls the watch records give no sample."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -118,24 +119,26 @@ def time_cuda_calls(fn: Callable[..., object], input_sets: list[tuple], count: i
         torch.cuda.synchronize()  # the whole device, not just the event's stream
         return output, start.elapsed_time(end)
     with torch.cuda.device(device):
-        return run_calls(fn, input_sets, count, timed, watch, settle=torch.cuda.synchronize)
+        return run_calls(fn, input_sets, count, timed, watch, settle=torch.cuda.synchronize, discard=discard)
 
 
 def time_cpu_calls(fn: Callable[..., object], input_sets: list[tuple], count: int,
-                   watch: CallWatch | None = None) -> list[float]:
+                   watch: CallWatch | None = None, discard: Callable[[object], None] | None = None) -> list[float]:
     def timed(inputs: tuple) -> tuple[object, float]:
         began = time.perf_counter_ns()
         output = fn(*inputs)
         return output, (time.perf_counter_ns() - began) / 1e6
-    return run_calls(fn, input_sets, count, timed, watch)
+    return run_calls(fn, input_sets, count, timed, watch, discard=discard)
 
 
 def run_calls(fn: Callable[..., object], input_sets: list[tuple], count: int,
               timed: Callable[[tuple], tuple[object, float]], watch: CallWatch | None,
-              settle: Callable[[], None] = lambda: None) -> list[float]:
+              settle: Callable[[], None] = lambda: None,
+              discard: Callable[[object], None] | None = None) -> list[float]:
     """`count` calls, call i on input_sets[i % len(input_sets)]: each timed by `timed` (its output and
     milliseconds), except those the watch records, which run under its recording and give no sample. `settle`
-    runs before each call and after a recorded one (the device synchronized)."""
+    runs before each call and after a recorded one (the device synchronized). `discard` gets each output once
+    the watch saw it, outside the timed stretch (the verifier overwrites it there)."""
     samples: list[float] = []
     for index in range(count):
         inputs = input_sets[index % len(input_sets)]
@@ -150,17 +153,20 @@ def run_calls(fn: Callable[..., object], input_sets: list[tuple], count: int,
             samples.append(milliseconds)
         if watch is not None:
             watch.returned(index, index % len(input_sets), output)
+        if discard is not None:
+            discard(output)
         del output
     return samples
 
 
 def time_callable(fn: Callable[..., object], input_sets: list[tuple], *, device: str, calls: int = 100,
                   warmup: int = 10, flush_l2: bool = True, warmup_ms: float = 0.0,
-                  watch: CallWatch | None = None) -> Timing:
+                  watch: CallWatch | None = None, discard: Callable[[object], None] | None = None) -> Timing:
     """Run fn untimed warmup times (and, with warmup_ms, until the warm-up calls took that long), then calls
     times timed; call i gets input_sets[i % len(input_sets)]. A watch sees the timed calls (not the warm-up):
     each output once the device finished it, and it may record some calls instead of timing them (those add to
-    the calls run: `calls` samples are taken all the same)."""
+    the calls run: `calls` samples are taken all the same). `discard`, if given, gets every output (warm-up
+    included) after the call, outside its timed stretch."""
     if calls < 1:
         raise ValueError(f"calls must be at least 1, got {calls}")
     if warmup < 0 or warmup_ms < 0:
@@ -172,11 +178,11 @@ def time_callable(fn: Callable[..., object], input_sets: list[tuple], *, device:
         scratch = l2_scratch(target) if flush_l2 else None
 
         def run(count: int, watch: CallWatch | None = None) -> list[float]:
-            return time_cuda_calls(fn, input_sets, count, target, scratch, watch)
+            return time_cuda_calls(fn, input_sets, count, target, scratch, watch, discard)
         clock, flushed = CUDA_EVENTS, flush_l2
     else:
         def run(count: int, watch: CallWatch | None = None) -> list[float]:
-            return time_cpu_calls(fn, input_sets, count, watch)
+            return time_cpu_calls(fn, input_sets, count, watch, discard)
         clock, flushed = CPU_PERF_COUNTER, False  # no portable way to flush CPU caches from Python
     warm = warm_up(run, warmup, warmup_ms)
     samples = run(calls + (watch.recorded_calls if watch is not None else 0), watch)

@@ -3,10 +3,14 @@ stay verified with every integrity check on, through a real worker on the GPU.""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from kernel_lsp.worker.isolation import BUILD_CACHES, build_cache_root
 from tests.gpu import candidates as c
 from tests.gpu.honest_set import HONEST_SET
 from tests.gpu.test_verify_pipeline_gpu import verify
@@ -14,6 +18,36 @@ from tests.gpu.test_worker_gpu import gpu_present
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_present(), reason="needs an NVIDIA GPU with CUDA torch"),
               pytest.mark.timeout(900)]
+
+PREBUILD_TIMEOUT_S = 600
+
+
+@pytest.fixture(scope="module", autouse=True)
+def prebuilt_extensions(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Builds the CUDA candidates' load_inline extensions side by side, into the build cache the worker's
+    candidates use: one after another they take about a minute each. The verifications below then load the
+    built extensions (a build that failed here fails there again, with the worker's message)."""
+    folder = tmp_path_factory.mktemp("prebuild")
+    environment = {**os.environ, "MAX_JOBS": "2"}
+    for name, sub in BUILD_CACHES.items():
+        environment.setdefault(name, str(build_cache_root() / sub))
+    started = []
+    for index, (problem, source) in enumerate(sorted(HONEST_SET.items())):
+        if "load_inline" not in source:
+            continue
+        path = folder / f"candidate_{index}.py"
+        path.write_text(source)
+        log = (folder / f"candidate_{index}.log").open("w")
+        started.append((problem, log, subprocess.Popen([sys.executable, str(path)], env=environment, cwd=folder,
+                                                       stdout=log, stderr=subprocess.STDOUT)))
+    for problem, log, process in started:
+        try:
+            process.wait(timeout=PREBUILD_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
+        if process.returncode != 0:
+            print(f"prebuild of {problem} exited {process.returncode}", file=sys.stderr)
 
 
 @pytest.mark.parametrize("problem", sorted(HONEST_SET))

@@ -58,6 +58,33 @@ DECOY_ON_SCRATCH = c.relu_candidate("(ops.relu(x.contiguous()), x.clamp(min=0))[
 DECOY_OVERWRITTEN = c.relu_candidate("ops.relu(x.contiguous()).copy_(torch.relu(x))")
 
 
+# KernelBench's ReLU takes 6.4 GB per input: a cache of its answers runs the GPU out of memory within a few calls
+# (rejected, but as run-out-of-memory), so the caching candidates are verified against a smaller ReLU
+SMALL_RELU = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(512, 16384)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def problem_for(candidate: str, folder: Path) -> str | Path:
+    if candidate not in (CACHES_BY_DATA_POINTER, CACHES_BY_IDENTITY):
+        return c.RELU_PROBLEM
+    (folder / "small_relu.py").write_text(SMALL_RELU)
+    return folder / "small_relu.py"
+
+
 @pytest.mark.parametrize(("candidate", "code"), [
     (SLACKS_WHEN_NOT_PROFILED, "integrity-timed-output"),
     (SLACKS_ON_REPEATED_OBJECTS, "integrity-timed-output"),
@@ -68,7 +95,7 @@ DECOY_OVERWRITTEN = c.relu_candidate("ops.relu(x.contiguous()).copy_(torch.relu(
 ], ids=["slacks-when-not-profiled", "slacks-on-repeated-objects", "caches-by-data-pointer", "caches-by-identity",
         "decoy-on-scratch", "decoy-overwritten"])
 async def test_a_candidate_gaming_the_verdict_is_rejected_with_its_code(tmp_path: Path, candidate: str, code: str):
-    result = await verify(tmp_path, candidate, c.RELU_PROBLEM, trials=3, timedCalls=20)
+    result = await verify(tmp_path, candidate, problem_for(candidate, tmp_path), trials=3, timedCalls=20)
     assert result["verdict"] == "rejected", result["summary"]
     assert code in codes(result), (result["summary"], result["findings"])
 

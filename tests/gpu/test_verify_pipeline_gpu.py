@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_present(), reason="nee
               pytest.mark.timeout(900)]
 
 
-async def verify(tmp_path: Path, candidate: str, problem: str, **options) -> dict:
+async def verify(tmp_path: Path, candidate: str, problem: str | Path, **options) -> dict:
     path = tmp_path / "candidate.py"
     path.write_text(candidate)
     settings = {"device": "cuda", "trials": 3, "timedCalls": 20, "warmup": 3, "baselines": ["eager"], **options}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import replace
 
@@ -146,3 +147,41 @@ def test_warm_up_runs_until_it_took_warmup_ms():
     assert started[timing.warmup] - started[0] >= 0.03  # the first timed call began after 30 ms of warm-up
     quick = time_callable(lambda: None, [()], device="cpu", calls=5, warmup=2, warmup_ms=1e9)
     assert quick.warmup == MAX_WARMUP_CALLS  # a bound, however long the minimum
+
+
+class StaleBuffer:
+    """Computes its answer on the first call only, then returns the same buffer unwritten (what `torch.empty`
+    returns when the allocator hands back the block the last output freed)."""
+
+    def __init__(self) -> None:
+        self.buffer: torch.Tensor | None = None
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.buffer is None:
+            self.buffer = x * 2
+        return self.buffer
+
+
+def test_the_verifiers_timing_overwrites_each_output_so_a_stale_buffer_reads_nan() -> None:
+    from kernel_lsp.verify.host import TimedCalls, overwriter
+
+    inputs = [(torch.arange(6, dtype=torch.float32),)]  # one input set: a stale answer would be the right one
+    for discard, stale_seen in ((None, True), (overwriter(inputs), False)):
+        fn = StaleBuffer()
+        watch = TimedCalls(5, 0, "cpu", random.Random(0))
+        time_callable(fn, inputs, device="cpu", calls=5, warmup=2, watch=watch, discard=discard)
+        _, kept = watch.kept[0]
+        assert torch.equal(kept, inputs[0][0] * 2) is stale_seen
+        assert stale_seen or bool(kept.isnan().all())
+    assert torch.equal(inputs[0][0], torch.arange(6, dtype=torch.float32))
+
+
+def test_the_overwrite_spares_outputs_that_share_the_inputs_or_the_models_storage() -> None:
+    from kernel_lsp.verify.host import overwriter
+
+    x, weight = torch.arange(4, dtype=torch.float32), torch.nn.Parameter(torch.ones(3))
+    overwrite = overwriter([(x,), weight])
+    own = torch.zeros(2)
+    overwrite((x[1:], {"w": weight.view(3, 1)}, [own]))
+    assert torch.equal(x, torch.arange(4, dtype=torch.float32)) and bool((weight == 1).all())
+    assert bool(own.isnan().all())
