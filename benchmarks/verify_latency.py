@@ -9,12 +9,15 @@ warm local worker.
 - warm runs (target <= 15 s each): worker warm, extension built, baselines timed anew each time (the baseline
   cache is emptied before each run, so the eager and compile timings are fresh measurements too);
 - repeatability (target: within 3%): the eager and compile speedups of the warm runs, max relative difference;
-- cached baselines: one more run with the baseline cache kept (what a save in the editor costs).
+- cached baselines (target <= 5 s, issue 17): two more runs with the baseline cache kept, one right after the
+  last (back to back: the worker's next sandbox child may still be importing torch) and one after a pause of
+  EDIT_PAUSE_S (what a save in the editor costs a few seconds after the last verification ended).
 --record appends the table to benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -36,6 +39,7 @@ from tests.gpu import candidates  # noqa: E402
 
 PROBLEMS = [("19_ReLU", candidates.RELU_PROBLEM, candidates.HONEST_RELU),
             ("1_Square_matmul", candidates.MATMUL_PROBLEM, candidates.HONEST_MATMUL)]
+EDIT_PAUSE_S = 15.0
 OPTIONS = {"device": "cuda", "trials": 5, "timedCalls": 100, "warmup": 10, "baselines": ["eager", "compile"]}
 
 
@@ -87,14 +91,17 @@ async def measure(repeat: int) -> list[tuple[str, str, str, str]]:
                 warm.append(elapsed)
                 for kind in speedups:
                     speedups[kind].append(result["speedup"][kind])
+            back_to_back, _ = await timed_verify(client, candidate, problem)
+            await asyncio.sleep(EDIT_PAUSE_S)
             cached, result = await timed_verify(client, candidate, problem)
             timing = result["timing"]
             rows += [
                 (f"{name}: first verify (build, baselines timed)", f"{first:.1f} s", "", ""),
                 (f"{name}: warm verify, baselines timed (n={len(warm)})", f"{statistics.median(warm):.1f} s",
                  "<= 15 s", "met" if max(warm) <= 15 else "NOT met"),
-                (f"{name}: warm verify, baselines cached", f"{cached:.1f} s", "<= 15 s",
-                 "met" if cached <= 15 else "NOT met"),
+                (f"{name}: warm verify, baselines cached, back to back", f"{back_to_back:.1f} s", "", ""),
+                (f"{name}: warm verify, baselines cached, {EDIT_PAUSE_S:.0f} s after the last", f"{cached:.1f} s",
+                 "<= 5 s", "met" if cached <= 5 else "NOT met"),
                 (f"{name}: speedup vs eager over {len(warm)} runs", " / ".join(f"{s:.3f}" for s in speedups["eager"]),
                  "within 3%", f"{relative_difference(speedups['eager']):.1%}"),
                 (f"{name}: speedup vs compile over {len(warm)} runs",

@@ -15,7 +15,7 @@ Complex outputs compare as (real, imag) pairs: counts are of components, the wor
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -172,13 +172,16 @@ def chunks(expected: torch.Tensor, actual: torch.Tensor):
 
 
 def non_finite_problem(expected: torch.Tensor, actual: torch.Tensor) -> tuple[str, str] | None:
-    """NaN / Inf in either flat output, naming the reference when it is the one that produced them."""
+    """NaN / Inf in either flat output, naming the reference when it is the one that produced them. The counts
+    stay on the device until every chunk is counted (one synchronization, not four per chunk)."""
     counts = {"nan": [0, 0], "inf": [0, 0]}
     if expected.is_floating_point():
+        totals = torch.zeros(4, dtype=torch.int64, device=expected.device)
         for _, e, a in chunks(expected, actual):
-            for reason, test in (("nan", torch.isnan), ("inf", torch.isinf)):
-                counts[reason][0] += int(test(e).sum())
-                counts[reason][1] += int(test(a).sum())
+            totals += torch.stack([torch.isnan(e).sum(), torch.isnan(a).sum(), torch.isinf(e).sum(),
+                                   torch.isinf(a).sum()])
+        nan_e, nan_a, inf_e, inf_a = totals.tolist()
+        counts = {"nan": [nan_e, nan_a], "inf": [inf_e, inf_a]}
     for reason, label in (("nan", "NaN"), ("inf", "Inf")):
         in_reference, in_candidate = counts[reason]
         if in_reference:
@@ -199,7 +202,9 @@ def unravel(flat_index: int, shape: Sequence[int]) -> tuple[int, ...]:
 
 @dataclass
 class ErrorTally:
-    """Running figures over the chunks of one comparison."""
+    """Running figures over the chunks of one comparison, kept on the device until `settle` (one synchronization
+    for the whole comparison). The arithmetic runs in float32 for float32 and narrower outputs (its rounding,
+    ~6e-8 relative, is far below any tolerance), in float64 for float64 and integer outputs."""
 
     mismatched: int = 0
     max_abs: float = 0.0
@@ -208,23 +213,37 @@ class ErrorTally:
     worst_flat: int = 0
     worst_expected: float = 0.0
     worst_actual: float = 0.0
+    parts: list[torch.Tensor] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
 
     def add(self, offset: int, expected: torch.Tensor, actual: torch.Tensor, tolerance: Tolerance,
             scale: float) -> None:
-        expected64, actual64 = expected.to(torch.float64), actual.to(torch.float64)
-        abs_error = (actual64 - expected64).abs()
-        excess = abs_error - (tolerance.atol * scale + tolerance.rtol * expected64.abs())
+        work = torch.promote_types(expected.dtype, torch.float32) if expected.is_floating_point() else torch.float64
+        e, a = expected.to(work), actual.to(work)
+        abs_error = (a - e).abs()
+        excess = abs_error - (tolerance.atol * scale + tolerance.rtol * e.abs())
         if tolerance == EXACT:
-            self.mismatched += int((actual != expected).sum())  # exact integers, even beyond float64's 2**53
+            mismatched = (actual != expected).sum()  # exact integers, even beyond float64's 2**53
         else:
-            self.mismatched += int((excess > 0).sum())
-        rel_error = abs_error / expected64.abs().clamp_min(torch.finfo(torch.float64).tiny)
-        self.max_abs = max(self.max_abs, float(abs_error.max()))
-        self.max_rel = max(self.max_rel, float(rel_error.max()))
-        local = int(excess.argmax())
-        if float(excess[local]) > self.worst_excess:
-            self.worst_excess, self.worst_flat = float(excess[local]), offset + local
-            self.worst_expected, self.worst_actual = float(expected64[local]), float(actual64[local])
+            mismatched = (excess > 0).sum()
+        rel_error = abs_error / e.abs().clamp_min(torch.finfo(work).tiny)
+        local = excess.argmax()
+        self.parts.append(torch.stack([mismatched.double(), abs_error.max().double(), rel_error.max().double(),
+                                       excess[local].double(), local.double(), e[local].double(),
+                                       a[local].double()]))
+        self.offsets.append(offset)
+
+    def settle(self) -> None:
+        """The chunks' figures, read back at once: counts added, maxima taken, the first worst element kept."""
+        for offset, (mismatched, max_abs, max_rel, excess, local, expected, actual) in zip(
+                self.offsets, torch.stack(self.parts).tolist() if self.parts else []):
+            self.mismatched += int(mismatched)
+            self.max_abs, self.max_rel = max(self.max_abs, max_abs), max(self.max_rel, max_rel)
+            if excess > self.worst_excess:
+                self.worst_excess, self.worst_flat = excess, offset + int(local)
+                self.worst_expected, self.worst_actual = expected, actual
+        self.parts.clear()
+        self.offsets.clear()
 
 
 def compare_values(expected: torch.Tensor, actual: torch.Tensor, tolerance: Tolerance) -> Comparison:
@@ -241,6 +260,7 @@ def compare_values(expected: torch.Tensor, actual: torch.Tensor, tolerance: Tole
     tally = ErrorTally()
     for offset, e, a in chunks(expected_flat, actual_flat):
         tally.add(offset, e, a, tolerance, scale)
+    tally.settle()
     worst_index = unravel(tally.worst_flat, shape)
     ok = tally.mismatched == 0
     head = (f"ok: {total} elements within tolerance" if ok
@@ -259,8 +279,10 @@ def output_scale(expected: torch.Tensor) -> float:
     output's typical value; an absolute tolerance that ignores this rejects honest kernels that only sum in a
     different order (a 4096-long fp32 dot product of N(0, 1) values differs by ~1e-4 between orders).
     """
-    squares = sum(float(e.to(torch.float64).square().sum()) for _, e, _ in chunks(expected, expected))
-    return max(1.0, (squares / expected.numel()) ** 0.5)
+    squares = torch.zeros((), dtype=torch.float64, device=expected.device)
+    for _, e, _ in chunks(expected, expected):
+        squares += e.to(torch.float64).square().sum()
+    return max(1.0, (float(squares) / expected.numel()) ** 0.5)
 
 
 def short_float(value: float) -> str:

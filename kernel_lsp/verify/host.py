@@ -235,15 +235,15 @@ class Host:
     def op_forward(self, request: dict[str, Any]) -> dict[str, Any]:
         """One run of forward on the judge's inputs (over freshly poisoned memory); its output, as returned.
         With own_copy, forward gets copies made in this process's memory (op_again then frees and reuses it)."""
-        from kernel_lsp.verify.integrity import flush_allocator, poison_free_memory, thread_idents, threads_started
+        from kernel_lsp.verify.integrity import poison_free_memory, thread_idents, threads_started
 
         torch, target = self.torch, self.target
         seconds: dict[str, float] = {}
         with stopwatch(seconds, "candidate: receiving inputs"):
             inputs = self.exchange.receive(request["inputs"])
         with stopwatch(seconds, "candidate: poisoning free memory"):
-            flush_allocator(target)
-            poison_free_memory(target, request["poison"])
+            gc.collect()  # the last run's dead tensors free their blocks, which are poisoned too
+            poison_free_memory(target, request["poison"], request.get("poison_bytes"), request.get("reserve", 0))
         if request.get("own_copy"):
             inputs = tuple(v.clone() if isinstance(v, torch.Tensor) else v for v in inputs)
         self.inputs = inputs
@@ -253,9 +253,6 @@ class Host:
             output = self.model(*inputs)
             if target.type == "cuda":
                 torch.cuda.current_stream(target).synchronize()  # what a caller may rely on, and no more
-        with stopwatch(seconds, "candidate: returning memory"):
-            if target.type == "cuda":
-                torch.cuda.empty_cache()  # the poison's blocks go back to the driver: the judge needs the room
         self.output = output
         self.started_threads = threads_started(threads, thread_idents())
         with stopwatch(seconds, "candidate: sending output"):
@@ -308,13 +305,16 @@ class Host:
         return {"output": self.exchange.send(self.output)}
 
     def op_release(self, request: dict[str, Any]) -> dict[str, Any]:
-        """The last run's inputs and outputs are dropped and this process's cached memory goes back to the
-        driver (the judge draws the next inputs and the timing's input sets from what is free)."""
+        """The last run's inputs and outputs are dropped; with return_memory, this process's cached memory (the
+        poison kept between trials) goes back to the driver too (the timing's input sets are sized from what
+        is free)."""
         self.output = self.inputs = None
         self.exchange.forget()
         if self.target is not None and self.target.type == "cuda":
             self.torch.cuda.ipc_collect()
-            self.torch.cuda.empty_cache()
+            if request.get("return_memory"):
+                gc.collect()
+                self.torch.cuda.empty_cache()
         return {}
 
     def op_time(self, request: dict[str, Any]) -> dict[str, Any]:

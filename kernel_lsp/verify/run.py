@@ -69,6 +69,12 @@ THREAD_JOIN_S = 1.0  # how long a thread the candidate left running gets to fini
 # not exceed the sum the candidate reports by more than this factor and this many milliseconds
 FORGED_FACTOR = 2.0
 FORGED_MIN_GAP_MS = 50.0
+# each trial's run gets this many times its footprint (inputs and the reference's output, in bytes) of poisoned
+# memory in the candidate's allocator, kept from trial to trial; the judge keeps room for its own copies
+POISON_FOOTPRINTS = 2
+POISON_MIN_BYTES = 256 << 20
+JUDGE_FOOTPRINTS = 4
+KEEP_CACHE_FREE_FRACTION = 0.5  # between trials, cached memory is kept while this much of the device is free
 TIMED_CALLS_RECORDED = 1  # timed calls run under a kernel recording instead (each costs a profiler start on CUDA)
 
 
@@ -286,6 +292,10 @@ def accepted_distributions(get_inputs: Callable[[], list], model: torch.nn.Modul
     return accepted
 
 
+def size_in_bytes(value: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in tensor_leaves(value))
+
+
 def clone_inputs(inputs: tuple) -> tuple:
     return tuple(v.clone() if isinstance(v, torch.Tensor) else v for v in inputs)
 
@@ -294,14 +304,18 @@ def differs(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape != b.shape or a.dtype != b.dtype or not torch.equal(as_bytes(a), as_bytes(b))
 
 
-def run_candidate(judge: Judge, inputs: tuple, poison: int, record: bool, own_copy: bool = False) -> CandidateRun:
+def run_candidate(judge: Judge, inputs: tuple, poison: int, record: bool, own_copy: bool = False,
+                  footprint: int = 0) -> CandidateRun:
     """Runs forward once in the candidate's process on a shared copy of `inputs` (with own_copy: on a copy of
-    it in the candidate's own memory), over free memory poisoned with `poison`; what the judge then sees of its
-    output and of its copy of the inputs."""
+    it in the candidate's own memory), over free memory poisoned with `poison` (POISON_FOOTPRINTS times the
+    run's `footprint` in bytes, the judge's room kept); what the judge then sees of its output and of its copy
+    of the inputs."""
     with PHASES("sending inputs"):
         sent, shared = judge.exchange.share(clone_inputs(inputs))  # on CUDA the candidate writes into this memory
     with PHASES("candidate runs"):
-        reply = judge.host.ask("forward", inputs=sent, poison=poison, record=record, own_copy=own_copy)
+        reply = judge.host.ask("forward", inputs=sent, poison=poison, record=record, own_copy=own_copy,
+                               poison_bytes=max(POISON_MIN_BYTES, POISON_FOOTPRINTS * footprint),
+                               reserve=JUDGE_FOOTPRINTS * footprint)
         returned = judge.exchange.receive(reply["output"])
     note_candidate_phases(reply.get("seconds"))
     with PHASES("pending-work checks"):
@@ -316,11 +330,23 @@ def run_candidate(judge: Judge, inputs: tuple, poison: int, record: bool, own_co
 
 
 @PHASES("releasing")
-def release(judge: Judge) -> None:
-    """The candidate's outputs and the shared inputs of a trial are dropped on both sides."""
-    judge.host.ask("release")
+def release(judge: Judge, return_memory: bool = False) -> None:
+    """The candidate's outputs and the shared inputs of a trial are dropped on both sides. Between trials both
+    keep their cached memory (no device allocation per trial), unless the device is short of free memory;
+    with return_memory (before timing) both give it back to the driver."""
+    judge.host.ask("release", return_memory=return_memory)
     judge.exchange.forget()
-    flush_allocator(judge.target)
+    if return_memory or short_of_memory(judge.target):
+        flush_allocator(judge.target)
+    else:
+        gc.collect()
+
+
+def short_of_memory(target: torch.device) -> bool:
+    if target.type != "cuda":
+        return False
+    free, total = torch.cuda.mem_get_info(target)
+    return free < total * KEEP_CACHE_FREE_FRACTION
 
 
 @PHASES("comparing outputs")
@@ -370,7 +396,9 @@ def run_trials(judge: Judge, get_inputs: Callable[[], list], ref_model: torch.nn
         used.append(distribution)
         inputs = draw_inputs(get_inputs, seed + index, target, distribution)
         expected = run_reference(ref_model, clone_inputs(inputs))
-        run = run_candidate(judge, inputs, POISON_BYTE, record=True, own_copy=stale.get(index) == "storage")
+        footprint = size_in_bytes(inputs) + size_in_bytes(expected)
+        run = run_candidate(judge, inputs, POISON_BYTE, record=True, own_copy=stale.get(index) == "storage",
+                            footprint=footprint)
         comparison = compare_candidate(expected, run.output, run.plain, overrides)
         del expected
         if not comparison.ok and run.plain:
@@ -379,7 +407,7 @@ def run_trials(judge: Judge, get_inputs: Callable[[], list], ref_model: torch.nn
         if worst is None or worse(comparison, worst):
             worst = comparison
         if index == 0 or not comparison.ok:
-            check_rerun(judge, inputs, run, overrides, comparison)
+            check_rerun(judge, inputs, run, overrides, comparison, footprint)
         run.output = None
         if index in stale and comparison.ok:
             check_stale(judge, run, draw_inputs(get_inputs, seed + STALE_SEED + index, target, distribution),
@@ -431,10 +459,10 @@ def note_kernel_use(verdict: Verdict, use: Any, window: Window, where: str, deta
 
 
 def check_rerun(judge: Judge, inputs: tuple, first: CandidateRun, overrides: dict[str, Tolerance],
-                comparison: Comparison) -> None:
+                comparison: Comparison, footprint: int) -> None:
     """Run again on the same inputs over memory poisoned with other bytes: a changed output read garbage.
     The first output stays held by the candidate's process until the trial's release, so it cannot move."""
-    second = run_candidate(judge, inputs, SECOND_POISON_BYTE, record=False)
+    second = run_candidate(judge, inputs, SECOND_POISON_BYTE, record=False, footprint=footprint)
     if outputs_agree(first.output, second.output, overrides):
         return
     if judge.target.type == "cuda":
@@ -538,7 +566,7 @@ def timing_input_sets(get_inputs: Callable[[], list], target: torch.device, seed
     first = make_input_sets(get_inputs, 1, seed + TIMING_SEED, str(target))
     count = MAX_TIMING_INPUT_SETS
     if target.type == "cuda":
-        size = sum(t.numel() * t.element_size() for t in tensor_leaves(first[0]))
+        size = size_in_bytes(first[0])
         free, _ = torch.cuda.mem_get_info(target)
         count = max(1, min(MAX_TIMING_INPUT_SETS, int(free * TIMING_MEMORY_FRACTION // max(size, 1))))
     return first + make_input_sets(get_inputs, count - 1, seed + TIMING_SEED + 1, str(target))
@@ -556,7 +584,7 @@ def measure(report: dict[str, Any], judge: Judge, reference_module: Any, ref_mod
     """Candidate and baseline timings (baselines from the cache when the same setting was timed before), the
     GPU's state around them, the cross-check of the candidate's own figures, and the physical floor check."""
     target, verdict = judge.target, judge.verdict
-    flush_allocator(target)
+    release(judge, return_memory=True)
     input_sets = timing_input_sets(reference_module.get_inputs, target, seed)
     with PHASES("GPU state (NVML)"):
         before = gpu_state(target)

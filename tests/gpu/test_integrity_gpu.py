@@ -58,8 +58,9 @@ DECOY_ON_SCRATCH = c.relu_candidate("(ops.relu(x.contiguous()), x.clamp(min=0))[
 DECOY_OVERWRITTEN = c.relu_candidate("ops.relu(x.contiguous()).copy_(torch.relu(x))")
 
 
-# KernelBench's ReLU takes 6.4 GB per input: a cache of its answers runs the GPU out of memory within a few calls
-# (rejected, but as run-out-of-memory), so the caching candidates are verified against a smaller ReLU
+# KernelBench's ReLU takes 6.4 GB per input: a candidate that keeps its inputs or a cache of its answers runs the
+# GPU out of memory within a few calls (rejected, but as run-out-of-memory), so those are verified against a
+# smaller ReLU
 SMALL_RELU = """import torch
 import torch.nn as nn
 
@@ -79,7 +80,7 @@ def get_init_inputs():
 
 
 def problem_for(candidate: str, folder: Path) -> str | Path:
-    if candidate not in (CACHES_BY_DATA_POINTER, CACHES_BY_IDENTITY):
+    if candidate not in (CACHES_BY_DATA_POINTER, CACHES_BY_IDENTITY, SLACKS_ON_REPEATED_OBJECTS):
         return c.RELU_PROBLEM
     (folder / "small_relu.py").write_text(SMALL_RELU)
     return folder / "small_relu.py"
