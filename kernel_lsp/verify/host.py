@@ -253,6 +253,9 @@ class Host:
             output = self.model(*inputs)
             if target.type == "cuda":
                 torch.cuda.current_stream(target).synchronize()  # what a caller may rely on, and no more
+        with stopwatch(seconds, "candidate: returning memory"):
+            if target.type == "cuda":
+                torch.cuda.empty_cache()  # the poison's blocks go back to the driver: the judge needs the room
         self.output = output
         self.started_threads = threads_started(threads, thread_idents())
         with stopwatch(seconds, "candidate: sending output"):

@@ -151,8 +151,8 @@ def cached_free_blocks(device: torch.device) -> list[tuple[str, int]]:
 
 
 def fill_cached_blocks(device: torch.device, chunks: list[torch.Tensor], byte: int) -> None:
-    """Poison every free block the allocator keeps: whole cached segments and the free parts of segments still
-    partly in use (seen on an H200: a freed 4 MiB block came back with its old values).
+    """Poison every free block the allocator keeps inside segments that are still partly in use (seen on an
+    H200: a freed 4 MiB block came back with its old values).
 
     Asking for each block's exact size, smallest first, makes the best-fit allocator hand out exactly that block.
     """
@@ -167,28 +167,26 @@ def poison_free_memory(device: torch.device | str, byte: int = POISON_BYTE, budg
                        reserve: int = 0) -> bool:
     """Fill the memory the CUDA caching allocator will hand out next with `byte` (NaN by default); True when it did.
 
-    Every free block the allocator keeps is filled, and the cache is grown with poisoned memory until it holds
-    `budget` bytes free in its large pool (without budget: POISON_FREE_FRACTION of the free device memory),
-    never taking the last `reserve` bytes of the device (the judge's room). The poisoned blocks stay in the
-    allocator's cache, so a candidate's `torch.empty` output that it never writes reads the poison instead of
-    whatever an earlier run left there; the next call only refills them (no new device allocation: growing the
-    cache by ~125 GB took 0.4 s on an H200, refilling it ~40 ms). CPU allocations come straight from the system
-    allocator and cannot be poisoned this way: on CPU this does nothing and returns False.
+    Wholly free cached segments go back to the driver; the free blocks of segments still partly in use are
+    filled; then a block of `budget` bytes (without budget: POISON_FREE_FRACTION of the free device memory),
+    never taking the last `reserve` bytes of the device (the judge's room), is allocated and filled. The chunks
+    go back to the allocator's cache, not to the driver, so a candidate's `torch.empty` output that it never
+    writes reads NaN instead of whatever the reference left there. (Allocating and freeing ~125 GB took 0.4 s on
+    an H200: a budget sized to the run keeps that cost to its footprint.) CPU allocations come straight from the
+    system allocator and cannot be poisoned this way: on CPU this does nothing and returns False.
     """
     device = torch.device(device)
     if device.type != "cuda":
         return False
     torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
     free_bytes, _ = torch.cuda.mem_get_info(device)
     room = max(0, int(free_bytes * POISON_FREE_FRACTION) - reserve)
+    budget = room if budget is None else min(budget, room)
     chunks: list[torch.Tensor] = []
-    cached = cached_free_blocks(device)
-    fill_cached_blocks(device, chunks, byte)
-    small = sum(size for pool, size in cached if pool == "small")
-    large = sum(size for pool, size in cached if pool != "small")
-    fill_chunks(device, SMALL_CHUNK_BYTES, min(max(0, SMALL_POOL_POISON_BYTES - small), room), chunks, byte)
-    wanted = (room if budget is None else budget) - large
-    fill_largest_block(device, min(wanted, room - sum(c.numel() for c in chunks)), chunks, byte)
+    fill_cached_blocks(device, chunks, byte)  # e.g. a freed output beside a live one in the same segment
+    fill_chunks(device, SMALL_CHUNK_BYTES, min(SMALL_POOL_POISON_BYTES, budget), chunks, byte)
+    fill_largest_block(device, budget - sum(c.numel() for c in chunks), chunks, byte)
     torch.cuda.synchronize(device)
     poisoned = bool(chunks)
     del chunks

@@ -70,7 +70,7 @@ THREAD_JOIN_S = 1.0  # how long a thread the candidate left running gets to fini
 FORGED_FACTOR = 2.0
 FORGED_MIN_GAP_MS = 50.0
 # each trial's run gets this many times its footprint (inputs and the reference's output, in bytes) of poisoned
-# memory in the candidate's allocator, kept from trial to trial; the judge keeps room for its own copies
+# memory in the candidate's allocator; the judge keeps room for its own copies
 POISON_FOOTPRINTS = 2
 POISON_MIN_BYTES = 256 << 20
 JUDGE_FOOTPRINTS = 4
