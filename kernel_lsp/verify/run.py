@@ -726,7 +726,7 @@ def physical_floor(ref_model: torch.nn.Module, inputs: tuple, target: torch.devi
     with PHASES("physical floor: the device's peaks"):
         peaks = device_peaks(target, cache_dir)
     floor = Floor(work, peaks)
-    problem = below_floor(candidate.median_ms, floor)
+    problem = below_floor(candidate.median_ms, floor, device=target.type)
     if problem is not None:
         verdict.reject("integrity-below-floor", problem)
     return floor.to_dict()

@@ -76,6 +76,17 @@ def test_a_time_at_or_above_the_margin_is_no_finding() -> None:
     assert below_floor(0.0, Floor(Work(bytes=0, flops=0), PEAKS)) is None
 
 
+def test_on_a_gpu_the_bytes_bound_is_tighter_than_the_flops_bound() -> None:
+    memory = Floor(Work(bytes=64 << 20, flops=0), PEAKS)
+    assert below_floor(memory.ms * 0.75, memory, device="cuda") is not None  # honest kernels reach 0.94 of it
+    assert "under 80% of the floor" in below_floor(memory.ms * 0.75, memory, device="cuda")
+    assert below_floor(memory.ms * 0.85, memory, device="cuda") is None
+    assert below_floor(memory.ms * 0.75, memory, device="cpu") is None  # CPU caches are not flushed: half
+    compute = Floor(Work(bytes=1024, flops=8 * 10**12), PEAKS)
+    assert below_floor(compute.ms * 0.6, compute, device="cuda") is None  # fewer FLOPs than the reference's
+    assert "under 50% of the floor" in below_floor(compute.ms * 0.4, compute, device="cuda")
+
+
 def test_the_floor_reports_itself_as_the_contract_dict() -> None:
     floor = Floor(Work(bytes=4 * 10**9, flops=7), PEAKS)
     assert floor.to_dict() == {"bytes": 4 * 10**9, "flops": 7, "floor_ms": pytest.approx(1.0),
