@@ -9,13 +9,17 @@ Loading never raises: a missing file is an empty cache; an unreadable, corrupt, 
 (another magic, another VERSION) keeps what could be read safely and says why in LoadReport.problem, and the
 next flush rewrites it. Writing is atomic (temp file beside the cache, fsync, os.replace, fsync the folder),
 so a crash mid-write leaves the old file readable. Before writing, flush merges the file another server
-process on the same workspace may have written: its entries this process neither holds nor deleted are kept,
-the newer ones in memory win. The cache is bounded by entries (least recently used evicted on put) and by
+process on the same workspace (or `kernel-lsp check`) may have written: its entries this process neither holds
+nor deleted are kept, the newer ones in memory win. The read, merge and write of a flush hold an exclusive lock
+on a file beside the cache (`<name>.lock`, fcntl.flock), so two processes flushing at once cannot both merge the
+same old file and lose each other's entries; where the lock cannot be taken (a file system without locks), the
+flush goes ahead without it and says so once. The cache is bounded by entries (least recently used evicted on put) and by
 encoded bytes (least recently used dropped on flush). Stdlib and msgpack only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -23,9 +27,15 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Iterator
 from typing import BinaryIO
 
 import msgpack
+
+try:
+    import fcntl
+except ImportError:  # not on Windows: flushes there go unlocked
+    fcntl = None  # type: ignore[assignment]
 
 FORMAT = "kernel-lsp-results"  # magic in the header
 VERSION = 1  # bump when an entry's layout changes; a file of another version is ignored (rebuilt)
@@ -66,6 +76,7 @@ class DiskCache:
         self._deleted: dict[str, None] = {}  # keys deleted here: the merge must not bring them back
         self._dirty = False
         self._lock = threading.RLock()
+        self._unlocked_said = False  # the file lock could not be taken, and a warning said so
 
     @property
     def path(self) -> Path:
@@ -142,25 +153,52 @@ class DiskCache:
         with self._lock:
             if not self._dirty:
                 return False
+            with self._file_lock():
+                return self._merge_and_write()
+
+    def _merge_and_write(self) -> bool:
+        try:
+            contents = self._read()
+        except Exception:  # a damaged file only means nothing to merge
+            log.exception("reading the results cache %s before writing failed", self._path)
+            contents = _Contents([])
+        if contents.problem is not None:
+            log.info("%s", contents.problem)
+        self._merge_older(contents.records)
+        self._evict_beyond_count()
+        self._evict_beyond_bytes()
+        header = msgpack.packb({"format": FORMAT, "version": VERSION, "written": time.time(),
+                                "entries": len(self._records)}, use_bin_type=True)
+        try:
+            self._write_atomically([header, *self._records.values()])
+        except OSError as error:
+            log.warning("could not write the results cache %s: %s", self._path, error)
+            return False
+        self._dirty = False
+        return True
+
+    @contextlib.contextmanager
+    def _file_lock(self) -> Iterator[None]:
+        """Exclusive across processes for the block: flock on `<cache>.lock` beside the cache."""
+        descriptor = None
+        if fcntl is not None:
             try:
-                contents = self._read()
-            except Exception:  # a damaged file only means nothing to merge
-                log.exception("reading the results cache %s before writing failed", self._path)
-                contents = _Contents([])
-            if contents.problem is not None:
-                log.info("%s", contents.problem)
-            self._merge_older(contents.records)
-            self._evict_beyond_count()
-            self._evict_beyond_bytes()
-            header = msgpack.packb({"format": FORMAT, "version": VERSION, "written": time.time(),
-                                    "entries": len(self._records)}, use_bin_type=True)
-            try:
-                self._write_atomically([header, *self._records.values()])
+                _make_folders(self._path.parent)
+                descriptor = os.open(self._path.with_name(self._path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+                fcntl.flock(descriptor, fcntl.LOCK_EX)
             except OSError as error:
-                log.warning("could not write the results cache %s: %s", self._path, error)
-                return False
-            self._dirty = False
-            return True
+                if descriptor is not None:
+                    os.close(descriptor)
+                    descriptor = None
+                if not self._unlocked_said:
+                    self._unlocked_said = True
+                    log.warning("results cache %s: cannot lock it (%s); flushing without the lock", self._path,
+                                error)
+        try:
+            yield
+        finally:
+            if descriptor is not None:
+                os.close(descriptor)  # closing releases the lock
 
     # reading
 

@@ -10,12 +10,15 @@ import logging
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import msgpack
 import pytest
 
 from kernel_lsp.jobs import disk_cache
 from kernel_lsp.jobs.disk_cache import FORMAT, VERSION, DiskCache, LoadReport
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def key(n: int) -> str:
@@ -386,3 +389,35 @@ def test_load_removes_temp_files_that_a_crashed_process_left(tmp_path) -> None:
     other.write_bytes(b"")
     assert DiskCache(path).load() == LoadReport(entries=1, problem=None)
     assert not stale.exists() and running.exists() and other.exists()
+
+
+WRITER = """
+import sys
+from kernel_lsp.jobs import disk_cache
+from tests.unit.test_disk_cache import key, value
+
+path, writer, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+if len(sys.argv) > 4:
+    disk_cache.fcntl = None  # the flushes without the file lock, to see that the test can fail
+cache = disk_cache.DiskCache(path)
+for n in range(rounds):
+    cache.put(key(writer * 1000 + n), value(n))
+    assert cache.flush()
+"""
+
+
+def concurrent_writers(path, writers: int, rounds: int, *extra: str) -> None:
+    processes = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(w), str(rounds), *extra],
+                                  cwd=ROOT) for w in range(writers)]
+    assert [p.wait(timeout=120) for p in processes] == [0] * writers
+
+
+def test_processes_flushing_at_once_lose_nothing_and_corrupt_nothing(tmp_path) -> None:
+    path = tmp_path / "results.msgpack"
+    concurrent_writers(path, writers=4, rounds=60)
+    cache = DiskCache(path)
+    report = cache.load()
+    assert report.problem is None
+    missing = [(w, n) for w in range(4) for n in range(60) if cache.get(key(w * 1000 + n)) != value(n)]
+    assert missing == []
+    assert leftovers(tmp_path) == []
