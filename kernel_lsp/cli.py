@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
 import sys
 from pathlib import Path
 
 from kernel_lsp import __version__
+from kernel_lsp.command_line import print_findings, shown
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 CHECKED_SUFFIXES = (".cu", ".cuh", ".py")
@@ -163,7 +163,7 @@ def _check(args: argparse.Namespace) -> int:
     if disk is not None:
         disk.flush()
     findings = [f for path in files for f in results[path][0]]
-    _print_findings(findings, args.format, _summary(files, results, disk) if args.summary else None)
+    print_findings(findings, args.format, _summary(files, results, disk) if args.summary else None)
     if any(f.code in ENVIRONMENT_CODES for f in findings):
         return EXIT_USAGE
     return EXIT_FINDINGS if any(f.severity == 1 for f in findings) else EXIT_OK
@@ -198,7 +198,7 @@ def _result_cache(settings, project: Path, enabled: bool):
     persistentCache setting and `enabled` allow it."""
     from kernel_lsp.jobs.cache import ResultCache
     from kernel_lsp.jobs.disk_cache import DiskCache
-    from kernel_lsp.worker.environment import cache_dir
+    from kernel_lsp.config import cache_dir
     from kernel_lsp.workspace.survey import results_file
 
     if not (enabled and settings.persistent_cache):
@@ -238,55 +238,9 @@ def _summary(files: list[Path], results: dict[Path, tuple[list, bool]], disk) ->
     for path in files:
         findings, cached = results[path]
         state, errors, warnings = compile_state(findings)
-        rows.append({"path": _shown(path), "state": state, "errors": errors, "warnings": warnings,
+        rows.append({"path": shown(path), "state": state, "errors": errors, "warnings": warnings,
                      "kernels": kernel_names(path), "resources": resources(findings), "cached": cached})
     return {"files": rows, "cache": str(disk.path) if disk is not None else None}
-
-
-def _shown(path: Path) -> str:
-    cwd = Path.cwd()
-    return str(path.relative_to(cwd) if path.is_relative_to(cwd) else path)
-
-
-def _print_findings(findings: list, fmt: str, summary: dict | None = None) -> None:
-    from kernel_lsp.findings import uri_to_path
-
-    rows = [(_shown(uri_to_path(f.uri)), f) for f in sorted(findings, key=lambda f: (f.uri, f.range.start, f.code))]
-    if fmt == "json":
-        out = [{"path": p, "line": f.range.start.line + 1, "column": f.range.start.character + 1,
-                "endLine": f.range.end.line + 1, "endColumn": f.range.end.character + 1,
-                "severity": f.severity.label, "code": f.code, "message": f.message, "source": f.source,
-                "related": [r.message for r in f.related], "data": f.data} for p, f in rows]
-        print(json.dumps(out if summary is None else {"findings": out, **summary}, indent=2))
-        return
-    for p, f in rows:
-        print(f"{p}:{f.range.start.line + 1}:{f.range.start.character + 1}: {f.severity.label}: "
-              f"{' '.join(f.message.split())} [{f.code}]")  # one line per finding
-    errors = sum(1 for _, f in rows if f.severity == 1)
-    print(f"{len(rows)} finding{'s' if len(rows) != 1 else ''}, {errors} error{'s' if errors != 1 else ''}",
-          file=sys.stderr)
-    if summary is not None:
-        _print_summary(summary)
-
-
-def _print_summary(summary: dict) -> None:
-    """One line per file under a header; the counts and the cache last."""
-    files = summary["files"]
-    table = [("FILE", "STATE", "ERRORS", "WARNINGS", "KERNELS", "RESOURCES")]
-    for row in files:
-        kernels = ", ".join(row["kernels"][:4]) + (f" (+{len(row['kernels']) - 4})" if len(row["kernels"]) > 4 else "")
-        first = " ".join(row["resources"][0].split()) if row["resources"] else ""
-        table.append((row["path"], row["state"], str(row["errors"]), str(row["warnings"]), kernels or "-", first))
-    widths = [max(len(line[i]) for line in table) for i in range(5)]
-    print()
-    for line in table:
-        print("  ".join(cell.ljust(widths[i]) if i < 5 else cell for i, cell in enumerate(line)).rstrip())
-    states = [row["state"] for row in files]
-    cached = sum(1 for row in files if row["cached"])
-    where = f" ({summary['cache']})" if summary["cache"] else " (cache off)"
-    print(f"{len(files)} file{'s' if len(files) != 1 else ''}: {states.count('compiles')} compile cleanly, "
-          f"{states.count('warnings')} with warnings, {states.count('errors')} with errors; "
-          f"{cached} from the cache{where}")
 
 
 if __name__ == "__main__":

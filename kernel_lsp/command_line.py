@@ -1,9 +1,10 @@
-"""What the worker-backed commands (verify, bench, profile) share: options, settings, the worker client."""
+"""What the commands share: options, settings, the worker client (verify, bench, profile), printing findings."""
 
 from __future__ import annotations
 
 import argparse
 import functools
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -124,3 +125,51 @@ def worker_client(args: argparse.Namespace, settings: Settings) -> JobRunner:
 
 def print_progress(message: str, _fraction: Any = None) -> None:
     print(f"  {message}", file=sys.stderr)
+
+
+def shown(path: Path) -> str:
+    cwd = Path.cwd()
+    return str(path.relative_to(cwd) if path.is_relative_to(cwd) else path)
+
+
+def print_findings(findings: list, fmt: str, summary: dict | None = None) -> None:
+    """Findings one per line (text: path:line:column: severity: message [code], a count on stderr) or as JSON;
+    `kernel-lsp check --summary`'s table after them."""
+    from kernel_lsp.findings import uri_to_path
+
+    rows = [(shown(uri_to_path(f.uri)), f) for f in sorted(findings, key=lambda f: (f.uri, f.range.start, f.code))]
+    if fmt == "json":
+        out = [{"path": p, "line": f.range.start.line + 1, "column": f.range.start.character + 1,
+                "endLine": f.range.end.line + 1, "endColumn": f.range.end.character + 1,
+                "severity": f.severity.label, "code": f.code, "message": f.message, "source": f.source,
+                "related": [r.message for r in f.related], "data": f.data} for p, f in rows]
+        print(json.dumps(out if summary is None else {"findings": out, **summary}, indent=2))
+        return
+    for p, f in rows:
+        print(f"{p}:{f.range.start.line + 1}:{f.range.start.character + 1}: {f.severity.label}: "
+              f"{' '.join(f.message.split())} [{f.code}]")  # one line per finding
+    errors = sum(1 for _, f in rows if f.severity == 1)
+    print(f"{len(rows)} finding{'s' if len(rows) != 1 else ''}, {errors} error{'s' if errors != 1 else ''}",
+          file=sys.stderr)
+    if summary is not None:
+        print_summary(summary)
+
+
+def print_summary(summary: dict) -> None:
+    """One line per file under a header; the counts and the cache last."""
+    files = summary["files"]
+    table = [("FILE", "STATE", "ERRORS", "WARNINGS", "KERNELS", "RESOURCES")]
+    for row in files:
+        kernels = ", ".join(row["kernels"][:4]) + (f" (+{len(row['kernels']) - 4})" if len(row["kernels"]) > 4 else "")
+        first = " ".join(row["resources"][0].split()) if row["resources"] else ""
+        table.append((row["path"], row["state"], str(row["errors"]), str(row["warnings"]), kernels or "-", first))
+    widths = [max(len(line[i]) for line in table) for i in range(5)]
+    print()
+    for line in table:
+        print("  ".join(cell.ljust(widths[i]) if i < 5 else cell for i, cell in enumerate(line)).rstrip())
+    states = [row["state"] for row in files]
+    cached = sum(1 for row in files if row["cached"])
+    where = f" ({summary['cache']})" if summary["cache"] else " (cache off)"
+    print(f"{len(files)} file{'s' if len(files) != 1 else ''}: {states.count('compiles')} compile cleanly, "
+          f"{states.count('warnings')} with warnings, {states.count('errors')} with errors; "
+          f"{cached} from the cache{where}")

@@ -7,6 +7,7 @@ An invalid value produces one problem message and the default is kept for that k
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -227,3 +228,11 @@ def resolve_settings(*layers: dict[str, Any]) -> tuple[Settings, list[str]]:
         settings, layer_problems = settings.with_updates(layer)
         problems.extend(layer_problems)
     return settings, problems
+
+
+def cache_dir() -> Path:
+    """Where the worker keeps builds: $KERNEL_LSP_CACHE_DIR, else $XDG_CACHE_HOME/kernel-lsp, else ~/.cache."""
+    explicit = os.environ.get("KERNEL_LSP_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kernel-lsp"

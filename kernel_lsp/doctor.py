@@ -62,8 +62,8 @@ def gpu_checks() -> list[Check]:
 
 def isolation_checks() -> list[Check]:
     """What a candidate's process is kept from: its environment (filtered here), and its files and network, as
-    a throw-away child confined the same way finds them (worker/confine.py's probe)."""
-    from kernel_lsp.worker.isolation import withheld
+    a throw-away child confined the same way finds them (process/confine.py's probe)."""
+    from kernel_lsp.process.isolation import withheld
 
     names = withheld(os.environ)
     shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
@@ -71,7 +71,7 @@ def isolation_checks() -> list[Check]:
                     f"allow-list: {len(names)} variable(s) withheld{f' ({shown})' if names else ''}, HOME in a "
                     "scratch folder")]
     try:
-        probed = subprocess.run([sys.executable, "-m", "kernel_lsp.worker.confine", "--probe"], capture_output=True,
+        probed = subprocess.run([sys.executable, "-m", "kernel_lsp.process.confine", "--probe"], capture_output=True,
                                 text=True, timeout=30, check=True)
         seen = json.loads(probed.stdout)
         for folder in seen.get("folders", []):

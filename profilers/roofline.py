@@ -1,8 +1,8 @@
 """Roofline: the ceilings of a GPU, a kernel's point under them, and what bounds the kernel.
 
-Ceilings are measured (DRAM copy bandwidth and the fp16/bf16 tensor-core matmul rate through
-kernel_lsp.verify.floor, the fp32 rate as an fp32 matmul with TF32 off), once per device and torch version,
-cached as JSON. Where nothing was measured (a CSV made on another machine) the theoretical ceilings come from
+Ceilings are measured by the profile job (kernel_lsp.profile.measure.measured_ceilings: DRAM copy bandwidth and the
+fp16/bf16 tensor-core matmul rate, the fp32 rate as an fp32 matmul with TF32 off), once per device and torch
+version, cached as JSON; this module only holds them (Ceilings). Where nothing was measured (a CSV made on another machine) the theoretical ceilings come from
 ncu's own raw page: its DRAM peak, and SMs × fp32 lanes × 2 × the maximum SM clock.
 
 A kernel's point: DRAM bytes are dram__bytes_read.sum + dram__bytes_write.sum (raw page), or else the details
@@ -24,17 +24,11 @@ import html
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from profilers.ncu import SPEED_OF_LIGHT, KernelLaunch
 
-if TYPE_CHECKING:
-    import torch  # annotations only: the server imports this module and never imports torch
-
 LATENCY_BELOW_PCT = 60.0
-FP32_MATMUL_SIZE = 8192
-FP32_REPEATS = 10
 # fp32 lanes per SM by compute capability (CUDA C Programming Guide, arithmetic instructions table)
 FP32_LANES_PER_SM = {(7, 0): 64, (7, 5): 64, (8, 0): 64, (8, 6): 128, (8, 7): 128, (8, 9): 128, (9, 0): 128,
                      (10, 0): 128, (10, 3): 128, (12, 0): 128}
@@ -65,54 +59,6 @@ class Ceilings:
 
     def to_dict(self) -> dict[str, object]:
         return {**asdict(self), "ridge_point": self.ridge_point}
-
-
-def measured_ceilings(device: str = "cuda", cache_dir: Path | None = None) -> Ceilings:
-    """Bandwidth and tensor rate from verify/floor.py's cached peaks, plus a cached fp32 matmul rate (needs torch)."""
-    from kernel_lsp.verify import floor
-    from kernel_lsp.verify.timing import resolve_device
-
-    target = resolve_device(device)
-    peaks = floor.device_peaks(target, cache_dir)
-    fp32 = cached_fp32_tflops(target, cache_dir)
-    return Ceilings(gpu=floor.device_name(target), dram_bandwidth_gbs=peaks.bandwidth_gbs, fp32_tflops=fp32,
-                    tensor_tflops=peaks.peak_tflops,
-                    how=f"{peaks.how}; fp32 from a {FP32_MATMUL_SIZE}² fp32 matmul, TF32 off")
-
-
-def cached_fp32_tflops(device: torch.device, cache_dir: Path | None) -> float:
-    """The fp32 matmul rate, measured once per (device, torch) beside floor.py's peaks."""
-    from kernel_lsp.verify import floor
-    from kernel_lsp.verify.baselines import read_json_object, write_json_atomically
-
-    if cache_dir is None:
-        return measure_fp32_tflops(device)
-    name = floor.device_name(device)
-    path = floor.peaks_path(cache_dir, name).with_suffix(".fp32.json")
-    stored = read_json_object(path) or {}
-    if stored.get("device") == name and floor.is_positive_number(stored.get("fp32_tflops")):
-        return float(stored["fp32_tflops"])
-    tflops = measure_fp32_tflops(device)
-    try:
-        write_json_atomically(path, {"device": name, "fp32_tflops": tflops})
-    except OSError:
-        pass  # an unwritable cache only costs measuring again next time
-    return tflops
-
-
-def measure_fp32_tflops(device: torch.device) -> float:
-    """cuBLAS SGEMM with TF32 off runs on the fp32 FMA units: the best fp32 rate a library reaches."""
-    import torch
-
-    from kernel_lsp.verify import floor
-
-    allowed = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        size = FP32_MATMUL_SIZE if device.type == "cuda" else floor.CPU_PLAN.matmul_size
-        return floor.matmul_tflops(device, size, torch.float32, FP32_REPEATS)
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = allowed
 
 
 def theoretical_ceilings(launch: KernelLaunch) -> Ceilings | None:

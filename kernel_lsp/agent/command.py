@@ -140,7 +140,7 @@ def settings_budget(settings: Settings, model_calls: int | None = None, tokens: 
 
 def trajectory_directory(settings: Settings, workspace: Path | None, file: Path) -> Path:
     """trajectoryDir (workspace-relative, else relative to FILE's folder), else trajectories/ in the worker's cache."""
-    from kernel_lsp.worker.environment import cache_dir
+    from kernel_lsp.config import cache_dir
 
     if not settings.trajectory_dir:
         return cache_dir() / "trajectories"

@@ -21,6 +21,7 @@ from kernel_lsp.command_line import (
     reports_usage_errors,
     kernelbench_roots,
     nearest_settings,
+    print_findings,
     print_progress,
     verify_option_overrides,
     worker_client,
@@ -96,7 +97,5 @@ def _print(fmt: str, pairing: Pairing, verdict: str, summary: str, result: Resul
                           "verdict": verdict, "summary": summary, "report": result.metrics.get("report"),
                           "findings": result.findings, "status": result.status, "error": result.error}, indent=2))
         return
-    from kernel_lsp.cli import _print_findings
-
-    _print_findings(findings, "text")
+    print_findings(findings, "text")
     print(f"{pairing.candidate}: {summary}")

@@ -9,7 +9,7 @@ ncu runs with --profile-from-start off, and only the calls between cudaProfilerS
 
 The worker starts it confined, as a verification's candidate process is (verify/candidate_process.py): the
 environment's allow-list, HOME in a scratch folder, and, with --writable, writes only under the given folders and
-no network socket (worker/confine.py), applied at the start of main. ncu's injected library starts its threads
+no network socket (process/confine.py), applied at the start of main. ncu's injected library starts its threads
 before main; they are NVIDIA's code, but the file rules do not bind them.
 """
 
@@ -93,7 +93,7 @@ def profiled_range(device: str) -> Iterator[None]:
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     if args.writable:  # the worker's run under ncu: confined before anything of the candidate's is imported
-        from kernel_lsp.worker.confine import confine
+        from kernel_lsp.process.confine import confine
 
         confinement = confine(args.writable, args.allow_network)
         if not confinement.isolated:

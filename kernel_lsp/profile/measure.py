@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernel_lsp.profile.driver import (
     ProblemError,
@@ -24,8 +24,14 @@ from kernel_lsp.profile.driver import (
     run_forward,
 )
 from profilers.nvml import ENERGY_MIN_SECONDS
+from profilers.roofline import Ceilings
+
+if TYPE_CHECKING:
+    import torch
 
 PROC_MAPS = Path("/proc/self/maps")
+FP32_MATMUL_SIZE = 8192
+FP32_REPEATS = 10
 # libraries that are not the candidate's: the toolkit's, Python packages' and the system's, Triton's launchers
 TRITON_LAUNCHERS = ".triton"  # the launcher libraries Triton builds for its kernels: not the candidate's own
 
@@ -207,8 +213,6 @@ def energy(model: Any, inputs: tuple, device: str, seconds: float, problems: lis
 
 
 def ceilings(device: str, cache_dir: str | None, problems: list[str]) -> dict[str, Any] | None:
-    from profilers.roofline import measured_ceilings
-
     if not device.startswith("cuda"):
         problems.append(f"no roofline ceilings: the candidate ran on {device}, not a GPU")
         return None
@@ -218,6 +222,54 @@ def ceilings(device: str, cache_dir: str | None, problems: list[str]) -> dict[st
         problems.append(f"roofline ceilings not measured ({type(exc).__name__}: {exc}); ncu's theoretical "
                         "ones are used")
         return None
+
+
+def measured_ceilings(device: str = "cuda", cache_dir: Path | None = None) -> Ceilings:
+    """Bandwidth and tensor rate from verify/floor.py's cached peaks, plus a cached fp32 matmul rate (needs torch)."""
+    from kernel_lsp.verify import floor
+    from kernel_lsp.verify.timing import resolve_device
+
+    target = resolve_device(device)
+    peaks = floor.device_peaks(target, cache_dir)
+    fp32 = cached_fp32_tflops(target, cache_dir)
+    return Ceilings(gpu=floor.device_name(target), dram_bandwidth_gbs=peaks.bandwidth_gbs, fp32_tflops=fp32,
+                    tensor_tflops=peaks.peak_tflops,
+                    how=f"{peaks.how}; fp32 from a {FP32_MATMUL_SIZE}² fp32 matmul, TF32 off")
+
+
+def cached_fp32_tflops(device: torch.device, cache_dir: Path | None) -> float:
+    """The fp32 matmul rate, measured once per (device, torch) beside floor.py's peaks."""
+    from kernel_lsp.verify import floor
+    from kernel_lsp.verify.baselines import read_json_object, write_json_atomically
+
+    if cache_dir is None:
+        return measure_fp32_tflops(device)
+    name = floor.device_name(device)
+    path = floor.peaks_path(cache_dir, name).with_suffix(".fp32.json")
+    stored = read_json_object(path) or {}
+    if stored.get("device") == name and floor.is_positive_number(stored.get("fp32_tflops")):
+        return float(stored["fp32_tflops"])
+    tflops = measure_fp32_tflops(device)
+    try:
+        write_json_atomically(path, {"device": name, "fp32_tflops": tflops})
+    except OSError:
+        pass  # an unwritable cache only costs measuring again next time
+    return tflops
+
+
+def measure_fp32_tflops(device: torch.device) -> float:
+    """cuBLAS SGEMM with TF32 off runs on the fp32 FMA units: the best fp32 rate a library reaches."""
+    import torch
+
+    from kernel_lsp.verify import floor
+
+    allowed = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        size = FP32_MATMUL_SIZE if device.type == "cuda" else floor.CPU_PLAN.matmul_size
+        return floor.matmul_tflops(device, size, torch.float32, FP32_REPEATS)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = allowed
 
 
 def gpu_state(device: str) -> dict[str, Any]:

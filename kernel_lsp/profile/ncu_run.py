@@ -17,7 +17,7 @@ from pathlib import Path
 
 from kernel_lsp.compile.process import run_process
 from kernel_lsp.verify.candidate_process import candidate_launch
-from kernel_lsp.worker.isolation import with_package_on_path
+from kernel_lsp.process.isolation import with_package_on_path
 from profilers.ncu import (
     DEFAULT_SECTIONS,
     KernelLaunch,

@@ -37,7 +37,7 @@ from kernel_lsp.server.workspace_feature import (
     VISIBLE_NOTIFICATION,
     WorkspaceFeature,
 )
-from kernel_lsp.worker.environment import cache_dir
+from kernel_lsp.config import cache_dir
 
 log = logging.getLogger(__name__)
 

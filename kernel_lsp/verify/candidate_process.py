@@ -2,7 +2,7 @@
 
 The process is started at the very beginning of a verification, so that its imports overlap the reference's
 set-up. It stays in the sandbox child's process group (a timeout kills both). It gets a scratch folder of its
-own as HOME and TMPDIR, and may write only there, in the build caches, /dev and /proc (worker/confine.py).
+own as HOME and TMPDIR, and may write only there, in the build caches, /dev and /proc (process/confine.py).
 
 If it dies without answering (a segfault, an illegal address that aborts, the out-of-memory killer), the judge
 ends the same way (same signal or exit code, the candidate's own stderr already in the shared stderr), so the
@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
-from kernel_lsp.worker.child import read_frame, write_frame
-from kernel_lsp.worker.isolation import build_cache_root, candidate_environment, with_package_on_path
+from kernel_lsp.process.frames import read_frame, write_frame
+from kernel_lsp.process.isolation import build_cache_root, candidate_environment, with_package_on_path
 
 HOST_MODULE = "kernel_lsp.verify.host"
 BUILD_CACHE_VARIABLES = ("TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "CUDA_CACHE_PATH")
@@ -33,7 +33,7 @@ ALWAYS_WRITABLE = ("/dev", "/proc")  # device nodes CUDA opens read-write; CUDA'
 
 
 def candidate_launch(home: Path) -> tuple[dict[str, str], list[str]]:
-    """How a candidate's process is started: its environment (the allow-list of worker/isolation.py, so no
+    """How a candidate's process is started: its environment (the allow-list of process/isolation.py, so no
     secret, with HOME and TMPDIR at `home` and this kernel_lsp on its path) and the folders it may write once
     confined (`home`, the build caches, /dev and /proc). The candidate's process of a verification or a
     profile and the program ncu profiles all start this way."""

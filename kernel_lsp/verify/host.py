@@ -1,7 +1,7 @@
 """The candidate's process: it imports the candidate, builds its model and runs it when the judge asks.
 
 `python -m kernel_lsp.verify.host` is started by the judge (kernel_lsp.verify.run) and confines itself before
-it imports anything else (worker/confine.py: writes only to its scratch folder, the build caches, /dev and
+it imports anything else (process/confine.py: writes only to its scratch folder, the build caches, /dev and
 /proc; no network unless allowed; no signal to the judge). It never decides anything: it runs `forward` on
 the inputs the judge sends and sends back its outputs (verify/exchange.py), records what kernels each run
 launched, times itself when asked, and says what it saw of its own process (torch patched, timers replaced,
@@ -26,8 +26,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
-from kernel_lsp.worker.child import failure_parts, read_frame, write_frame
-from kernel_lsp.worker.confine import confine
+from kernel_lsp.process.failures import failure_parts
+from kernel_lsp.process.frames import read_frame, write_frame
+from kernel_lsp.process.confine import confine
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -17,74 +17,19 @@ import importlib.util
 import os
 import resource
 import shutil
-import struct
-import subprocess
 import sys
-import traceback
 from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import msgpack
+from kernel_lsp.process.failures import Frame, failure_parts
+from kernel_lsp.process.frames import encode_frame, read_frame, write_all, write_frame
 
-FRAME_HEADER = struct.Struct(">I")
-OUT_OF_MEMORY_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory", "bad_alloc")
-CUDA_ERROR_MARKERS = ("cuda error", "illegal memory access", "misaligned address", "unspecified launch failure",
-                      "device-side assert", "illegal instruction")
-BUILD_FAILURE_MARKER = "error building extension"
-COMPILER_OUTPUT_TAIL_CHARS = 8000
 REPORT_RESERVE_BYTES = 16 * 2**20
 CUDA_DRIVER_NODE = "/dev/nvidiactl"
 _MACHINERY_DIR = os.path.dirname(os.path.realpath(__file__))
 
-Frame = tuple[str, int, str, str]  # file, line, function, source text
-
-
-# ---- frames on the pipes ----------------------------------------------------------------------------------
-
-
-def encode_frame(message: dict[str, Any]) -> bytes:
-    body = msgpack.packb(message, use_bin_type=True)
-    return FRAME_HEADER.pack(len(body)) + body
-
-
-def decode_frame_body(body: bytes) -> dict[str, Any]:
-    # map keys may be ints: an entry's return value is any msgpack value
-    return msgpack.unpackb(body, raw=False, strict_map_key=False)
-
-
-def read_frame(fd: int) -> dict[str, Any] | None:
-    """The next frame on a blocking pipe, or None at end of file."""
-    header = _read_exactly(fd, FRAME_HEADER.size)
-    if header is None:
-        return None
-    body = _read_exactly(fd, FRAME_HEADER.unpack(header)[0])
-    return None if body is None else decode_frame_body(body)
-
-
-def _read_exactly(fd: int, size: int) -> bytes | None:
-    data = bytearray()
-    while len(data) < size:
-        chunk = os.read(fd, size - len(data))
-        if not chunk:
-            return None
-        data += chunk
-    return bytes(data)
-
-
-def write_frame(fd: int, message: dict[str, Any]) -> None:
-    """Writes one frame to a blocking pipe."""
-    _write_all(fd, encode_frame(message))
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-# ---- the child's life --------------------------------------------------------------------------------------
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -107,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     reply = run_task(task)
     _discard_prestarted()
     _flush_output()
-    _write_all(options.result_fd, reply)
+    write_all(options.result_fd, reply)
     os._exit(0)  # no interpreter teardown: after a CUDA error torch's exit hooks can hang or crash
 
 
@@ -174,16 +119,6 @@ def describe_exception(error: BaseException, task_dir: str, origins: dict[str, s
     parts = failure_parts(error)
     return _reply(parts["status"], parts["message"], error_type=parts["error_type"],
                   frames=user_frames(parts["frames"], task_dir, origins))
-
-
-def failure_parts(error: BaseException) -> dict[str, Any]:
-    """How an exception ended a run (status, message, error type, frames oldest first), as msgpack values;
-    the exception's frames are cleared (they may hold GiBs of the candidate's locals)."""
-    frames = _exception_frames(error)
-    traceback.clear_frames(error.__traceback__)
-    status, cause = classify_exception(error)
-    return {"status": status, "message": _message(status, cause), "error_type": _type_name(cause),
-            "frames": [list(frame) for frame in frames]}
 
 
 def _prepare(task: dict[str, Any]) -> dict[str, Any]:
@@ -263,86 +198,6 @@ def _limit_host_memory(limit: int, cuda_possible: bool) -> None:
     _, hard = resource.getrlimit(which)
     cap = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
     resource.setrlimit(which, (cap, cap))
-
-
-# ---- how an exception ended the run ----------------------------------------------------------------------
-
-
-def classify_exception(error: BaseException) -> tuple[str, BaseException]:
-    """The status, and the exception in the chain (cause or context) that decided it."""
-    chain = _exception_chain(error)
-    for status, test in (("compile-error", _is_build_failure), ("out-of-memory", _is_out_of_memory),
-                         ("cuda-error", _is_cuda_error)):
-        decisive = next((link for link in chain if test(link)), None)
-        if decisive is not None:
-            return status, decisive
-    return "python-exception", error
-
-
-def _exception_chain(error: BaseException) -> list[BaseException]:
-    chain: list[BaseException] = []
-    link: BaseException | None = error
-    while link is not None and link not in chain:
-        chain.append(link)
-        link = link.__cause__ or link.__context__
-    return chain
-
-
-def _is_build_failure(error: BaseException) -> bool:
-    if isinstance(error, RuntimeError) and BUILD_FAILURE_MARKER in str(error).lower():
-        return True
-    if isinstance(error, subprocess.CalledProcessError):
-        return any(_is_cpp_extension(summary.filename) for summary in traceback.extract_tb(error.__traceback__))
-    return type(error).__name__ == "CompilationError" and type(error).__module__.startswith("triton")
-
-
-def _is_cpp_extension(file: str) -> bool:
-    return Path(file).parts[-3:] == ("torch", "utils", "cpp_extension.py")
-
-
-def _is_out_of_memory(error: BaseException) -> bool:
-    # by class name: torch.OutOfMemoryError (torch.cuda's is the same class) without importing torch
-    if isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError":
-        return True
-    return isinstance(error, RuntimeError) and _mentions(str(error), OUT_OF_MEMORY_MARKERS)
-
-
-def _is_cuda_error(error: BaseException) -> bool:
-    if type(error).__name__ in ("AcceleratorError", "CudaError"):
-        return True
-    return isinstance(error, RuntimeError) and _mentions(str(error), CUDA_ERROR_MARKERS)
-
-
-def _mentions(text: str, markers: Iterable[str]) -> bool:
-    lowered = text.lower()
-    return any(marker in lowered for marker in markers)
-
-
-def _message(status: str, error: BaseException) -> str:
-    if status == "compile-error":
-        return "the extension failed to build:\n" + _compiler_output(error)[-COMPILER_OUTPUT_TAIL_CHARS:]
-    text = str(error)
-    return f"{_type_name(error)}: {text}" if text else _type_name(error)
-
-
-def _compiler_output(error: BaseException) -> str:
-    output = getattr(error, "output", None)
-    if isinstance(output, bytes):
-        output = output.decode("utf-8", "replace")
-    return output or str(error)
-
-
-def _type_name(error: BaseException) -> str:
-    kind = type(error)
-    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-
-
-def _exception_frames(error: BaseException) -> list[Frame]:
-    frames = [(s.filename, s.lineno or 0, s.name, (s.line or "").strip())
-              for s in traceback.extract_tb(error.__traceback__)]
-    if isinstance(error, SyntaxError) and error.filename:
-        frames.append((error.filename, error.lineno or 0, "<module>", (error.text or "").strip()))
-    return frames
 
 
 # ---- frames in the user's files ----------------------------------------------------------------------------

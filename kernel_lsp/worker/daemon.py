@@ -18,7 +18,8 @@ from typing import Awaitable, BinaryIO, Callable
 
 from kernel_lsp import __version__
 from kernel_lsp.worker import protocol
-from kernel_lsp.worker.environment import cache_dir, device_summary, package_version
+from kernel_lsp.config import cache_dir
+from kernel_lsp.worker.environment import device_summary, package_version
 from kernel_lsp.worker.jobs import JOB_KINDS, JobContext
 from kernel_lsp.worker.protocol import ConnectionClosed, Job, ProtocolError, Result
 from kernel_lsp.worker.sandbox import Sandbox, SandboxStartError

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
-from pathlib import Path
 from typing import Any
 
 
@@ -25,11 +24,3 @@ def device_summary() -> dict[str, Any] | None:
         return None
     facts["otherProcesses"] = [p for p in facts.get("otherProcesses", []) if p["pid"] != os.getpid()]
     return facts
-
-
-def cache_dir() -> Path:
-    """Where the worker keeps builds: $KERNEL_LSP_CACHE_DIR, else $XDG_CACHE_HOME/kernel-lsp, else ~/.cache."""
-    explicit = os.environ.get("KERNEL_LSP_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kernel-lsp"

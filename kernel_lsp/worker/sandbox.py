@@ -20,15 +20,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from kernel_lsp.worker.isolation import build_cache_root, candidate_environment, with_package_on_path
-from kernel_lsp.worker.child import (
-    CUDA_ERROR_MARKERS,
-    FRAME_HEADER,
-    OUT_OF_MEMORY_MARKERS,
-    decode_frame_body,
-    encode_frame,
-    user_frames,
-)
+from kernel_lsp.process.isolation import build_cache_root, candidate_environment, with_package_on_path
+from kernel_lsp.process.failures import CUDA_ERROR_MARKERS, OUT_OF_MEMORY_MARKERS
+from kernel_lsp.process.frames import FRAME_HEADER, decode_frame_body, encode_frame
+from kernel_lsp.worker.child import user_frames
 
 SandboxStatus = Literal["ok", "compile-error", "python-exception", "cuda-error", "out-of-memory", "timeout",
                         "signal", "sandbox-error"]

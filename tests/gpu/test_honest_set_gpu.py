@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_lsp.worker.isolation import BUILD_CACHES, build_cache_root
+from kernel_lsp.process.isolation import BUILD_CACHES, build_cache_root
 from tests.gpu import candidates as c
 from tests.gpu.honest_set import HONEST_SET
 from tests.gpu.test_verify_pipeline_gpu import verify

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kernel_lsp.worker.confine import landlock_abi
-from kernel_lsp.worker.environment import cache_dir
+from kernel_lsp.process.confine import landlock_abi
+from kernel_lsp.config import cache_dir
 from tests.gpu import candidates as c
 from tests.gpu.test_verify_pipeline_gpu import codes, verify
 from tests.gpu.test_worker_gpu import gpu_present

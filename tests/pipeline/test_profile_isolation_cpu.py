@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_lsp.worker.confine import landlock_abi
+from kernel_lsp.process.confine import landlock_abi
 from kernel_lsp.worker.sandbox import Sandbox, SandboxLimits, SandboxTask
 from tests.pipeline.test_verify_cpu import (
     HONEST,

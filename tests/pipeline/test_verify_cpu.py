@@ -509,7 +509,7 @@ async def test_forged_timing_is_caught_by_the_judges_clock(sandbox: Sandbox, cac
 
 
 def confined_here() -> str | None:
-    from kernel_lsp.worker.confine import landlock_abi
+    from kernel_lsp.process.confine import landlock_abi
 
     return None if landlock_abi() >= 1 else "Landlock is not available in this kernel"
 

@@ -1,4 +1,4 @@
-"""worker/confine.py in a throw-away child: what a confined candidate's process can and cannot do here."""
+"""process/confine.py in a throw-away child: what a confined candidate's process can and cannot do here."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from kernel_lsp.worker.confine import landlock_abi
+from kernel_lsp.process.confine import landlock_abi
 
 
 def probe() -> dict:
-    result = subprocess.run([sys.executable, "-m", "kernel_lsp.worker.confine", "--probe"], capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "kernel_lsp.process.confine", "--probe"], capture_output=True,
                             text=True, timeout=60, check=True)
     seen = json.loads(result.stdout)
     for folder in seen["folders"]:
@@ -36,7 +36,7 @@ def test_writes_stay_in_the_scratch_folder():
 
 
 def test_confinement_says_what_it_could_not_do(monkeypatch: pytest.MonkeyPatch):
-    from kernel_lsp.worker import confine
+    from kernel_lsp.process import confine
 
     monkeypatch.setattr(confine, "landlock_abi", lambda: 0)  # a kernel without Landlock
     status = confine._restrict_writes(["/tmp"], confine.landlock_abi())

@@ -147,7 +147,7 @@ def test_the_driver_confines_itself_before_the_candidate_runs(tmp_path: Path):
     import subprocess
 
     from kernel_lsp.verify.candidate_process import candidate_launch
-    from kernel_lsp.worker.confine import landlock_abi
+    from kernel_lsp.process.confine import landlock_abi
 
     if landlock_abi() < 1:
         pytest.skip("Landlock is not available in this kernel")

@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ElementTree
 
 import pytest
 
-from profilers import roofline
+from kernel_lsp.profile import measure
 from profilers.ncu import SPEED_OF_LIGHT, KernelLaunch, Metric, parse_details_csv, parse_raw_csv, with_raw
 from profilers.roofline import (
     LATENCY_BELOW_PCT, Ceilings, KernelPoint, classify_bound, counted_flops, kernel_point, roofline_svg,
@@ -68,22 +68,22 @@ def test_measured_ceilings_reuse_floor_peaks_and_cache_the_fp32_rate(tmp_path, m
     from kernel_lsp.verify import floor
 
     monkeypatch.setattr(floor, "measure_peaks", lambda device: floor.Peaks(900.0, 40.0, "fake peaks"))
-    first = roofline.measured_ceilings("cpu", tmp_path)
+    first = measure.measured_ceilings("cpu", tmp_path)
     assert (first.dram_bandwidth_gbs, first.tensor_tflops) == (900.0, 40.0)
     assert first.fp32_tflops > 0 and "fake peaks" in first.how
 
     def must_not_measure(device):
         raise AssertionError("the fp32 rate should come from the cache")
 
-    monkeypatch.setattr(roofline, "measure_fp32_tflops", must_not_measure)
-    assert roofline.measured_ceilings("cpu", tmp_path).fp32_tflops == first.fp32_tflops
+    monkeypatch.setattr(measure, "measure_fp32_tflops", must_not_measure)
+    assert measure.measured_ceilings("cpu", tmp_path).fp32_tflops == first.fp32_tflops
 
 
 def test_measuring_fp32_leaves_the_tf32_setting_as_it_was():
     import torch
 
     before = torch.backends.cuda.matmul.allow_tf32
-    assert roofline.measure_fp32_tflops(torch.device("cpu")) > 0
+    assert measure.measure_fp32_tflops(torch.device("cpu")) > 0
     assert torch.backends.cuda.matmul.allow_tf32 == before
 
 

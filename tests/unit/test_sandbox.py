@@ -11,7 +11,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from kernel_lsp.worker.child import classify_exception
+from kernel_lsp.process.failures import classify_exception
 from kernel_lsp.worker.sandbox import Sandbox, SandboxLimits, SandboxOutcome, SandboxStartError, SandboxTask
 
 USER_FILE = "/home/user/project/candidate.py"
@@ -360,7 +360,7 @@ async def test_secrets_stay_out_of_the_candidates_environment(tmp_path: Path):
     ("SSH_AUTH_SOCK", False), ("HF_TOKEN", False), ("DATABASE_URL", False), ("NPM_CONFIG_USERCONFIG", False),
 ])
 def test_environment_allow_list(name: str, allowed: bool):
-    from kernel_lsp.worker.isolation import allowed as is_allowed
+    from kernel_lsp.process.isolation import allowed as is_allowed
 
     assert is_allowed(name) is allowed
 
@@ -370,7 +370,7 @@ def test_a_waiting_child_whose_sandbox_died_removes_its_own_folder(tmp_path: Pat
     once its task pipe closes without a task."""
     import sys
 
-    from kernel_lsp.worker.child import read_frame
+    from kernel_lsp.process.frames import read_frame
 
     home = tmp_path / "kernel-lsp-home-x"
     (home / "inside").mkdir(parents=True)
