@@ -1,4 +1,5 @@
-"""Shared test constants. The 'nvcc' and 'gpu' markers are registered in pyproject.toml."""
+"""Shared test constants, and the markers given by folder: `editors` for tests/editors, `slow` for the folders whose
+tests start servers, workers, sandboxes or builds (markers registered in pyproject.toml)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ import atexit
 import os
 import shutil
 import tempfile
+from pathlib import Path
+
+import pytest
 
 # real tool output recorded on an H200, in the repository (tests/paths.py)
 from tests.paths import FIXTURES  # noqa: E402,F401
@@ -16,3 +20,16 @@ if not os.environ.get("KERNEL_LSP_CACHE_DIR"):
     _SESSION_CACHE = tempfile.mkdtemp(prefix="kernel-lsp-tests-")
     os.environ["KERNEL_LSP_CACHE_DIR"] = _SESSION_CACHE
     atexit.register(shutil.rmtree, _SESSION_CACHE, ignore_errors=True)
+
+TESTS = Path(__file__).resolve().parent
+SLOW_FOLDERS = {"lsp", "cli", "pipeline", "worker", "agent", "gpu"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        path = Path(str(item.path)).resolve()
+        folder = path.relative_to(TESTS).parts[0] if path.is_relative_to(TESTS) else ""
+        if folder == "editors":
+            item.add_marker(pytest.mark.editors)
+        elif folder in SLOW_FOLDERS:
+            item.add_marker(pytest.mark.slow)

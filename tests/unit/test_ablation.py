@@ -11,7 +11,7 @@ import torch
 
 from kernel_lsp.verify.ablation import ablate, destroy
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]  # builds a C++ extension
 
 CPP = """
 #include <torch/extension.h>

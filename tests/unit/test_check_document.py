@@ -40,6 +40,7 @@ ext = load_inline(name="scale_ext", cpp_sources=cpp_src, cuda_sources=cuda_src,
 '''
 
 
+@pytest.mark.slow
 async def test_device_stage_reports_first_then_host_errors_on_py_lines(tmp_path: Path):
     path = tmp_path / "candidate.py"
     doc = Document(path_to_uri(path), path, SOURCE, 1)

@@ -412,6 +412,7 @@ def concurrent_writers(path, writers: int, rounds: int, *extra: str) -> None:
     assert [p.wait(timeout=120) for p in processes] == [0] * writers
 
 
+@pytest.mark.slow
 def test_processes_flushing_at_once_lose_nothing_and_corrupt_nothing(tmp_path) -> None:
     path = tmp_path / "results.msgpack"
     concurrent_writers(path, writers=4, rounds=60)

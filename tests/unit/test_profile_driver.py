@@ -82,6 +82,7 @@ def test_main_runs_warmup_and_profiled_calls_on_the_cpu(tmp_path: Path, capsys):
     assert "defines no get_inputs()" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_sandbox_measurement_says_what_the_cpu_cannot_measure(tmp_path: Path):
     from kernel_lsp.profile.measure import measure_candidate
 
@@ -95,6 +96,7 @@ def test_the_sandbox_measurement_says_what_the_cpu_cannot_measure(tmp_path: Path
     assert "unavailable" in measured["gpu_state"]
 
 
+@pytest.mark.slow
 def test_without_a_reference_the_candidates_file_is_measured_in_its_own_process(tmp_path: Path):
     from kernel_lsp.profile.measure import measure_candidate
 
@@ -105,6 +107,7 @@ def test_without_a_reference_the_candidates_file_is_measured_in_its_own_process(
     assert "kernel_lsp_candidate" not in sys.modules  # never imported by the measuring process
 
 
+@pytest.mark.slow
 def test_a_candidate_that_fails_is_reported_as_its_own_failure(tmp_path: Path):
     from kernel_lsp.profile.measure import measure_candidate
     from kernel_lsp.verify.candidate_process import CandidateFailed
@@ -143,6 +146,7 @@ except OSError:
 '''
 
 
+@pytest.mark.slow
 def test_the_driver_confines_itself_before_the_candidate_runs(tmp_path: Path):
     import subprocess
 

@@ -68,6 +68,7 @@ async def profile_on_a_worker(tmp_path: Path, options: dict, *, cpu_only: bool =
 
 @pytest.mark.timeout(600)
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+@pytest.mark.slow
 async def test_the_worker_gives_the_static_profile_on_the_python_lines_without_a_gpu(tmp_path: Path):
     result = await profile_on_a_worker(tmp_path, {}, cpu_only=True)
     report = result.metrics["profile"]
@@ -82,6 +83,7 @@ async def test_the_worker_gives_the_static_profile_on_the_python_lines_without_a
 
 @pytest.mark.timeout(600)
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+@pytest.mark.slow
 async def test_device_cpu_asks_for_the_static_profile_and_says_so(tmp_path: Path):
     result = await profile_on_a_worker(tmp_path, {"device": "cpu"})
     report = result.metrics["profile"]

@@ -73,6 +73,7 @@ async def test_kernels_option_keeps_only_the_named_ones():
     assert [kernel["kernel"] for kernel in report["kernels"]] == ["tiny_grid"] and report["kernels"][0]["id"] == 0
 
 
+@pytest.mark.slow
 async def test_load_inline_hints_land_on_the_python_lines(tmp_path: Path):
     path = tmp_path / "cand.py"
     report = await static_profile({"cand.py": LOAD_INLINE_CANDIDATE}, "cand.py", {"cand.py": str(path)})

@@ -443,6 +443,7 @@ def test_never_raises(text):
     assert model.kernelbench is not None
 
 
+@pytest.mark.slow
 def test_large_file_parses():
     line = "x_{0} = 'a string with some words in it' + str({0})\n"
     text = "".join(line.format(k) for k in range(90_000)) + "def get_inputs():\n    return []\n"

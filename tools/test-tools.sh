@@ -1,0 +1,16 @@
+#!/bin/sh
+# The system tools the editor tests drive (README's test command runs this first): Neovim 0.7+ and tmux from
+# Debian's packages. Installs them with apt-get when they are missing and this runs as root; otherwise says what
+# to install and goes on (the editor tests then skip with that reason, or fail in CI, where CI is set).
+missing=""
+command -v nvim >/dev/null 2>&1 || missing="$missing neovim"
+command -v tmux >/dev/null 2>&1 || missing="$missing tmux"
+[ -z "$missing" ] && exit 0
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q $missing >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q $missing >/dev/null 2>&1; } \
+        || echo "tools/test-tools.sh: apt-get could not install$missing; the editor tests will say so" >&2
+else
+    echo "tools/test-tools.sh: install$missing (Debian: apt-get install$missing) for the editor tests" >&2
+fi
+exit 0
