@@ -105,26 +105,6 @@ class TimedCalls:
             self.kept[set_index] = (index, copied(output))
 
 
-def overwriter(spared: list[Any]) -> Any:
-    """What the timing loop does with each output it is done with: its memory is overwritten with poison (NaN),
-    so the next call cannot return memory that still holds an earlier call's answer (a `torch.empty` output
-    left unwritten when timed, served by the allocator from the block the last output freed). Storage shared
-    with the inputs or the model's parameters and buffers (an output that is a view of them) is spared."""
-    from kernel_lsp.verify.integrity import POISON_BYTE, tensor_leaves
-
-    kept = {t.untyped_storage().data_ptr() for t in tensor_leaves(spared)}
-
-    def overwrite(output: Any) -> None:
-        for leaf in tensor_leaves(output):
-            try:
-                storage = leaf.untyped_storage()
-                if storage.nbytes() and storage.data_ptr() not in kept:
-                    storage.fill_(POISON_BYTE)
-            except (RuntimeError, NotImplementedError):  # storage of a kind that cannot be written (meta, sparse)
-                continue
-    return overwrite
-
-
 def plain(output: Any) -> bool:
     """Every tensor of the output is a plain torch.Tensor (a subclass can change how it compares)."""
     import torch
@@ -324,6 +304,7 @@ class Host:
     def op_time(self, request: dict[str, Any]) -> dict[str, Any]:
         """Times forward; one output per input set is kept for the judge and a few calls are recorded
         (TimedCalls), outside the timed stretch of every other call."""
+        from kernel_lsp.verify.integrity import overwriter
         from kernel_lsp.verify.timing import time_callable
 
         input_sets = [tuple(self.exchange.receive(d)) for d in request["input_sets"]]

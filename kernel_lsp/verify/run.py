@@ -40,6 +40,7 @@ from kernel_lsp.verify.integrity import (
     changed_since,
     flush_allocator,
     input_snapshot,
+    overwriter,
     tensor_leaves,
 )
 from kernel_lsp.verify.kernels import KernelLaunch, Window, classify, launches_off_stream, own_kernel_names
@@ -600,7 +601,7 @@ def measure(report: dict[str, Any], judge: Judge, reference_module: Any, ref_mod
         check_timed_kernels(judge, recorded)
     release(judge)
     with PHASES("checking the candidate's timing"):
-        check_reported_timing(judge, candidate, input_sets)
+        check_reported_timing(judge, candidate, input_sets, ref_model)
     timings: dict[str, Any] = {"candidate": candidate.to_dict(), "eager": None, "compile": None,
                                "compileError": None, "cached": {"eager": False, "compile": False}}
     cache = BaselineCache(cache_dir) if cache_dir is not None else None
@@ -669,12 +670,16 @@ def check_timed_kernels(judge: Judge, recorded: list[dict[str, Any]]) -> None:
                         f"timed call {item.get('call')}")
 
 
-def check_reported_timing(judge: Judge, candidate: Timing, input_sets: list[tuple]) -> None:
+def check_reported_timing(judge: Judge, candidate: Timing, input_sets: list[tuple],
+                          ref_model: torch.nn.Module) -> None:
     """The candidate's process reports how long its calls took (warm-up included); the judge's clock ran around
-    that whole request. Less what the timing loop itself costs (measured here, on a call that does nothing) and
-    one round trip, the two must agree: a candidate that shrinks its figures is integrity-timing-forged."""
+    that whole request. Less what the timing loop itself costs (measured here, on a call that returns an output
+    of the reference's size, which the loop overwrites as it does the candidate's) and one round trip, the two
+    must agree: a candidate that shrinks its figures is integrity-timing-forged."""
     calls_run = candidate.calls + candidate.warmup
-    loop_ms = loop_cost_ms(judge.target, input_sets, calls_run)
+    output = run_reference(ref_model, clone_inputs(input_sets[0]))
+    loop_ms = loop_cost_ms(judge.target, input_sets, calls_run, output)
+    del output
     seen_ms = judge.host.wall_s["time"] * 1e3 - loop_ms - judge.host.wall_s["release"] * 1e3
     gap = seen_ms - candidate.busy_ms
     if seen_ms > FORGED_FACTOR * candidate.busy_ms and gap > FORGED_MIN_GAP_MS:
@@ -684,15 +689,17 @@ def check_reported_timing(judge: Judge, candidate: Timing, input_sets: list[tupl
             f"they took {seen_ms:.1f} ms by the judge's clock (after {loop_ms:.1f} ms for the timing loop itself)")
 
 
-def loop_cost_ms(target: torch.device, input_sets: list[tuple], calls: int) -> float:
-    """What `calls` calls of a function that does nothing cost in the timing loop, by this process's clock."""
-    def nothing(*inputs: Any) -> None:
-        return None
+def loop_cost_ms(target: torch.device, input_sets: list[tuple], calls: int, output: Any = None) -> float:
+    """What `calls` calls of a function that does nothing but return `output` cost in the timing loop, its
+    overwrite of each output included, by this process's clock."""
+    def nothing(*inputs: Any) -> Any:
+        return output
+    discard = overwriter(list(input_sets))
     started = time.perf_counter()
     if target.type == "cuda":
-        time_cuda_calls(nothing, input_sets, calls, target, l2_scratch(target))
+        time_cuda_calls(nothing, input_sets, calls, target, l2_scratch(target), discard=discard)
     else:
-        time_cpu_calls(nothing, input_sets, calls)
+        time_cpu_calls(nothing, input_sets, calls, discard=discard)
     return (time.perf_counter() - started) * 1e3
 
 

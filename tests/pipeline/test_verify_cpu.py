@@ -382,7 +382,7 @@ def codes(report: dict) -> list[str]:
 
 async def test_honest_triton_candidate_is_verified_with_cpu_timing(sandbox: Sandbox, cache_dir: Path):
     report = await verify(sandbox, cache_dir, HONEST)
-    assert report["verdict"] == "verified", report
+    assert report["verdict"] == "verified", report["integrity"]
     assert report["correctness"]["passed"] == report["correctness"]["trials"] == 4
     assert report["correctness"]["distributions"] == ["own", "normal", "scaled", "own"]
     assert report["kernels"] == {"custom": ["relu_kernel"], "stock": [], "how": "triton-launcher",
@@ -396,7 +396,7 @@ async def test_honest_triton_candidate_is_verified_with_cpu_timing(sandbox: Sand
 
 async def test_honest_candidate_with_weights_is_verified(sandbox: Sandbox, cache_dir: Path):
     report = await verify(sandbox, cache_dir, HONEST_WITH_WEIGHTS, reference=LINEAR_RELU_PROBLEM, trials=3)
-    assert report["verdict"] == "verified", report
+    assert report["verdict"] == "verified", report["integrity"]
     assert report["correctness"]["weights"] == "state_dict: 2 of 2 tensors loaded"
     assert report["kernels"]["custom"] == ["relu_kernel"]
 

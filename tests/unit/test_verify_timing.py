@@ -163,7 +163,8 @@ class StaleBuffer:
 
 
 def test_the_verifiers_timing_overwrites_each_output_so_a_stale_buffer_reads_nan() -> None:
-    from kernel_lsp.verify.host import TimedCalls, overwriter
+    from kernel_lsp.verify.host import TimedCalls
+    from kernel_lsp.verify.integrity import overwriter
 
     inputs = [(torch.arange(6, dtype=torch.float32),)]  # one input set: a stale answer would be the right one
     for discard, stale_seen in ((None, True), (overwriter(inputs), False)):
@@ -177,7 +178,7 @@ def test_the_verifiers_timing_overwrites_each_output_so_a_stale_buffer_reads_nan
 
 
 def test_the_overwrite_spares_outputs_that_share_the_inputs_or_the_models_storage() -> None:
-    from kernel_lsp.verify.host import overwriter
+    from kernel_lsp.verify.integrity import overwriter
 
     x, weight = torch.arange(4, dtype=torch.float32), torch.nn.Parameter(torch.ones(3))
     overwrite = overwriter([(x,), weight])
