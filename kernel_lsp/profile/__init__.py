@@ -1,2 +1,2 @@
 """Profiling a kernel: the "profile" job (ncu, roofline, SASS, torch profiler, NVML energy), its static variant
-without a GPU, and the `kernel-lsp profile` command."""
+without a GPU (the `kernel-lsp profile` command: kernel_lsp/commands/profile.py)."""

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from lsprotocol import types
 
+from kernel_lsp.agent.setup import API_KEY_ENV
 from kernel_lsp.bench.candidates import verify_options
 from kernel_lsp.config import Settings
 from kernel_lsp.findings import uri_to_path
@@ -46,7 +47,6 @@ OPTIMIZE_ACTION_KIND = "refactor.rewrite.optimizeKernel"  # a rewrite of the cod
 OPTIMIZE_ACTION_TITLE = "Optimize this kernel"
 ANNOTATION_ID = "kernel-lsp.optimize"
 APPLY, KEEP = "Apply", "Keep mine"
-API_KEY_ENV = "ANTHROPIC_API_KEY"  # as kernel_lsp.agent.model and agent.command read it
 _PROGRESS_MESSAGE_CHARS = 160
 
 Tell = Callable[[str, types.MessageType], None]
@@ -177,7 +177,7 @@ class OptimizeFeature:
 
     def _optimizer(self, start: PassStart, settings: Settings) -> Optimizer:
         """As `kernel-lsp optimize` builds one, from the settings alone; the server's worker, not a new one."""
-        from kernel_lsp.agent.command import build_optimizer, settings_budget
+        from kernel_lsp.agent.setup import build_optimizer, settings_budget
 
         workspace = self.settings.folders[0] if self.settings.folders else None
         return build_optimizer(start.path, start.reference, start.start_text, workspace, settings,

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from kernel_lsp.bench.command import add_bench_parser, run_bench
+from kernel_lsp.commands import bench as bench_command
 from tests.problems import relu_problem, triton_relu
 
 
 def bench(*argv: str) -> int:
     parser = argparse.ArgumentParser(prog="kernel-lsp")
-    add_bench_parser(parser.add_subparsers(dest="command"))
-    return run_bench(parser.parse_args(["bench", *argv]))
+    bench_command.add_parser(parser.add_subparsers(dest="command"))
+    return bench_command.run(parser.parse_args(["bench", *argv]))
 
 
 def test_a_folder_without_candidates_is_a_usage_error(tmp_path: Path, capsys):

@@ -70,7 +70,7 @@ def test_optional_temperature_takes_none_or_a_number():
 
 def test_the_model_client_takes_its_timeout_and_retries_from_the_settings(tmp_path):
     from kernel_lsp.agent.budget import Budget
-    from kernel_lsp.agent.command import build_optimizer
+    from kernel_lsp.agent.setup import build_optimizer
     from kernel_lsp.config import resolve_settings
 
     settings, _ = resolve_settings({"agentTimeoutS": 7.5, "agentMaxRetries": 1, "trajectoryDir": str(tmp_path),

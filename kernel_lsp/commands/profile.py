@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kernel_lsp.compile.units import CUDA_SUFFIXES
-from kernel_lsp.command_line import (
+from kernel_lsp.commands.shared import (
     CommandUsageError,
     add_worker_options,
     reports_usage_errors,
@@ -37,7 +37,7 @@ NAME_CHARS = 100
 TOP_NCU_HINTS = 5  # ncu's rules shown per kernel in text, the largest gains; our own hint-* rules always show
 
 
-def add_profile_parser(sub: Any) -> None:
+def add_parser(sub: Any) -> None:
     profile = sub.add_parser("profile", help="profile a candidate's kernels (ncu through the worker; ptxas + SASS "
                              "without a GPU) or read an ncu CSV export: bound, time, hints with estimated gains")
     profile.add_argument("file", type=Path, nargs="?", metavar="FILE",
@@ -52,10 +52,11 @@ def add_profile_parser(sub: Any) -> None:
                               "optional when the candidate defines get_inputs)")
     profile.add_argument("--kernel", action="append", metavar="NAME", help="only this kernel (repeatable)")
     add_worker_options(profile)
+    profile.set_defaults(run=run)
 
 
 @reports_usage_errors("profile")
-def run_profile(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     if (args.file is None) == (args.import_csv is None):
         raise CommandUsageError("give either FILE or --import-csv CSV")
     if args.import_csv is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +17,15 @@ if TYPE_CHECKING:
     from kernel_lsp.worker.backend import JobRunner
 
 
-EXIT_USAGE = 2
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+
+
+def private_stdout():
+    """A private handle on stdout for a protocol (LSP, the worker's); fd 1 itself then goes to stderr, so stray
+    prints (ours, a library's, a child's) cannot corrupt the channel."""
+    private = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    return private
 
 
 class CommandUsageError(Exception):

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kernel_lsp.bench.candidates import verify_job, verify_options
-from kernel_lsp.command_line import (
+from kernel_lsp.commands.shared import (
     CommandUsageError,
     add_verify_options,
     add_worker_options,
@@ -34,7 +34,7 @@ from kernel_lsp.worker.protocol import Result
 EXIT_VERIFIED, EXIT_REJECTED, EXIT_USAGE = 0, 1, 2
 
 
-def add_verify_parser(sub: Any) -> None:
+def add_parser(sub: Any) -> None:
     verify = sub.add_parser("verify", help="verify one candidate against its reference: correctness, integrity "
                             "checks, timing against eager and torch.compile")
     verify.add_argument("candidate", type=Path, metavar="CANDIDATE", help="a .py file defining ModelNew")
@@ -42,10 +42,11 @@ def add_verify_parser(sub: Any) -> None:
                         help="the reference (default: found as in the README's 'What is checked against what')")
     add_verify_options(verify, "")
     add_worker_options(verify)
+    verify.set_defaults(run=run)
 
 
 @reports_usage_errors("verify")
-def run_verify(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     candidate = args.candidate
     if not candidate.is_file():
         raise CommandUsageError(f"not a file: {candidate}")

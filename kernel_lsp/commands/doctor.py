@@ -6,6 +6,7 @@ otherwise work (exit status 1).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -14,6 +15,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kernel_lsp.compile.toolchain import ToolProblem, find_host_compiler, find_nvcc
 from kernel_lsp.config import Settings
@@ -141,6 +143,18 @@ async def worker_check(address: str, token: str | None) -> list[Check]:
     if result.error:
         checks.append(Check("missing", "worker GPU", result.error))
     return checks
+
+
+def add_parser(sub: Any) -> None:
+    doctor = sub.add_parser("doctor", help="what works and what is missing on this machine")
+    doctor.add_argument("--worker", default="", metavar="ADDRESS",
+                        help="check a running worker (unix:PATH or tcp:HOST:PORT) instead of starting a local one")
+    doctor.add_argument("--token-file", help="token for --worker (else $KERNEL_LSP_TOKEN)")
+    doctor.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_doctor(args.worker, args.token_file)
 
 
 def run_doctor(worker_address: str, token_file: str | None) -> int:

@@ -17,9 +17,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernel_lsp.agent.budget import Budget
+from kernel_lsp.agent.setup import API_KEY_ENV, build_optimizer, settings_budget
 from kernel_lsp.bench.candidates import verify_options
-from kernel_lsp.command_line import (
+from kernel_lsp.commands.shared import (
     CommandUsageError,
     add_verify_options,
     add_worker_options,
@@ -37,10 +37,9 @@ if TYPE_CHECKING:  # the anthropic SDK takes ~2 s to import: only `optimize` its
     from kernel_lsp.agent.loop import Optimizer, PassOutcome, ProgressEvent
 
 EXIT_IMPROVED, EXIT_NONE, EXIT_USAGE = 0, 1, 2
-API_KEY_ENV, BASE_URL_ENV = "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"  # as kernel_lsp.agent.model reads them
 
 
-def add_optimize_parser(sub: Any) -> None:
+def add_parser(sub: Any) -> None:
     optimize = sub.add_parser("optimize", help="improve a kernel with Claude in a verified generate-test-refine "
                               "loop; the best verified candidate is written beside FILE as NAME.kernel-lsp-best.py")
     optimize.add_argument("file", type=Path, metavar="FILE", help="a .py defining ModelNew (or only Model: the "
@@ -57,10 +56,11 @@ def add_optimize_parser(sub: Any) -> None:
                           help="re-verify the candidates of a recorded pass instead of running a new one")
     add_verify_options(optimize, " per candidate")
     add_worker_options(optimize)
+    optimize.set_defaults(run=run)
 
 
 @reports_usage_errors("optimize")
-def run_optimize(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     file = args.file
     if not file.is_file() or file.suffix != ".py":
         raise CommandUsageError(f"not a .py file: {file}")
@@ -121,59 +121,16 @@ def _recorded_reference(args: argparse.Namespace) -> Path | None:
     return recorded if recorded is not None and recorded.is_file() else None
 
 
-def settings_budget(settings: Settings, model_calls: int | None = None, tokens: int | None = None,
-                    dollars: float | None = None, wall_s: float | None = None,
-                    evaluations: int | None = None) -> Budget:
-    """The agent budgets of the settings, each replaced by its option where one is given; 0 means unlimited."""
-    def limit(option: Any, setting: Any) -> Any:
-        if option is not None and option < 0:
-            raise CommandUsageError(f"budget options take 0 (unlimited) or more, got {option}")
-        chosen = setting if option is None else option
-        return chosen or None
-
-    return Budget(model_calls=limit(model_calls, settings.agent_max_model_calls),
-                  tokens=limit(tokens, settings.agent_max_total_tokens),
-                  dollars=limit(dollars, settings.agent_max_dollars),
-                  wall_s=limit(wall_s, settings.agent_max_wall_s),
-                  evaluations=limit(evaluations, settings.agent_max_evaluations))
-
-
-def trajectory_directory(settings: Settings, workspace: Path | None, file: Path) -> Path:
-    """trajectoryDir (workspace-relative, else relative to FILE's folder), else trajectories/ in the worker's cache."""
-    from kernel_lsp.config import cache_dir
-
-    if not settings.trajectory_dir:
-        return cache_dir() / "trajectories"
-    return (workspace or file.resolve().parent) / Path(settings.trajectory_dir).expanduser()
-
-
-def build_optimizer(file: Path, reference: Path, start_text: str, workspace: Path | None, settings: Settings,
-                    worker: Any, options: dict[str, Any], budget: Budget, model: str | None = None,
-                    on_event: Any = None) -> Optimizer:
-    """One pass over `file` (its text `start_text`, '' to let the model write the first ModelNew), as the command and
-    the editor run it."""
-    from kernel_lsp.agent.loop import Optimizer
-    from kernel_lsp.agent.model import ModelClient
-    from kernel_lsp.agent.tools import Workbench
-    from kernel_lsp.agent.trajectory import TrajectoryWriter, new_pass_id
-
-    client = ModelClient(settings.anthropic_api_key or os.environ.get(API_KEY_ENV),
-                         settings.anthropic_base_url or os.environ.get(BASE_URL_ENV) or None,
-                         model or settings.agent_model, settings.agent_max_tokens, settings.agent_temperature,
-                         max_retries=settings.agent_max_retries, timeout_s=settings.agent_timeout_s)
-    pass_id = new_pass_id()
-    trajectory = TrajectoryWriter(trajectory_directory(settings, workspace, file), pass_id)
-    workbench = Workbench(file.resolve(), reference.resolve(), start_text, settings, worker, options, pass_id)
-    return Optimizer(client, workbench, budget, trajectory, options["device"], on_event=on_event)
-
-
 def _optimizer(file: Path, reference: Path, args: argparse.Namespace, workspace: Path | None, settings: Settings,
                options: dict[str, Any]) -> Optimizer:
     if not (settings.anthropic_api_key or os.environ.get(API_KEY_ENV)):
         raise CommandUsageError(f"no Anthropic API key: set {API_KEY_ENV} (or the anthropicApiKey setting) to let "
                                 "the agent call Claude")
-    budget = settings_budget(settings, args.max_model_calls, args.max_tokens, args.max_dollars, args.max_wall_s,
-                             args.max_evaluations)
+    try:
+        budget = settings_budget(settings, args.max_model_calls, args.max_tokens, args.max_dollars, args.max_wall_s,
+                                 args.max_evaluations)
+    except ValueError as error:
+        raise CommandUsageError(str(error)) from None
     start = _read(file) if parse_python(_read(file)).kernelbench.model_new is not None else ""
     return build_optimizer(file, reference, start, workspace, settings, worker_client(args, settings), options,
                            budget, args.model, _print_progress)

@@ -18,7 +18,7 @@ from kernel_lsp import __version__
 from kernel_lsp.bench.candidates import find_candidates, pair_candidates, problem_name, verify_job, verify_options
 from kernel_lsp.bench.metrics import VERDICTS, ProblemResult, bench_metrics
 from kernel_lsp.bench.report import bench_json, html_report, text_report, write_json
-from kernel_lsp.command_line import (
+from kernel_lsp.commands.shared import (
     CommandUsageError,
     add_verify_options,
     add_worker_options,
@@ -38,17 +38,18 @@ EXIT_OK, EXIT_USAGE = 0, 2
 OUT_FOLDER = ".kernel-lsp-bench"  # inside DIR by default; hidden, so the next run does not scan it
 
 
-def add_bench_parser(sub: Any) -> None:
+def add_parser(sub: Any) -> None:
     bench = sub.add_parser("bench", help="verify every candidate in a folder: per-problem table, fast_p, geometric "
                            "means, bench.json and bench.html")
     bench.add_argument("folder", type=Path, metavar="DIR", help="folder of candidates (.py files defining ModelNew)")
     add_verify_options(bench, " per candidate")
     bench.add_argument("--out", type=Path, help=f"where bench.json and bench.html go (default: DIR/{OUT_FOLDER})")
     add_worker_options(bench)
+    bench.set_defaults(run=run)
 
 
 @reports_usage_errors("bench")
-def run_bench(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     folder = args.folder
     if not folder.is_dir():
         raise CommandUsageError(f"not a folder: {folder}")

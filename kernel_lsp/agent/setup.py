@@ -1,0 +1,63 @@
+"""An agent pass as the command and the editor build it: the model client, the workbench, the budget and the
+trajectory, from the settings (kernel-lsp optimize and the server's "Optimize this kernel" share this)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kernel_lsp.agent.budget import Budget
+from kernel_lsp.config import Settings
+
+if TYPE_CHECKING:  # the anthropic SDK takes ~2 s to import: only a pass itself pays for it
+    from kernel_lsp.agent.loop import Optimizer
+
+API_KEY_ENV, BASE_URL_ENV = "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"  # as agent/model.py reads them
+
+
+def settings_budget(settings: Settings, model_calls: int | None = None, tokens: int | None = None,
+                    dollars: float | None = None, wall_s: float | None = None,
+                    evaluations: int | None = None) -> Budget:
+    """The agent budgets of the settings, each replaced by its option where one is given; 0 means unlimited. A
+    negative option is a ValueError."""
+    def limit(option: Any, setting: Any) -> Any:
+        if option is not None and option < 0:
+            raise ValueError(f"budget options take 0 (unlimited) or more, got {option}")
+        chosen = setting if option is None else option
+        return chosen or None
+
+    return Budget(model_calls=limit(model_calls, settings.agent_max_model_calls),
+                  tokens=limit(tokens, settings.agent_max_total_tokens),
+                  dollars=limit(dollars, settings.agent_max_dollars),
+                  wall_s=limit(wall_s, settings.agent_max_wall_s),
+                  evaluations=limit(evaluations, settings.agent_max_evaluations))
+
+
+def trajectory_directory(settings: Settings, workspace: Path | None, file: Path) -> Path:
+    """trajectoryDir (workspace-relative, else relative to FILE's folder), else trajectories/ in the worker's cache."""
+    from kernel_lsp.config import cache_dir
+
+    if not settings.trajectory_dir:
+        return cache_dir() / "trajectories"
+    return (workspace or file.resolve().parent) / Path(settings.trajectory_dir).expanduser()
+
+
+def build_optimizer(file: Path, reference: Path, start_text: str, workspace: Path | None, settings: Settings,
+                    worker: Any, options: dict[str, Any], budget: Budget, model: str | None = None,
+                    on_event: Any = None) -> Optimizer:
+    """One pass over `file` (its text `start_text`, '' to let the model write the first ModelNew), as the command and
+    the editor run it."""
+    from kernel_lsp.agent.loop import Optimizer
+    from kernel_lsp.agent.model import ModelClient
+    from kernel_lsp.agent.tools import Workbench
+    from kernel_lsp.agent.trajectory import TrajectoryWriter, new_pass_id
+
+    client = ModelClient(settings.anthropic_api_key or os.environ.get(API_KEY_ENV),
+                         settings.anthropic_base_url or os.environ.get(BASE_URL_ENV) or None,
+                         model or settings.agent_model, settings.agent_max_tokens, settings.agent_temperature,
+                         max_retries=settings.agent_max_retries, timeout_s=settings.agent_timeout_s)
+    pass_id = new_pass_id()
+    trajectory = TrajectoryWriter(trajectory_directory(settings, workspace, file), pass_id)
+    workbench = Workbench(file.resolve(), reference.resolve(), start_text, settings, worker, options, pass_id)
+    return Optimizer(client, workbench, budget, trajectory, options["device"], on_event=on_event)

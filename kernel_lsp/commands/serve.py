@@ -1,0 +1,31 @@
+"""`kernel-lsp serve`: the language server, on stdio (the default) or TCP."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from kernel_lsp.commands.shared import EXIT_OK, EXIT_USAGE, private_stdout
+
+
+def add_parser(sub: Any) -> None:
+    serve = sub.add_parser("serve", help="run the language server (stdio by default)")
+    serve.add_argument("--tcp", metavar="HOST:PORT", help="listen on TCP instead of stdio")
+    serve.add_argument("--log-file", help="write logs to this file instead of stderr")
+    serve.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kernel_lsp.server.setup import create_server
+
+    server = create_server()
+    if args.tcp:
+        host, _, port = args.tcp.rpartition(":")
+        if not host or not port.isdigit():
+            print(f"kernel-lsp: --tcp expects HOST:PORT, got {args.tcp!r}", file=sys.stderr)
+            return EXIT_USAGE
+        server.start_tcp(host, int(port))
+        return EXIT_OK
+    server.start_io(sys.stdin.buffer, private_stdout())
+    return EXIT_OK

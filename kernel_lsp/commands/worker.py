@@ -1,0 +1,41 @@
+"""`kernel-lsp worker`: a GPU worker on stdio (one client: the server starts it so) or listening (unix:PATH or
+tcp:HOST:PORT) for clients holding the token."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+from kernel_lsp.commands.shared import EXIT_OK, EXIT_USAGE, private_stdout
+
+
+def add_parser(sub: Any) -> None:
+    worker = sub.add_parser("worker", help="run a GPU worker (the server starts one itself; use --listen on a GPU "
+                            "server)")
+    where = worker.add_mutually_exclusive_group()
+    where.add_argument("--stdio", action="store_true", help="serve one client on stdin/stdout (the default)")
+    where.add_argument("--listen", metavar="unix:PATH|tcp:HOST:PORT", help="listen for clients")
+    worker.add_argument("--token-file", help="file holding the token clients must present (else $KERNEL_LSP_TOKEN)")
+    worker.add_argument("--max-frame-mib", type=int, default=64, help="largest message accepted (MiB)")
+    worker.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kernel_lsp.worker.daemon import UsageError, WorkerDaemon, parse_listen, read_token, run_listener, run_stdio
+
+    try:
+        token = read_token(args.token_file)
+        if args.listen:
+            parse_listen(args.listen, token)  # refuse a bad address before anything starts
+    except (UsageError, OSError) as exc:
+        print(f"kernel-lsp worker: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    daemon = WorkerDaemon(token=token, max_frame=args.max_frame_mib * 2**20, single_client=not args.listen)
+    if args.listen:
+        asyncio.run(run_listener(daemon, args.listen))
+        return EXIT_OK
+    protocol_out = private_stdout()
+    asyncio.run(run_stdio(daemon, sys.stdin, protocol_out))
+    return EXIT_OK
