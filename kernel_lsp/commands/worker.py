@@ -32,10 +32,19 @@ def run(args: argparse.Namespace) -> int:
     except (UsageError, OSError) as exc:
         print(f"kernel-lsp worker: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    daemon = WorkerDaemon(token=token, max_frame=args.max_frame_mib * 2**20, single_client=not args.listen)
+    daemon = WorkerDaemon(token=token, max_frame=args.max_frame_mib * 2**20, single_client=not args.listen,
+                          handlers=job_handlers())
     if args.listen:
         asyncio.run(run_listener(daemon, args.listen))
         return EXIT_OK
     protocol_out = private_stdout()
     asyncio.run(run_stdio(daemon, sys.stdin, protocol_out))
     return EXIT_OK
+
+
+def job_handlers() -> dict:
+    """The job kinds this worker runs: its own, and those of the jobs defined above it (one line per kind)."""
+    from kernel_lsp.profile.worker_job import profile_job
+    from kernel_lsp.worker.jobs import JOB_KINDS
+
+    return {**JOB_KINDS, "profile": profile_job}

@@ -1,4 +1,4 @@
-"""The "profile" job's work in the worker (kernel_lsp.worker.jobs.profile holds the GPU slot around it).
+"""The "profile" job's work in the worker; profile_job is its handler (registered in kernel_lsp/commands/worker.py).
 
 On a GPU: a sandboxed child measures what needs torch (reference kernels, energy, ceilings, the extension's
 binary), ncu profiles the candidate's own kernels, and the extension's SASS adds the SASS rules' hints. Without a
@@ -80,10 +80,10 @@ async def gpu_profile(job: Job, context: JobContext) -> Result:
     task = SandboxTask(entry="kernel_lsp.profile.measure:measure_candidate", files=job.source_files,
                        origins=config.get("origins") or {},
                        args={"candidate": config["candidate"], "reference": config.get("reference"),
-                             "cache_dir": str(context.daemon.cache_dir), "uses_cuda": True,
+                             "cache_dir": str(context.cache_dir), "uses_cuda": True,
                              "allow_network": bool(config.get("allowNetwork", False))})
     await context.progress(f"building and measuring {config['candidate']} (reference kernels, energy, ceilings)")
-    outcome = await context.daemon.sandbox.run(task, sandbox_limits(config.get("limits") or MEASURE_LIMITS))
+    outcome = await context.sandbox.run(task, sandbox_limits(config.get("limits") or MEASURE_LIMITS))
     if outcome.status != "ok":
         problem = f"the candidate did not run ({outcome.status}): {outcome.message}"
         report = profile_report("ncu", [], problems=[problem])
@@ -168,3 +168,14 @@ def roofline_artifacts(ceilings: Ceilings | None, launches: list[KernelLaunch]) 
     if ceilings is None or not points:
         return {}
     return {"roofline_svg": roofline_svg(ceilings, points)}
+
+
+async def profile_job(job: Job, context: JobContext) -> Result:
+    """The worker's "profile" job kind: a candidate's ProfileReport (ncu, SASS, reference kernels and energy) on a
+    GPU, holding the GPU slot; the static profile (ptxas + SASS) without one."""
+    await context.warmup.wait()
+    on_gpu = job.config.get("device", "cuda") != "cpu" and context.warmup.cuda_available
+    if on_gpu:
+        async with context.gpu_slot():
+            return await profile_result(job, context, on_gpu)
+    return await profile_result(job, context, on_gpu)

@@ -20,7 +20,7 @@ from kernel_lsp import __version__
 from kernel_lsp.worker import protocol
 from kernel_lsp.config import cache_dir
 from kernel_lsp.worker.environment import device_summary, package_version
-from kernel_lsp.worker.jobs import JOB_KINDS, JobContext
+from kernel_lsp.worker.jobs import JOB_KINDS, Handler, JobContext
 from kernel_lsp.worker.protocol import ConnectionClosed, Job, ProtocolError, Result
 from kernel_lsp.worker.sandbox import Sandbox, SandboxStartError
 
@@ -61,8 +61,9 @@ class Warmup:
 
 class WorkerDaemon:
     def __init__(self, token: str | None = None, max_frame: int = protocol.DEFAULT_MAX_FRAME,
-                 warm: bool = True, single_client: bool = True) -> None:
+                 warm: bool = True, single_client: bool = True, handlers: dict[str, Handler] | None = None) -> None:
         self.single_client = single_client
+        self.handlers = dict(JOB_KINDS if handlers is None else handlers)  # job kind -> handler
         self.token = token
         self.max_frame = max_frame
         # children wait with torch already imported, so a candidate's start costs no import, and torch._dynamo
@@ -82,10 +83,10 @@ class WorkerDaemon:
         self._build_locks: dict[str, asyncio.Lock] = {}
 
     @contextlib.asynccontextmanager
-    async def gpu_slot(self, context: JobContext):
+    async def gpu_slot(self, progress: Callable[..., Awaitable[None]]):
         """Holds the GPU for one job; a job that has to wait says so in its progress."""
         if self._gpu.locked():
-            await context.progress(f"waiting for the GPU ({self._gpu_waiting} other job(s) waiting)")
+            await progress(f"waiting for the GPU ({self._gpu_waiting} other job(s) waiting)")
         self._gpu_waiting += 1
         try:
             await self._gpu.acquire()
@@ -95,6 +96,11 @@ class WorkerDaemon:
             yield
         finally:
             self._gpu.release()
+
+    def job_context(self, progress: Callable[..., Awaitable[None]]) -> JobContext:
+        return JobContext(progress=progress, sandbox=self.sandbox, warmup=self.warmup, cache_dir=self.cache_dir,
+                          gpu_slot=lambda: self.gpu_slot(progress), build_lock=self.build_lock,
+                          versions=self.versions)
 
     def build_lock(self, key: str) -> asyncio.Lock:
         """One build per content hash at a time: a second identical job waits and then finds it built."""
@@ -187,21 +193,21 @@ class WorkerDaemon:
                       jobs: dict[int, asyncio.Task]) -> None:
         job_id = message["id"]
         job = Job.from_wire(message["job"])
-        if job.kind not in JOB_KINDS:
+        if job.kind not in self.handlers:
             await send(protocol.error(job_id, "unknown-job-kind",
-                                      f"unknown job kind '{job.kind}' (known: {', '.join(sorted(JOB_KINDS))})"))
+                                      f"unknown job kind '{job.kind}' (known: {', '.join(sorted(self.handlers))})"))
             return
         if job_id in jobs:
             await send(protocol.error(job_id, "busy", f"job {job_id} is already running"))
             return
-        context = JobContext(self, lambda text, fraction=None: send(protocol.progress(job_id, text, fraction)))
+        context = self.job_context(lambda text, fraction=None: send(protocol.progress(job_id, text, fraction)))
         jobs[job_id] = asyncio.ensure_future(self._run_job(job_id, job, context, send))
         jobs[job_id].add_done_callback(lambda _t: jobs.pop(job_id, None))
 
     async def _run_job(self, job_id: int, job: Job, context: JobContext,
                        send: Callable[[dict], Awaitable[None]]) -> None:
         try:
-            result = await JOB_KINDS[job.kind](job, context)
+            result = await self.handlers[job.kind](job, context)
         except asyncio.CancelledError:
             result = Result("cancelled", [], {}, {}, "cancelled by the client")
             await asyncio.shield(_quiet(send(result.to_wire(job_id))))

@@ -1,4 +1,6 @@
-"""The job kinds a worker runs. Each takes a Job and a JobContext and returns a protocol Result.
+"""The worker's own job kinds (JOB_KINDS). A handler takes a Job and a JobContext and returns a protocol Result;
+kinds defined elsewhere (the profile job) are registered beside these where the worker is started
+(kernel_lsp/commands/worker.py). Handlers see the worker through the context, never the daemon itself.
 
 Candidates run only through the sandbox, so a candidate's crash is a finding in an `ok` result, never a
 failure of the worker.
@@ -6,8 +8,12 @@ failure of the worker.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from kernel_lsp.findings import Finding, Range, Severity, path_to_uri
 from kernel_lsp.jobs.cache import cache_key
@@ -18,7 +24,8 @@ from kernel_lsp.worker.protocol import Job, Result
 from kernel_lsp.worker.sandbox import SandboxLimits, SandboxOutcome, SandboxTask
 
 if TYPE_CHECKING:
-    from kernel_lsp.worker.daemon import WorkerDaemon
+    from kernel_lsp.worker.daemon import Warmup
+    from kernel_lsp.worker.sandbox import Sandbox
 
 SOURCE = "kernel-lsp"
 BUILT_MARKER = "kernel-lsp-built"
@@ -26,8 +33,18 @@ BUILT_MARKER = "kernel-lsp-built"
 
 @dataclass
 class JobContext:
-    daemon: "WorkerDaemon"
-    progress: Callable[..., Awaitable[None]]  # progress(text, fraction=None)
+    """What a handler may use of the worker that runs it."""
+
+    progress: Callable[..., Awaitable[None]]  # progress(text, fraction=None): to the client that sent the job
+    sandbox: "Sandbox"  # runs a task in a fresh child under limits
+    warmup: "Warmup"  # torch imported and CUDA initialised (await warmup.wait(); cuda_available, problem)
+    cache_dir: Path  # the worker's cache folder
+    gpu_slot: Callable[[], AbstractAsyncContextManager[None]]  # `async with context.gpu_slot():` the GPU alone
+    build_lock: Callable[[str], asyncio.Lock]  # one build per content hash at a time
+    versions: Callable[[], dict[str, str | None]]  # package versions, CUDA and the driver
+
+
+Handler = Callable[[Job, JobContext], Awaitable[Result]]
 
 
 async def noop(job: Job, context: JobContext) -> Result:
@@ -37,10 +54,10 @@ async def noop(job: Job, context: JobContext) -> Result:
 
 async def device_info(job: Job, context: JobContext) -> Result:
     """Versions and the GPU's facts, once torch is imported and CUDA initialised."""
-    await context.daemon.warmup.wait()
-    warm = context.daemon.warmup
+    await context.warmup.wait()
+    warm = context.warmup
     device = device_summary()
-    metrics: dict[str, Any] = {"versions": context.daemon.versions(), "cudaAvailable": warm.cuda_available,
+    metrics: dict[str, Any] = {"versions": context.versions(), "cudaAvailable": warm.cuda_available,
                                "device": device}
     problems = [p for p in (warm.problem, None if device else "no GPU visible to NVML on the worker's machine")
                 if p]
@@ -62,7 +79,7 @@ async def run_python(job: Job, context: JobContext) -> Result:
     the GPU, which runs one such job at a time."""
     config = job.config
     if config.get("usesCuda"):
-        async with context.daemon.gpu_slot(context):
+        async with context.gpu_slot():
             return await _run_python(job, context)
     return await _run_python(job, context)
 
@@ -74,7 +91,7 @@ async def _run_python(job: Job, context: JobContext) -> Result:
                              "kwargs": config.get("kwargs") or {}, "uses_cuda": bool(config.get("usesCuda"))},
                        files=job.source_files, origins=config.get("origins") or {})
     await context.progress(f"running {config['function']} from {config['file']} in a sandbox")
-    outcome = await context.daemon.sandbox.run(task, sandbox_limits(config.get("limits") or {}))
+    outcome = await context.sandbox.run(task, sandbox_limits(config.get("limits") or {}))
     findings = [] if outcome.status == "ok" else [outcome_finding(outcome, task).to_dict()]
     return Result("ok", findings, {"durationS": outcome.duration_s, "status": outcome.status},
                   {"outcome": outcome.to_dict()})
@@ -101,8 +118,8 @@ async def build_extension(job: Job, context: JobContext) -> Result:
     """
     config = job.config
     key = cache_key("extension", job.source_files, config, package_version("torch"))[:24]
-    directory = context.daemon.cache_dir / "extensions" / key
-    async with context.daemon.build_lock(key):
+    directory = context.cache_dir / "extensions" / key
+    async with context.build_lock(key):
         cached = (directory / BUILT_MARKER).is_file()
         await context.progress(f"{'loading cached' if cached else 'building'} extension {config['name']}")
         directory.mkdir(parents=True, exist_ok=True)
@@ -112,7 +129,7 @@ async def build_extension(job: Job, context: JobContext) -> Result:
                                  "functions": config.get("functions"), "extra_cflags": config.get("extraCflags", []),
                                  "extra_cuda_cflags": config.get("extraCudaCflags", []),
                                  "build_directory": str(directory)})
-        outcome = await context.daemon.sandbox.run(task, sandbox_limits(config.get("limits") or {"wallTimeS": 900}))
+        outcome = await context.sandbox.run(task, sandbox_limits(config.get("limits") or {"wallTimeS": 900}))
         if outcome.status == "ok":
             (directory / BUILT_MARKER).write_text(key)
     findings = [] if outcome.status == "ok" else [outcome_finding(outcome, task).to_dict()]
@@ -124,11 +141,11 @@ async def verify(job: Job, context: JobContext) -> Result:
     """A candidate's verdict against its reference (kernel_lsp.verify.run in a sandboxed child); GPU runs wait
     for the GPU slot, so timings never share the device."""
     config = job.config
-    await context.daemon.warmup.wait()
+    await context.warmup.wait()
     on_gpu = config.get("device", "auto") == "cuda" or (config.get("device", "auto") == "auto"
-                                                          and context.daemon.warmup.cuda_available)
+                                                          and context.warmup.cuda_available)
     if on_gpu:
-        async with context.daemon.gpu_slot(context):
+        async with context.gpu_slot():
             return await _verify(job, context, on_gpu)
     return await _verify(job, context, on_gpu)
 
@@ -146,10 +163,10 @@ async def _verify(job: Job, context: JobContext, on_gpu: bool) -> Result:
                              "baselines": list(config.get("baselines", ["eager", "compile"])),
                              "allowed_kernels": list(config.get("allowedKernels") or []),
                              "allow_network": bool(config.get("allowNetwork", False)),
-                             "timing": bool(config.get("timing", True)), "cache_dir": str(context.daemon.cache_dir),
+                             "timing": bool(config.get("timing", True)), "cache_dir": str(context.cache_dir),
                              "files": job.source_files, "uses_cuda": on_gpu})
     await context.progress(f"verifying {candidate} against {config['reference']}")
-    outcome = await context.daemon.sandbox.run(task, sandbox_limits(config.get("limits") or {"wallTimeS": 900}))
+    outcome = await context.sandbox.run(task, sandbox_limits(config.get("limits") or {"wallTimeS": 900}))
     uri = path_to_uri(origins.get(candidate, candidate))
     metrics: dict[str, Any] = {"durationS": outcome.duration_s, "report": None}
     if outcome.status == "python-exception" and not any(f.file in set(origins.values()) for f in outcome.traceback):
@@ -171,24 +188,10 @@ async def _verify(job: Job, context: JobContext, on_gpu: bool) -> Result:
                                                                     "stderr": outcome.stderr[-4000:]})
 
 
-async def profile(job: Job, context: JobContext) -> Result:
-    """A candidate's ProfileReport (kernel_lsp.profile.worker_job): ncu, SASS, reference kernels and energy on a
-    GPU, holding the GPU slot; the static profile (ptxas + SASS) without one."""
-    from kernel_lsp.profile.worker_job import profile_result
-
-    await context.daemon.warmup.wait()
-    on_gpu = job.config.get("device", "cuda") != "cpu" and context.daemon.warmup.cuda_available
-    if on_gpu:
-        async with context.daemon.gpu_slot(context):
-            return await profile_result(job, context, on_gpu)
-    return await profile_result(job, context, on_gpu)
-
-
-JOB_KINDS: dict[str, Callable[[Job, JobContext], Awaitable[Result]]] = {
+JOB_KINDS: dict[str, Handler] = {
     "noop": noop,
     "device-info": device_info,
     "run-python": run_python,
     "build-extension": build_extension,
     "verify": verify,
-    "profile": profile,
 }
