@@ -31,7 +31,6 @@ from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.hover_card import CardFacts, hover_card
 from kernel_lsp.server.profile_report import ceilings_from, imported_report, point_from
 from kernel_lsp.server.settings import SettingsManager
-from kernel_lsp.server.verify_feature import RUNNING
 from kernel_lsp.server.work_progress import WorkProgress
 from kernel_lsp.server.worker_feature import WorkerFeature
 from kernel_lsp.verify.pairing import Pairing, ReferenceProblem, find_reference
@@ -47,7 +46,6 @@ IMPORT_COMMAND = "kernel-lsp.importProfile"
 PROFILE_ACTION_KIND = "source.profileKernel"  # under "source": it acts on the file, it does not fix a diagnostic
 PROFILE_ACTION_TITLE = "Profile this kernel"
 STATIC_SOURCE = "static: ptxas and SASS, no GPU run"
-VERIFY_OFFER = "verify against "  # the verify lens of a candidate not verified yet (verify_feature.lens_title)
 
 
 @dataclass(frozen=True)
@@ -76,7 +74,7 @@ class ProfileFeature:
         self._documents = documents
         self._progress = progress
         self._tell_user = tell_user
-        self._verify_summary = verify_summary  # the verify lens's title for a candidate URI: correctness, speedups
+        self._verify_summary = verify_summary  # VerifyFeature.result_summary: correctness, speedups, time
         self._chart_dir = chart_dir
         self._kernels: dict[str, ProfiledKernel] = {}
         self._locations: dict[str, tuple[str, dict[str, Location]]] = {}  # uri -> (text, kernel -> name range)
@@ -334,9 +332,3 @@ def _path_of(uri: str) -> Path | None:
         return uri_to_path(uri).resolve()
     except ValueError:
         return None
-
-
-def verify_summary(lenses: list[types.CodeLens]) -> str | None:
-    """The verify lens's title when it holds a result (correctness, speedups, time), not an offer or a run."""
-    titles = [lens.command.title for lens in lenses if lens.command]
-    return next((t for t in titles if t != RUNNING and not t.startswith(VERIFY_OFFER)), None)

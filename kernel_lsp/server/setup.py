@@ -25,7 +25,6 @@ from kernel_lsp.server.profile_feature import (
     PROFILE_ACTION_KIND,
     PROFILE_COMMAND,
     ProfileFeature,
-    verify_summary,
 )
 from kernel_lsp.server.settings import SECTION, SettingsManager
 from kernel_lsp.server.verify_feature import VERIFY_COMMAND, VerifyFeature
@@ -76,7 +75,7 @@ class KernelLanguageServer(LanguageServer):
                                       documents=lambda: self.workspace.text_documents,
                                       progress=WorkProgress(self.work_done_progress, self.supports_work_done_progress),
                                       tell_user=lambda m: self.show(m, types.MessageType.Warning),
-                                      verify_summary=lambda uri: verify_summary(self.verify.code_lenses(uri)),
+                                      verify_summary=lambda uri: self.verify.result_summary(uri),
                                       chart_dir=cache_dir() / "charts")
         self.optimize = OptimizeFeature(self.settings, self.worker, documents=lambda: self.workspace.text_documents,
                                         progress=WorkProgress(self.work_done_progress,

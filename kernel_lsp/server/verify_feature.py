@@ -180,6 +180,15 @@ class VerifyFeature:
                 return {"uri": uri, "status": "cancelled"}
             raise
 
+    def result_summary(self, uri: str) -> str | None:
+        """What the last finished verification of a candidate said (its lens title: correctness, speedups, time, or
+        why there is no result; marked when the text changed since), None while none finished or one runs."""
+        run = self._runs.get(uri)
+        if run is None or run.state not in ("done", "unavailable"):
+            return None
+        document = self._document(uri)
+        return lens_title(run, document.source if document is not None else None)
+
     def code_lenses(self, uri: str) -> list[types.CodeLens]:
         run = self._runs.get(uri)
         if run is None:
