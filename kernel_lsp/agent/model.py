@@ -19,10 +19,10 @@ from typing import Any
 import anthropic
 import httpx2  # the SDK's HTTP library: a time-out or dropped connection in mid-stream arrives as its error, unwrapped
 
+from kernel_lsp.agent.setup import API_KEY_ENV, BASE_URL_ENV
+
 log = logging.getLogger(__name__)
 
-API_KEY_ENV = "ANTHROPIC_API_KEY"
-BASE_URL_ENV = "ANTHROPIC_BASE_URL"
 MAX_BACKOFF_S = 30.0
 MAX_RETRY_AFTER_S = 60.0  # a longer wait asked by the API is cut to this, so a pass never hangs on one header
 

@@ -13,7 +13,7 @@ from kernel_lsp.config import Settings
 if TYPE_CHECKING:  # the anthropic SDK takes ~2 s to import: only a pass itself pays for it
     from kernel_lsp.agent.loop import Optimizer
 
-API_KEY_ENV, BASE_URL_ENV = "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"  # as agent/model.py reads them
+API_KEY_ENV, BASE_URL_ENV = "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"  # where the key and endpoint come from
 
 
 def settings_budget(settings: Settings, model_calls: int | None = None, tokens: int | None = None,

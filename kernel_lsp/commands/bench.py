@@ -19,6 +19,8 @@ from kernel_lsp.bench.candidates import find_candidates, pair_candidates, proble
 from kernel_lsp.bench.metrics import VERDICTS, ProblemResult, bench_metrics
 from kernel_lsp.bench.report import bench_json, html_report, text_report, write_json
 from kernel_lsp.commands.shared import (
+    EXIT_OK,
+    EXIT_USAGE,
     CommandUsageError,
     add_verify_options,
     add_worker_options,
@@ -34,7 +36,6 @@ from kernel_lsp.worker.protocol import Result
 
 log = logging.getLogger(__name__)
 
-EXIT_OK, EXIT_USAGE = 0, 2
 OUT_FOLDER = ".kernel-lsp-bench"  # inside DIR by default; hidden, so the next run does not scan it
 
 

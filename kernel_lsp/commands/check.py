@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kernel_lsp.commands.shared import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, print_findings, shown
+from kernel_lsp.commands.shared import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, nearest_pyproject, print_findings, shown
 
 CHECKED_SUFFIXES = (".cu", ".cuh", ".py")
 # findings that mean the environment is wrong rather than the code: exit status 2
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     if missing:
         print(f"kernel-lsp: no such file or directory: {', '.join(map(str, missing))}", file=sys.stderr)
         return EXIT_USAGE
-    config = args.config or _nearest_pyproject(Path.cwd())
+    config = args.config or nearest_pyproject(Path.cwd())
     layer, problems = pyproject_settings(config.parent) if config else ({}, [])
     overrides = {k: v for k, v in (("arch", args.arch), ("nvccPath", args.nvcc)) if v}
     settings, more = resolve_settings(layer, overrides)
@@ -55,13 +55,6 @@ def run(args: argparse.Namespace) -> int:
     if any(f.code in ENVIRONMENT_CODES for f in findings):
         return EXIT_USAGE
     return EXIT_FINDINGS if any(f.severity == 1 for f in findings) else EXIT_OK
-
-
-def _nearest_pyproject(start: Path) -> Path | None:
-    for folder in (start, *start.parents):
-        if (folder / "pyproject.toml").is_file():
-            return folder / "pyproject.toml"
-    return None
 
 
 def _targets(paths: list[Path], settings) -> list[Path]:

@@ -17,11 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernel_lsp.compile.toolchain import ToolProblem, find_host_compiler, find_nvcc
 from kernel_lsp.config import Settings
-from kernel_lsp.worker.daemon import read_token
-from kernel_lsp.worker.environment import package_version
-from kernel_lsp.worker.protocol import Job
+
+# what the checks use is imported where they run: every command's start builds the parser and imports this module
 
 PROFILING_PARAMS = Path("/proc/driver/nvidia/params")
 
@@ -34,6 +32,9 @@ class Check:
 
 
 async def tool_checks(settings: Settings) -> list[Check]:
+    from kernel_lsp.compile.toolchain import ToolProblem, find_host_compiler, find_nvcc
+    from kernel_lsp.worker.environment import package_version
+
     checks = []
     for item, finder, fatal in (("nvcc", find_nvcc, True), ("host C++ compiler", find_host_compiler, False)):
         try:
@@ -119,13 +120,16 @@ def counter_permission() -> Check:
 
 
 def api_key_check() -> Check:
-    if os.environ.get("ANTHROPIC_API_KEY"):
-        return Check("ok", "ANTHROPIC_API_KEY", "present")
-    return Check("missing", "ANTHROPIC_API_KEY", "not set: 'Optimize this kernel' cannot call the model")
+    from kernel_lsp.agent.setup import API_KEY_ENV
+
+    if os.environ.get(API_KEY_ENV):
+        return Check("ok", API_KEY_ENV, "present")
+    return Check("missing", API_KEY_ENV, "not set: 'Optimize this kernel' cannot call the model")
 
 
 async def worker_check(address: str, token: str | None) -> list[Check]:
     from kernel_lsp.worker.client import WorkerClient, WorkerUnavailable
+    from kernel_lsp.worker.protocol import Job
 
     client = WorkerClient(address=address, token=token)
     where = address or "local (started for this check)"
@@ -158,6 +162,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_doctor(worker_address: str, token_file: str | None) -> int:
+    from kernel_lsp.worker.daemon import read_token
+
     async def gather() -> list[Check]:
         checks = await tool_checks(Settings())
         checks += gpu_checks() + profiler_checks() + isolation_checks() + [api_key_check()]

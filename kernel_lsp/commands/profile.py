@@ -16,6 +16,8 @@ from typing import Any
 
 from kernel_lsp.compile.units import CUDA_SUFFIXES
 from kernel_lsp.commands.shared import (
+    EXIT_OK,
+    EXIT_USAGE,
     CommandUsageError,
     add_worker_options,
     reports_usage_errors,
@@ -31,7 +33,6 @@ from kernel_lsp.profile.report import (
     summary_line,
 )
 
-EXIT_OK, EXIT_USAGE = 0, 2
 MESSAGE_CHARS = 300  # text output keeps each hint to a few lines; --format json has it whole
 NAME_CHARS = 100
 TOP_NCU_HINTS = 5  # ncu's rules shown per kernel in text, the largest gains; our own hint-* rules always show

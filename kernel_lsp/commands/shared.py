@@ -70,11 +70,17 @@ def add_verify_options(parser: argparse.ArgumentParser, each: str) -> None:
     parser.add_argument("--baselines", help="comma-separated, from eager,compile; '' for none (default: the setting)")
 
 
+def nearest_pyproject(folder: Path) -> Path | None:
+    """The pyproject.toml in `folder` or the nearest folder above it."""
+    start = folder.resolve()
+    return next((f / "pyproject.toml" for f in (start, *start.parents) if (f / "pyproject.toml").is_file()), None)
+
+
 def nearest_settings(folder: Path, command: str) -> tuple[Path | None, Settings]:
     """The nearest pyproject.toml above `folder` gives the workspace and its [tool.kernel-lsp] settings; problems
     with them are warnings on stderr."""
-    workspace = next((f for f in (folder.resolve(), *folder.resolve().parents) if (f / "pyproject.toml").is_file()),
-                     None)
+    found = nearest_pyproject(folder)
+    workspace = found.parent if found else None
     layer, problems = pyproject_settings(workspace) if workspace else ({}, [])
     settings, more = resolve_settings(layer)
     for problem in problems + more:

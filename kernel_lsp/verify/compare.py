@@ -213,8 +213,7 @@ class ErrorTally:
     worst_flat: int = 0
     worst_expected: float = 0.0
     worst_actual: float = 0.0
-    parts: list[torch.Tensor] = field(default_factory=list)
-    offsets: list[int] = field(default_factory=list)
+    parts: list[torch.Tensor] = field(default_factory=list)  # per chunk, on the device: see add
 
     def add(self, offset: int, expected: torch.Tensor, actual: torch.Tensor, tolerance: Tolerance,
             scale: float) -> None:
@@ -229,21 +228,19 @@ class ErrorTally:
         rel_error = abs_error / e.abs().clamp_min(torch.finfo(work).tiny)
         local = excess.argmax()
         self.parts.append(torch.stack([mismatched.double(), abs_error.max().double(), rel_error.max().double(),
-                                       excess[local].double(), local.double(), e[local].double(),
-                                       a[local].double()]))
-        self.offsets.append(offset)
+                                       excess[local].double(), (local + offset).double(), e[local].double(),
+                                       a[local].double()]))  # a flat index is exact in float64 below 2**53
 
     def settle(self) -> None:
         """The chunks' figures, read back at once: counts added, maxima taken, the first worst element kept."""
-        for offset, (mismatched, max_abs, max_rel, excess, local, expected, actual) in zip(
-                self.offsets, torch.stack(self.parts).tolist() if self.parts else []):
+        for mismatched, max_abs, max_rel, excess, flat, expected, actual in (
+                torch.stack(self.parts).tolist() if self.parts else []):
             self.mismatched += int(mismatched)
             self.max_abs, self.max_rel = max(self.max_abs, max_abs), max(self.max_rel, max_rel)
             if excess > self.worst_excess:
-                self.worst_excess, self.worst_flat = excess, offset + int(local)
+                self.worst_excess, self.worst_flat = excess, int(flat)
                 self.worst_expected, self.worst_actual = expected, actual
         self.parts.clear()
-        self.offsets.clear()
 
 
 def compare_values(expected: torch.Tensor, actual: torch.Tensor, tolerance: Tolerance) -> Comparison:

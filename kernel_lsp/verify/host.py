@@ -223,7 +223,7 @@ class Host:
         with stopwatch(seconds, "candidate: receiving inputs"):
             inputs = self.exchange.receive(request["inputs"])
         with stopwatch(seconds, "candidate: poisoning free memory"):
-            gc.collect()  # the last run's dead tensors free their blocks, which are poisoned too
+            gc.collect()  # the last run's dead tensors go first (poison_free_memory then empties the cache)
             poison_free_memory(target, request["poison"], request.get("poison_bytes"), request.get("reserve", 0))
         if request.get("own_copy"):
             inputs = tuple(v.clone() if isinstance(v, torch.Tensor) else v for v in inputs)
@@ -289,9 +289,9 @@ class Host:
         return {"output": self.exchange.send(self.output)}
 
     def op_release(self, request: dict[str, Any]) -> dict[str, Any]:
-        """The last run's inputs and outputs are dropped; with return_memory, this process's cached memory (the
-        poison kept between trials) goes back to the driver too (the timing's input sets are sized from what
-        is free)."""
+        """The last run's inputs and outputs are dropped; with return_memory, this process's cached memory (what
+        the stale-output and output-from-kernel runs left) goes back to the driver too (the timing's input sets
+        are sized from what is free)."""
         self.output = self.inputs = None
         self.exchange.forget()
         if self.target is not None and self.target.type == "cuda":

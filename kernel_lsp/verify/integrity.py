@@ -143,20 +143,16 @@ def fill_largest_block(device: torch.device, budget_bytes: int, chunks: list[tor
             size //= 2
 
 
-def cached_free_blocks(device: torch.device) -> list[tuple[str, int]]:
-    """(pool, size) of every free block the caching allocator keeps for `device` ("small" or "large" pool)."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return [(segment.get("segment_type", "large"), block["size"]) for segment in torch.cuda.memory_snapshot()
-            if segment["device"] == index for block in segment["blocks"] if block["state"] == "inactive"]
-
-
 def fill_cached_blocks(device: torch.device, chunks: list[torch.Tensor], byte: int) -> None:
     """Poison every free block the allocator keeps inside segments that are still partly in use (seen on an
     H200: a freed 4 MiB block came back with its old values).
 
     Asking for each block's exact size, smallest first, makes the best-fit allocator hand out exactly that block.
     """
-    for _, size in sorted(cached_free_blocks(device), key=lambda block: block[1]):
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    sizes = sorted(block["size"] for segment in torch.cuda.memory_snapshot() if segment["device"] == index
+                   for block in segment["blocks"] if block["state"] == "inactive")
+    for size in sizes:
         try:
             chunks.append(torch.empty(size, dtype=torch.uint8, device=device).fill_(byte))
         except torch.cuda.OutOfMemoryError:

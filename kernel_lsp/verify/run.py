@@ -75,7 +75,7 @@ FORGED_MIN_GAP_MS = 50.0
 POISON_FOOTPRINTS = 2
 POISON_MIN_BYTES = 256 << 20
 JUDGE_FOOTPRINTS = 4
-KEEP_CACHE_FREE_FRACTION = 0.5  # between trials, cached memory is kept while this much of the device is free
+KEEP_CACHE_FREE_FRACTION = 0.5  # between trials, the judge keeps its cached memory while this much is free
 TIMED_CALLS_RECORDED = 1  # timed calls run under a kernel recording instead (each costs a profiler start on CUDA)
 
 
@@ -332,9 +332,10 @@ def run_candidate(judge: Judge, inputs: tuple, poison: int, record: bool, own_co
 
 @PHASES("releasing")
 def release(judge: Judge, return_memory: bool = False) -> None:
-    """The candidate's outputs and the shared inputs of a trial are dropped on both sides. Between trials both
-    keep their cached memory (no device allocation per trial), unless the device is short of free memory;
-    with return_memory (before timing) both give it back to the driver."""
+    """The candidate's outputs and the shared inputs of a trial are dropped on both sides. Between trials the
+    judge keeps its cached memory (no device allocation per trial for its inputs, reference outputs and copies)
+    unless the device is short of free memory; the candidate's process empties its own after each run (its
+    poison). With return_memory (before timing) both give everything back to the driver."""
     judge.host.ask("release", return_memory=return_memory)
     judge.exchange.forget()
     if return_memory or short_of_memory(judge.target):
