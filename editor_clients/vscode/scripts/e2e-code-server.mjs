@@ -11,6 +11,7 @@ import path from "node:path";
 const config = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
 const { chromium } = createRequire(path.join(config.setupDir, "package.json"))("playwright-core");
 const WAIT_MS = config.waitMs ?? 90_000;
+const HOVER_TRY_MS = 10_000;  // one try at a hover: the mouse moved onto the word, the widget not shown yet
 const seen = { problems: [], hover: "", actions: "", status: "", workerStatus: "", remoteStatus: "", remoteTooltip: "",
   finalStatus: "",
   optimize: null, summary: null, profileImport: null, screenshots: [], steps: [] };
@@ -215,7 +216,18 @@ async function importProfile(page, { command, copy, into, details, raw, file, ke
       await page.mouse.move(centre.x - 300, centre.y - 40);  // away first: a hover shown before is dropped
       await page.waitForTimeout(300);
       await page.mouse.move(centre.x, centre.y, { steps: 5 });
-      await hover.waitFor({ state: "visible", timeout: WAIT_MS });
+      // a hover that does not come (the window was still laying itself out after the resize, say) is asked again
+      // by moving away and back, as a user would, until the deadline
+      const shown = await hover.waitFor({ state: "visible", timeout: HOVER_TRY_MS }).then(() => true, (error) => {
+        if (Date.now() > deadline) {
+          throw error;
+        }
+        return false;
+      });
+      if (!shown) {
+        result.hoverRetries = (result.hoverRetries ?? 0) + 1;
+        continue;
+      }
       await page.waitForTimeout(1000);  // the card's markdown (and its chart) rendered
       result.hover = (await hover.innerText()).trim();
       if (result.hover.includes(cardText) || Date.now() > deadline) {
