@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import report  # noqa: E402
 from benchmarks.verify_latency import gpu_name, warm_worker  # noqa: E402
-from kernel_lsp.profile.job import profile_job  # noqa: E402
+from kernel_lsp.kinds.profile import profile_job  # noqa: E402
 from kernel_lsp.worker.client import WorkerClient  # noqa: E402
 from tests.gpu import candidates  # noqa: E402
 

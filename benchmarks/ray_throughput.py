@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from benchmarks import report  # noqa: E402
-from kernel_lsp.bench.candidates import verify_job  # noqa: E402
+from kernel_lsp.kinds.verify import verify_job  # noqa: E402
 from kernel_lsp.worker.client import WorkerClient  # noqa: E402
 from kernel_lsp.worker.protocol import Job  # noqa: E402
 from tests.problems import relu_problem, triton_relu  # noqa: E402

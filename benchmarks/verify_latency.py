@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import report  # noqa: E402
-from kernel_lsp.bench.candidates import verify_job  # noqa: E402
+from kernel_lsp.kinds.verify import verify_job  # noqa: E402
 from kernel_lsp.worker.client import WorkerClient  # noqa: E402
 from tests.gpu import candidates  # noqa: E402
 

@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
 
+from kernel_lsp.kinds.options import BASELINE_KINDS, VERIFY_DEVICES, VerifyOptions, camel, snake
+
 CHECK_NAMES = ("compile", "resourceUsage", "hostCompile", "pythonSyntax")
 RESOURCE_USAGE_MODES = ("diagnostic", "codeLens", "both", "off")
-VERIFY_DEVICES = ("auto", "cuda", "cpu")
 WATCH_MODES = ("auto", "client", "watchdog", "off")
 BACKENDS = ("local", "ray")
 SECRET_SETTINGS = frozenset({"anthropic_api_key"})  # never echoed in messages or logs
-BASELINE_KINDS = ("eager", "compile")
+_VERIFY = VerifyOptions()  # the verify settings' defaults are the verify job's
 _ARCH_RE = re.compile(r"^(sm|compute)_\d+[a-z]?$")
 
 
@@ -47,14 +48,14 @@ class Settings:
     references: dict[str, str] = field(default_factory=dict)  # candidate path or glob -> reference, workspace-relative
     kernelbench_roots: tuple[str, ...] = ()  # folders holding level<N>/ problems, workspace-relative or absolute
     verify_on_save: bool = True
-    verify_device: str = "auto"  # auto: cuda when the worker has a GPU, else cpu (Triton under TRITON_INTERPRET=1)
-    trials: int = 5
-    timed_calls: int = 100
-    warmup_calls: int = 10
+    verify_device: str = _VERIFY.device  # auto: cuda when the worker has a GPU, else cpu
+    trials: int = _VERIFY.trials
+    timed_calls: int = _VERIFY.timed_calls
+    warmup_calls: int = _VERIFY.warmup
     tolerances: dict[str, dict[str, float]] = field(default_factory=dict)  # dtype name -> {"atol", "rtol"}
-    baselines: tuple[str, ...] = ("eager", "compile")
-    allowed_kernels: tuple[str, ...] = ()  # fnmatch patterns of stock kernels a candidate may also run
-    verify_allow_network: bool = False  # a candidate's process may open network sockets (off: refused by seccomp)
+    baselines: tuple[str, ...] = _VERIFY.baselines
+    allowed_kernels: tuple[str, ...] = _VERIFY.allowed_kernels  # stock kernels a candidate may also run
+    verify_allow_network: bool = _VERIFY.allow_network  # a candidate's process may open sockets
     agent_model: str = "claude-sonnet-4-5"
     agent_max_tokens: int = 8192  # per model turn
     agent_temperature: float | None = None  # None: the model's default (newer models refuse the parameter)
@@ -91,7 +92,7 @@ class Settings:
         hints = get_type_hints(Settings)
         known = {f.name for f in dataclasses.fields(Settings)}
         for key, value in raw.items():
-            name = _snake(key)
+            name = snake(key)
             if name not in known:
                 problems.append(f"unknown setting '{key}'")
                 continue
@@ -99,7 +100,7 @@ class Settings:
                 updates[name] = _convert(name, hints[name], value, getattr(self, name))
             except (TypeError, ValueError) as exc:
                 kept = "the previous value" if name in SECRET_SETTINGS else repr(getattr(self, name))
-                problems.append(f"setting '{_camel(name)}': {exc}; using {kept}")
+                problems.append(f"setting '{camel(name)}': {exc}; using {kept}")
         return dataclasses.replace(self, **updates), problems
 
     def fingerprint(self) -> tuple:
@@ -110,16 +111,6 @@ class Settings:
 
 _CHOICES = {"resource_usage": RESOURCE_USAGE_MODES, "verify_device": VERIFY_DEVICES, "watch": WATCH_MODES,
             "backend": BACKENDS}
-
-
-def _snake(key: str) -> str:
-    key = key.replace("-", "_")
-    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", key).lower()
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(p.capitalize() for p in rest)
 
 
 def _convert(name: str, hint: Any, value: Any, current: Any) -> Any:

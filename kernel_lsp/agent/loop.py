@@ -33,6 +33,7 @@ from kernel_lsp.agent.model import ModelClient, ModelError
 from kernel_lsp.agent.search import Node, SearchTree
 from kernel_lsp.agent.tools import ToolResult, Workbench, candidate_ms
 from kernel_lsp.agent.trajectory import TrajectoryWriter
+from kernel_lsp.kinds.options import to_config
 from kernel_lsp.worker.client import WorkerUnavailable
 
 log = logging.getLogger(__name__)
@@ -124,7 +125,7 @@ class Optimizer:
     async def run(self) -> PassOutcome:
         self.trajectory.write("start", original=str(self.workbench.original), reference=str(self.workbench.reference),
                               model=self.model.model, device=self.device, budget=self.budget.to_dict(),
-                              verify_options=self.workbench.verify_options, system=self.system_prompt())
+                              verify_options=to_config(self.workbench.verify_options), system=self.system_prompt())
         try:
             reason = await self._search()
         except asyncio.CancelledError:

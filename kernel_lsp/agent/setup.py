@@ -4,11 +4,13 @@ trajectory, from the settings (kernel-lsp optimize and the server's "Optimize th
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernel_lsp.agent.budget import Budget
 from kernel_lsp.config import Settings
+from kernel_lsp.kinds.options import VerifyOptions
 
 if TYPE_CHECKING:  # the anthropic SDK takes ~2 s to import: only a pass itself pays for it
     from kernel_lsp.agent.loop import Optimizer
@@ -44,7 +46,7 @@ def trajectory_directory(settings: Settings, workspace: Path | None, file: Path)
 
 
 def build_optimizer(file: Path, reference: Path, start_text: str, workspace: Path | None, settings: Settings,
-                    worker: Any, options: dict[str, Any], budget: Budget, model: str | None = None,
+                    worker: Any, options: VerifyOptions | Mapping[str, Any], budget: Budget, model: str | None = None,
                     on_event: Any = None) -> Optimizer:
     """One pass over `file` (its text `start_text`, '' to let the model write the first ModelNew), as the command and
     the editor run it."""
@@ -60,4 +62,4 @@ def build_optimizer(file: Path, reference: Path, start_text: str, workspace: Pat
     pass_id = new_pass_id()
     trajectory = TrajectoryWriter(trajectory_directory(settings, workspace, file), pass_id)
     workbench = Workbench(file.resolve(), reference.resolve(), start_text, settings, worker, options, pass_id)
-    return Optimizer(client, workbench, budget, trajectory, options["device"], on_event=on_event)
+    return Optimizer(client, workbench, budget, trajectory, workbench.verify_options.device, on_event=on_event)

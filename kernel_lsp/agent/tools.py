@@ -17,19 +17,21 @@ import hashlib
 import importlib.util
 import itertools
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernel_lsp.bench.candidates import verify_job
 from kernel_lsp.compile.check import Document
 from kernel_lsp.compile.service import CompileService
 from kernel_lsp.config import Settings
 from kernel_lsp.findings import Finding, Severity, path_to_uri
-from kernel_lsp.profile.job import profile_job
+from kernel_lsp.kinds.options import ProfileOptions, VerifyOptions, coerce
+from kernel_lsp.kinds.profile import ProfileOutcome, profile_job
+from kernel_lsp.kinds.verify import VerifyOutcome, verify_job
 from kernel_lsp.sources import find_kernels, parse_python
 from kernel_lsp.worker.client import WorkerClient
-from kernel_lsp.worker.protocol import Job, Result
+from kernel_lsp.worker.protocol import Result
 
 MAX_PROBLEMS = 5  # errors and findings shown to the model; the rest are counted
 MAX_MESSAGE_CHARS = 400
@@ -107,17 +109,18 @@ class CandidateState:
 
 
 class Workbench:
-    """The tools' executors over one pass's candidate. Candidates are written, for the length of a job build
-    only, as hidden files beside the original, so that the files they load or import relatively are found."""
+    """The tools' executors over one pass's candidate. A candidate's job is built from its text under a hidden
+    name beside the original (never written to disk), so that the files it loads or imports relatively are found
+    and carried."""
 
     def __init__(self, original: Path, reference: Path, start_source: str, settings: Settings,
-                 worker: WorkerClient, verify_options: dict[str, Any], pass_id: str,
+                 worker: WorkerClient, verify_options: VerifyOptions | Mapping[str, Any], pass_id: str,
                  compile_service: CompileService | None = None) -> None:
         self.original = original
         self.reference = reference
         self.settings = settings
         self.worker = worker
-        self.verify_options = verify_options
+        self.verify_options = coerce(VerifyOptions, verify_options)  # or its config entries ({"timedCalls": 5})
         self.pass_id = pass_id
         self.compile_service = compile_service or CompileService()
         self.state = CandidateState(start_source)
@@ -197,8 +200,8 @@ class Workbench:
             return ToolResult(_json({**json.loads(previous.content), "unchanged": True}), previous.is_error)
         compiled = await self._compile_report(source)
         if compiled["ok"]:
-            result = await self.worker.run(self._job(source, lambda path: verify_job(path, self.reference,
-                                                                                       self.verify_options)))
+            path = self.scratch_path()
+            result = await self.worker.run(verify_job(path, self.reference, self.verify_options, {path: source}))
             evaluation = verify_evaluation(source, result)
         else:
             evaluation = compile_failure_evaluation(source, compiled)
@@ -210,20 +213,19 @@ class Workbench:
         return outcome
 
     async def profile(self, _arguments: dict[str, Any]) -> ToolResult:
-        result = await self.worker.run(self._job(self.state.source,
-                                                 lambda path: profile_job(path, self.reference, self._profile_options())))
-        if result.status != "ok":
-            return ToolResult(_json({"ok": False, "error": _cut(result.error or result.status)}), True,
+        path = self.scratch_path()
+        result = await self.worker.run(profile_job(path, self.reference, self._profile_options(),
+                                                   {path: self.state.source}))
+        outcome = ProfileOutcome.of(result)
+        if outcome.report is None:
+            return ToolResult(_json({"ok": False, "error": _cut(outcome.error or result.status)}), True,
                               worker_jobs=1)
-        report = result.metrics.get("profile") or {}
-        return ToolResult(_json(profile_feedback(report)), worker_jobs=1, energy=rubric_energy(report))
+        return ToolResult(_json(profile_feedback(outcome.report)), worker_jobs=1,
+                          energy=rubric_energy(outcome.report))
 
-    def _profile_options(self) -> dict[str, Any]:
-        """The pass's device, where it names one (a pass on the CPU gets the static profile, not the GPU's), and
-        its network setting."""
-        device = self.verify_options.get("device")
-        options = {"allowNetwork": bool(self.verify_options.get("allowNetwork", False))}
-        return {**options, "device": device} if device in ("cpu", "cuda") else options
+    def _profile_options(self) -> ProfileOptions:
+        """The pass's device (a pass on the CPU gets the static profile, not the GPU's) and network setting."""
+        return ProfileOptions(device=self.verify_options.device, allow_network=self.verify_options.allow_network)
 
     async def finish(self, arguments: dict[str, Any]) -> ToolResult:
         self.state.finished = str(arguments.get("summary") or "")
@@ -232,17 +234,10 @@ class Workbench:
     # --- helpers ---------------------------------------------------------------------------------------
 
     def scratch_path(self) -> Path:
-        """A hidden file beside the original: relative loads and imports resolve as they would for it."""
+        """A hidden name beside the original, for a job built from a text: relative loads and imports resolve as
+        they would for the original. Nothing is written there."""
         number = next(self._scratch_numbers)
         return self.original.parent / f".{self.original.stem}.kernel-lsp-agent-{self.pass_id}-{number}.py"
-
-    def _job(self, source: str, build) -> Job:
-        path = self.scratch_path()
-        path.write_text(source, encoding="utf-8")
-        try:
-            return build(path)  # the job carries the text: the file is not needed once it is built
-        finally:
-            path.unlink(missing_ok=True)
 
     async def _compile_report(self, source: str) -> dict[str, Any]:
         """Python syntax, ModelNew defined, the load_inline CUDA built by nvcc; imports resolvable here (notes)."""
@@ -319,12 +314,10 @@ def kernel_structure(source: str) -> tuple[str, ...]:
 def verify_evaluation(source: str, result: Result) -> dict[str, Any]:
     """What the tree and the rubric record of one verify job (kernel_lsp.agent.rubric's evaluation): only the
     worker's verdict and report count."""
-    verdict = result.metrics.get("verdict") if result.status == "ok" else "unavailable"
-    return {"compile": {"compiled": True, "errors": 0}, "verdict": verdict or "unavailable",
-            "summary": result.metrics.get("summary") or f"job {result.status}: {result.error or 'no message'}",
-            "report": result.metrics.get("report"),
-            "problems": [_problem(Finding.from_dict(f)) for f in result.findings
-                         if f["severity"] == Severity.ERROR][:MAX_PROBLEMS],
+    outcome = VerifyOutcome.of(result)
+    return {"compile": {"compiled": True, "errors": 0}, "verdict": outcome.verdict, "summary": outcome.summary,
+            "report": outcome.report,
+            "problems": [_problem(f) for f in outcome.findings if f.severity == Severity.ERROR][:MAX_PROBLEMS],
             "structure": list(kernel_structure(source))}
 
 

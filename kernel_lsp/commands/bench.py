@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from kernel_lsp import __version__
-from kernel_lsp.bench.candidates import find_candidates, pair_candidates, problem_name, verify_job, verify_options
-from kernel_lsp.bench.metrics import VERDICTS, ProblemResult, bench_metrics
+from kernel_lsp.bench.candidates import find_candidates, pair_candidates, problem_name
+from kernel_lsp.bench.metrics import ProblemResult, bench_metrics
 from kernel_lsp.bench.report import bench_json, html_report, text_report, write_json
 from kernel_lsp.commands.shared import (
     EXIT_OK,
@@ -31,6 +31,8 @@ from kernel_lsp.commands.shared import (
     worker_client,
 )
 from kernel_lsp.config import Settings
+from kernel_lsp.kinds.options import VerifyOptions
+from kernel_lsp.kinds.verify import VerifyOutcome, verify_job, verify_options
 from kernel_lsp.verify.pairing import Pairing
 from kernel_lsp.worker.protocol import Result
 
@@ -56,16 +58,16 @@ def run(args: argparse.Namespace) -> int:
         raise CommandUsageError(f"not a folder: {folder}")
     workspace, settings = nearest_settings(folder, "bench")
     pairs = _paired_candidates(folder, workspace, settings, kernelbench_roots(args, workspace, settings))
-    options = {**verify_options(settings), **verify_option_overrides(args)}
+    options = verify_options(settings, **verify_option_overrides(args))
     started, start = datetime.now(UTC), time.monotonic()
     backend = args.backend or settings.backend
-    run = {"tool": f"kernel-lsp {__version__}", "folder": str(folder), "device": options["device"],
-           "trials": options["trials"], "timed_calls": options["timedCalls"], "baselines": options["baselines"],
+    run = {"tool": f"kernel-lsp {__version__}", "folder": str(folder), "device": options.device,
+           "trials": options.trials, "timed_calls": options.timed_calls, "baselines": list(options.baselines),
            "backend": backend, "worker": (f"ray:{args.address or settings.ray_address or 'local'}"
                                           if backend == "ray" else args.worker or settings.worker or "local"),
            "started_at": started.isoformat(timespec="seconds")}
     results = asyncio.run(_verify_all(pairs, options, folder, settings, args, run))
-    metrics = bench_metrics(results, options["baselines"])
+    metrics = bench_metrics(results, list(options.baselines))
     run["duration_s"] = round(time.monotonic() - start, 1)
     written = _write_reports(args.out or folder / OUT_FOLDER, results, metrics, run)
     _print_outcome(args.format, results, metrics, run, written)
@@ -89,7 +91,7 @@ def _paired_candidates(folder: Path, workspace: Path | None, settings: Settings,
     return pairs
 
 
-async def _verify_all(pairs: list[Pairing], options: dict[str, Any], folder: Path, settings: Settings,
+async def _verify_all(pairs: list[Pairing], options: VerifyOptions, folder: Path, settings: Settings,
                       args: argparse.Namespace, run: dict[str, Any]) -> list[ProblemResult]:
     """As many jobs at once as the backend has room for, each result printed as it comes: the local worker
     takes one at a time (candidates timed while another runs would slow each other down); the Ray backend one
@@ -128,26 +130,15 @@ async def _verify_all(pairs: list[Pairing], options: dict[str, Any], folder: Pat
 
 def problem_result(pairing: Pairing, result: Result, shown: str) -> ProblemResult:
     """A worker's answer to one "verify" job as a row of the bench; a job that did not end 'ok' is unavailable."""
-    metrics = result.metrics if result.status == "ok" else {}
-    report = metrics.get("report") or {}
-    verdict = metrics.get("verdict") if metrics.get("verdict") in VERDICTS else "unavailable"
+    outcome = VerifyOutcome.of(result)
+    report = outcome.report or {}
     name = problem_name(pairing)
     return ProblemResult(
         candidate=shown, reference=str(pairing.reference), level=name.level, problem_id=name.problem_id,
-        name=name.name, verdict=verdict, device=report.get("device"), speedup=dict(report.get("speedup") or {}),
+        name=name.name, verdict=outcome.verdict, device=report.get("device"), speedup=dict(report.get("speedup") or {}),
         candidate_ms=((report.get("timing") or {}).get("candidate") or {}).get("median_ms"),
-        reason=None if verdict == "verified" else _reason(result), summary=metrics.get("summary"),
+        reason=None if outcome.verdict == "verified" else outcome.reason(), summary=outcome.summary,
         report=report or None, findings=list(result.findings))
-
-
-def _reason(result: Result) -> str:
-    if result.status != "ok":
-        return f"job {result.status}: {result.error or 'no message'}"
-    errors = [f for f in result.findings if f.get("severity") == 1] or result.findings
-    if errors:
-        message = " ".join(str(errors[0].get("message", "")).split())  # one line for the table
-        return f"{errors[0].get('code')}: {message}"
-    return result.error or result.metrics.get("summary") or "no reason given"
 
 
 def _one_line(result: ProblemResult) -> str:

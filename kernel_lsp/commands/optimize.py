@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernel_lsp.agent.setup import API_KEY_ENV, build_optimizer, settings_budget
-from kernel_lsp.bench.candidates import verify_options
 from kernel_lsp.commands.shared import (
     CommandUsageError,
     add_verify_options,
@@ -30,6 +29,8 @@ from kernel_lsp.commands.shared import (
     worker_client,
 )
 from kernel_lsp.config import Settings
+from kernel_lsp.kinds.options import VerifyOptions
+from kernel_lsp.kinds.verify import verify_options
 from kernel_lsp.sources import parse_python
 from kernel_lsp.verify.pairing import Pairing, ReferenceProblem, find_reference
 
@@ -65,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     if not file.is_file() or file.suffix != ".py":
         raise CommandUsageError(f"not a .py file: {file}")
     workspace, settings = nearest_settings(file.parent, "optimize")
-    options = {**verify_options(settings), **verify_option_overrides(args)}
+    options = verify_options(settings, **verify_option_overrides(args))
     if args.replay is not None:
         reference = _recorded_reference(args) or _reference(file, args, workspace, settings)
         return asyncio.run(_replay(file, reference, args, settings, options))
@@ -122,7 +123,7 @@ def _recorded_reference(args: argparse.Namespace) -> Path | None:
 
 
 def _optimizer(file: Path, reference: Path, args: argparse.Namespace, workspace: Path | None, settings: Settings,
-               options: dict[str, Any]) -> Optimizer:
+               options: VerifyOptions) -> Optimizer:
     if not (settings.anthropic_api_key or os.environ.get(API_KEY_ENV)):
         raise CommandUsageError(f"no Anthropic API key: set {API_KEY_ENV} (or the anthropicApiKey setting) to let "
                                 "the agent call Claude")
@@ -148,7 +149,7 @@ async def _run_pass(optimizer: Optimizer) -> PassOutcome:
 # --- replay ------------------------------------------------------------------------------------------------
 
 async def _replay(file: Path, reference: Path, args: argparse.Namespace, settings: Settings,
-                  options: dict[str, Any]) -> int:
+                  options: VerifyOptions) -> int:
     """Re-verify the original and every distinct candidate the trajectory evaluated; exit as a pass would."""
     from kernel_lsp.agent import rubric
     from kernel_lsp.agent.loop import best_candidate, improvement

@@ -109,14 +109,14 @@ async def _static_cuda_report(path: Path, kernels: tuple[str, ...] | list[str]) 
 
 
 async def _worker_report(args: argparse.Namespace) -> dict[str, Any]:
-    from kernel_lsp.profile.job import profile_job
+    from kernel_lsp.kinds.profile import ProfileOutcome, profile_job, profile_options
     from kernel_lsp.worker.client import WorkerUnavailable
 
     settings = nearest_settings(args.file.parent, "profile")[1]
     reference = _reference(args, settings)
     client = worker_client(args, settings)
-    job = profile_job(args.file, reference, {**({"kernels": args.kernel} if args.kernel else {}),
-                                             "allowNetwork": settings.verify_allow_network})
+    job = profile_job(args.file, reference,
+                      profile_options(settings, **({"kernels": tuple(args.kernel)} if args.kernel else {})))
     print(f"kernel-lsp profile: {args.file}" + (f" with reference {reference}" if reference else ""), file=sys.stderr)
     try:
         result = await client.run(job, progress=print_progress)
@@ -124,12 +124,10 @@ async def _worker_report(args: argparse.Namespace) -> dict[str, Any]:
         raise CommandUsageError(str(exc)) from exc
     finally:
         await client.close()
-    if result.status != "ok":
-        raise CommandUsageError(f"the profile job {result.status}: {result.error or 'no message'}")
-    run_failures = [f["message"] for f in result.findings if f["code"].startswith("run-")]
-    report = result.metrics["profile"]
-    report["problems"] = run_failures + report["problems"]
-    return report
+    outcome = ProfileOutcome.of(result)
+    if outcome.report is None:
+        raise CommandUsageError(outcome.summary)
+    return {**outcome.report, "problems": outcome.run_failures() + list(outcome.report.get("problems") or [])}
 
 
 def _reference(args: argparse.Namespace, settings: Settings) -> Path | None:

@@ -99,10 +99,11 @@ def kernelbench_roots(args: argparse.Namespace, workspace: Path | None, settings
 
 
 def verify_option_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """--device, --trials, --calls and --baselines as VerifyOptions fields, for kinds.verify.verify_options."""
     overrides: dict[str, Any] = {}
     if args.device:
         overrides["device"] = args.device
-    for name, key in (("trials", "trials"), ("calls", "timedCalls")):
+    for name, key in (("trials", "trials"), ("calls", "timed_calls")):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise CommandUsageError(f"--{name} must be at least 1, got {value}")
@@ -112,7 +113,7 @@ def verify_option_overrides(args: argparse.Namespace) -> dict[str, Any]:
         baselines = [b.strip() for b in args.baselines.split(",") if b.strip()]
         if not set(baselines) <= set(BASELINE_KINDS):
             raise CommandUsageError(f"--baselines takes {','.join(BASELINE_KINDS)} (or ''), got {args.baselines!r}")
-        overrides["baselines"] = baselines
+        overrides["baselines"] = tuple(baselines)
     return overrides
 
 

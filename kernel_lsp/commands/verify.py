@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kernel_lsp.bench.candidates import verify_job, verify_options
 from kernel_lsp.commands.shared import (
     CommandUsageError,
     add_verify_options,
@@ -27,7 +26,8 @@ from kernel_lsp.commands.shared import (
     worker_client,
 )
 from kernel_lsp.config import Settings
-from kernel_lsp.findings import Finding
+from kernel_lsp.kinds.options import VerifyOptions
+from kernel_lsp.kinds.verify import VerifyOutcome, verify_job, verify_options
 from kernel_lsp.verify.pairing import Pairing, ReferenceProblem, find_reference
 from kernel_lsp.worker.protocol import Result
 
@@ -52,13 +52,11 @@ def run(args: argparse.Namespace) -> int:
         raise CommandUsageError(f"not a file: {candidate}")
     workspace, settings = nearest_settings(candidate.parent, "verify")
     pairing = _pairing(candidate, args, workspace, settings)
-    options = {**verify_options(settings), **verify_option_overrides(args)}
+    options = verify_options(settings, **verify_option_overrides(args))
     result = asyncio.run(_run_job(pairing, options, settings, args))
-    verdict = result.metrics.get("verdict") if result.status == "ok" else "unavailable"
-    summary = result.metrics.get("summary") or f"job {result.status}: {result.error or 'no message'}"
-    findings = [Finding.from_dict(f) for f in result.findings]
-    _print(args.format, pairing, verdict, summary, result, findings)
-    return {"verified": EXIT_VERIFIED, "rejected": EXIT_REJECTED}.get(verdict, EXIT_USAGE)
+    outcome = VerifyOutcome.of(result)
+    _print(args.format, pairing, outcome, result)
+    return {"verified": EXIT_VERIFIED, "rejected": EXIT_REJECTED}.get(outcome.verdict, EXIT_USAGE)
 
 
 def _pairing(candidate: Path, args: argparse.Namespace, workspace: Path | None, settings: Settings) -> Pairing:
@@ -78,7 +76,7 @@ def _pairing(candidate: Path, args: argparse.Namespace, workspace: Path | None, 
     return found
 
 
-async def _run_job(pairing: Pairing, options: dict[str, Any], settings: Settings, args: argparse.Namespace) -> Result:
+async def _run_job(pairing: Pairing, options: VerifyOptions, settings: Settings, args: argparse.Namespace) -> Result:
     from kernel_lsp.worker.client import WorkerUnavailable
 
     client = worker_client(args, settings)
@@ -92,11 +90,11 @@ async def _run_job(pairing: Pairing, options: dict[str, Any], settings: Settings
         await client.close()
 
 
-def _print(fmt: str, pairing: Pairing, verdict: str, summary: str, result: Result, findings: list[Finding]) -> None:
+def _print(fmt: str, pairing: Pairing, outcome: VerifyOutcome, result: Result) -> None:
     if fmt == "json":
         print(json.dumps({"candidate": str(pairing.candidate), "reference": str(pairing.reference),
-                          "verdict": verdict, "summary": summary, "report": result.metrics.get("report"),
+                          "verdict": outcome.verdict, "summary": outcome.summary, "report": outcome.report,
                           "findings": result.findings, "status": result.status, "error": result.error}, indent=2))
         return
-    print_findings(findings, "text")
-    print(f"{pairing.candidate}: {summary}")
+    print_findings(outcome.findings, "text")
+    print(f"{pairing.candidate}: {outcome.summary}")

@@ -43,8 +43,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def job_handlers() -> dict:
-    """The job kinds this worker runs: its own, and those of the jobs defined above it (one line per kind)."""
-    from kernel_lsp.profile.worker_job import profile_job
+    """The job kinds this worker runs: its own, and the candidate's kinds of kernel_lsp/kinds (one line per kind)."""
+    from kernel_lsp.kinds import profile, verify
     from kernel_lsp.worker.jobs import JOB_KINDS
 
-    return {**JOB_KINDS, "profile": profile_job}
+    return {**JOB_KINDS, verify.KIND: verify.handle, profile.KIND: profile.handle}

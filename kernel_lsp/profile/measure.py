@@ -5,7 +5,7 @@ roofline ceilings and its state. Each part that cannot be measured becomes a pro
 Two processes share the work, as in verification (verify/run.py): the sandbox child (`measure_candidate`)
 never imports the candidate; it measures the ceilings (and writes them to the cache), the GPU's state, the
 reference's kernels and energy. The candidate is imported, built and run only in its own confined process
-(verify/host.py, op "profile", which calls `candidate_side`): its energy, the libraries it loaded and, when the
+(verify/host.py, op "call", which calls `candidate_side`): its energy, the libraries it loaded and, when the
 candidate's file is its own reference, that reference's figures are its word. They are hints for the editor,
 never a verdict, and are checked for shape before the worker uses them.
 """
@@ -58,8 +58,9 @@ def measure_candidate(candidate: str, reference: str | None = None, cache_dir: s
             reference_model = build_reference(inputs_module, device, problems)
         exchange = Exchange(host.exchange_folder, "judge")
         isolation = host.ready()
-        said = host.ask("profile", candidate=str(Path(candidate).resolve()), device=device, task_dir=os.getcwd(),
-                        energy_seconds=energy_seconds,
+        said = host.ask("call", entry=f"{__name__}:candidate_side", task_dir=os.getcwd(),
+                        arguments={"candidate": str(Path(candidate).resolve()), "device": device,
+                                   "energy_seconds": energy_seconds},
                         inputs=exchange.send(list(inputs)) if inputs is not None else None,
                         init=exchange.send(init_inputs(inputs_module)) if reference is not None else None)
         exchange.forget()

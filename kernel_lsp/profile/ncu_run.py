@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernel_lsp.kinds.options import DEFAULT_LAUNCH_COUNT
 from kernel_lsp.compile.process import run_process
 from kernel_lsp.verify.candidate_process import candidate_launch
 from kernel_lsp.process.isolation import with_package_on_path
@@ -32,7 +33,6 @@ from profilers.ncu import (
     with_raw,
 )
 
-DEFAULT_LAUNCH_COUNT = 8  # launches profiled: each is replayed once per section pass, so this bounds the time
 NCU_TIMEOUT_S = 600.0
 IMPORT_TIMEOUT_S = 120.0
 

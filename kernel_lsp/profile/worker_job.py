@@ -1,4 +1,4 @@
-"""The "profile" job's work in the worker; profile_job is its handler (registered in kernel_lsp/commands/worker.py).
+"""The "profile" job's work in the worker; its handler is kernel_lsp.kinds.profile.handle.
 
 On a GPU: a sandboxed child measures what needs torch (reference kernels, energy, ceilings, the extension's
 binary), ncu profiles the candidate's own kernels, and the extension's SASS adds the SASS rules' hints. Without a
@@ -9,8 +9,9 @@ is a problem in the report; only the candidate's own crash is a finding of its o
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from kernel_lsp.kinds.options import ProfileOptions
 from kernel_lsp.profile.locations import kernel_locations
 from kernel_lsp.profile.ncu_run import NcuPlan, profile_launches
 from kernel_lsp.profile.report import (
@@ -23,6 +24,7 @@ from kernel_lsp.profile.report import (
 from kernel_lsp.profile.static import REFERENCE_FOLDER, static_profile
 from kernel_lsp.verify.kernels import own_kernel_names
 from kernel_lsp.verify.verdict import isolation_gaps
+from kernel_lsp.worker.jobs import JobContext, outcome_finding, sandbox_limits
 from kernel_lsp.worker.protocol import Job, Result
 from kernel_lsp.worker.sandbox import SandboxTask
 from profilers.ncu import DEFAULT_SECTIONS, KernelLaunch, NcuError
@@ -34,8 +36,6 @@ from profilers.sass import (
     sass_stats_for_cubin,
 )
 
-if TYPE_CHECKING:
-    from kernel_lsp.worker.jobs import JobContext
 
 NO_GPU = ("no GPU visible to the worker: ncu, energy and the reference's kernel times need one; this is the "
           "static profile (ptxas resources and SASS) of the candidate's CUDA")
@@ -45,16 +45,16 @@ STATIC_STANDS_IN = "ncu profiled no kernel: the static profile (ptxas and SASS) 
 MEASURE_LIMITS = {"wallTimeS": 900}  # a first run builds the extension and measures the ceilings
 
 
-async def profile_result(job: Job, context: JobContext, on_gpu: bool) -> Result:
+async def profile_result(job: Job, options: ProfileOptions, context: JobContext, on_gpu: bool) -> Result:
     config = job.config
     origins = config.get("origins") or {}
     candidate = config["candidate"]
     if not on_gpu:
         await context.progress(f"no GPU: static profile of {candidate}")
-        report = await static_profile(job.source_files, candidate, origins, config.get("kernels") or ())
-        report["problems"].insert(0, ON_CPU if config.get("device") == "cpu" else NO_GPU)
+        report = await static_profile(job.source_files, candidate, origins, options.kernels)
+        report["problems"].insert(0, ON_CPU if options.device == "cpu" else NO_GPU)
         return profile_job_result(report, job)
-    return await gpu_profile(job, context)
+    return await gpu_profile(job, options, context)
 
 
 def profile_job_result(report: dict[str, Any], job: Job, artifacts: dict[str, Any] | None = None) -> Result:
@@ -73,17 +73,15 @@ def candidate_files(job: Job) -> dict[str, str]:
             if name != reference and not name.startswith(REFERENCE_FOLDER)}
 
 
-async def gpu_profile(job: Job, context: JobContext) -> Result:
-    from kernel_lsp.worker.jobs import outcome_finding, sandbox_limits
-
+async def gpu_profile(job: Job, options: ProfileOptions, context: JobContext) -> Result:
     config = job.config
     task = SandboxTask(entry="kernel_lsp.profile.measure:measure_candidate", files=job.source_files,
                        origins=config.get("origins") or {},
                        args={"candidate": config["candidate"], "reference": config.get("reference"),
                              "cache_dir": str(context.cache_dir), "uses_cuda": True,
-                             "allow_network": bool(config.get("allowNetwork", False))})
+                             "allow_network": options.allow_network})
     await context.progress(f"building and measuring {config['candidate']} (reference kernels, energy, ceilings)")
-    outcome = await context.sandbox.run(task, sandbox_limits(config.get("limits") or MEASURE_LIMITS))
+    outcome = await context.sandbox.run(task, sandbox_limits(options.limits or MEASURE_LIMITS))
     if outcome.status != "ok":
         problem = f"the candidate did not run ({outcome.status}): {outcome.message}"
         report = profile_report("ncu", [], problems=[problem])
@@ -92,25 +90,25 @@ async def gpu_profile(job: Job, context: JobContext) -> Result:
         return result
     measured = outcome.value
     await context.progress(f"profiling {config['candidate']} under ncu")
-    report, artifacts = await ncu_report(job, measured)
+    report, artifacts = await ncu_report(job, options, measured)
     if not report["kernels"]:
         static = await static_profile(job.source_files, config["candidate"], config.get("origins") or {},
-                                      config.get("kernels") or ())
+                                      options.kernels)
         report.update(source="static", kernels=static["kernels"])
         report["problems"] += [STATIC_STANDS_IN] + static["problems"]
     return profile_job_result(report, job, artifacts)
 
 
-async def ncu_report(job: Job, measured: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+async def ncu_report(job: Job, options: ProfileOptions, measured: dict[str, Any]
+                     ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The ncu ProfileReport and its artifacts (the roofline chart) from the sandbox's measurements."""
-    config = job.config
     problems = list(measured["problems"])
     gaps = isolation_gaps(measured)
     if gaps:
         problems.append("the candidate ran without full isolation: " + "; ".join(gaps))
     launches: list[KernelLaunch] = []
     try:
-        launches = await profile_launches(ncu_plan(job), job.source_files)
+        launches = await profile_launches(ncu_plan(job, options), job.source_files)
     except NcuError as exc:
         problems.append(str(exc))
     ceilings = ncu_ceilings(launches, ceilings_from(measured.get("ceilings")))
@@ -120,8 +118,8 @@ async def ncu_report(job: Job, measured: dict[str, Any]) -> tuple[dict[str, Any]
     energy = measured.get("energy")
     for kernel in kernels:
         kernel["energy_mj_per_call"] = energy["mj_per_call"] if energy else None  # of the whole forward call
-    if config.get("kernels"):
-        kernels = [k for k in kernels if k["kernel"] in config["kernels"]]
+    if options.kernels:
+        kernels = [k for k in kernels if k["kernel"] in options.kernels]
     report = profile_report("ncu", kernels, gpu=state.get("name") or (ceilings.gpu if ceilings else None),
                             ceilings=ceilings, reference_kernels=measured["reference_kernels"], problems=problems)
     report["energy"] = energy
@@ -130,15 +128,13 @@ async def ncu_report(job: Job, measured: dict[str, Any]) -> tuple[dict[str, Any]
     return report, roofline_artifacts(ceilings, launches)
 
 
-def ncu_plan(job: Job) -> NcuPlan:
+def ncu_plan(job: Job, options: ProfileOptions) -> NcuPlan:
     config = job.config
-    kernels = tuple(config.get("kernels") or sorted(own_kernel_names(candidate_files(job))))
-    limits = config.get("limits") or {}
+    kernels = options.kernels or tuple(sorted(own_kernel_names(candidate_files(job))))
     return NcuPlan(candidate=config["candidate"], reference=config.get("reference"), kernels=kernels,
-                   sections=tuple(config.get("sections") or DEFAULT_SECTIONS),
-                   launch_count=int(config.get("launchCount", NcuPlan.launch_count)),
-                   timeout_s=float(limits.get("wallTimeS", NcuPlan.timeout_s)),
-                   allow_network=bool(config.get("allowNetwork", False)))
+                   sections=options.sections or DEFAULT_SECTIONS, launch_count=options.launch_count,
+                   timeout_s=float(options.limits.get("wallTimeS", NcuPlan.timeout_s)),
+                   allow_network=options.allow_network)
 
 
 def ceilings_from(raw: dict[str, Any] | None) -> Ceilings | None:
@@ -168,14 +164,3 @@ def roofline_artifacts(ceilings: Ceilings | None, launches: list[KernelLaunch]) 
     if ceilings is None or not points:
         return {}
     return {"roofline_svg": roofline_svg(ceilings, points)}
-
-
-async def profile_job(job: Job, context: JobContext) -> Result:
-    """The worker's "profile" job kind: a candidate's ProfileReport (ncu, SASS, reference kernels and energy) on a
-    GPU, holding the GPU slot; the static profile (ptxas + SASS) without one."""
-    await context.warmup.wait()
-    on_gpu = job.config.get("device", "cuda") != "cpu" and context.warmup.cuda_available
-    if on_gpu:
-        async with context.gpu_slot():
-            return await profile_result(job, context, on_gpu)
-    return await profile_result(job, context, on_gpu)

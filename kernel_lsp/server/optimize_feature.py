@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from lsprotocol import types
 
 from kernel_lsp.agent.setup import API_KEY_ENV
-from kernel_lsp.bench.candidates import verify_options
 from kernel_lsp.config import Settings
 from kernel_lsp.findings import uri_to_path
+from kernel_lsp.kinds.verify import verify_options
 from kernel_lsp.profile.locations import kernel_locations
 from kernel_lsp.server.convert import kind_requested
 from kernel_lsp.server.settings import SettingsManager

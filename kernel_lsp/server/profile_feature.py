@@ -22,7 +22,7 @@ from typing import Any, Callable, Protocol
 from lsprotocol import types
 
 from kernel_lsp.findings import Finding, Position, uri_to_path
-from kernel_lsp.profile.job import profile_job
+from kernel_lsp.kinds.profile import profile_job, profile_options
 from kernel_lsp.profile.locations import Location, kernel_locations
 from kernel_lsp.profile.report import profile_findings, summary_line
 from kernel_lsp.server import compile_feature
@@ -144,15 +144,17 @@ class ProfileFeature:
                 "summary": summary_line(report)}
 
     async def profile_command(self, args: tuple[Any, ...]) -> dict[str, Any]:
-        """kernel-lsp.profile [uri, kernel?]: the worker's "profile" job on the file as saved, with $/progress."""
+        """kernel-lsp.profile [uri, kernel?]: the worker's "profile" job on the file as the editor shows it (an
+        unsaved buffer's text, not the file on disk), with $/progress."""
         uri, kernel = _profile_args(args)
         if uri is None:
             return {"status": "error", "message": f"{PROFILE_COMMAND} needs the document URI (and a kernel name)"}
         try:
             path = uri_to_path(uri)
             reference = self._reference(uri, path)
-            job = profile_job(path, reference, {**({"kernels": [kernel]} if kernel else {}),
-                                                "allowNetwork": self.settings.settings.verify_allow_network})
+            document = self._documents().get(uri)
+            options = profile_options(self.settings.settings, **({"kernels": (kernel,)} if kernel else {}))
+            job = profile_job(path, reference, options, texts={path: document.source} if document else None)
         except (ValueError, OSError) as exc:
             return {"uri": uri, "status": "error", "message": f"cannot profile {uri}: {exc}"}
         token = await self._progress.begin("profile", f"Profiling {kernel or path.name}", path.name)

@@ -19,9 +19,9 @@ from typing import Any, Callable, Protocol
 
 from lsprotocol import types
 
-from kernel_lsp.bench.candidates import verify_job, verify_options
 from kernel_lsp.config import Settings
 from kernel_lsp.findings import Finding, Range, Severity, path_to_uri, uri_to_path
+from kernel_lsp.kinds.verify import VerifyOutcome, verify_job, verify_options
 from kernel_lsp.server.convert import lsp_range
 from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.settings import SettingsManager
@@ -51,10 +51,10 @@ class OpenDocument(Protocol):
 # ---- the job -----------------------------------------------------------------------------------------------
 
 
-def candidate_job(pairing: Pairing, settings: Settings) -> Job:
-    """The candidate's "verify" job, the same as `kernel-lsp bench` builds: the files as saved on disk (what the
-    worker would load anyway), options from the settings."""
-    return verify_job(pairing.candidate, pairing.reference, verify_options(settings))
+def candidate_job(pairing: Pairing, settings: Settings, texts: Mapping[Path, str] | None = None) -> Job:
+    """The candidate's "verify" job, the same as `kernel-lsp bench` builds, options from the settings: the files as
+    saved on disk, or as `texts` has them (the editor's buffers, for a run asked for by the user)."""
+    return verify_job(pairing.candidate, pairing.reference, verify_options(settings), texts)
 
 
 def _read(path: Path) -> str | None:
@@ -95,9 +95,9 @@ def lens_title(run: VerifyRun, current_text: str | None) -> str:
 def outcome_of(result: Result) -> tuple[str, str, list[Finding]]:
     """(state, summary or message, findings) of a finished job; a job that did not finish is one verify-unavailable
     finding (placed on the candidate by the caller)."""
-    if result.status == "ok":
-        summary = str(result.metrics.get("summary") or result.metrics.get("verdict") or "")
-        return "done", summary, [Finding.from_dict(f) for f in result.findings]
+    outcome = VerifyOutcome.of(result)
+    if outcome.finished:
+        return "done", outcome.summary, outcome.findings
     message = f"verification did not finish ({result.status}): {result.error or 'no reason given'}"
     return "unavailable", message, []
 
@@ -153,7 +153,8 @@ class VerifyFeature:
             self.store.set(other, self._producer(uri), self._version(other), [])
 
     async def verify_command(self, args: tuple[Any, ...]) -> dict[str, Any]:
-        """kernel-lsp.verify [uri]: verifies now (whatever verifyOnSave says) and answers with the outcome."""
+        """kernel-lsp.verify [uri]: verifies now (whatever verifyOnSave says) the files as the editor shows them
+        (unsaved buffers included: the candidate's, its reference's, its helpers') and answers with the outcome."""
         uri = args[0].get("uri") if args and isinstance(args[0], dict) else (args[0] if args else None)
         if not isinstance(uri, str):
             return {"status": "error", "message": "kernel-lsp.verify needs the document URI as its argument"}
@@ -172,7 +173,7 @@ class VerifyFeature:
                             "problem name)")
             self._tell_user(f"kernel-lsp: {uri_to_path(uri).name}: {message}")
             return {"uri": uri, "status": "not-a-candidate", "message": message}
-        task = self._start(uri, found)
+        task = self._start(uri, found, texts=self._open_texts())
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
@@ -313,7 +314,8 @@ class VerifyFeature:
 
     # --- running ---------------------------------------------------------------------------------------------
 
-    def _start(self, uri: str, pairing: Pairing, background: bool = False) -> asyncio.Task:
+    def _start(self, uri: str, pairing: Pairing, background: bool = False,
+               texts: Mapping[Path, str] | None = None) -> asyncio.Task:
         old = self._tasks.pop(uri, None)
         if old is not None:
             old.cancel()
@@ -325,12 +327,13 @@ class VerifyFeature:
         if previous is not None and previous.state == "running":
             previous = None
         self._runs[uri] = VerifyRun("running", pairing.reference)
-        task = asyncio.ensure_future(self._run(uri, pairing, previous))
+        task = asyncio.ensure_future(self._run(uri, pairing, previous, texts))
         self._tasks[uri] = task
         self._refresh_lenses()
         return task
 
-    async def _run(self, uri: str, pairing: Pairing, previous: VerifyRun | None) -> dict[str, Any]:
+    async def _run(self, uri: str, pairing: Pairing, previous: VerifyRun | None,
+                   texts: Mapping[Path, str] | None = None) -> dict[str, Any]:
         progress = None
         try:
             if uri in self._background:
@@ -338,11 +341,11 @@ class VerifyFeature:
                     await self._wait_for_open_runs(uri)
                     log.info("verifying %s (closed) against %s (%s)", pairing.candidate.name, pairing.reference,
                              pairing.how)
-                    text, state, summary, findings = await self._outcome(uri, pairing, None)
+                    text, state, summary, findings = await self._outcome(uri, pairing, None, texts)
             else:
                 log.info("verifying %s against %s (%s)", pairing.candidate.name, pairing.reference, pairing.how)
                 progress = await self._begin_progress(pairing)
-                text, state, summary, findings = await self._outcome(uri, pairing, progress)
+                text, state, summary, findings = await self._outcome(uri, pairing, progress, texts)
         except asyncio.CancelledError:
             self._end_progress(progress, "cancelled")
             if self._tasks.get(uri) is asyncio.current_task():  # cancelled by the user, not replaced by a newer run
@@ -373,12 +376,12 @@ class VerifyFeature:
                   for other, task in self._tasks.items() if other != uri):
             await asyncio.sleep(0.1)
 
-    async def _outcome(self, uri: str, pairing: Pairing,
-                       progress: str | None) -> tuple[str | None, str, str, list[Finding]]:
+    async def _outcome(self, uri: str, pairing: Pairing, progress: str | None,
+                       texts: Mapping[Path, str] | None) -> tuple[str | None, str, str, list[Finding]]:
         """(candidate text verified, state, summary or message, findings)."""
         text = None
         try:
-            job = candidate_job(pairing, self.settings.settings)
+            job = candidate_job(pairing, self.settings.settings, texts)
             text = job.source_files[job.config["candidate"]]
             client = self.worker.client(self.settings.settings)
             result = await client.run(job, progress=lambda m, f: self._report_progress(progress, m, f))
@@ -439,6 +442,16 @@ class VerifyFeature:
         except ValueError:
             return uri
         return known.get(path.resolve(), path_to_uri(path))
+
+    def _open_texts(self) -> dict[Path, str]:
+        """The open documents' texts by path: what the editor shows, saved or not."""
+        texts = {}
+        for uri, document in self._documents().items():
+            try:
+                texts[uri_to_path(uri)] = document.source
+            except ValueError:  # not a file (untitled:, git:)
+                continue
+        return texts
 
     def _document(self, uri: str) -> OpenDocument | None:
         return next((d for d in self._documents().values() if d.uri == uri), None)

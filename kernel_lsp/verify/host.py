@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import os
 import random
 import sys
@@ -184,14 +185,18 @@ class Host:
         gc.freeze()  # what exists now lives as long as this process: each run's collection skips it
         return {"weights": weights, "seconds": seconds}
 
-    def op_profile(self, request: dict[str, Any]) -> dict[str, Any]:
-        """The profile job's measurements of the candidate (kernel_lsp.profile.measure.candidate_side)."""
-        from kernel_lsp.profile.measure import candidate_side
-
+    def op_call(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Another job's work in this process, named by its entry ("kernel_lsp.module:function"; the profile job's
+        measurements are kernel_lsp.profile.measure:candidate_side), so that this module imports nothing of the
+        jobs it serves: entry(**arguments, inputs=..., init=...), with the judge's inputs received here."""
+        module_name, _, function = str(request.get("entry", "")).partition(":")
+        if not module_name.startswith("kernel_lsp.") or not function:
+            raise ValueError(f"op call: an entry names a kernel_lsp function, got {request.get('entry')!r}")
+        entry = getattr(importlib.import_module(module_name), function)
         self.enter(request["task_dir"])
         inputs = tuple(self.exchange.receive(request["inputs"])) if request.get("inputs") is not None else None
         init = self.exchange.receive(request["init"]) if request.get("init") is not None else None
-        return candidate_side(request["candidate"], request["device"], request["energy_seconds"], inputs, init)
+        return entry(**request.get("arguments", {}), inputs=inputs, init=init)
 
     def enter(self, task_dir: str) -> None:
         """The task's folder becomes this process's: a process started ahead of time began elsewhere, and the

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
 
+from kernel_lsp.kinds.files import load_sources
 from kernel_lsp.sources import parse_python
 
 HEADER_LINES = 10  # the reference comment must sit in the first lines, where a reader looks for it
@@ -155,18 +156,10 @@ def files_to_reverify(saved: Path, candidates: dict[Path, str], *, workspace: Pa
     for candidate, text in candidates.items():
         if candidate.resolve() == saved:
             continue  # saving a candidate verifies it already
-        if saved in _load_sources(candidate, text) or _reference_of(
+        if saved in load_sources(candidate, text) or _reference_of(
                 candidate, text, workspace, settings_pairs or {}, kernelbench_roots or []) == saved:
             stale.append(candidate)
     return stale
-
-
-def _load_sources(candidate: Path, text: str) -> set[Path]:
-    """The resolved files of every cpp_extension.load(sources=[...]) call; relative names are from the candidate's
-    folder."""
-    return {(candidate.parent / Path(source).expanduser()).resolve()
-            for extension in parse_python(text).extensions if extension.kind == "load"
-            for source in extension.source_files}
 
 
 def _reference_of(candidate: Path, text: str, workspace: Path | None, settings_pairs: dict[str, str],

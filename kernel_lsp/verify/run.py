@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from kernel_lsp.kinds.options import VerifyOptions, from_config
 from kernel_lsp.verify.baselines import BaselineCache, gpu_state
 from kernel_lsp.verify.candidate_process import CandidateProcess, candidate_process
 from kernel_lsp.verify.compare import Comparison, Tolerance, chunks, compare_outputs, refused, tolerance_for
@@ -134,22 +135,22 @@ class Judge:
     allowed: tuple[str, ...] = ()  # kernels the problem allows besides its own
 
 
-def verify_candidate(reference: str, candidate: str, device: str = "auto", trials: int = 5, timed_calls: int = 100,
-                     warmup: int = 10, seed: int = 0, tolerances: dict[str, dict[str, float]] | None = None,
-                     baselines: list[str] | tuple[str, ...] = ("eager", "compile"),
-                     allowed_kernels: list[str] | tuple[str, ...] = (), timing: bool = True,
-                     cache_dir: str | None = None, files: dict[str, str] | None = None,
-                     allow_network: bool = False) -> dict[str, Any]:
-    """The sandbox entry: a VerifyReport (docs/ARCHITECTURE.md), or {"verdict": "unavailable", "reason"}."""
+def verify_candidate(reference: str, candidate: str, options: dict[str, Any] | None = None,
+                     cache_dir: str | None = None, files: dict[str, str] | None = None) -> dict[str, Any]:
+    """The sandbox entry: a VerifyReport (docs/ARCHITECTURE.md), or {"verdict": "unavailable", "reason"}.
+    `options`: the "verify" job's options as its config has them (kinds.options.VerifyOptions; camelCase keys,
+    defaults for those missing)."""
+    opts = from_config(VerifyOptions, options or {})
     started = time.perf_counter()
-    target = choose_device(device)
+    target = choose_device(opts.device)
     if isinstance(target, str):
         return {"verdict": "unavailable", "reason": target}
     PHASES.seconds.clear()
-    with candidate_process(allow_network, target.type) as host:
+    with candidate_process(opts.allow_network, target.type) as host:
         judge = Judge(host, Exchange(host.exchange_folder, "judge"), target, Verdict(device=target.type))
-        report = judge_candidate(judge, reference, candidate, trials, timed_calls, warmup, seed, tolerances or {},
-                                 tuple(baselines), tuple(allowed_kernels), timing, cache_dir, files or {})
+        report = judge_candidate(judge, reference, candidate, opts.trials, opts.timed_calls, opts.warmup, opts.seed,
+                                 opts.tolerances, opts.baselines, opts.allowed_kernels, opts.timing, cache_dir,
+                                 files or {})
         closing = time.perf_counter()
     PHASES.seconds["closing the candidate's process"] = time.perf_counter() - closing
     report["duration_s"] = time.perf_counter() - started

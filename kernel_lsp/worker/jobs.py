@@ -1,6 +1,7 @@
-"""The worker's own job kinds (JOB_KINDS). A handler takes a Job and a JobContext and returns a protocol Result;
-kinds defined elsewhere (the profile job) are registered beside these where the worker is started
-(kernel_lsp/commands/worker.py). Handlers see the worker through the context, never the daemon itself.
+"""The worker's own job kinds (JOB_KINDS) and what every handler gets (JobContext). A handler takes a Job and a
+JobContext and returns a protocol Result; the candidate's kinds (verify, profile: kernel_lsp/kinds/) are registered
+beside these where the worker is started (kernel_lsp/commands/worker.py). Handlers see the worker through the
+context, never the daemon itself.
 
 Candidates run only through the sandbox, so a candidate's crash is a finding in an `ok` result, never a
 failure of the worker.
@@ -17,8 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 from kernel_lsp.findings import Finding, Range, Severity, path_to_uri
 from kernel_lsp.jobs.cache import cache_key
-from kernel_lsp.verify.verdict import report_findings
-from kernel_lsp.verify.verdict import summary as verdict_summary
 from kernel_lsp.worker.environment import device_summary, package_version
 from kernel_lsp.worker.protocol import Job, Result
 from kernel_lsp.worker.sandbox import SandboxLimits, SandboxOutcome, SandboxTask
@@ -137,61 +136,9 @@ async def build_extension(job: Job, context: JobContext) -> Result:
                                    "buildDirectory": str(directory)}, {"outcome": outcome.to_dict()})
 
 
-async def verify(job: Job, context: JobContext) -> Result:
-    """A candidate's verdict against its reference (kernel_lsp.verify.run in a sandboxed child); GPU runs wait
-    for the GPU slot, so timings never share the device."""
-    config = job.config
-    await context.warmup.wait()
-    on_gpu = config.get("device", "auto") == "cuda" or (config.get("device", "auto") == "auto"
-                                                          and context.warmup.cuda_available)
-    if on_gpu:
-        async with context.gpu_slot():
-            return await _verify(job, context, on_gpu)
-    return await _verify(job, context, on_gpu)
-
-
-async def _verify(job: Job, context: JobContext, on_gpu: bool) -> Result:
-    config = job.config
-    origins = config.get("origins") or {}
-    candidate = config["candidate"]
-    task = SandboxTask(entry="kernel_lsp.verify.run:verify_candidate", files=job.source_files, origins=origins,
-                       args={"reference": config["reference"], "candidate": candidate,
-                             "device": config.get("device", "auto"), "trials": int(config.get("trials", 5)),
-                             "timed_calls": int(config.get("timedCalls", 100)),
-                             "warmup": int(config.get("warmup", 10)), "seed": int(config.get("seed", 0)),
-                             "tolerances": config.get("tolerances") or {},
-                             "baselines": list(config.get("baselines", ["eager", "compile"])),
-                             "allowed_kernels": list(config.get("allowedKernels") or []),
-                             "allow_network": bool(config.get("allowNetwork", False)),
-                             "timing": bool(config.get("timing", True)), "cache_dir": str(context.cache_dir),
-                             "files": job.source_files, "uses_cuda": on_gpu})
-    await context.progress(f"verifying {candidate} against {config['reference']}")
-    outcome = await context.sandbox.run(task, sandbox_limits(config.get("limits") or {"wallTimeS": 900}))
-    uri = path_to_uri(origins.get(candidate, candidate))
-    metrics: dict[str, Any] = {"durationS": outcome.duration_s, "report": None}
-    if outcome.status == "python-exception" and not any(f.file in set(origins.values()) for f in outcome.traceback):
-        message = f"the verifier itself failed (not your code): {outcome.message}"
-        finding = Finding(uri, Range.line(0), Severity.ERROR, SOURCE, "verify-unavailable", message)
-        metrics.update(verdict="unavailable", summary=verdict_summary("unavailable", None, message))
-        return Result("ok", [finding.to_dict()], metrics, {"outcome": outcome.to_dict()})
-    if outcome.status != "ok":
-        metrics.update(verdict="rejected", summary=verdict_summary("rejected", None, f"{outcome.status} (see problems)"))
-        return Result("ok", [outcome_finding(outcome, task).to_dict()], metrics, {"outcome": outcome.to_dict()})
-    value = outcome.value
-    if value.get("verdict") == "unavailable":
-        finding = Finding(uri, Range.line(0), Severity.ERROR, SOURCE, "verify-unavailable", value["reason"])
-        metrics.update(verdict="unavailable", summary=verdict_summary("unavailable", None, value["reason"]))
-        return Result("ok", [finding.to_dict()], metrics, {"outcome": outcome.to_dict()})
-    findings = report_findings(value, uri, job.source_files.get(candidate, ""))
-    metrics.update(verdict=value["verdict"], report=value, summary=verdict_summary(value["verdict"], value))
-    return Result("ok", [f.to_dict() for f in findings], metrics, {"stdout": outcome.stdout[-4000:],
-                                                                    "stderr": outcome.stderr[-4000:]})
-
-
 JOB_KINDS: dict[str, Handler] = {
     "noop": noop,
     "device-info": device_info,
     "run-python": run_python,
     "build-extension": build_extension,
-    "verify": verify,
 }

@@ -108,7 +108,7 @@ class DependencyGraph:
                 for extension in parse_python(text).extensions:
                     if extension.kind == "load":
                         for source in extension.source_files:
-                            # as verify.pairing._load_sources: relative names are from the candidate's folder
+                            # as kinds.files.load_sources: relative names are from the candidate's folder
                             target = (path.parent / Path(source).expanduser()).resolve()
                             if target != path:
                                 edges.add(Edge(path, target, "load-source"))

@@ -102,14 +102,16 @@ async def test_verify_skips_the_worker_for_a_file_that_does_not_compile(bench):
     assert json.loads(result.content)["verdict"] == "compile-error"
 
 
-async def test_a_candidate_is_written_beside_the_original_only_while_its_job_is_built(bench, tmp_path: Path):
+async def test_a_candidate_job_is_named_beside_the_original_and_nothing_is_written_there(bench, tmp_path: Path):
     workbench, worker = bench
+    before = sorted(p.name for p in tmp_path.iterdir())
     result = await workbench.execute("verify", {})
     job = worker.jobs[0]
     scratch = Path(job.config["origins"][job.config["candidate"]])
     assert scratch.parent == tmp_path and scratch.name.startswith(".relu.kernel-lsp-agent-p1-")
     assert job.source_files[job.config["candidate"]] == TRITON and job.config["reference"] == "ref.py"
     assert worker.files_left == [False] and not scratch.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # and none was left: the job carries the text
     assert result.evaluation["verdict"] == "verified" and result.worker_jobs == 1
     again = await workbench.execute("verify", {})
     assert len(worker.jobs) == 1 and json.loads(again.content)["unchanged"] is True and again.evaluation is None

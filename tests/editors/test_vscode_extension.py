@@ -20,9 +20,9 @@ from kernel_lsp.config import (
     SECRET_SETTINGS,
     VERIFY_DEVICES,
     Settings,
-    _camel,
-    _snake,
 )
+from kernel_lsp.kinds.options import camel as _camel
+from kernel_lsp.kinds.options import snake as _snake
 from kernel_lsp.server.optimize_feature import OPTIMIZE_COMMAND
 from kernel_lsp.server.profile_feature import IMPORT_COMMAND, PROFILE_COMMAND
 from kernel_lsp.server.settings import SECTION

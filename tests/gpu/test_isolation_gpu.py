@@ -146,7 +146,7 @@ async def test_profiling_keeps_the_candidate_confined_in_both_of_its_processes(t
                                                                                monkeypatch: pytest.MonkeyPatch):
     """The profile job runs the candidate twice: in the measuring step's candidate process and under ncu. Both
     keep it off the caches, the workspace, the network and the secrets, and ncu still profiles its kernel."""
-    from kernel_lsp.profile.job import profile_job
+    from kernel_lsp.kinds.profile import profile_job
     from kernel_lsp.worker.client import WorkerClient
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kernel_lsp.cli import main
-from kernel_lsp.profile.job import profile_job
+from kernel_lsp.kinds.profile import profile_job
 from kernel_lsp.worker.client import WorkerClient
 from profilers.hints.ncu_rules import ncu_hints
 from profilers.ncu import find_ncu, import_command, ncu_command, parse_details_csv, parse_raw_csv, run_ncu, with_raw

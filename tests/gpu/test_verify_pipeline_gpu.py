@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_lsp.bench.candidates import verify_job
+from kernel_lsp.kinds.verify import verify_job
 from kernel_lsp.worker.client import WorkerClient
 from tests.gpu import candidates as c
 from tests.gpu.test_worker_gpu import gpu_present

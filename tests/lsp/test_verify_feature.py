@@ -235,6 +235,19 @@ async def test_verify_command_runs_on_demand(on_demand: LanguageClient, workspac
     assert answer["status"] == "ok" and answer["summary"].startswith("correct 2/2"), answer
     assert lens_titles(await code_lenses(on_demand, uri)) == [answer["summary"]]
 
+    # asked for by the user, the run verifies the buffer as shown, unsaved: the disk still holds the honest text
+    replace_document(on_demand, uri, candidate("0.5"), version=2)
+    unsaved = await verify_command(on_demand, uri)
+    assert unsaved["status"] == "ok" and unsaved["summary"].startswith("rejected · correct 0/2"), unsaved
+    assert lens_titles(await code_lenses(on_demand, uri)) == [unsaved["summary"]]  # of this text: not stale
+    assert (workspace / "relu_new.py").read_text() == candidate()
+
+    # a candidate that was never saved at all (no file on disk) is verified from its buffer too
+    fresh = open_document(on_demand, workspace / "relu_unsaved.py", candidate())
+    never_saved = await verify_command(on_demand, fresh)
+    assert never_saved["status"] == "ok" and never_saved["summary"].startswith("correct 2/2"), never_saved
+    assert not (workspace / "relu_unsaved.py").exists()
+
 
 async def test_saving_the_reference_verifies_its_open_candidates_and_a_newer_save_cancels(cpu: LanguageClient,
                                                                                         workspace: Path):

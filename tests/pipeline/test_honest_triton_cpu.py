@@ -221,8 +221,8 @@ async def test_honest_candidate_passes_every_check(sandbox: Sandbox, tmp_path: P
     files = {"cand.py": candidate, "reference/problem.py": reference}
     task = SandboxTask(entry="kernel_lsp.verify.run:verify_candidate", files=files,
                        origins={"cand.py": "/work/project/cand.py"},
-                       args={"reference": "reference/problem.py", "candidate": "cand.py", "device": "cpu",
-                             "trials": 3, "timed_calls": 4, "warmup": 1, "baselines": [],
+                       args={"reference": "reference/problem.py", "candidate": "cand.py",
+                             "options": {"device": "cpu", "trials": 3, "timedCalls": 4, "warmup": 1, "baselines": []},
                              "cache_dir": str(tmp_path), "files": files})
     outcome = await sandbox.run(task, SandboxLimits(wall_time_s=300))
     assert outcome.status == "ok", (outcome.message, outcome.stderr[-3000:])

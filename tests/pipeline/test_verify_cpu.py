@@ -368,8 +368,9 @@ async def verify(sandbox: Sandbox, cache_dir: Path, candidate: str, reference: s
     files = {"cand.py": candidate, "reference/problem.py": reference}
     task = SandboxTask(entry="kernel_lsp.verify.run:verify_candidate", files=files,
                        origins={"cand.py": "/work/project/cand.py"},
-                       args={"reference": "reference/problem.py", "candidate": "cand.py", "device": "cpu",
-                             "trials": trials, "timed_calls": calls, "warmup": 2, "baselines": list(baselines),
+                       args={"reference": "reference/problem.py", "candidate": "cand.py",
+                             "options": {"device": "cpu", "trials": trials, "timedCalls": calls, "warmup": 2,
+                                         "baselines": list(baselines)},
                              "cache_dir": str(cache_dir), "files": files})
     outcome = await sandbox.run(task, SandboxLimits(wall_time_s=300))
     assert outcome.status == "ok", (outcome.message, outcome.stderr[-3000:])

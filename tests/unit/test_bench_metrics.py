@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kernel_lsp.bench.candidates import ProblemName, problem_name, verify_job
+from kernel_lsp.bench.candidates import ProblemName, problem_name
+from kernel_lsp.kinds.verify import verify_job
 from kernel_lsp.bench.metrics import ProblemResult, bench_metrics, fast_p, fast_p_curve, geometric_mean_speedup
 from kernel_lsp.bench.report import bench_json, html_report, read_results, text_report, write_json
 from kernel_lsp.verify.pairing import Pairing

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kernel_lsp.findings import Severity
-from kernel_lsp.profile.job import profile_job
+from kernel_lsp.kinds.profile import profile_job
 from kernel_lsp.profile.worker_job import NO_GPU, ON_CPU
 from kernel_lsp.worker.client import WorkerClient
 from kernel_lsp.worker.protocol import Job, Result

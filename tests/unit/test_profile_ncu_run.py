@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kernel_lsp.profile.job import profile_job
+from kernel_lsp.kinds.options import ProfileOptions
+from kernel_lsp.kinds.profile import profile_job
 from kernel_lsp.profile.ncu_run import (
     NcuPlan,
     kernel_name_filter,
@@ -109,7 +110,7 @@ async def test_the_job_turns_an_ncu_failure_into_a_problem_and_profiles_its_own_
     measured = {"problems": ["no energy reading: test"], "extensions": [], "ceilings": None,
                 "gpu_state": {"name": "NVIDIA H200"}, "energy": None,
                 "reference_kernels": [{"name": "void at::native::add_kernel", "device_ms": 0.01, "calls": 1}]}
-    report, artifacts = await ncu_report(profile_job(candidate, None, {}), measured)
+    report, artifacts = await ncu_report(profile_job(candidate, None, {}), ProfileOptions(), measured)
     assert report["kernels"] == [] and artifacts == {}
     assert report["problems"][0] == "no energy reading: test"
     assert "ERR_NVGPUCTRPERM" in report["problems"][1] and "NVreg_RestrictProfilingToAdminUsers" in report["problems"][1]

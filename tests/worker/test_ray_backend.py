@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_lsp.bench.candidates import verify_job
+from kernel_lsp.kinds.verify import verify_job
 from kernel_lsp.worker.client import WorkerClient
 from kernel_lsp.worker.protocol import Job
 from tests.problems import relu_problem, triton_relu

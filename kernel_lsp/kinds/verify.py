@@ -1,0 +1,127 @@
+"""The "verify" job kind, both sides: a candidate's verdict against its reference.
+
+Client side (server, CLI, agent): `verify_options` (the settings as VerifyOptions), `verify_job` (the job, its files
+gathered by kinds.files from disk or from unsaved texts) and `VerifyOutcome.of` (a finished job as verdict,
+one-line summary, report and findings). Worker side: `handle`, registered under "verify" by
+kernel_lsp/commands/worker.py; it runs kernel_lsp.verify.run:verify_candidate in a sandboxed child and turns the
+report into findings (kernel_lsp.verify.verdict).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kernel_lsp.config import Settings
+from kernel_lsp.findings import Finding, Range, Severity, path_to_uri
+from kernel_lsp.jobs.cache import cache_key
+from kernel_lsp.kinds.files import gather_files
+from kernel_lsp.kinds.options import VerifyOptions, coerce, from_config, to_config
+from kernel_lsp.verify.verdict import report_findings
+from kernel_lsp.verify.verdict import summary as verdict_summary
+from kernel_lsp.worker.jobs import SOURCE, JobContext, outcome_finding, sandbox_limits
+from kernel_lsp.worker.protocol import Job, Result
+from kernel_lsp.worker.sandbox import SandboxTask
+
+KIND = "verify"
+JOB_KEYS = frozenset({"candidate", "reference", "origins"})  # the job's own config keys, beside the options
+VERDICTS = ("verified", "rejected", "unavailable")
+
+
+def verify_options(settings: Settings, **overrides: Any) -> VerifyOptions:
+    """The settings' verify entries as the job's options (the one place their names map), then `overrides`."""
+    options = VerifyOptions(device=settings.verify_device, trials=settings.trials, timed_calls=settings.timed_calls,
+                            warmup=settings.warmup_calls, baselines=settings.baselines,
+                            allowed_kernels=settings.allowed_kernels, allow_network=settings.verify_allow_network,
+                            tolerances={dtype: dict(t) for dtype, t in settings.tolerances.items()})
+    return dataclasses.replace(options, **overrides)
+
+
+def verify_job(candidate: Path, reference: Path, options: VerifyOptions | Mapping[str, Any],
+               texts: Mapping[Path, str] | None = None) -> Job:
+    """The "verify" job for one candidate: its files (kinds.files.gather_files; `texts` overrides disk) and the
+    options (VerifyOptions, or their camelCase config entries: `{"timedCalls": 5}`)."""
+    options = coerce(VerifyOptions, options)
+    files = gather_files(candidate, reference, texts)
+    config = {**to_config(options), "candidate": files.candidate, "reference": files.reference,
+              "origins": files.origins}
+    return Job(KIND, files.texts, config, cache_key(KIND, files.texts, config))
+
+
+@dataclass(frozen=True)
+class VerifyOutcome:
+    """A finished "verify" job as the server, the CLI, bench and the agent read it."""
+
+    verdict: str  # verified | rejected | unavailable (also: the job did not finish)
+    summary: str  # the one line a code lens shows: 'correct 5/5 · 1.84× eager · 3.1 ms', or why not
+    report: dict[str, Any] | None  # the VerifyReport (docs/ARCHITECTURE.md), None without one
+    findings: list[Finding]
+    finished: bool  # the worker ran the job to the end (False: it failed, timed out, was cancelled)
+
+    @classmethod
+    def of(cls, result: Result) -> VerifyOutcome:
+        findings = [Finding.from_dict(f) for f in result.findings]
+        if result.status != "ok":
+            message = f"job {result.status}: {result.error or 'no message'}"
+            return cls("unavailable", message, None, findings, False)
+        verdict = result.metrics.get("verdict")
+        verdict = verdict if verdict in VERDICTS else "unavailable"
+        summary = str(result.metrics.get("summary") or verdict)
+        return cls(verdict, summary, result.metrics.get("report"), findings, True)
+
+    def reason(self) -> str:
+        """Why the candidate is not verified, in one line: the first error's code and message, else the summary."""
+        errors = [f for f in self.findings if f.severity == Severity.ERROR] or self.findings
+        if self.finished and errors:
+            return f"{errors[0].code}: {' '.join(errors[0].message.split())}"
+        return self.summary
+
+
+# ---- the worker's side ---------------------------------------------------------------------------------------
+
+
+async def handle(job: Job, context: JobContext) -> Result:
+    """A candidate's verdict against its reference; GPU runs wait for the GPU slot, so timings never share it."""
+    try:
+        options = from_config(VerifyOptions, job.config, ignore=JOB_KEYS)
+    except ValueError as exc:
+        return Result("failed", [], {}, {}, str(exc))
+    await context.warmup.wait()
+    on_gpu = options.device == "cuda" or (options.device == "auto" and context.warmup.cuda_available)
+    if on_gpu:
+        async with context.gpu_slot():
+            return await _verify(job, options, context, on_gpu)
+    return await _verify(job, options, context, on_gpu)
+
+
+async def _verify(job: Job, options: VerifyOptions, context: JobContext, on_gpu: bool) -> Result:
+    config = job.config
+    origins = config.get("origins") or {}
+    candidate = config["candidate"]
+    task = SandboxTask(entry="kernel_lsp.verify.run:verify_candidate", files=job.source_files, origins=origins,
+                       args={"reference": config["reference"], "candidate": candidate, "options": to_config(options),
+                             "cache_dir": str(context.cache_dir), "files": job.source_files, "uses_cuda": on_gpu})
+    await context.progress(f"verifying {candidate} against {config['reference']}")
+    outcome = await context.sandbox.run(task, sandbox_limits(options.limits))
+    uri = path_to_uri(origins.get(candidate, candidate))
+    metrics: dict[str, Any] = {"durationS": outcome.duration_s, "report": None}
+    if outcome.status == "python-exception" and not any(f.file in set(origins.values()) for f in outcome.traceback):
+        message = f"the verifier itself failed (not your code): {outcome.message}"
+        finding = Finding(uri, Range.line(0), Severity.ERROR, SOURCE, "verify-unavailable", message)
+        metrics.update(verdict="unavailable", summary=verdict_summary("unavailable", None, message))
+        return Result("ok", [finding.to_dict()], metrics, {"outcome": outcome.to_dict()})
+    if outcome.status != "ok":
+        metrics.update(verdict="rejected", summary=verdict_summary("rejected", None, f"{outcome.status} (see problems)"))
+        return Result("ok", [outcome_finding(outcome, task).to_dict()], metrics, {"outcome": outcome.to_dict()})
+    value = outcome.value
+    if value.get("verdict") == "unavailable":
+        finding = Finding(uri, Range.line(0), Severity.ERROR, SOURCE, "verify-unavailable", value["reason"])
+        metrics.update(verdict="unavailable", summary=verdict_summary("unavailable", None, value["reason"]))
+        return Result("ok", [finding.to_dict()], metrics, {"outcome": outcome.to_dict()})
+    findings = report_findings(value, uri, job.source_files.get(candidate, ""))
+    metrics.update(verdict=value["verdict"], report=value, summary=verdict_summary(value["verdict"], value))
+    return Result("ok", [f.to_dict() for f in findings], metrics, {"stdout": outcome.stdout[-4000:],
+                                                                    "stderr": outcome.stderr[-4000:]})
