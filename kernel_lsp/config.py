@@ -1,7 +1,8 @@
 """Typed settings, read from initializationOptions, workspace/configuration and [tool.kernel-lsp].
 
 Keys are camelCase in JSON (snake_case and kebab-case are accepted too, for pyproject.toml).
-An invalid value produces one problem message and the default is kept for that key.
+An invalid value produces one problem message and the default is kept for that key. Values are structured by a
+cattrs converter (cattrs comes with lsprotocol) with strict hooks per type, then each setting's own checks.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
+
+import cattrs
 
 from kernel_lsp.kinds.options import BASELINE_KINDS, VERIFY_DEVICES, VerifyOptions, camel, snake
 
@@ -113,78 +116,97 @@ _CHOICES = {"resource_usage": RESOURCE_USAGE_MODES, "verify_device": VERIFY_DEVI
             "backend": BACKENDS}
 
 
-def _convert(name: str, hint: Any, value: Any, current: Any) -> Any:
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise TypeError(f"expected true or false, got {value!r}")
-        return value
-    if hint == (float | None):
-        return None if value is None else _convert(name, float, value, current)
-    if hint is int or hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"expected a number, got {value!r}")
-        if value < 0:
-            raise ValueError(f"must not be negative, got {value!r}")
-        return hint(value)
-    if hint is str:
-        if not isinstance(value, str):
-            raise TypeError(f"expected a string, got {value!r}")
-        choices = _CHOICES.get(name)
-        if choices is not None and value not in choices:
-            raise ValueError(f"expected one of {', '.join(choices)}, got {value!r}")
-        return value
-    if name == "checks":
-        return _convert_checks(value, current)
-    if name == "references":
-        return _convert_references(value, current)
-    if name == "tolerances":
-        return _convert_tolerances(value, current)
-    # tuple[str, ...]: a list of strings, or one string
+def _structure_bool(value: Any, _: type) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"expected true or false, got {value!r}")
+    return value
+
+
+def _structure_number(value: Any, kind: type) -> int | float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"expected a number, got {value!r}")
+    if value < 0:
+        raise ValueError(f"must not be negative, got {value!r}")
+    return kind(value)
+
+
+def _structure_str(value: Any, _: type) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {value!r}")
+    return value
+
+
+def _structure_strings(value: Any, _: type) -> tuple[str, ...]:
+    """A list of strings, or one string."""
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list) or not all(isinstance(v, str) for v in items):
         raise TypeError(f"expected a list of strings, got {value!r}")
-    if name == "baselines" and not set(items) <= set(BASELINE_KINDS):
-        raise ValueError(f"expected a list of {', '.join(BASELINE_KINDS)}, got {value!r}")
-    if name == "arch":
-        bad = [a for a in items if not _ARCH_RE.match(a)]
-        if bad or not items:
-            raise ValueError(f"expected architectures like 'sm_90', got {value!r}")
     return tuple(items)
 
 
-def _convert_checks(value: Any, current: dict[str, bool]) -> dict[str, bool]:
+def _structure_checks(value: Any, _: type) -> dict[str, bool]:
     if not isinstance(value, dict):
         raise TypeError(f"expected an object of check names to true/false, got {value!r}")
-    merged = dict(current)
     for key, on in value.items():
         if key not in CHECK_NAMES:
             raise ValueError(f"unknown check '{key}' (known: {', '.join(CHECK_NAMES)})")
         if not isinstance(on, bool):
             raise TypeError(f"check '{key}' expects true or false, got {on!r}")
-        merged[key] = on
-    return merged
+    return dict(value)
 
 
-def _convert_references(value: Any, current: dict[str, str]) -> dict[str, str]:
+def _structure_references(value: Any, _: type) -> dict[str, str]:
     if not isinstance(value, dict):
         raise TypeError(f"expected an object of candidate paths to reference paths, got {value!r}")
     bad = {key: path for key, path in value.items() if not isinstance(key, str) or not isinstance(path, str)}
     if bad:
         raise TypeError(f"expected candidate and reference paths as strings, got {bad!r}")
-    return {**current, **value}
+    return dict(value)
 
 
-def _convert_tolerances(value: Any, current: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+def _structure_tolerances(value: Any, _: type) -> dict[str, dict[str, float]]:
     if not isinstance(value, dict):
         raise TypeError(f"expected an object of dtype names to {{\"atol\": ..., \"rtol\": ...}}, got {value!r}")
-    merged = dict(current)
+    tolerances = {}
     for dtype, tolerance in value.items():
         if not isinstance(tolerance, dict) or set(tolerance) != {"atol", "rtol"}:
             raise TypeError(f"tolerance for '{dtype}' needs exactly the keys atol and rtol, got {tolerance!r}")
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in tolerance.values()):
             raise ValueError(f"tolerance for '{dtype}' needs non-negative numbers, got {tolerance!r}")
-        merged[dtype] = {"atol": float(tolerance["atol"]), "rtol": float(tolerance["rtol"])}
-    return merged
+        tolerances[dtype] = {"atol": float(tolerance["atol"]), "rtol": float(tolerance["rtol"])}
+    return tolerances
+
+
+def _settings_converter() -> cattrs.Converter:
+    """Structures one setting's JSON value into its field's type: strict (no "1" for 1, no 0 for false), or a
+    TypeError / ValueError whose message the user reads."""
+    converter = cattrs.Converter()
+    converter.register_structure_hook(bool, _structure_bool)
+    converter.register_structure_hook(int, _structure_number)
+    converter.register_structure_hook(float, _structure_number)
+    converter.register_structure_hook(str, _structure_str)
+    for generic, hook in ((tuple[str, ...], _structure_strings), (dict[str, bool], _structure_checks),
+                          (dict[str, str], _structure_references),
+                          (dict[str, dict[str, float]], _structure_tolerances)):
+        converter.register_structure_hook_func(lambda hint, generic=generic: hint == generic, hook)
+    return converter
+
+
+_CONVERTER = _settings_converter()
+_MERGED = frozenset({"checks", "references", "tolerances"})  # an object setting adds to what the layers below set
+
+
+def _convert(name: str, hint: Any, value: Any, current: Any) -> Any:
+    """One setting's value, structured by the converter, then the checks of that one setting."""
+    converted = _CONVERTER.structure(value, hint)
+    choices = _CHOICES.get(name)
+    if choices is not None and converted not in choices:
+        raise ValueError(f"expected one of {', '.join(choices)}, got {value!r}")
+    if name == "baselines" and not set(converted) <= set(BASELINE_KINDS):
+        raise ValueError(f"expected a list of {', '.join(BASELINE_KINDS)}, got {value!r}")
+    if name == "arch" and (not converted or not all(_ARCH_RE.match(a) for a in converted)):
+        raise ValueError(f"expected architectures like 'sm_90', got {value!r}")
+    return {**current, **converted} if name in _MERGED else converted
 
 
 def unwrap_section(raw: Any) -> dict[str, Any]:

@@ -79,3 +79,24 @@ def test_the_model_client_takes_its_timeout_and_retries_from_the_settings(tmp_pa
     optimizer = build_optimizer(tmp_path / "cand.py", tmp_path / "cand.py", "", tmp_path, settings, None,
                                 {"device": "cpu"}, Budget())
     assert (optimizer.model.timeout_s, optimizer.model.max_retries) == (7.5, 1)
+
+
+def test_every_setting_takes_its_own_default_back_through_the_converter():
+    """The cattrs converter has a strict hook for every field's type: a setting of a new type without one fails
+    here, not in a user's editor. Each default, written as JSON would carry it, comes back equal and unreported."""
+    import dataclasses
+    import json
+
+    from kernel_lsp.kinds.options import camel
+
+    defaults = Settings()
+    as_json = json.loads(json.dumps({camel(f.name): getattr(defaults, f.name) for f in dataclasses.fields(Settings)}))
+    settings, problems = resolve_settings(as_json)
+    assert problems == [] and settings == defaults
+
+
+def test_the_converter_is_strict_about_types():
+    _, problems = resolve_settings({"trials": "5", "verifyOnSave": "true", "references": {"a.py": 3},
+                                    "tolerances": {"float16": {"atol": True, "rtol": 0.1}}, "ignore": [1]})
+    assert [p.split(":")[0] for p in problems] == ["setting 'trials'", "setting 'verifyOnSave'",
+                                                   "setting 'references'", "setting 'tolerances'", "setting 'ignore'"]
