@@ -21,7 +21,7 @@ from kernel_lsp.kinds.files import gather_files
 from kernel_lsp.kinds.options import ProfileOptions, coerce, from_config, to_config
 from kernel_lsp.profile.report import summary_line
 from kernel_lsp.profile.worker_job import profile_result
-from kernel_lsp.worker.jobs import JobContext
+from kernel_lsp.worker.jobs import JobContext, on_device
 from kernel_lsp.worker.protocol import Job, Result
 
 KIND = "profile"
@@ -84,7 +84,4 @@ async def handle(job: Job, context: JobContext) -> Result:
         return Result("failed", [], {}, {}, str(exc))
     await context.warmup.wait()
     on_gpu = options.device != "cpu" and context.warmup.cuda_available
-    if on_gpu:
-        async with context.gpu_slot():
-            return await profile_result(job, options, context, on_gpu)
-    return await profile_result(job, options, context, on_gpu)
+    return await on_device(context, on_gpu, lambda: profile_result(job, options, context, on_gpu))

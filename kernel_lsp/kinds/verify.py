@@ -22,7 +22,7 @@ from kernel_lsp.kinds.files import gather_files
 from kernel_lsp.kinds.options import VerifyOptions, coerce, from_config, to_config
 from kernel_lsp.verify.verdict import report_findings
 from kernel_lsp.verify.verdict import summary as verdict_summary
-from kernel_lsp.worker.jobs import SOURCE, JobContext, outcome_finding, sandbox_limits
+from kernel_lsp.worker.jobs import SOURCE, JobContext, on_device, outcome_finding, sandbox_limits
 from kernel_lsp.worker.protocol import Job, Result
 from kernel_lsp.worker.sandbox import SandboxTask
 
@@ -91,10 +91,7 @@ async def handle(job: Job, context: JobContext) -> Result:
         return Result("failed", [], {}, {}, str(exc))
     await context.warmup.wait()
     on_gpu = options.device == "cuda" or (options.device == "auto" and context.warmup.cuda_available)
-    if on_gpu:
-        async with context.gpu_slot():
-            return await _verify(job, options, context, on_gpu)
-    return await _verify(job, options, context, on_gpu)
+    return await on_device(context, on_gpu, lambda: _verify(job, options, context, on_gpu))
 
 
 async def _verify(job: Job, options: VerifyOptions, context: JobContext, on_gpu: bool) -> Result:

@@ -169,11 +169,7 @@ class OptimizeFeature:
             return None
         if path.suffix != ".py":
             return None
-        settings = self.settings.settings
-        workspace = self.settings.folders[0] if self.settings.folders else None
-        roots = [Path(r).expanduser() for r in settings.kernelbench_roots]
-        roots = [r if r.is_absolute() or workspace is None else workspace / r for r in roots]
-        return find_reference(path, text, workspace, settings.references, roots)
+        return find_reference(path, text, *self.settings.pairing_context())
 
     def _optimizer(self, start: PassStart, settings: Settings) -> Optimizer:
         """As `kernel-lsp optimize` builds one, from the settings alone; the server's worker, not a new one."""

@@ -282,11 +282,7 @@ class ProfileFeature:
             return None
         document = self._documents().get(uri)
         text = document.source if document is not None else path.read_text(encoding="utf-8", errors="replace")
-        settings = self.settings.settings
-        workspace = self.settings.folders[0] if self.settings.folders else None
-        roots = [Path(r).expanduser() for r in settings.kernelbench_roots]
-        roots = [r if r.is_absolute() or workspace is None else workspace / r for r in roots]
-        found = find_reference(path, text, workspace, settings.references, roots)
+        found = find_reference(path, text, *self.settings.pairing_context())
         if isinstance(found, ReferenceProblem):
             raise ValueError(found.message)
         return found.reference if isinstance(found, Pairing) and found.reference != path else None

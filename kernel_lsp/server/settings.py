@@ -39,6 +39,15 @@ class SettingsManager:
         self.client_config = unwrap_section(raw) if raw is not None else {}
         self.recompute()
 
+    def pairing_context(self) -> tuple[Path | None, dict[str, str], list[Path]]:
+        """What find_reference needs besides the candidate: the workspace folder, the references setting and the
+        kernelbenchRoots resolved against the workspace (an absolute root stays absolute). One place for every
+        feature that pairs a candidate with its reference."""
+        workspace = self.folders[0] if self.folders else None
+        roots = [Path(r).expanduser() for r in self.settings.kernelbench_roots]
+        roots = [r if r.is_absolute() or workspace is None else workspace / r for r in roots]
+        return workspace, self.settings.references, roots
+
     def recompute(self) -> Settings:
         layers: list[dict[str, Any]] = []
         problems: list[str] = []

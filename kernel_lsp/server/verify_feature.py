@@ -281,11 +281,7 @@ class VerifyFeature:
         return found
 
     def _pairing_context(self) -> tuple[Path | None, dict[str, str], list[Path]]:
-        settings = self.settings.settings
-        workspace = self.settings.folders[0] if self.settings.folders else None
-        roots = [Path(r).expanduser() for r in settings.kernelbench_roots]
-        roots = [r if r.is_absolute() or workspace is None else workspace / r for r in roots]
-        return workspace, settings.references, roots
+        return self.settings.pairing_context()
 
     def _dependents(self, saved_uri: str) -> list[tuple[str, Pairing]]:
         """Open candidates that build the saved file with cpp_extension.load, or whose reference it is."""

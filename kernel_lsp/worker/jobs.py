@@ -73,14 +73,19 @@ def sandbox_limits(raw: dict[str, Any]) -> SandboxLimits:
     )
 
 
+async def on_device(context: JobContext, on_gpu: bool, work: Callable[[], Awaitable[Result]]) -> Result:
+    """`work()`, holding the GPU slot when it runs on the GPU: one such job at a time, so timings and profiles
+    never share the device."""
+    if not on_gpu:
+        return await work()
+    async with context.gpu_slot():
+        return await work()
+
+
 async def run_python(job: Job, context: JobContext) -> Result:
     """Calls `function(**kwargs)` of one of the job's files in a sandboxed child; with usesCuda it waits for
-    the GPU, which runs one such job at a time."""
-    config = job.config
-    if config.get("usesCuda"):
-        async with context.gpu_slot():
-            return await _run_python(job, context)
-    return await _run_python(job, context)
+    the GPU slot."""
+    return await on_device(context, bool(job.config.get("usesCuda")), lambda: _run_python(job, context))
 
 
 async def _run_python(job: Job, context: JobContext) -> Result:
