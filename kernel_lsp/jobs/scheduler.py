@@ -71,9 +71,6 @@ class DocumentScheduler:
         self._latest: dict[str, int | None] = {}
         self._started: dict[str, int | None] = {}  # key -> version whose job is past its debounce
 
-    def latest_version(self, key: str) -> int | None:
-        return self._latest.get(key)
-
     def is_current(self, key: str, version: int | None) -> bool:
         return key in self._latest and self._latest[key] == version
 

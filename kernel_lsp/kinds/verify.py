@@ -111,7 +111,8 @@ async def _verify(job: Job, options: VerifyOptions, context: JobContext, on_gpu:
         metrics.update(verdict="unavailable", summary=verdict_summary("unavailable", None, message))
         return Result("ok", [finding.to_dict()], metrics, {"outcome": outcome.to_dict()})
     if outcome.status != "ok":
-        metrics.update(verdict="rejected", summary=verdict_summary("rejected", None, f"{outcome.status} (see problems)"))
+        reason = f"{outcome.status} (see problems)"
+        metrics.update(verdict="rejected", summary=verdict_summary("rejected", None, reason))
         return Result("ok", [outcome_finding(outcome, task).to_dict()], metrics, {"outcome": outcome.to_dict()})
     value = outcome.value
     if value.get("verdict") == "unavailable":

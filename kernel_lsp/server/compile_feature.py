@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Callable
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Callable
 
 from lsprotocol import types
 
@@ -17,22 +18,28 @@ from kernel_lsp.findings import Finding, Range, Severity, uri_to_path
 from kernel_lsp.jobs.scheduler import DocumentScheduler, Priority
 from kernel_lsp.server.convert import code_lens
 from kernel_lsp.server.diagnostics import DiagnosticStore
+from kernel_lsp.server.feature import Feature
 from kernel_lsp.server.settings import SettingsManager
+
+if TYPE_CHECKING:
+    from kernel_lsp.server.setup import KernelLanguageServer
 
 log = logging.getLogger(__name__)
 PRODUCER = "compile"
 
 
-class CompileFeature:
+class CompileFeature(Feature):
     def __init__(self, store: DiagnosticStore, settings: SettingsManager, service: CompileService,
                  tell_user: Callable[[str], None], refresh_lenses: Callable[[], None],
                  priority_of: Callable[[str], int] = lambda uri: Priority.OPEN,
-                 is_open: Callable[[str], bool] = lambda uri: False) -> None:
+                 is_open: Callable[[str], bool] = lambda uri: False,
+                 documents: Callable[[], Mapping[str, Any]] = dict) -> None:
         self.store = store
         self.settings = settings
         self.service = service
         self.scheduler = DocumentScheduler(settings.settings.max_parallel_compiles, priority_of)
         self._is_open = is_open
+        self._documents = documents
         self.closed_checks = 0  # closed files checked from disk (the workspace summary shows it)
         self._tell_user = tell_user
         self._refresh_lenses = refresh_lenses
@@ -57,6 +64,11 @@ class CompileFeature:
     def document_close(self, uri: str) -> None:
         self.scheduler.cancel(uri)
         self.store.clear(uri)
+
+    def settings_changed(self) -> None:
+        """Settings decide what a check finds, so every open document is checked again."""
+        for document in list(self._documents().values()):
+            self.recheck(document.uri, document.version, document.source)
 
     def check_closed(self, uri: str, path: Path) -> "asyncio.Task | None":
         """Checks a file that is not open, from disk, when the job's turn comes (so it reads the newest text)."""
@@ -135,3 +147,14 @@ class CompileFeature:
             if f.data and f.data.get("toolProblem") and f.message not in self._told:
                 self._told.add(f.message)  # once per session; the diagnostic on the file stays
                 self._tell_user(f.message)
+
+
+def setup(server: KernelLanguageServer) -> CompileFeature:
+    from kernel_lsp.server.workspace_feature import WorkspaceFeature
+
+    return CompileFeature(server.diagnostics, server.settings, CompileService(server.results),
+                          tell_user=lambda m: server.show(m, types.MessageType.Error),
+                          refresh_lenses=server.refresh_code_lenses,
+                          priority_of=lambda uri: server.get_feature(WorkspaceFeature).priority_of(uri),
+                          is_open=lambda uri: uri in server.workspace.text_documents,
+                          documents=lambda: server.workspace.text_documents)

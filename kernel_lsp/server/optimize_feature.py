@@ -31,6 +31,7 @@ from kernel_lsp.findings import uri_to_path
 from kernel_lsp.kinds.verify import verify_options
 from kernel_lsp.profile.locations import kernel_locations
 from kernel_lsp.server.convert import kind_requested
+from kernel_lsp.server.feature import Feature
 from kernel_lsp.server.settings import SettingsManager
 from kernel_lsp.server.work_progress import WorkProgress
 from kernel_lsp.server.worker_feature import WorkerFeature
@@ -38,6 +39,7 @@ from kernel_lsp.sources import parse_python
 from kernel_lsp.verify.pairing import Pairing, ReferenceProblem, find_reference
 
 if TYPE_CHECKING:  # the anthropic SDK takes ~2 s to import: the first pass pays for it, in a thread
+    from kernel_lsp.server.setup import KernelLanguageServer
     from kernel_lsp.agent.loop import Optimizer, PassOutcome, ProgressEvent
 
 log = logging.getLogger(__name__)
@@ -70,7 +72,9 @@ class PassStart:
     new_file: Path | None = None  # a problem file's pass: where its candidate goes
 
 
-class OptimizeFeature:
+class OptimizeFeature(Feature):
+    code_action_kinds = (OPTIMIZE_ACTION_KIND,)
+
     def __init__(self, settings: SettingsManager, worker: WorkerFeature,
                  documents: Callable[[], Mapping[str, OpenDocument]], progress: WorkProgress, tell_user: Tell,
                  apply_edit: Callable[[types.ApplyWorkspaceEditParams], Awaitable[types.ApplyWorkspaceEditResult]],
@@ -107,6 +111,9 @@ class OptimizeFeature:
             title=OPTIMIZE_ACTION_TITLE, command=OPTIMIZE_COMMAND, arguments=[uri]))]
 
     # --- the command ----------------------------------------------------------------------------------------
+
+    def commands(self) -> dict[str, Any]:
+        return {OPTIMIZE_COMMAND: self.optimize_command}
 
     async def optimize_command(self, args: tuple[Any, ...]) -> dict[str, Any]:
         """kernel-lsp.optimize [uri]: starts a pass and answers at once; the pass ends with an edit or a message."""
@@ -390,3 +397,13 @@ def _read(path: Path) -> str | None:
         return path.read_bytes().decode("utf-8", errors="replace")
     except OSError:
         return None
+
+
+def setup(server: KernelLanguageServer) -> OptimizeFeature:
+    return OptimizeFeature(server.settings, server.get_feature(WorkerFeature),
+                           documents=lambda: server.workspace.text_documents,
+                           progress=WorkProgress(server.work_done_progress, server.supports_work_done_progress),
+                           tell_user=server.show, apply_edit=server.workspace_apply_edit_async,
+                           ask_user=server.window_show_message_request_async,
+                           supports_annotations=server.supports_change_annotations,
+                           supports_file_creation=server.supports_file_creation)

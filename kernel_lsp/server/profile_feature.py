@@ -17,10 +17,11 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from lsprotocol import types
 
+from kernel_lsp.config import cache_dir
 from kernel_lsp.findings import Finding, Position, uri_to_path
 from kernel_lsp.kinds.profile import profile_job, profile_options
 from kernel_lsp.profile.locations import Location, kernel_locations
@@ -28,6 +29,7 @@ from kernel_lsp.profile.report import profile_findings, summary_line
 from kernel_lsp.server import compile_feature
 from kernel_lsp.server.convert import kind_requested, lsp_range
 from kernel_lsp.server.diagnostics import DiagnosticStore
+from kernel_lsp.server.feature import Feature
 from kernel_lsp.server.hover_card import CardFacts, hover_card
 from kernel_lsp.server.profile_report import ceilings_from, imported_report, point_from
 from kernel_lsp.server.settings import SettingsManager
@@ -37,6 +39,9 @@ from kernel_lsp.verify.pairing import Pairing, ReferenceProblem, find_reference
 from kernel_lsp.worker.client import WorkerUnavailable
 from kernel_lsp.worker.protocol import Result
 from profilers.roofline import Ceilings, KernelPoint, roofline_svg
+
+if TYPE_CHECKING:
+    from kernel_lsp.server.setup import KernelLanguageServer
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +68,9 @@ class OpenDocument(Protocol):
     source: str
 
 
-class ProfileFeature:
+class ProfileFeature(Feature):
+    code_action_kinds = (PROFILE_ACTION_KIND,)
+
     def __init__(self, store: DiagnosticStore, settings: SettingsManager, worker: WorkerFeature,
                  documents: Callable[[], Mapping[str, OpenDocument]], progress: WorkProgress,
                  tell_user: Callable[[str], None], verify_summary: Callable[[str], str | None],
@@ -90,6 +97,12 @@ class ProfileFeature:
 
     def document_close(self, uri: str) -> None:
         self._locations.pop(uri, None)
+
+    def settings_changed(self) -> None:
+        self.republish()  # the ignore list may have changed
+
+    def commands(self) -> dict[str, Callable[[tuple[Any, ...]], Any]]:
+        return {IMPORT_COMMAND: self.import_command, PROFILE_COMMAND: self.profile_command}
 
     def republish(self) -> None:
         """Settings (the ignore list) or the profiles changed: every open document's hints again."""
@@ -330,3 +343,14 @@ def _path_of(uri: str) -> Path | None:
         return uri_to_path(uri).resolve()
     except ValueError:
         return None
+
+
+def setup(server: KernelLanguageServer) -> ProfileFeature:
+    from kernel_lsp.server.verify_feature import VerifyFeature
+
+    verify = server.get_feature(VerifyFeature)
+    return ProfileFeature(server.diagnostics, server.settings, server.get_feature(WorkerFeature),
+                          documents=lambda: server.workspace.text_documents,
+                          progress=WorkProgress(server.work_done_progress, server.supports_work_done_progress),
+                          tell_user=lambda m: server.show(m, types.MessageType.Warning),
+                          verify_summary=verify.result_summary, chart_dir=cache_dir() / "charts")

@@ -1,44 +1,31 @@
-"""Thin dispatch from LSP messages to the features; no checking logic lives here."""
+"""Thin dispatch from LSP messages to the features; no checking logic lives here.
+
+The features register themselves: each module of FEATURE_MODULES ends with `setup(server)`, which builds its
+feature from what the server offers and from the features set up before it (`server.get_feature(cls)`). Every LSP
+message is then handed to each feature's hook in that order (kernel_lsp/server/feature.py), and each feature's
+commands, custom methods and code action kinds are served as it declares them. Adding a feature is one module
+and one line here."""
 
 from __future__ import annotations
 
-import asyncio
+import importlib
+import inspect
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 
 from kernel_lsp import __version__
-from kernel_lsp.compile.service import CompileService
 from kernel_lsp.jobs.cache import ResultCache
-from kernel_lsp.server.compile_feature import CompileFeature
 from kernel_lsp.server.diagnostics import DiagnosticStore
-from kernel_lsp.server.optimize_feature import (
-    OPTIMIZE_ACTION_KIND,
-    OPTIMIZE_COMMAND,
-    OptimizeFeature,
-)
-from kernel_lsp.server.profile_feature import (
-    IMPORT_COMMAND,
-    PROFILE_ACTION_KIND,
-    PROFILE_COMMAND,
-    ProfileFeature,
-)
+from kernel_lsp.server.feature import Feature
 from kernel_lsp.server.settings import SECTION, SettingsManager
-from kernel_lsp.server.verify_feature import VERIFY_COMMAND, VerifyFeature
-from kernel_lsp.server.work_progress import WorkProgress
-from kernel_lsp.server.worker_feature import STATUS_COMMAND, WorkerFeature
-from kernel_lsp.server.workspace_feature import (
-    SUMMARY_COMMAND,
-    SUMMARY_REQUEST,
-    VISIBLE_NOTIFICATION,
-    WorkspaceFeature,
-)
-from kernel_lsp.config import cache_dir
 
 log = logging.getLogger(__name__)
+F = TypeVar("F", bound=Feature)
 
 
 class KernelProtocol(LanguageServerProtocol):
@@ -51,44 +38,38 @@ class KernelProtocol(LanguageServerProtocol):
         return super().structure_message(data)
 
 
+FEATURE_MODULES = (  # set up in this order: each may use those above it; document hooks run in this order too
+    "kernel_lsp.server.compile_feature",
+    "kernel_lsp.server.worker_feature",
+    "kernel_lsp.server.verify_feature",
+    "kernel_lsp.server.profile_feature",
+    "kernel_lsp.server.optimize_feature",
+    "kernel_lsp.server.workspace_feature",
+)
+
+
 class KernelLanguageServer(LanguageServer):
     def __init__(self) -> None:
         super().__init__("kernel-lsp", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
                          protocol_cls=KernelProtocol)
         self.settings = SettingsManager(warn=lambda m: self.show(m, types.MessageType.Warning))
-        self.diagnostics = DiagnosticStore(self.text_document_publish_diagnostics,
-                                           visible=lambda f: self.compile.visible(f))
+        self.diagnostics = DiagnosticStore(self.text_document_publish_diagnostics, visible=self._visible)
         self.results = ResultCache()
-        self.compile = CompileFeature(self.diagnostics, self.settings, CompileService(self.results),
-                                      tell_user=lambda m: self.show(m, types.MessageType.Error),
-                                      refresh_lenses=self.refresh_code_lenses,
-                                      priority_of=lambda uri: self.project.priority_of(uri),
-                                      is_open=lambda uri: uri in self.workspace.text_documents)
-        self.worker = WorkerFeature(notify=self.protocol.notify,
-                                    tell_user=lambda m: self.show(m, types.MessageType.Warning))
-        self.verify = VerifyFeature(self.diagnostics, self.settings, self.worker,
-                                    documents=lambda: self.workspace.text_documents, progress=self.work_done_progress,
-                                    supports_progress=self.supports_work_done_progress,
-                                    tell_user=lambda m: self.show(m, types.MessageType.Warning),
-                                    refresh_lenses=self.refresh_code_lenses)
-        self.profile = ProfileFeature(self.diagnostics, self.settings, self.worker,
-                                      documents=lambda: self.workspace.text_documents,
-                                      progress=WorkProgress(self.work_done_progress, self.supports_work_done_progress),
-                                      tell_user=lambda m: self.show(m, types.MessageType.Warning),
-                                      verify_summary=lambda uri: self.verify.result_summary(uri),
-                                      chart_dir=cache_dir() / "charts")
-        self.optimize = OptimizeFeature(self.settings, self.worker, documents=lambda: self.workspace.text_documents,
-                                        progress=WorkProgress(self.work_done_progress,
-                                                              self.supports_work_done_progress),
-                                        tell_user=self.show, apply_edit=self.workspace_apply_edit_async,
-                                        ask_user=self.window_show_message_request_async,
-                                        supports_annotations=self.supports_change_annotations,
-                                        supports_file_creation=self.supports_file_creation)
-        self.project = WorkspaceFeature(self.diagnostics, self.settings, self.compile, self.verify,
-                                        documents=lambda: self.workspace.text_documents,
-                                        tell_user=lambda m: self.show(m, types.MessageType.Warning),
-                                        register_watchers=self.register_file_watchers,
-                                        cache_folder=cache_dir)
+        self.features: list[Feature] = []
+        for name in FEATURE_MODULES:
+            self.features.append(importlib.import_module(name).setup(self))
+
+    def get_feature(self, kind: type[F]) -> F:
+        """The feature of this class, set up before the one asking."""
+        found = next((f for f in self.features if isinstance(f, kind)), None)
+        if found is None:
+            raise LookupError(f"{kind.__name__} is not set up (yet): see FEATURE_MODULES")
+        return found
+
+    def _visible(self, finding: Any) -> bool:
+        from kernel_lsp.server.compile_feature import CompileFeature
+
+        return self.get_feature(CompileFeature).visible(finding)
 
     def show(self, message: str, kind: types.MessageType) -> None:
         log.warning("%s", message)
@@ -98,7 +79,8 @@ class KernelLanguageServer(LanguageServer):
         workspace = self.client_capabilities.workspace
         if workspace and workspace.code_lens and workspace.code_lens.refresh_support:
             future = self.workspace_code_lens_refresh(None)
-            future.add_done_callback(lambda f: f.cancelled() or f.exception() and log.info("codeLens/refresh: %s", f.exception()))
+            future.add_done_callback(
+                lambda f: f.cancelled() or f.exception() and log.info("codeLens/refresh: %s", f.exception()))
 
     def supports_work_done_progress(self) -> bool:
         window = self.client_capabilities.window
@@ -149,43 +131,34 @@ class KernelLanguageServer(LanguageServer):
             log.warning("workspace/configuration failed: %s", exc)
             return
         self.settings.set_client_config(result[0] if result else None)
-        self.recheck_open_documents()
+        self.settings_changed()
 
-    def recheck_open_documents(self) -> None:
-        """Settings decide what a check finds, so every open document is checked again."""
-        for doc in list(self.workspace.text_documents.values()):
-            self.compile.recheck(doc.uri, doc.version, doc.source)
-        self.profile.republish()  # the ignore list may have changed
+    def settings_changed(self) -> None:
+        for feature in self.features:
+            feature.settings_changed()
 
 
 def create_server() -> KernelLanguageServer:
     server = KernelLanguageServer()
+    features = server.features
 
     @server.feature(types.INITIALIZE)
     def initialize(ls: KernelLanguageServer, params: types.InitializeParams) -> None:
         ls.settings.initialize(params)
-        ls.project.open_cache(ls.results)
+        for feature in features:
+            feature.initialize()
 
     @server.feature(types.INITIALIZED)
     async def initialized(ls: KernelLanguageServer, params: types.InitializedParams) -> None:
         await ls.pull_configuration()
-        asyncio.ensure_future(ls.project.start(ls.supports_watched_files()))
+        for feature in features:
+            await feature.started(ls.supports_watched_files())
 
     @server.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
     def did_change_watched_files(ls: KernelLanguageServer, params: types.DidChangeWatchedFilesParams) -> None:
-        ls.project.client_changes([(c.uri, int(c.type)) for c in params.changes])
+        from kernel_lsp.server.workspace_feature import WorkspaceFeature
 
-    @server.feature(VISIBLE_NOTIFICATION)
-    def visible_documents(ls: KernelLanguageServer, params) -> None:
-        ls.project.set_visible(params)
-
-    @server.feature(SUMMARY_REQUEST)
-    def workspace_summary(ls: KernelLanguageServer, params) -> dict:
-        return ls.project.summary()
-
-    @server.command(SUMMARY_COMMAND)
-    def workspace_summary_command(ls: KernelLanguageServer, *args) -> dict:
-        return ls.project.summary()
+        ls.get_feature(WorkspaceFeature).client_changes([(c.uri, int(c.type)) for c in params.changes])
 
     @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
     async def did_change_configuration(ls: KernelLanguageServer, params: types.DidChangeConfigurationParams) -> None:
@@ -193,74 +166,79 @@ def create_server() -> KernelLanguageServer:
             await ls.pull_configuration()
         else:
             ls.settings.set_client_config(params.settings)
-            ls.recheck_open_documents()
+            ls.settings_changed()
 
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: KernelLanguageServer, params: types.DidOpenTextDocumentParams) -> None:
         doc = params.text_document
-        ls.project.touched(doc.uri)
-        ls.compile.document_open(doc.uri, doc.version, doc.text)
-        ls.verify.document_open(doc.uri, doc.text)
-        ls.profile.document_open(doc.uri, doc.version, doc.text)
+        for feature in features:
+            feature.document_active(doc.uri)
+        for feature in features:
+            feature.document_open(doc.uri, doc.version, doc.text)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: KernelLanguageServer, params: types.DidChangeTextDocumentParams) -> None:
         doc = ls.workspace.get_text_document(params.text_document.uri)
-        ls.project.touched(doc.uri)
-        ls.compile.document_change(doc.uri, params.text_document.version, doc.source)
-        ls.profile.document_change(doc.uri, params.text_document.version, doc.source)
+        for feature in features:
+            feature.document_active(doc.uri)
+        for feature in features:
+            feature.document_change(doc.uri, params.text_document.version, doc.source)
 
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE, types.SaveOptions(include_text=False))
     def did_save(ls: KernelLanguageServer, params: types.DidSaveTextDocumentParams) -> None:
         doc = ls.workspace.get_text_document(params.text_document.uri)
-        ls.compile.document_save(doc.uri, doc.version, doc.source)
-        ls.verify.document_save(doc.uri, doc.source)
-        ls.project.saved(doc.uri, doc.source)
+        for feature in features:
+            feature.document_save(doc.uri, doc.version, doc.source)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: KernelLanguageServer, params: types.DidCloseTextDocumentParams) -> None:
-        ls.compile.document_close(params.text_document.uri)
-        ls.verify.document_close(params.text_document.uri)
-        ls.profile.document_close(params.text_document.uri)
+        for feature in features:
+            feature.document_close(params.text_document.uri)
 
     @server.feature(types.TEXT_DOCUMENT_CODE_LENS)
     def code_lens(ls: KernelLanguageServer, params: types.CodeLensParams) -> list[types.CodeLens]:
-        return ls.compile.code_lenses(params.text_document.uri) + ls.verify.code_lenses(params.text_document.uri)
+        return [lens for feature in features for lens in feature.code_lenses(params.text_document.uri)]
 
     @server.feature(types.TEXT_DOCUMENT_HOVER)
     def hover(ls: KernelLanguageServer, params: types.HoverParams) -> types.Hover | None:
-        ls.project.touched(params.text_document.uri)
-        return ls.profile.hover(params.text_document.uri, params.position)
+        for feature in features:
+            feature.document_active(params.text_document.uri)
+        return next((h for f in features if (h := f.hover(params.text_document.uri, params.position)) is not None),
+                    None)
 
-    @server.feature(types.TEXT_DOCUMENT_CODE_ACTION,
-                    types.CodeActionOptions(code_action_kinds=[PROFILE_ACTION_KIND, OPTIMIZE_ACTION_KIND]))
+    kinds = [kind for feature in features for kind in feature.code_action_kinds]
+
+    @server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(code_action_kinds=kinds))
     def code_action(ls: KernelLanguageServer, params: types.CodeActionParams) -> list[types.CodeAction]:
         uri, span, only = params.text_document.uri, params.range, params.context.only
-        return ls.profile.code_actions(uri, span, only) + ls.optimize.code_actions(uri, span, only)
+        return [action for feature in features for action in feature.code_actions(uri, span, only)]
 
-    @server.command(IMPORT_COMMAND)
-    async def import_profile(ls: KernelLanguageServer, *args) -> dict:
-        return await ls.profile.import_command(args)
-
-    @server.command(PROFILE_COMMAND)
-    async def profile(ls: KernelLanguageServer, *args) -> dict:
-        return await ls.profile.profile_command(args)
-
-    @server.command(OPTIMIZE_COMMAND)
-    async def optimize(ls: KernelLanguageServer, *args) -> dict:
-        return await ls.optimize.optimize_command(args)
-
-    @server.command(STATUS_COMMAND)
-    async def worker_status(ls: KernelLanguageServer, *args) -> dict:
-        return await ls.worker.status(ls.settings.settings)
-
-    @server.command(VERIFY_COMMAND)
-    async def verify(ls: KernelLanguageServer, *args) -> dict:
-        return await ls.verify.verify_command(args)
+    for feature in features:
+        for name, handler in feature.commands().items():
+            server.command(name)(_command(handler))
+        for method, handler in feature.methods().items():
+            server.feature(method)(_method(handler))
 
     @server.feature(types.SHUTDOWN)
     async def shutdown(ls: KernelLanguageServer, params: None) -> None:
-        await ls.project.stop()
-        await ls.worker.close()
+        for feature in reversed(features):
+            await feature.shutdown()
 
     return server
+
+
+def _command(handler: Callable[[tuple[Any, ...]], Any]) -> Callable[..., Any]:
+    """pygls calls a command with the server and the arguments spread; a feature's handler takes the tuple."""
+    async def run(ls: KernelLanguageServer, *args: Any) -> Any:
+        answer = handler(args)
+        return await answer if inspect.isawaitable(answer) else answer
+
+    return run
+
+
+def _method(handler: Callable[[Any], Any]) -> Callable[..., Any]:
+    async def run(ls: KernelLanguageServer, params: Any) -> Any:
+        answer = handler(params)
+        return await answer if inspect.isawaitable(answer) else answer
+
+    return run

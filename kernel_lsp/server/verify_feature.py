@@ -15,7 +15,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from lsprotocol import types
 
@@ -24,6 +24,7 @@ from kernel_lsp.findings import Finding, Range, Severity, path_to_uri, uri_to_pa
 from kernel_lsp.kinds.verify import VerifyOutcome, verify_job, verify_options
 from kernel_lsp.server.convert import lsp_range
 from kernel_lsp.server.diagnostics import DiagnosticStore
+from kernel_lsp.server.feature import Feature
 from kernel_lsp.server.settings import SettingsManager
 from kernel_lsp.server.work_progress import WorkProgress
 from kernel_lsp.server.worker_feature import WorkerFeature
@@ -31,6 +32,9 @@ from kernel_lsp.sources import parse_python
 from kernel_lsp.verify.pairing import Pairing, ReferenceProblem, files_to_reverify, find_reference
 from kernel_lsp.worker.client import WorkerUnavailable
 from kernel_lsp.worker.protocol import Job, Result
+
+if TYPE_CHECKING:
+    from kernel_lsp.server.setup import KernelLanguageServer
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +113,7 @@ def unavailable_finding(uri: str, message: str) -> Finding:
 # ---- the feature -------------------------------------------------------------------------------------------
 
 
-class VerifyFeature:
+class VerifyFeature(Feature):
     def __init__(self, store: DiagnosticStore, settings: SettingsManager, worker: WorkerFeature,
                  documents: Callable[[], Mapping[str, OpenDocument]], progress: Any,
                  supports_progress: Callable[[], bool], tell_user: Callable[[str], None],
@@ -129,13 +133,13 @@ class VerifyFeature:
 
     # --- document hooks -------------------------------------------------------------------------------------
 
-    def document_open(self, uri: str, text: str) -> None:
+    def document_open(self, uri: str, version: int | None, text: str) -> None:
         """Opening finds the reference (cheap) so the lens can offer a run; it never starts one."""
         found = self._pair(uri, text)
         if isinstance(found, Pairing) and uri not in self._runs:
             self._runs[uri] = VerifyRun("idle", found.reference)
 
-    def document_save(self, uri: str, text: str) -> None:
+    def document_save(self, uri: str, version: int | None, text: str) -> None:
         if not self.settings.settings.verify_on_save:
             return
         found = self._pair(uri, text)
@@ -151,6 +155,9 @@ class VerifyFeature:
         self._runs.pop(uri, None)
         for other in self._published.pop(uri, set()) - {uri}:  # the candidate's own URI is cleared on close
             self.store.set(other, self._producer(uri), self._version(other), [])
+
+    def commands(self) -> dict[str, Callable[[tuple[Any, ...]], Any]]:
+        return {VERIFY_COMMAND: self.verify_command}
 
     async def verify_command(self, args: tuple[Any, ...]) -> dict[str, Any]:
         """kernel-lsp.verify [uri]: verifies now (whatever verifyOnSave says) the files as the editor shows them
@@ -467,3 +474,11 @@ class VerifyFeature:
 
     def _end_progress(self, token: str | None, message: str) -> None:
         self._progress.end(token, message)
+
+
+def setup(server: KernelLanguageServer) -> VerifyFeature:
+    return VerifyFeature(server.diagnostics, server.settings, server.get_feature(WorkerFeature),
+                         documents=lambda: server.workspace.text_documents, progress=server.work_done_progress,
+                         supports_progress=server.supports_work_done_progress,
+                         tell_user=lambda m: server.show(m, types.MessageType.Warning),
+                         refresh_lenses=server.refresh_code_lenses)

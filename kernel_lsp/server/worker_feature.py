@@ -9,21 +9,30 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+from lsprotocol import types
 
 from kernel_lsp.config import Settings
+from kernel_lsp.server.feature import Feature
+from kernel_lsp.server.settings import SettingsManager
 from kernel_lsp.worker.backend import JobRunner, make_runner, runner_config
 from kernel_lsp.worker.client import WorkerStatus, WorkerUnavailable
 from kernel_lsp.worker.daemon import UsageError, read_token
+
+if TYPE_CHECKING:
+    from kernel_lsp.server.setup import KernelLanguageServer
 
 log = logging.getLogger(__name__)
 STATUS_NOTIFICATION = "kernelLsp/workerStatus"
 STATUS_COMMAND = "kernel-lsp.workerStatus"
 
 
-class WorkerFeature:
-    def __init__(self, notify: Callable[[str, Any], None], tell_user: Callable[[str], None]) -> None:
+class WorkerFeature(Feature):
+    def __init__(self, notify: Callable[[str, Any], None], tell_user: Callable[[str], None],
+                 settings: SettingsManager | None = None) -> None:
         self._notify = notify
+        self._settings = settings  # for the status command
         self._tell_user = tell_user
         self._client: JobRunner | None = None
         self._config: tuple | None = None
@@ -61,7 +70,18 @@ class WorkerFeature:
         if self._client is not None:
             await self._client.close()
 
+    def commands(self) -> dict[str, Callable[[tuple[Any, ...]], Any]]:
+        return {STATUS_COMMAND: lambda _args: self.status(self._settings.settings if self._settings else Settings())}
+
+    async def shutdown(self) -> None:
+        await self.close()
+
     def _status_changed(self, status: WorkerStatus) -> None:
         if self._client is not None and status is not self._client.status:
             return  # a replaced client closing late ("stopped") says nothing about the worker in use now
         self._notify(STATUS_NOTIFICATION, status.to_dict())
+
+
+def setup(server: KernelLanguageServer) -> WorkerFeature:
+    return WorkerFeature(notify=server.protocol.notify, tell_user=lambda m: server.show(m, types.MessageType.Warning),
+                         settings=server.settings)

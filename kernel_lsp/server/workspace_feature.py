@@ -25,14 +25,18 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from lsprotocol import types
+
+from kernel_lsp.config import cache_dir
 from kernel_lsp.findings import path_to_uri, uri_to_path
 from kernel_lsp.jobs.cache import ResultCache
 from kernel_lsp.jobs.disk_cache import DiskCache
 from kernel_lsp.server.compile_feature import PRODUCER as COMPILE
 from kernel_lsp.server.compile_feature import CompileFeature
 from kernel_lsp.server.diagnostics import DiagnosticStore
+from kernel_lsp.server.feature import Feature
 from kernel_lsp.server.profile_feature import PRODUCER as PROFILE
 from kernel_lsp.server.settings import SettingsManager
 from kernel_lsp.server.verify_feature import VerifyFeature
@@ -57,6 +61,9 @@ from kernel_lsp.workspace.survey import (
     top_hint,
 )
 from kernel_lsp.workspace.watch import CREATED, DELETED, Coalescer, FolderWatcher
+
+if TYPE_CHECKING:
+    from kernel_lsp.server.setup import KernelLanguageServer
 
 log = logging.getLogger(__name__)
 
@@ -91,12 +98,12 @@ class WorkspaceState:
     kernel_paths: set[Path] = field(default_factory=set)
 
 
-class WorkspaceFeature:
+class WorkspaceFeature(Feature):
     def __init__(self, store: DiagnosticStore, settings: SettingsManager, compile: CompileFeature,
                  verify: VerifyFeature, documents: Callable[[], Mapping[str, OpenDocument]],
                  tell_user: Callable[[str], None],
                  register_watchers: Callable[[list[str]], Awaitable[bool]],
-                 cache_folder: Callable[[], Path]) -> None:
+                 cache_folder: Callable[[], Path], results: ResultCache | None = None) -> None:
         self.store = store
         self.settings = settings
         self.compile = compile
@@ -105,6 +112,7 @@ class WorkspaceFeature:
         self._tell_user = tell_user
         self._register_watchers = register_watchers
         self._cache_folder = cache_folder
+        self._results = results  # the compile results the on-disk cache backs (open_cache at initialize)
         self.state = WorkspaceState()
         self.graph = DependencyGraph()
         self._rules: dict[Path, IgnoreRules] = {}
@@ -142,6 +150,30 @@ class WorkspaceFeature:
     def touched(self, uri: str) -> None:
         """The user acted on this document (opened, edited, hovered): it is the active one until another is."""
         self.active = uri
+
+    # --- the server's hooks (kernel_lsp/server/feature.py) -------------------------------------------------
+
+    def document_active(self, uri: str) -> None:
+        self.touched(uri)
+
+    def document_save(self, uri: str, version: int | None, text: str) -> None:
+        self.saved(uri, text)
+
+    def initialize(self) -> None:
+        if self._results is not None:
+            self.open_cache(self._results)
+
+    async def started(self, client_can_watch: bool) -> None:
+        asyncio.ensure_future(self.start(client_can_watch))
+
+    async def shutdown(self) -> None:
+        await self.stop()
+
+    def commands(self) -> dict[str, Callable[[tuple[Any, ...]], Any]]:
+        return {SUMMARY_COMMAND: lambda _args: self.summary()}
+
+    def methods(self) -> dict[str, Callable[[Any], Any]]:
+        return {VISIBLE_NOTIFICATION: self.set_visible, SUMMARY_REQUEST: lambda _params: self.summary()}
 
     # --- start and stop -----------------------------------------------------------------------------------
 
@@ -469,3 +501,11 @@ def _prune(folder: Path, keep: str) -> None:
             path.unlink()
         except OSError:
             pass
+
+
+def setup(server: KernelLanguageServer) -> WorkspaceFeature:
+    return WorkspaceFeature(server.diagnostics, server.settings, server.get_feature(CompileFeature),
+                            server.get_feature(VerifyFeature), documents=lambda: server.workspace.text_documents,
+                            tell_user=lambda m: server.show(m, types.MessageType.Warning),
+                            register_watchers=server.register_file_watchers, cache_folder=cache_dir,
+                            results=server.results)

@@ -217,11 +217,6 @@ def flush_allocator(device: torch.device | str) -> None:
         torch.cuda.empty_cache()
 
 
-def same_device(actual: torch.device, expected: torch.device) -> bool:
-    """'cuda' without an index matches any CUDA device; with one, only that device."""
-    return actual.type == expected.type and (expected.index is None or actual.index == expected.index)
-
-
 TIMER_MODULES: dict[str, object] = {"time": time, "torch.cuda": torch.cuda}
 
 TIMER_NAMES = (

@@ -35,10 +35,6 @@ def installed_file(path: str) -> bool:
     return path.startswith(SYSTEM_PREFIXES + pythons) or any(marker in path for marker in INSTALLED_MARKERS)
 
 
-def share_weights(reference: torch.nn.Module, candidate: torch.nn.Module) -> str:
-    return load_weights(reference.state_dict(), candidate)
-
-
 def load_weights(ref_state: dict[str, torch.Tensor], candidate: torch.nn.Module) -> str:
     """Loads the reference's weights (its state_dict) into the candidate where names and shapes match."""
     cand_state = candidate.state_dict()

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from profilers.hints import Hint, HintSeverity
-from profilers.ncu import LAUNCH_STATISTICS, SPEED_OF_LIGHT, KernelLaunch, RuleResult, parse_details_csv
+from profilers.ncu import LAUNCH_STATISTICS, SPEED_OF_LIGHT, KernelLaunch, RuleResult
 from profilers.roofline import LATENCY_BELOW_PCT, Bound, Ceilings, KernelPoint, classify_bound, kernel_point
 
 LAUNCH_BOUND_US = 5.0
@@ -192,6 +192,3 @@ def kernel_report(launch: KernelLaunch, ceilings: Ceilings | None = None,
     }
 
 
-def import_csv_report(details_csv: str, ceilings: Ceilings | None = None) -> list[dict[str, Any]]:
-    """`kernel-lsp profile --import-csv FILE --format json`: one object per launch in the details export."""
-    return [kernel_report(launch, ceilings) for launch in parse_details_csv(details_csv)]

@@ -40,16 +40,6 @@ def sass_hints(stats: SassStats, resources: KernelResources | None = None,
     return [h for h in hints if h is not None]
 
 
-def hints_for_kernels(stats: list[SassStats], resources: list[KernelResources],
-                      memory_bound: dict[str, bool] | None = None) -> list[Hint]:
-    """sass_hints for every kernel, paired with its ptxas record by mangled name and arch;
-    memory_bound is keyed by base name."""
-    by_key = {(r.mangled, r.arch): r for r in resources}
-    bound = memory_bound or {}
-    return [h for s in stats
-            for h in sass_hints(s, by_key.get((s.mangled, s.arch)), bound.get(s.base_name))]
-
-
 def _local_memory_hint(stats: SassStats, resources: KernelResources | None) -> Hint | None:
     lines = sorted(stats.lines("local-load") + stats.lines("local-store"))
     if resources is not None and (resources.spill_stores or resources.spill_loads):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from profilers.hints.ncu_rules import import_csv_report, kernel_report, ncu_hints
+from profilers.hints.ncu_rules import kernel_report, ncu_hints
 from profilers.ncu import SPEED_OF_LIGHT, Metric, RuleResult, parse_details_csv, parse_raw_csv, with_raw
 from profilers.roofline import Ceilings, theoretical_ceilings
 from tests.conftest import FIXTURES
@@ -172,8 +172,8 @@ def test_clock_rule_needs_a_maximum_clock(launches):
 
 # --- the --import-csv report ----------------------------------------------------------------------------
 
-def test_import_csv_report_has_one_json_object_per_kernel():
-    report = import_csv_report((FIXTURES / "ncu_details.csv").read_text())
+def test_kernel_reports_of_a_details_export_are_one_json_object_per_kernel():
+    report = [kernel_report(launch) for launch in parse_details_csv((FIXTURES / "ncu_details.csv").read_text())]
     assert [entry["kernel"] for entry in report] == list(KNOWN_PROBLEM)
     assert [entry["bound"] for entry in report] == ["memory", "memory", "memory", "compute", "memory", "latency",
                                                    "memory"]

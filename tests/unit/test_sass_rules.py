@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from profilers.hints.sass_rules import hints_for_kernels, matmul_like_reason, sass_hints
+from profilers.hints.sass_rules import matmul_like_reason, sass_hints
 from profilers.ptxas import KernelResources, parse_ptxas_verbose
 from profilers.sass import SassSite, SassStats, parse_sass_stats, sass_stats_for_cubin
 from tests.conftest import FIXTURES
@@ -107,17 +107,6 @@ def test_hint_carries_the_first_source_line(stats):
     (hint,) = sass_hints(replace(stats["spills"], sites=sites), memory_bound=False)
     assert (hint.file, hint.line) == ("k.cu", 40) and "on lines 40, 41" in hint.message
     assert hint.to_dict()["metrics"]["lines"] == [40, 41]
-
-
-def test_hints_for_kernels_pairs_ptxas_records_by_name_and_arch(stats, resources):
-    hints = hints_for_kernels(list(stats.values()), list(resources.values()), {"vec_add": True})
-    by_kernel = {(h.kernel, h.code) for h in hints}
-    assert by_kernel == {("spills", "hint-local-memory"), ("matmul_naive", "hint-no-tensor-cores"),
-                         ("vec_add", "hint-narrow-global-access")} | {
-        (name, "hint-narrow-global-access") for name in ("matmul_naive", "tiny_grid", "spills", "smem_conflict",
-                                                         "transpose_read_uncoalesced")}
-    spills_hint = next(h for h in hints if h.code == "hint-local-memory")
-    assert spills_hint.metrics["stack_frame"] == 1024  # the ptxas record was paired
 
 
 LIVE_SOURCE = """\
