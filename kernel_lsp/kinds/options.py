@@ -71,7 +71,7 @@ class ProfileOptions:
             raise ValueError(f"invalid profile options: {'; '.join(problems)}")
 
 
-Options = TypeVar("Options", VerifyOptions, ProfileOptions)
+Options = TypeVar("Options")  # a frozen dataclass of a job kind's options: VerifyOptions, ProfileOptions, ...
 
 
 def from_config(kind: type[Options], config: Mapping[str, Any], ignore: frozenset[str] = frozenset()) -> Options:
@@ -95,7 +95,7 @@ def coerce(kind: type[Options], options: Options | Mapping[str, Any]) -> Options
     return options if isinstance(options, kind) else from_config(kind, options)
 
 
-def to_config(options: VerifyOptions | ProfileOptions) -> dict[str, Any]:
+def to_config(options: Any) -> dict[str, Any]:
     """The options as a job's config entries: camelCase keys, JSON values (lists for tuples)."""
     return {camel(f.name): _json(getattr(options, f.name)) for f in dataclasses.fields(options)}
 
@@ -110,7 +110,7 @@ def snake(key: str) -> str:
 
 
 def _label(kind: type) -> str:
-    return "verify" if kind is VerifyOptions else "profile"
+    return kind.__name__.removesuffix("Options").lower()  # VerifyOptions -> verify
 
 
 def _json(value: Any) -> Any:

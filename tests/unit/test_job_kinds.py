@@ -141,3 +141,18 @@ def test_options_are_frozen_and_replace_checks_again():
         options.trials = 3  # type: ignore[misc]
     with pytest.raises(ValueError, match="trials"):
         dataclasses.replace(options, trials=-1)
+
+
+def test_a_new_kinds_options_travel_the_same_way():
+    """A kind added later defines its options in its own module; from_config and to_config carry them too."""
+
+    @dataclasses.dataclass(frozen=True)
+    class SanitizeOptions:
+        tool: str = "memcheck"
+        kernels: tuple[str, ...] = ()
+
+    options = from_config(SanitizeOptions, {"tool": "racecheck", "kernels": ["k"]})
+    assert options == SanitizeOptions("racecheck", ("k",)) and to_config(options) == {"tool": "racecheck",
+                                                                                      "kernels": ["k"]}
+    with pytest.raises(ValueError, match="unknown sanitize options: launchCount"):
+        from_config(SanitizeOptions, {"launchCount": 1})
