@@ -137,8 +137,16 @@ class Optimizer:
             self._error_kind, reason = error.kind, f"model API error: {error.message}"
         except WorkerUnavailable as error:
             self._error_kind, reason = "worker", f"worker unavailable: {error}"
+        except Exception as error:  # a bug of ours: the pass still ends with what it found, and says why
+            log.exception("optimize: the pass failed")
+            self._error_kind, reason = "internal", f"kernel-lsp failed ({type(error).__name__}: {error})"
         self.outcome = self._finish(reason)
         return self.outcome
+
+    def _wall_left_s(self) -> float | None:
+        """What the wall-time budget leaves for a model call in flight (None: no wall budget)."""
+        limit = self.budget.wall_s
+        return None if not limit else max(0.0, limit - self.spend.wall_s)
 
     def system_prompt(self) -> str:
         note = {"cpu": CPU_NOTE, "cuda": GPU_NOTE}.get(self.device, UNKNOWN_DEVICE_NOTE)
@@ -229,7 +237,8 @@ class Optimizer:
     async def _model_turn(self, messages: list[dict[str, Any]], bench: Workbench,
                           tag: dict[str, Any]) -> list[dict[str, Any]]:
         self._emit("model", f"asking {self.model.model}")
-        turn = await self.model.turn(self.system_prompt(), messages, bench.tool_definitions())
+        turn = await self.model.turn(self.system_prompt(), messages, bench.tool_definitions(),
+                                     time_left_s=self._wall_left_s())
         self.spend.add_model_call(turn.usage.input_tokens, turn.usage.output_tokens, turn.cost_usd)
         self.trajectory.write("message", role="assistant", content=turn.blocks, stop_reason=turn.stop_reason,
                               usage={"input_tokens": turn.usage.input_tokens,

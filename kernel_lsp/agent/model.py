@@ -43,8 +43,12 @@ PRICES_PER_MTOK: dict[str, tuple[float, float]] = {
 }
 _DATE_SUFFIX = re.compile(r"-\d{8}$")
 
-RETRIED_KINDS = frozenset({"rate-limit", "overloaded", "server", "connection"})
+RETRIED_KINDS = frozenset({"rate-limit", "overloaded", "server", "connection", "malformed"})
 API_FAILURES = (anthropic.APIError, httpx2.TransportError)
+# what the SDK raises on an answer that is no Messages API answer: a proxy's HTML page (an assertion on the
+# content type), broken JSON in an event, an event for a block that never started
+MALFORMED = (ValueError, KeyError, IndexError, TypeError, AttributeError, AssertionError)
+DEFAULT_MAX_TURN_S = 900.0  # the longest one turn may take, retries included, whatever the server sends meanwhile
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,7 @@ class ModelTurn:
 
 class ModelError(Exception):
     """A model call that failed for good; kind is one of
-    missing-key | auth | rate-limit | overloaded | timeout | connection | bad-request | server."""
+    missing-key | auth | rate-limit | overloaded | timeout | connection | bad-request | server | malformed."""
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
@@ -102,6 +106,7 @@ class ModelClient:
         max_retries: int = 4,
         timeout_s: float = 120.0,
         first_backoff_s: float = 1.0,
+        max_turn_s: float = DEFAULT_MAX_TURN_S,
     ) -> None:
         self._api_key = api_key or os.environ.get(API_KEY_ENV) or None  # private: never logged, never in a repr
         self.base_url = base_url or os.environ.get(BASE_URL_ENV) or None  # None: the SDK's default endpoint
@@ -111,22 +116,40 @@ class ModelClient:
         self.max_retries = max_retries
         self.timeout_s = timeout_s  # the longest silence: before the answer starts, or between two of its pieces
         self.first_backoff_s = first_backoff_s
+        self.max_turn_s = max_turn_s  # a turn as a whole, retries included: keep-alive pings do not extend it
 
     def __repr__(self) -> str:
         return f"ModelClient(model={self.model!r}, base_url={self.base_url!r})"
 
-    async def turn(self, system: str, messages: list[dict], tools: list[dict]) -> ModelTurn:
-        """One assistant turn: retried on rate limits, overloads, server and connection errors; else ModelError."""
+    async def turn(self, system: str, messages: list[dict], tools: list[dict],
+                   time_left_s: float | None = None) -> ModelTurn:
+        """One assistant turn: retried on rate limits, overloads, server and connection errors and malformed
+        answers; else ModelError. The whole turn, retries included, ends within max_turn_s and within
+        `time_left_s` (the pass's wall budget left): a server that trickles bytes or sends only keep-alive pings
+        is cut off there."""
         if not self._api_key:
             raise ModelError(
                 "missing-key",
                 f"no Anthropic API key: set {API_KEY_ENV} (or the setting anthropicApiKey) to let the agent call Claude",
             )
+        limit_s = self.max_turn_s if time_left_s is None else max(0.0, min(self.max_turn_s, time_left_s))
+        try:
+            return await asyncio.wait_for(self._turn(system, messages, tools), limit_s)
+        except TimeoutError:
+            which = ("the pass's wall-time budget" if time_left_s is not None and time_left_s < self.max_turn_s
+                     else "the longest a turn may take")
+            raise ModelError("timeout", f"the model call was stopped after {limit_s:.0f} s ({which}): the model "
+                                        "API kept the connection open without finishing its answer") from None
+
+    async def _turn(self, system: str, messages: list[dict], tools: list[dict]) -> ModelTurn:
         retries = 0
         while True:
             try:
                 message = await self._streamed_message(system, messages, tools)
-            except API_FAILURES as error:
+                if not getattr(message, "stop_reason", None):
+                    raise ValueError("the answer ended before its stop reason: the stream was cut short, or its "
+                                     "events came in an order the Messages API never sends")
+            except (*API_FAILURES, *MALFORMED) as error:
                 failure = self._model_error(error)
                 delay_s = self._retry_delay_s(error, failure, retries)
                 if delay_s is None:
@@ -196,6 +219,11 @@ class ModelClient:
             )
         if isinstance(error, anthropic.APIStatusError):
             return self._status_error(error)
+        if isinstance(error, MALFORMED):
+            detail = str(error) or "it does not read as the Messages API's event stream"
+            return ModelError("malformed", f"the answer from {self.base_url or 'api.anthropic.com'} is no Messages API "
+                                           f"answer ({type(error).__name__}: {detail}); a proxy or gateway may have "
+                                           f"answered instead: check {BASE_URL_ENV}")
         return ModelError("server", f"the model API answered something unexpected: {error}")
 
     def _status_error(self, error: anthropic.APIStatusError) -> ModelError:

@@ -16,11 +16,13 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+import time
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
 DELTA_CHARS = 7  # text and tool input are streamed in pieces this long, so clients must join several deltas
+PING_EVERY_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,9 @@ class Turn:
     retry_after: float | None = None
     delay_s: float = 0.0  # wait this long before answering (time-out tests)
     stall_s: float = 0.0  # streamed: wait this long after message_start (a stream that stops in the middle)
+    pings_s: float = 0.0  # streamed: after message_start, a keep-alive ping every PING_EVERY_S for this long
+    raw: tuple[str, str] | None = None  # (content type, body): answer 200 with this instead (a proxy's page)
+    raw_events: tuple[str, ...] = ()  # streamed: these server-sent event texts after message_start instead
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,21 @@ def tool_use_turn(
 
 def error_turn(status: int, type: str, message: str, retry_after: float | None = None) -> Turn:
     return Turn(status=status, error_type=type, error_message=message, retry_after=retry_after)
+
+
+def raw_turn(content_type: str, body: str) -> Turn:
+    """HTTP 200 with a body that is no Messages API answer (an HTML page from a proxy, plain text, broken JSON)."""
+    return Turn(raw=(content_type, body))
+
+
+def broken_stream(*events: str) -> Turn:
+    """A stream that starts as a message and goes on with these raw server-sent event texts."""
+    return Turn([{"type": "text", "text": "x"}], raw_events=events)
+
+
+def pinging(turn: Turn, pings_s: float) -> Turn:
+    """A stream that sends only keep-alive pings for pings_s after message_start (a server that never answers)."""
+    return replace(turn, pings_s=pings_s)
 
 
 def delayed(turn: Turn, delay_s: float) -> Turn:
@@ -139,7 +159,9 @@ def _handler_class(api: FakeMessagesApi) -> type[BaseHTTPRequestHandler]:
                 pass  # the client gave up (a time-out test): nobody is left to answer
 
         def _answer(self, turn: Turn, body: dict) -> None:
-            if turn.status != 200:
+            if turn.raw is not None:
+                self._send_raw(*turn.raw)
+            elif turn.status != 200:
                 self._send_error(turn)
             elif body.get("stream"):
                 self._send_events(turn, body.get("model", api.model))
@@ -162,6 +184,14 @@ def _handler_class(api: FakeMessagesApi) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
+        def _send_raw(self, content_type: str, text: str) -> None:
+            data = text.encode()
+            self.send_response(200)
+            self.send_header("content-type", content_type)
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
         def _send_events(self, turn: Turn, model: str) -> None:
             self.send_response(200)
             self.send_header("content-type", "text/event-stream")
@@ -171,8 +201,19 @@ def _handler_class(api: FakeMessagesApi) -> type[BaseHTTPRequestHandler]:
             for event in stream_events(turn, model):
                 self.wfile.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
                 self.wfile.flush()
-                if event["type"] == "message_start":
-                    api._stopping.wait(turn.stall_s)
+                if event["type"] != "message_start":
+                    continue
+                api._stopping.wait(turn.stall_s)
+                ends = time.monotonic() + turn.pings_s
+                while time.monotonic() < ends and not api._stopping.is_set():
+                    self.wfile.write(b'event: ping\ndata: {"type": "ping"}\n\n')
+                    self.wfile.flush()
+                    api._stopping.wait(PING_EVERY_S)
+                if turn.raw_events:
+                    for text in turn.raw_events:
+                        self.wfile.write(text.encode())
+                        self.wfile.flush()
+                    return
 
         def log_message(self, format: str, *args: Any) -> None:
             pass  # keep test output clean; the requests are recorded instead

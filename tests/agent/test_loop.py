@@ -15,7 +15,16 @@ from kernel_lsp.agent.tools import Workbench
 from kernel_lsp.agent.trajectory import TrajectoryWriter, read_trajectory
 from kernel_lsp.config import Settings
 from kernel_lsp.worker.client import WorkerClient
-from tests.agent.fake_api import FakeMessagesApi, delayed, text_turn, tool_use_turn
+from tests.agent.fake_api import (
+    FakeMessagesApi,
+    broken_stream,
+    delayed,
+    error_turn,
+    pinging,
+    raw_turn,
+    text_turn,
+    tool_use_turn,
+)
 from tests.agent.test_tools import REFERENCE, TRITON
 
 pytestmark = pytest.mark.timeout(300)
@@ -42,15 +51,16 @@ def problem(folder: Path, candidate: str | None) -> Path:
     return folder / "relu.py"
 
 
-def optimizer(api: FakeMessagesApi, file: Path, budget: Budget = Budget()) -> Optimizer:
+def optimizer(api: FakeMessagesApi, file: Path, budget: Budget = Budget(), max_turn_s: float = 900.0) -> Optimizer:
     start = "" if file.name == "ref.py" else file.read_text()
     workbench = Workbench(file, file.parent / "ref.py", start, Settings(), WorkerClient(), OPTIONS, "t1")
-    model = ModelClient("test-key", api.url, "claude-sonnet-4-5", 2048, None, max_retries=0, timeout_s=60)
+    model = ModelClient("test-key", api.url, "claude-sonnet-4-5", 2048, None, max_retries=0, timeout_s=60,
+                        max_turn_s=max_turn_s)
     return Optimizer(model, workbench, budget, TrajectoryWriter(file.parent / "trajectories", "t1"), "cpu")
 
 
-async def run_pass(api: FakeMessagesApi, file: Path, budget: Budget = Budget()):
-    pass_ = optimizer(api, file, budget)
+async def run_pass(api: FakeMessagesApi, file: Path, budget: Budget = Budget(), max_turn_s: float = 900.0):
+    pass_ = optimizer(api, file, budget, max_turn_s)
     try:
         return pass_, await pass_.run()
     finally:
@@ -130,6 +140,71 @@ async def test_the_pass_stops_at_the_model_call_budget_and_says_so(tmp_path: Pat
     assert outcome.best_source is None and outcome.side_file is None
     assert "There is no candidate yet" in api.requests[0].body["messages"][0]["content"]
     assert read_trajectory(outcome.trajectory_path)[-1]["stop_reason"] == outcome.stop_reason
+
+
+FAILURES = {  # how a model call can fail after an improvement was verified: the improvement must survive each
+    "an HTML page from a proxy": (raw_turn("text/html", "<html><body>502 Bad Gateway</body></html>"), "malformed"),
+    "broken JSON in the stream": (broken_stream('event: content_block_delta\ndata: {"type": "content_block_de\n\n'),
+                                  "malformed"),
+    "an API error": (error_turn(400, "invalid_request_error", "prompt is too long"), "bad-request"),
+    "a server that only pings": (pinging(text_turn("never"), 60.0), "timeout"),
+}
+
+
+@pytest.mark.parametrize("failure", sorted(FAILURES))
+async def test_an_improvement_survives_a_model_call_that_fails_after_it(tmp_path: Path, failure: str):
+    file = problem(tmp_path, SLOW)
+    turn, kind = FAILURES[failure]
+    with FakeMessagesApi([write_and_verify(FAST), turn]) as api:
+        pass_, outcome = await run_pass(api, file, max_turn_s=3.0)  # the pinging server is cut off after 3 s
+    assert outcome.error_kind == kind, outcome.stop_reason
+    assert outcome.improved and outcome.best_source == FAST
+    assert outcome.side_file is not None and outcome.side_file.read_text() == FAST
+    events = read_trajectory(outcome.trajectory_path)
+    assert events[-1]["kind"] == "end" and events[-1]["improved"] is True
+    assert events[-1]["stop_reason"].startswith("model API error: ") and "Traceback" not in outcome.stop_reason
+
+
+async def test_a_bug_of_ours_mid_pass_still_ends_it_with_the_improvement(tmp_path: Path, monkeypatch):
+    file = problem(tmp_path, SLOW)
+
+    with FakeMessagesApi([write_and_verify(FAST), text_turn("more?")]) as api:
+        pass_ = optimizer(api, file)
+        chosen = []
+        select = pass_.tree.select
+
+        def broken():  # the first expansion is chosen as usual; choosing the second fails
+            if chosen:
+                raise RuntimeError("a bug in the search")
+            chosen.append(select())
+            return chosen[0]
+
+        monkeypatch.setattr(pass_.tree, "select", broken)
+        try:
+            outcome = await pass_.run()
+        finally:
+            await pass_.workbench.worker.close()
+    assert outcome.error_kind == "internal" and "RuntimeError: a bug in the search" in outcome.stop_reason
+    assert outcome.improved and outcome.side_file.read_text() == FAST
+    assert read_trajectory(outcome.trajectory_path)[-1]["kind"] == "end"
+
+
+async def test_cancelling_after_an_improvement_still_writes_it_beside_the_original(tmp_path: Path):
+    """Ctrl-C in the CLI and cancel in the editor both cancel the pass's task."""
+    file = problem(tmp_path, SLOW)
+    with FakeMessagesApi([write_and_verify(FAST), delayed(text_turn("too late"), 30)]) as api:
+        pass_ = optimizer(api, file)
+        task = asyncio.create_task(pass_.run())
+        while len(api.requests) < 2:  # the improvement is verified; the next turn is in flight
+            await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await pass_.workbench.worker.close()
+    outcome = pass_.outcome
+    assert outcome.stop_reason == "cancelled" and outcome.improved
+    assert outcome.side_file == side_file_path(file) and outcome.side_file.read_text() == FAST
+    assert read_trajectory(outcome.trajectory_path)[-1]["kind"] == "end"
 
 
 async def test_cancelling_a_pass_keeps_its_trajectory(tmp_path: Path):

@@ -15,8 +15,11 @@ from kernel_lsp.agent.model import ModelClient, ModelError, Usage, cost_usd
 from tests.agent.fake_api import (
     DELTA_CHARS,
     FakeMessagesApi,
+    broken_stream,
     delayed,
     error_turn,
+    pinging,
+    raw_turn,
     stalled,
     text_turn,
     tool_use_turn,
@@ -195,3 +198,50 @@ async def test_the_fake_also_answers_without_streaming():
 
     assert message.stop_reason == "tool_use" and message.content[0].input == {"reason": "done"}
     assert "stream" not in api.requests[0].body
+
+
+MALFORMED_ANSWERS = {
+    "an HTML page from a proxy": raw_turn("text/html", "<html><body><h1>502 Bad Gateway</h1></body></html>"),
+    "JSON that is no message": raw_turn("application/json", '{"status": "ok"}'),
+    "plain text": raw_turn("text/plain", "upstream connect error or disconnect/reset before headers"),
+    "an event stream of HTML": raw_turn("text/event-stream", "<html>maintenance</html>"),
+    "broken JSON in an event": broken_stream(
+        'event: content_block_delta\ndata: {"type": "content_block_delta", "index": 0, "delta": {"ty\n\n'),
+    "a delta for a block that never started": broken_stream(
+        'event: content_block_delta\ndata: {"type": "content_block_delta", "index": 4, '
+        '"delta": {"type": "text_delta", "text": "a"}}\n\n'),
+    "an unknown event, then the end without a stop reason": broken_stream(
+        'event: surprise\ndata: {"type": "surprise"}\n\n', 'event: message_stop\ndata: {"type": "message_stop"}\n\n'),
+}
+
+
+@pytest.mark.parametrize("answer", sorted(MALFORMED_ANSWERS))
+async def test_a_malformed_answer_is_a_model_error_that_says_so(answer: str):
+    with FakeMessagesApi([MALFORMED_ANSWERS[answer]]) as api:
+        with pytest.raises(ModelError) as raised:
+            await client_for(api.url, max_retries=0).turn("", ASK, TOOLS)
+    assert raised.value.kind == "malformed"
+    assert "is no Messages API answer" in raised.value.message and "ANTHROPIC_BASE_URL" in raised.value.message
+
+
+async def test_a_malformed_answer_is_retried_like_a_server_error():
+    with FakeMessagesApi([raw_turn("text/html", "<html>502</html>"), text_turn("fine now")]) as api:
+        turn = await client_for(api.url, max_retries=1).turn("", ASK, TOOLS)
+    assert turn.blocks == [{"type": "text", "text": "fine now"}] and turn.retries == 1
+
+
+async def test_a_server_that_only_pings_is_cut_off_at_the_wall_time_left():
+    with FakeMessagesApi([pinging(text_turn("never"), 30.0)]) as api:
+        started = time.monotonic()
+        with pytest.raises(ModelError) as raised:
+            await client_for(api.url, timeout_s=10.0).turn("", ASK, TOOLS, time_left_s=1.0)
+        took = time.monotonic() - started
+    assert raised.value.kind == "timeout" and "wall-time budget" in raised.value.message
+    assert took < 5.0  # the pings keep the connection alive: only the wall time left ends the call
+
+
+async def test_a_turn_is_capped_even_without_a_wall_budget():
+    with FakeMessagesApi([pinging(text_turn("never"), 30.0)]) as api:
+        with pytest.raises(ModelError) as raised:
+            await client_for(api.url, max_turn_s=1.0).turn("", ASK, TOOLS)
+    assert raised.value.kind == "timeout" and "the longest a turn may take" in raised.value.message

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kernel_lsp.cli import main
-from tests.agent.fake_api import FakeMessagesApi, error_turn, tool_use_turn
+from tests.agent.fake_api import FakeMessagesApi, error_turn, raw_turn, tool_use_turn
 from tests.agent.test_loop import FAST, SLOW, problem
 
 pytestmark = pytest.mark.timeout(300)
@@ -38,6 +38,19 @@ def test_a_key_the_api_refuses_is_a_clear_environment_error(tmp_path: Path, caps
     assert status == 2
     assert "kernel-lsp optimize: model API error: the model API refused the API key (401" in err
     assert "test-key" not in err
+
+
+def test_a_proxy_answering_instead_of_the_api_is_a_model_error_with_exit_2(tmp_path: Path, capsys, monkeypatch):
+    """HTTP 200 with an HTML page, every time (retried as many times as agentMaxRetries says): no traceback."""
+    (tmp_path / "pyproject.toml").write_text("[tool.kernel-lsp]\nagentMaxRetries = 1\n")
+    page = raw_turn("text/html", "<html><body>Sign in to the corporate proxy</body></html>")
+    with FakeMessagesApi([page, page]) as api:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
+        status = main(["optimize", str(problem(tmp_path, None)), *CPU])
+    err = capsys.readouterr().err
+    assert status == 2 and len(api.requests) == 2
+    assert "kernel-lsp optimize: model API error: the answer from" in err and "is no Messages API answer" in err
+    assert "Traceback" not in err
 
 
 @pytest.mark.parametrize("argv, message", [(["--max-model-calls", "-1", "--reference", "ref.py"],
