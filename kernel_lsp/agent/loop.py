@@ -279,8 +279,8 @@ class Optimizer:
         self._score_event(node, score)
 
     def _score_event(self, node: Node, score: rubric.RubricScore, **more: Any) -> None:
-        self.trajectory.write("score", node=node.id, **score.to_dict(), dead=node.dead, dead_reason=node.dead_reason,
-                              **more)
+        self.trajectory.write("score", node=node.id, **score.to_dict(), reward=node.reward, dead=node.dead,
+                              dead_reason=node.dead_reason, **more)
         self._emit(score.outcome, f"#{node.id}: {score.reason}")
 
     def _add_energy(self, energy: dict[str, Any], bench: Workbench) -> None:

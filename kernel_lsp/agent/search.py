@@ -1,20 +1,29 @@
 """The search tree of one pass: candidates as nodes, which one to improve next, dead ends, and a memory for the model.
 
 Node 0 is the user's kernel. The loop asks select() for the node to improve, has the model write a new candidate
-from it (add_child), evaluates that candidate and record()s the result, which adds one visit and the score to the
-node and every ancestor (mean-value backup).
+from it (add_child), evaluates that candidate and record()s the result, which adds one visit and the node's reward to
+the node and every ancestor (mean-value backup).
+
+The reward steers the search; the rubric's score (agent/rubric.py, against the baselines) ranks the results. The
+reward is relative to the pass's own starting point: the original's speed when it was verified and timed, else the
+first verified candidate's. A verified candidate `relative` times as fast as that point (its energy term included)
+gets log2(1 + relative): 1 at the same speed, ~log2(relative) when much faster, towards 0 when much slower; a
+verified candidate that was not timed UNTIMED_REWARD; anything else 0. So a 46x gain counts ~5.5 however slow the
+path is against eager (on a CPU every interpreted Triton kernel is ~1000x slower than eager, and the rubric scores
+them all ~0.001), and the exploration term no longer swamps it.
 
 select() walks down from the root (select_many(): several starts for expansions run at once, with virtual loss).
 At each node it stops and returns that node when the node may take one more child
 (progressive widening: children < max(1, floor(WIDENING_K * visits ** WIDENING_ALPHA)), or none of its children is
 alive; otherwise it moves to the live child of highest UCT:
     mean score + UCT_C * sqrt(ln(parent visits) / child visits),   an unvisited child first.
-UCT_C = 1.0 suits rubric scores, where one doubling of speed adds about 1. With WIDENING_K = 2 and
+UCT_C = 1.0 suits the rewards, where one doubling of speed adds about 1. With WIDENING_K = 2 and
 WIDENING_ALPHA = 0.5 a node may have 2 children after 1 visit, 4 after 4, 6 after 9.
 
 Pruning marks a node dead, and dead nodes are never selected nor expanded: an integrity reject (a cheat is not a
-place to start from), or a compile failure that is the COMPILE_FAILURE_LIMIT-th in a row along its branch. The root
-is never dead: the user's kernel is always a place to start again.
+place to start from), a compile failure that is the COMPILE_FAILURE_LIMIT-th in a row along its branch, or a failure
+(compile error or reject) that is the FAILURE_LIMIT-th in a row. The root is never dead: the user's kernel is always
+a place to start again.
 """
 
 from __future__ import annotations
@@ -24,12 +33,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernel_lsp.agent.rubric import RubricScore
+from kernel_lsp.agent.rubric import RubricScore, measured
 
 UCT_C = 1.0
 WIDENING_K = 2.0
 WIDENING_ALPHA = 0.5
 COMPILE_FAILURE_LIMIT = 3
+FAILURE_LIMIT = 4  # compile errors and rejects in a row along a branch: a dead end
+UNTIMED_REWARD = 0.5
+FAILURES = ("compile-error", "rejected", "integrity")
 MEMORY_LINE_CHARS = 200  # one line per attempt keeps the memory cheap in tokens
 
 
@@ -39,7 +51,7 @@ def source_hash(source: str) -> str:
 
 @dataclass
 class Node:
-    """One candidate. value: the sum of the scores backed up through it; rubric: None until evaluated."""
+    """One candidate. value: the sum of the rewards backed up through it; rubric: None until evaluated."""
 
     id: int
     parent_id: int | None
@@ -47,6 +59,7 @@ class Node:
     evaluation: dict[str, Any] | None = None
     rubric: RubricScore | None = None
     feedback: str = ""
+    reward: float = 0.0  # what the search backs up for this node (module docstring)
     visits: int = 0
     value: float = 0.0
     dead: bool = False
@@ -69,7 +82,7 @@ class Node:
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "parent_id": self.parent_id, "source": self.source,
                 "source_sha256": source_hash(self.source), "evaluation": self.evaluation,
-                "rubric": self.rubric.to_dict() if self.rubric else None, "feedback": self.feedback,
+                "rubric": self.rubric.to_dict() if self.rubric else None, "feedback": self.feedback, "reward": self.reward,
                 "visits": self.visits, "value": self.value, "dead": self.dead, "dead_reason": self.dead_reason,
                 "children": list(self.children)}
 
@@ -84,6 +97,7 @@ class SearchTree:
         self.widening_alpha = widening_alpha
         self.compile_failure_limit = compile_failure_limit
         self.nodes: list[Node] = [Node(0, None, root_source)]
+        self.reference_speedup: float | None = None  # the eager speedup rewards are relative to, once known
 
     @property
     def root(self) -> Node:
@@ -101,19 +115,34 @@ class SearchTree:
     def record(self, node: Node, evaluation: dict[str, Any], rubric: RubricScore, feedback: str) -> None:
         """Store a candidate's evaluation and score, apply the prune rules, and back the score up to the root."""
         node.evaluation, node.rubric, node.feedback = evaluation, rubric, feedback
+        node.reward = self.reward_of(node)
         node.dead_reason = self.dead_end_reason(node)
         node.dead = bool(node.dead_reason)
         for ancestor in self.path_to_root(node):
             ancestor.visits += 1
-            ancestor.value += rubric.score
+            ancestor.value += node.reward
 
     def rescore(self, node: Node, rubric: RubricScore) -> None:
         """A new score for an evaluated node (its evaluation gained a measurement): the difference is backed up to
         the root, so every ancestor's value stays the sum of its subtree's scores."""
-        delta = rubric.score - node.score
         node.rubric = rubric
+        reward = self.reward_of(node)
+        delta, node.reward = reward - node.reward, reward
         for ancestor in self.path_to_root(node):
             ancestor.value += delta
+
+    def reward_of(self, node: Node) -> float:
+        """The node's reward (module docstring); the first timed verified node sets the pass's reference speed."""
+        rubric = node.rubric
+        if rubric is None or not rubric.verified:
+            return 0.0
+        eager = measured((((node.evaluation or {}).get("report") or {}).get("speedup") or {}).get("eager"))
+        if eager is None:
+            return UNTIMED_REWARD
+        if self.reference_speedup is None:
+            self.reference_speedup = eager
+        relative = eager / self.reference_speedup * 2 ** rubric.parts.get("energy", 0.0)
+        return math.log2(1 + relative)
 
     def dead_end_reason(self, node: Node) -> str:
         """Why a just-evaluated node is pruned, or '' when it is not."""
@@ -124,7 +153,18 @@ class SearchTree:
         failures = self.compile_failures_in_a_row(node)
         if failures >= self.compile_failure_limit:
             return f"{failures} compile failures in a row"
+        failures = self.failures_in_a_row(node)
+        if failures >= FAILURE_LIMIT:
+            return f"{failures} failures in a row (compile errors and rejects)"
         return ""
+
+    def failures_in_a_row(self, node: Node) -> int:
+        count = 0
+        for step in self.path_to_root(node):
+            if step.rubric is None or step.rubric.outcome not in FAILURES:
+                break
+            count += 1
+        return count
 
     def compile_failures_in_a_row(self, node: Node) -> int:
         count = 0
@@ -198,6 +238,7 @@ class SearchTree:
     def to_dict(self) -> dict[str, Any]:
         best = self.best_verified()
         return {"constants": {"uct_c": self.uct_c, "widening_k": self.widening_k,
+                              "reference_speedup": self.reference_speedup, "failure_limit": FAILURE_LIMIT,
                               "widening_alpha": self.widening_alpha,
                               "compile_failure_limit": self.compile_failure_limit},
                 "best_verified": best.id if best else None,

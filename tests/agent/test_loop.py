@@ -242,7 +242,7 @@ async def test_a_profile_with_both_energies_adds_the_energy_term_to_the_profiled
     assert "energy" not in unprofiled.rubric.parts and profiled.rubric.parts["energy"] > 0  # 50 / 40 mJ
     assert profiled.evaluation["energy"] == {"candidate_mj_per_call": 40.0, "reference_mj_per_call": 50.0}
     assert profiled.score > unprofiled.score and outcome.best_source == FAST + "\n"
-    assert pass_.tree.root.value == pytest.approx(sum(node.score for node in pass_.tree.nodes))
+    assert pass_.tree.root.value == pytest.approx(sum(node.reward for node in pass_.tree.nodes))
     scores = [e for e in read_trajectory(outcome.trajectory_path) if e["kind"] == "score" and e["node"] == 2]
     assert len(scores) == 2 and scores[-1]["energy"]["reference_mj_per_call"] == 50.0
 
@@ -304,4 +304,4 @@ async def test_with_room_for_two_jobs_two_expansions_run_at_once(tmp_path: Path)
     events = read_trajectory(outcome.trajectory_path)
     assert {e.get("expansion") for e in events if e["kind"] == "tool_call"} == {1, 2}
     assert pass_.tree.root.visits == 3 and pass_.tree.root.value == pytest.approx(
-        sum(node.score for node in pass_.tree.nodes))
+        sum(node.reward for node in pass_.tree.nodes))

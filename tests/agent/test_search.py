@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -39,13 +40,15 @@ def test_a_fresh_tree_expands_the_root() -> None:
     assert tree.best_verified() is None and tree.memory() == ""
 
 
-def test_record_backs_the_score_up_to_the_root() -> None:
+def test_record_backs_the_reward_up_to_the_root() -> None:
     tree = SearchTree("original")
     child = evaluate(tree, 0, "a", verified(2.0))
     grandchild = evaluate(tree, child, "b", verified(4.0))
     root, a, b = tree.root, tree.nodes[child], tree.nodes[grandchild]
     assert (root.visits, a.visits, b.visits) == (2, 2, 1)
-    assert root.value == a.value == a.score + b.score
+    assert root.value == a.value == a.reward + b.reward
+    # the first timed verified node is the pass's reference: 1 at its speed, log2(1 + 2) at twice its speed
+    assert tree.reference_speedup == 2.0 and a.reward == 1.0 and b.reward == pytest.approx(math.log2(3))
     assert b.parent_id == a.id and a.children == [b.id]
 
 
@@ -57,11 +60,11 @@ def test_a_rescore_moves_the_ancestors_values_by_the_difference() -> None:
     before = (tree.root.value, a.value, b.value, a.visits)
     tree.rescore(b, score({**verified(4.0), "energy": {"candidate_mj_per_call": 10.0,
                                                        "reference_mj_per_call": 40.0}}))
-    gained = b.score - (before[2])
+    gained = b.reward - (before[2])
     assert gained > 0 and "energy" in b.rubric.parts
     assert (tree.root.value, a.value, b.value, a.visits) == pytest.approx(
         (before[0] + gained, before[1] + gained, before[2] + gained, before[3]))
-    assert tree.root.value == pytest.approx(a.score + b.score)
+    assert tree.root.value == pytest.approx(a.reward + b.reward)
 
 
 def test_uct_picks_an_unvisited_child_first() -> None:
@@ -179,7 +182,8 @@ def test_to_dict_holds_every_node_and_the_constants() -> None:
     evaluate(tree, 0, "a", cheat())
     data = tree.to_dict()
     assert data["best_verified"] == 0
-    assert set(data["constants"]) == {"uct_c", "widening_k", "widening_alpha", "compile_failure_limit"}
+    assert set(data["constants"]) == {"uct_c", "widening_k", "widening_alpha", "compile_failure_limit",
+                                      "failure_limit", "reference_speedup"}
     assert [n["id"] for n in data["nodes"]] == [0, 1]
     assert data["nodes"][1]["rubric"]["outcome"] == "integrity" and data["nodes"][1]["dead"]
     assert len(data["nodes"][1]["source_sha256"]) == 64
@@ -197,3 +201,43 @@ def test_select_many_spreads_over_branches_with_virtual_loss_and_leaves_the_coun
     assert tree.select_many(1) == [better]
     assert tree.select_many(2) == [better, worse]  # the virtual visit on `better` sends the second walk elsewhere
     assert [n.visits for n in tree.nodes] == visits
+
+
+def grow(tree: SearchTree, expansions: int, speed_of_branch) -> dict[str, int]:
+    """`expansions` rounds of select, write a child of the chosen node at its branch's speed, record; how many
+    children each branch got."""
+    counts: dict[str, int] = {}
+    for number in range(expansions):
+        node = tree.select()
+        branch = next((n.source for n in reversed(tree.path_to_root(node)) if n.parent_id == 0), "root")
+        branch = branch.split(".")[0]  # a child written from the root ("root.3") runs at the root's speed
+        eager = speed_of_branch(branch)
+        evaluate(tree, node.id, f"{branch}.{number}", verified(eager))
+        counts[branch] = counts.get(branch, 0) + 1
+    return counts
+
+
+def test_on_a_slow_path_the_search_expands_a_clearly_better_branch_far_more_often() -> None:
+    """The CPU case: the original and every candidate are ~500x slower than eager (the rubric scores them all
+    ~0.003-0.1), and one branch is 46x faster than the other. The rewards, relative to the original, make the
+    search spend most expansions on the better branch."""
+    tree = SearchTree("original")
+    tree.record(tree.root, verified(0.002), score(verified(0.002)), "")
+    evaluate(tree, 0, "fast", verified(0.092))
+    evaluate(tree, 0, "slow", verified(0.0021))
+    assert tree.nodes[1].score < 0.15 and tree.nodes[2].score < 0.005  # what the rubric alone would steer by
+    counts = grow(tree, 40, {"fast": 0.092, "slow": 0.0021, "root": 0.002}.__getitem__)
+    assert counts.get("fast", 0) >= 3 * counts.get("slow", 0) and counts.get("fast", 0) > 40 / 2, counts
+    # (scored by the rubric alone, the same 40 expansions went 3 to each branch and 34 to new children of the root)
+
+
+def test_four_failures_in_a_row_end_a_branch() -> None:
+    tree = SearchTree("original")
+    wrong = {**verified(2.0), "verdict": "rejected"}
+    wrong["report"] = {**wrong["report"], "verdict": "rejected", "correctness": {"trials": 5, "passed": 0}}
+    node = evaluate(tree, 0, "a", verified(1.0))
+    path = [evaluate(tree, node, "f0", compile_error())]
+    for number, evaluation in enumerate([wrong, compile_error(), wrong], 1):
+        path.append(evaluate(tree, path[-1], f"f{number}", evaluation))
+    assert [tree.nodes[n].dead for n in path] == [False, False, False, True]
+    assert tree.nodes[path[-1]].dead_reason == "4 failures in a row (compile errors and rejects)"
