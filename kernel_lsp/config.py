@@ -69,6 +69,8 @@ class Settings:
     agent_max_model_calls: int = 30
     agent_max_total_tokens: int = 2_000_000
     agent_max_dollars: float = 5.0
+    agent_input_price_per_mtok: float | None = None  # USD per million input tokens; None: the price table's
+    agent_output_price_per_mtok: float | None = None  # USD per million output tokens; None: the price table's
     agent_max_wall_s: float = 1800.0
     agent_max_evaluations: int = 40
     trajectory_dir: str = ""  # empty: trajectories/ in the worker's cache folder

@@ -22,11 +22,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import platform
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernel_lsp import __version__
 from kernel_lsp.agent import rubric
 from kernel_lsp.agent.budget import Budget, Spend
 from kernel_lsp.agent.model import ModelClient, ModelError
@@ -121,6 +123,7 @@ class Optimizer:
         self.spend = Spend()
         self.outcome: PassOutcome | None = None
         self._error_kind: str | None = None
+        self._environment_written = False
 
     async def run(self) -> PassOutcome:
         self.trajectory.write("start", original=str(self.workbench.original), reference=str(self.workbench.reference),
@@ -237,10 +240,13 @@ class Optimizer:
     async def _model_turn(self, messages: list[dict[str, Any]], bench: Workbench,
                           tag: dict[str, Any]) -> list[dict[str, Any]]:
         self._emit("model", f"asking {self.model.model}")
-        turn = await self.model.turn(self.system_prompt(), messages, bench.tool_definitions(),
-                                     time_left_s=self._wall_left_s())
+        tools = bench.tool_definitions()
+        turn = await self.model.turn(self.system_prompt(), messages, tools, time_left_s=self._wall_left_s())
         self.spend.add_model_call(turn.usage.input_tokens, turn.usage.output_tokens, turn.cost_usd)
+        request = {"model": self.model.model, "max_tokens": self.model.max_tokens,
+                   "temperature": self.model.temperature, "tools": [tool["name"] for tool in tools]}
         self.trajectory.write("message", role="assistant", content=turn.blocks, stop_reason=turn.stop_reason,
+                              request=request, retries=turn.retries,
                               usage={"input_tokens": turn.usage.input_tokens,
                                      "output_tokens": turn.usage.output_tokens},
                               cost_usd=turn.cost_usd, **tag)
@@ -273,8 +279,12 @@ class Optimizer:
         evaluation = result.evaluation or {}
         score = rubric.score(evaluation)
         self.tree.record(node, evaluation, score, evaluation.get("summary") or "")
+        if not self._environment_written:  # the worker has answered once: its GPU, driver and versions are known
+            self._environment_written = True
+            self.trajectory.write("environment", **environment(self.workbench.worker))
+        codes = [p.get("code") for p in evaluation.get("problems") or [] if isinstance(p, dict) and p.get("code")]
         self.trajectory.write("evaluation", node=node.id, parent=node.parent_id, source=node.source,
-                              verdict=evaluation.get("verdict"), summary=evaluation.get("summary"),
+                              verdict=evaluation.get("verdict"), summary=evaluation.get("summary"), codes=codes,
                               evaluation=evaluation)
         self._score_event(node, score)
 
@@ -337,6 +347,15 @@ class Optimizer:
         speedup = ((best.evaluation.get("report") or {}).get("speedup") or {}).get("eager") if best else None
         log.info("optimize: %s: %s", stage, message)
         self.on_event(ProgressEvent(stage, message, speedup, self.spend.to_dict()))
+
+
+def environment(worker: Any) -> dict[str, Any]:
+    """Where the pass ran, for the trajectory: kernel-lsp and Python here; the worker's GPU, driver and package
+    versions (torch, triton, CUDA) as its status says once it has answered."""
+    status = getattr(worker, "status", None)
+    facts = {name: getattr(status, name, None) for name in ("address", "gpu", "driver", "versions")}
+    return {"kernel_lsp": __version__, "python": platform.python_version(), "platform": platform.platform(),
+            "worker": facts if status is not None else None}
 
 
 def best_candidate(tree: SearchTree) -> Node | None:

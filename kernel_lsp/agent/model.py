@@ -80,9 +80,11 @@ def price_per_mtok(model: str) -> tuple[float, float] | None:
     return PRICES_PER_MTOK.get(_DATE_SUFFIX.sub("", model))
 
 
-def cost_usd(model: str, usage: Usage) -> float:
-    """Dollars for one turn's tokens; a model missing from PRICES_PER_MTOK costs 0, with a warning saying so."""
-    price = price_per_mtok(model)
+def cost_usd(model: str, usage: Usage, prices: tuple[float, float] | None = None) -> float:
+    """Dollars for one turn's tokens at `prices` (USD per million input and output tokens), else at the price
+    table's; a model missing from PRICES_PER_MTOK without prices costs 0, with a warning saying so (a pass with a
+    dollar budget does not start then: agent/setup.py)."""
+    price = prices or price_per_mtok(model)
     if price is None:
         _warn_unpriced(model)
         return 0.0
@@ -107,6 +109,7 @@ class ModelClient:
         timeout_s: float = 120.0,
         first_backoff_s: float = 1.0,
         max_turn_s: float = DEFAULT_MAX_TURN_S,
+        prices: tuple[float, float] | None = None,
     ) -> None:
         self._api_key = api_key or os.environ.get(API_KEY_ENV) or None  # private: never logged, never in a repr
         self.base_url = base_url or os.environ.get(BASE_URL_ENV) or None  # None: the SDK's default endpoint
@@ -117,6 +120,7 @@ class ModelClient:
         self.timeout_s = timeout_s  # the longest silence: before the answer starts, or between two of its pieces
         self.first_backoff_s = first_backoff_s
         self.max_turn_s = max_turn_s  # a turn as a whole, retries included: keep-alive pings do not extend it
+        self.prices = prices  # USD per million input and output tokens; None: the price table's
 
     def __repr__(self) -> str:
         return f"ModelClient(model={self.model!r}, base_url={self.base_url!r})"
@@ -183,7 +187,7 @@ class ModelClient:
 
     def _model_turn(self, message: Any, retries: int) -> ModelTurn:
         usage = Usage(message.usage.input_tokens or 0, message.usage.output_tokens or 0)
-        turn_cost = cost_usd(self.model, usage)
+        turn_cost = cost_usd(self.model, usage, self.prices)
         log.info(
             "model turn: %d input + %d output tokens, $%.4f, stop %s",
             usage.input_tokens, usage.output_tokens, turn_cost, message.stop_reason,

@@ -18,6 +18,18 @@ if TYPE_CHECKING:  # the anthropic SDK takes ~2 s to import: only a pass itself 
 API_KEY_ENV, BASE_URL_ENV = "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"  # where the key and endpoint come from
 
 
+class UnpricedModel(ValueError):
+    """A dollar budget for a model whose price is known neither from the price table nor from the settings."""
+
+
+def settings_prices(settings: Settings) -> tuple[float, float] | None:
+    """agentInputPricePerMtok and agentOutputPricePerMtok, when both are set."""
+    prices = (settings.agent_input_price_per_mtok, settings.agent_output_price_per_mtok)
+    if (prices[0] is None) != (prices[1] is None):
+        raise UnpricedModel("set both agentInputPricePerMtok and agentOutputPricePerMtok, or neither")
+    return None if prices[0] is None else (float(prices[0]), float(prices[1]))
+
+
 def settings_budget(settings: Settings, model_calls: int | None = None, tokens: int | None = None,
                     dollars: float | None = None, wall_s: float | None = None,
                     evaluations: int | None = None) -> Budget:
@@ -51,14 +63,21 @@ def build_optimizer(file: Path, reference: Path, start_text: str, workspace: Pat
     """One pass over `file` (its text `start_text`, '' to let the model write the first ModelNew), as the command and
     the editor run it."""
     from kernel_lsp.agent.loop import Optimizer
-    from kernel_lsp.agent.model import ModelClient
+    from kernel_lsp.agent.model import ModelClient, price_per_mtok
     from kernel_lsp.agent.tools import Workbench
     from kernel_lsp.agent.trajectory import TrajectoryWriter, new_pass_id
 
+    chosen = model or settings.agent_model
+    prices = settings_prices(settings)
+    if budget.dollars and prices is None and price_per_mtok(chosen) is None:
+        raise UnpricedModel(f"no price is known for the model {chosen}, so the dollar budget of {budget.dollars:g} "
+                            "cannot be kept: set agentInputPricePerMtok and agentOutputPricePerMtok (USD per "
+                            "million tokens), or a dollar budget of 0 (unlimited)")
     client = ModelClient(settings.anthropic_api_key or os.environ.get(API_KEY_ENV),
                          settings.anthropic_base_url or os.environ.get(BASE_URL_ENV) or None,
-                         model or settings.agent_model, settings.agent_max_tokens, settings.agent_temperature,
-                         max_retries=settings.agent_max_retries, timeout_s=settings.agent_timeout_s)
+                         chosen, settings.agent_max_tokens, settings.agent_temperature,
+                         max_retries=settings.agent_max_retries, timeout_s=settings.agent_timeout_s,
+                         prices=prices)
     pass_id = new_pass_id()
     trajectory = TrajectoryWriter(trajectory_directory(settings, workspace, file), pass_id)
     workbench = Workbench(file.resolve(), reference.resolve(), start_text, settings, worker, options, pass_id)

@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernel_lsp.agent.setup import API_KEY_ENV, build_optimizer, settings_budget
+from kernel_lsp.agent.setup import API_KEY_ENV, UnpricedModel, build_optimizer, settings_budget
 from kernel_lsp.commands.shared import (
     CommandUsageError,
     add_verify_options,
@@ -133,8 +133,11 @@ def _optimizer(file: Path, reference: Path, args: argparse.Namespace, workspace:
     except ValueError as error:
         raise CommandUsageError(str(error)) from None
     start = _read(file) if parse_python(_read(file)).kernelbench.model_new is not None else ""
-    return build_optimizer(file, reference, start, workspace, settings, worker_client(args, settings), options,
-                           budget, args.model, _print_progress)
+    try:
+        return build_optimizer(file, reference, start, workspace, settings, worker_client(args, settings), options,
+                               budget, args.model, _print_progress)
+    except UnpricedModel as error:
+        raise CommandUsageError(str(error)) from None
 
 
 async def _run_pass(optimizer: Optimizer) -> PassOutcome:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from kernel_lsp.agent.budget import LIMIT_ORDER, Budget, Spend
 
 
@@ -78,3 +80,26 @@ def test_spend_as_a_dict_for_the_trajectory() -> None:
     assert data["wall_s"] >= 0
     assert Budget(model_calls=5).to_dict() == {"model_calls": 5, "tokens": None, "dollars": None, "wall_s": None,
                                                "evaluations": None}
+
+
+def test_an_unknown_model_with_a_dollar_budget_does_not_start_without_prices(tmp_path):
+    """Never a silent $0: a dollar budget needs a price, from the table or from the settings."""
+    from kernel_lsp.agent.setup import UnpricedModel, build_optimizer, settings_budget
+    from kernel_lsp.config import resolve_settings
+
+    (tmp_path / "ref.py").write_text("class Model: ...\n")
+    file = tmp_path / "ref.py"
+
+    def build(raw: dict, model: str = "claude-unreleased-9"):
+        settings, problems = resolve_settings({"trajectoryDir": str(tmp_path / "t"), **raw})
+        assert not problems
+        return build_optimizer(file, file, "", tmp_path, settings, worker=None, options={},
+                               budget=settings_budget(settings), model=model)
+
+    with pytest.raises(UnpricedModel, match="no price is known for the model claude-unreleased-9.*agentInputPrice"):
+        build({})
+    assert build({"agentMaxDollars": 0}).model.prices is None  # no dollar budget: counted as $0, with a warning
+    assert build({"agentInputPricePerMtok": 2, "agentOutputPricePerMtok": 10}).model.prices == (2.0, 10.0)
+    assert build({}, model="claude-sonnet-4-5").model.prices is None  # the table knows it
+    with pytest.raises(UnpricedModel, match="set both"):
+        build({"agentInputPricePerMtok": 2})

@@ -113,6 +113,16 @@ async def test_a_wrong_kernel_scores_zero_and_the_right_one_is_kept(tmp_path: Pa
     assert '"verdict":"rejected"' in verify_answer
     memory = api.requests[2].body["messages"][0]["content"]
     assert "#0 (the original): verified" in memory
+    # the trajectory, fit for training: where it ran, what each turn was offered and asked with, the codes
+    events = read_trajectory(outcome.trajectory_path)
+    (environment,) = [e for e in events if e["kind"] == "environment"]
+    assert environment["kernel_lsp"] and environment["python"] and environment["worker"]["address"] == "local"
+    assert "torch" in environment["worker"]["versions"]
+    turns = [e for e in events if e["kind"] == "message" and e["role"] == "assistant"]
+    assert len(turns) == 5 and turns[0]["request"]["model"] == "claude-sonnet-4-5"
+    assert "verify" in turns[0]["request"]["tools"] and "profile" not in turns[0]["request"]["tools"]
+    codes = {e["node"]: e["codes"] for e in events if e["kind"] == "evaluation"}
+    assert codes[wrong.id] == ["verify-mismatch"] and codes[right.id] == []
 
 
 async def test_a_cheat_is_rejected_scores_zero_and_is_never_the_best(tmp_path: Path):

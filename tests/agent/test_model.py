@@ -83,6 +83,12 @@ def test_cost_uses_the_alias_price_for_dated_ids_and_zero_for_unknown_models(cap
     assert "no price is known for model claude-unreleased-9" in caplog.text
 
 
+def test_prices_from_the_settings_replace_the_table():
+    usage = Usage(input_tokens=2_000_000, output_tokens=1_000_000)
+    assert cost_usd("claude-unreleased-9", usage, (2.0, 10.0)) == pytest.approx(14.0)
+    assert cost_usd("claude-haiku-4-5", usage, (2.0, 10.0)) == pytest.approx(14.0)
+
+
 async def test_rate_limit_is_retried_after_the_wait_the_api_asked_for():
     turns = [error_turn(429, "rate_limit_error", "Number of requests has exceeded your rate limit", retry_after=0.3),
              text_turn("ok")]
