@@ -82,8 +82,8 @@ class Node:
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "parent_id": self.parent_id, "source": self.source,
                 "source_sha256": source_hash(self.source), "evaluation": self.evaluation,
-                "rubric": self.rubric.to_dict() if self.rubric else None, "feedback": self.feedback, "reward": self.reward,
-                "visits": self.visits, "value": self.value, "dead": self.dead, "dead_reason": self.dead_reason,
+                "rubric": self.rubric.to_dict() if self.rubric else None, "feedback": self.feedback,
+                "reward": self.reward, "visits": self.visits, "value": self.value, "dead": self.dead, "dead_reason": self.dead_reason,
                 "children": list(self.children)}
 
 
