@@ -31,6 +31,7 @@ from typing import Any
 from kernel_lsp import __version__
 from kernel_lsp.agent import rubric
 from kernel_lsp.agent.budget import Budget, Spend
+from kernel_lsp.agent.memory import KernelMemory
 from kernel_lsp.agent.model import ModelClient, ModelError
 from kernel_lsp.agent.search import Node, SearchTree
 from kernel_lsp.agent.tools import ToolResult, Workbench, candidate_ms
@@ -109,7 +110,8 @@ class Optimizer:
 
     def __init__(self, model: ModelClient, workbench: Workbench, budget: Budget, trajectory: TrajectoryWriter,
                  device: str, on_event: Callable[[ProgressEvent], None] | None = None,
-                 verifies_per_expansion: int = VERIFIES_PER_EXPANSION, parallel: int | None = None) -> None:
+                 verifies_per_expansion: int = VERIFIES_PER_EXPANSION, parallel: int | None = None,
+                 memory: KernelMemory | None = None) -> None:
         self.model = model
         self.workbench = workbench
         self.budget = budget
@@ -124,6 +126,9 @@ class Optimizer:
         self.outcome: PassOutcome | None = None
         self._error_kind: str | None = None
         self._environment_written = False
+        self.memory = memory  # earlier passes on this file: read into the prompts, this pass added at its end
+        self._earlier = memory.prompt() if memory is not None else ""
+        workbench.node_view = self.node_view
 
     async def run(self) -> PassOutcome:
         self.trajectory.write("start", original=str(self.workbench.original), reference=str(self.workbench.reference),
@@ -313,7 +318,25 @@ class Optimizer:
         else:
             here = (f"The current candidate is node #{start.id} ({start.outcome}). Read it with read_candidate, "
                     "then improve it.")
-        return f"{here}\n\nWhat was tried so far (newest first):\n{memory}"
+        best = self.tree.best_verified()
+        if best is not None and best.id != start.id:
+            here += f" The fastest verified so far is #{best.id}; read any earlier candidate with read_node."
+        prompt = f"{here}\n\nWhat was tried so far (newest first):\n{memory}"
+        if self._earlier:
+            prompt += f"\n\nWhat earlier passes on this file tried (newest first):\n{self._earlier}"
+        return prompt
+
+    def node_view(self, number: int) -> dict[str, Any] | None:
+        """The read_node tool's answer: an earlier candidate of this pass, with what the worker said of it."""
+        if not 0 <= number < len(self.tree.nodes):
+            return None
+        node = self.tree.nodes[number]
+        evaluation = node.evaluation or {}
+        report = evaluation.get("report") or {}
+        codes = [p.get("code") for p in evaluation.get("problems") or [] if isinstance(p, dict) and p.get("code")]
+        return {"node": node.id, "parent": node.parent_id, "outcome": node.outcome,
+                "summary": evaluation.get("summary"), "speedup": report.get("speedup"), "codes": codes,
+                "dead_end": node.dead_reason or None, "source": node.source}
 
     def _check_budget(self, refusal: str | None) -> None:
         if refusal:
@@ -335,6 +358,8 @@ class Optimizer:
             nodes=len(self.tree.nodes), finish_summary=self.workbench.state.finished or "",
             attempts=[{"node": n.id, "parent": n.parent_id, "outcome": n.outcome, "score": n.score, "dead": n.dead}
                       for n in self.tree.nodes if n.rubric is not None])
+        if self.memory is not None:
+            self.memory.add_pass(self.trajectory.pass_id, self.tree)
         self.trajectory.write("end", stop_reason=reason, improved=improved, improvement=sentence,
                               best_node=best.id if best else None, side_file=str(side_file) if side_file else None,
                               spend=outcome.spend, tree=self.tree.to_dict())

@@ -63,6 +63,7 @@ def build_optimizer(file: Path, reference: Path, start_text: str, workspace: Pat
     """One pass over `file` (its text `start_text`, '' to let the model write the first ModelNew), as the command and
     the editor run it."""
     from kernel_lsp.agent.loop import Optimizer
+    from kernel_lsp.agent.memory import KernelMemory
     from kernel_lsp.agent.model import ModelClient, price_per_mtok
     from kernel_lsp.agent.tools import Workbench
     from kernel_lsp.agent.trajectory import TrajectoryWriter, new_pass_id
@@ -79,6 +80,8 @@ def build_optimizer(file: Path, reference: Path, start_text: str, workspace: Pat
                          max_retries=settings.agent_max_retries, timeout_s=settings.agent_timeout_s,
                          prices=prices)
     pass_id = new_pass_id()
-    trajectory = TrajectoryWriter(trajectory_directory(settings, workspace, file), pass_id)
+    folder = trajectory_directory(settings, workspace, file)
+    trajectory = TrajectoryWriter(folder, pass_id)
     workbench = Workbench(file.resolve(), reference.resolve(), start_text, settings, worker, options, pass_id)
-    return Optimizer(client, workbench, budget, trajectory, workbench.verify_options.device, on_event=on_event)
+    return Optimizer(client, workbench, budget, trajectory, workbench.verify_options.device, on_event=on_event,
+                     memory=KernelMemory(folder / "memory", file))

@@ -17,7 +17,7 @@ import hashlib
 import importlib.util
 import itertools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,12 @@ TOOL_DEFINITIONS: dict[str, dict[str, Any]] = {
     "read_candidate": {
         "description": "Read the current candidate (the file defining ModelNew), with 1-based line numbers.",
         "input_schema": {"type": "object", "properties": {}},
+    },
+    "read_node": {
+        "description": "Read an earlier candidate of this pass by its number (#N in the list of what was tried): "
+                       "its code with line numbers, its outcome and speedups, and the finding codes behind a reject. "
+                       "Use it to build on the best one or to avoid repeating a failure.",
+        "input_schema": {"type": "object", "properties": {"node": {"type": "integer"}}, "required": ["node"]},
     },
     "write_candidate": {
         "description": "Replace the current candidate: either the whole file (`source`) or line edits (`edits`, "
@@ -125,6 +131,8 @@ class Workbench:
         self.compile_service = compile_service or CompileService()
         self.state = CandidateState(start_source)
         self._scratch_numbers = itertools.count(1)
+        # the pass's view of an earlier candidate by node number (set by the Optimizer): source, outcome, codes
+        self.node_view: Callable[[int], dict[str, Any] | None] | None = None
 
     # --- what the model is offered -------------------------------------------------------------------
 
@@ -153,6 +161,7 @@ class Workbench:
 
     async def execute(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         executors = {"read_reference": self.read_reference, "read_candidate": self.read_candidate,
+                     "read_node": self.read_node,
                      "write_candidate": self.write_candidate, "compile": self.compile, "verify": self.verify,
                      "profile": self.profile, "finish": self.finish}
         executor = executors.get(name)
@@ -172,6 +181,17 @@ class Workbench:
         lines = self.state.source.splitlines()
         numbered = "\n".join(f"{number:4d}| {line}" for number, line in enumerate(lines, 1))
         return _ok({"lines": len(lines), "source": numbered})
+
+    async def read_node(self, arguments: dict[str, Any]) -> ToolResult:
+        number = arguments.get("node")
+        if isinstance(number, bool) or not isinstance(number, int):
+            return _error("give `node`, the number of an earlier candidate (#N)")
+        view = self.node_view(number) if self.node_view is not None else None
+        if view is None:
+            return _error(f"there is no candidate #{number} in this pass")
+        lines = view.pop("source").splitlines()
+        numbered = "\n".join(f"{line_number:4d}| {line}" for line_number, line in enumerate(lines, 1))
+        return _ok({**view, "lines": len(lines), "source": numbered})
 
     async def write_candidate(self, arguments: dict[str, Any]) -> ToolResult:
         source, edits = arguments.get("source"), arguments.get("edits")

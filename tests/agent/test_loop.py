@@ -4,12 +4,14 @@ under TRITON_INTERPRET=1). The model's turns are scripted; the verdicts, scores,
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
 
 from kernel_lsp.agent.budget import Budget
 from kernel_lsp.agent.loop import Optimizer, side_file_path
+from kernel_lsp.agent.memory import KernelMemory
 from kernel_lsp.agent.model import ModelClient
 from kernel_lsp.agent.tools import Workbench
 from kernel_lsp.agent.trajectory import TrajectoryWriter, read_trajectory
@@ -51,12 +53,14 @@ def problem(folder: Path, candidate: str | None) -> Path:
     return folder / "relu.py"
 
 
-def optimizer(api: FakeMessagesApi, file: Path, budget: Budget = Budget(), max_turn_s: float = 900.0) -> Optimizer:
+def optimizer(api: FakeMessagesApi, file: Path, budget: Budget = Budget(), max_turn_s: float = 900.0,
+              memory: KernelMemory | None = None) -> Optimizer:
     start = "" if file.name == "ref.py" else file.read_text()
     workbench = Workbench(file, file.parent / "ref.py", start, Settings(), WorkerClient(), OPTIONS, "t1")
     model = ModelClient("test-key", api.url, "claude-sonnet-4-5", 2048, None, max_retries=0, timeout_s=60,
                         max_turn_s=max_turn_s)
-    return Optimizer(model, workbench, budget, TrajectoryWriter(file.parent / "trajectories", "t1"), "cpu")
+    return Optimizer(model, workbench, budget, TrajectoryWriter(file.parent / "trajectories", "t1"), "cpu",
+                     memory=memory)
 
 
 async def run_pass(api: FakeMessagesApi, file: Path, budget: Budget = Budget(), max_turn_s: float = 900.0):
@@ -315,3 +319,37 @@ async def test_with_room_for_two_jobs_two_expansions_run_at_once(tmp_path: Path)
     assert {e.get("expansion") for e in events if e["kind"] == "tool_call"} == {1, 2}
     assert pass_.tree.root.visits == 3 and pass_.tree.root.value == pytest.approx(
         sum(node.reward for node in pass_.tree.nodes))
+
+
+async def test_earlier_candidates_are_read_by_number_and_passes_remember_each_other(tmp_path: Path):
+    """read_node gives the model an earlier candidate's code and results; the next pass on the same file is told
+    what this one tried, its fastest marked."""
+    file = problem(tmp_path, SLOW)
+    memory = KernelMemory(tmp_path / "memory", file)
+    script = [write_and_verify(WRONG), tool_use_turn("read_node", {"node": 1}), tool_use_turn("read_node", {"node": 9}),
+              write_and_verify(FAST), tool_use_turn("finish", {"summary": "done"})]
+    with FakeMessagesApi(script) as api:
+        pass_ = optimizer(api, file, memory=memory)
+        try:
+            first = await pass_.run()
+        finally:
+            await pass_.workbench.worker.close()
+    answers = [m["content"][0]["content"] for r in api.requests for m in r.body["messages"][-1:]
+               if isinstance(m["content"], list)]
+    read = json.loads(answers[1])
+    assert read["node"] == 1 and read["codes"] == ["verify-mismatch"] and "x * 3.0" in read["source"]
+    assert "there is no candidate #9" in answers[2]
+    assert first.improved and "What earlier passes" not in api.requests[0].body["messages"][0]["content"]
+
+    again = problem(tmp_path, SLOW)  # the same file, a new pass
+    with FakeMessagesApi([tool_use_turn("finish", {"summary": "nothing new"})]) as api:
+        pass_ = optimizer(api, again, memory=KernelMemory(tmp_path / "memory", again))
+        try:
+            await pass_.run()
+        finally:
+            await pass_.workbench.worker.close()
+    prompt = api.requests[0].body["messages"][0]["content"]
+    earlier = prompt.split("What earlier passes on this file tried (newest first):\n")[1].splitlines()
+    assert earlier[0].startswith("[pass t1 ") and "verified" in earlier[0]
+    assert earlier[0].endswith("(fastest of that pass)")
+    assert "rejected: verify-mismatch" in earlier[1]

@@ -150,3 +150,13 @@ async def test_unknown_tools_are_refused_by_name(bench):
     workbench, _ = bench
     result = await workbench.execute("rm_rf", {})
     assert result.is_error and "unknown tool 'rm_rf'" in json.loads(result.content)["error"]
+
+
+async def test_read_node_answers_by_number_and_says_when_there_is_none(bench):
+    workbench, _ = bench
+    missing = await workbench.execute("read_node", {"node": 0})
+    assert missing.is_error and "there is no candidate #0" in missing.content  # no pass to read from
+    workbench.node_view = lambda n: {"node": n, "outcome": "verified 2× eager", "source": "a\nb"} if n == 3 else None
+    found = json.loads((await workbench.execute("read_node", {"node": 3})).content)
+    assert found["lines"] == 2 and found["source"] == "   1| a\n   2| b" and found["outcome"] == "verified 2× eager"
+    assert (await workbench.execute("read_node", {"node": "3"})).is_error
