@@ -34,7 +34,7 @@ from kernel_lsp.agent.budget import Budget, Spend
 from kernel_lsp.agent.memory import KernelMemory
 from kernel_lsp.agent.model import ModelClient, ModelError
 from kernel_lsp.agent.search import Node, SearchTree
-from kernel_lsp.agent.tools import ToolResult, Workbench, candidate_ms
+from kernel_lsp.agent.tools import WORKER_TOOLS, ToolResult, Workbench, candidate_ms
 from kernel_lsp.agent.trajectory import TrajectoryWriter
 from kernel_lsp.kinds.options import to_config
 from kernel_lsp.worker.client import WorkerUnavailable
@@ -262,7 +262,7 @@ class Optimizer:
     async def _run_tool(self, call: dict[str, Any], bench: Workbench, tag: dict[str, Any]) -> ToolResult:
         name, arguments = call["name"], call.get("input") or {}
         self.trajectory.write("tool_call", id=call["id"], name=name, input=arguments, **tag)
-        refusal = self.budget.refuses_evaluation(self.spend) if name in ("verify", "profile") else None
+        refusal = self.budget.refuses_evaluation(self.spend) if name in WORKER_TOOLS else None
         if refusal:
             result = ToolResult(json.dumps({"error": f"not run: {refusal}"}), is_error=True)
         else:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import dataclasses
 import hashlib
 import importlib.util
 import itertools
@@ -29,6 +30,7 @@ from kernel_lsp.findings import Finding, Severity, path_to_uri
 from kernel_lsp.kinds.options import ProfileOptions, VerifyOptions, coerce
 from kernel_lsp.kinds.profile import ProfileOutcome, profile_job
 from kernel_lsp.kinds.verify import VerifyOutcome, verify_job
+from kernel_lsp.profile.worker_job import NO_GPU, ON_CPU
 from kernel_lsp.sources import find_kernels, parse_python
 from kernel_lsp.worker.client import WorkerClient
 from kernel_lsp.worker.protocol import Result
@@ -36,9 +38,11 @@ from kernel_lsp.worker.protocol import Result
 MAX_PROBLEMS = 5  # errors and findings shown to the model; the rest are counted
 MAX_MESSAGE_CHARS = 400
 MAX_HINTS = 3  # profile hints per kernel, the largest estimated gains first
+QUICK_CALLS, QUICK_WARMUP = 10, 2  # time_quick: timed calls and warm-up calls (fewer when the pass asks for fewer)
 # compile findings that say this machine lacks a tool, not that the code is wrong
 ENVIRONMENT_CODES = {"nvcc-missing", "host-compiler-missing", "torch-missing", "compile-timeout", "compile-failed"}
 
+WORKER_TOOLS = ("verify", "profile", "time_quick", "static_facts")  # each runs a worker job: budgeted as evaluations
 TOOL_DEFINITIONS: dict[str, dict[str, Any]] = {
     "read_reference": {
         "description": "Read the reference problem (Model, get_inputs, get_init_inputs) the candidate must match.",
@@ -79,6 +83,19 @@ TOOL_DEFINITIONS: dict[str, dict[str, Any]] = {
         "description": "Run the current candidate against the reference on the worker: correctness over several "
                        "input sets, integrity checks (cheating is rejected and scores zero), and timing against "
                        "PyTorch. Only a verified candidate counts.",
+        "input_schema": {"type": "object", "properties": {}},
+    },
+    "time_quick": {
+        "description": "Time the current candidate cheaply, to compare ideas before a full verify: one correctness "
+                       "trial, a few timed calls, against eager only. Its answer is not a verification: only "
+                       "verify makes a candidate count.",
+        "input_schema": {"type": "object", "properties": {}},
+    },
+    "static_facts": {
+        "description": "What nvcc says of the current candidate's CUDA kernels without running them: per kernel the "
+                       "registers, spills, shared memory and stack (ptxas), the SASS facts (width of global loads "
+                       "and stores, local-memory traffic, tensor-core instructions, loops) and the static hints "
+                       "on their lines. Triton kernels are not covered.",
         "input_schema": {"type": "object", "properties": {}},
     },
     "profile": {
@@ -163,6 +180,7 @@ class Workbench:
         executors = {"read_reference": self.read_reference, "read_candidate": self.read_candidate,
                      "read_node": self.read_node,
                      "write_candidate": self.write_candidate, "compile": self.compile, "verify": self.verify,
+                     "time_quick": self.time_quick, "static_facts": self.static_facts,
                      "profile": self.profile, "finish": self.finish}
         executor = executors.get(name)
         if executor is None:
@@ -231,6 +249,36 @@ class Workbench:
         outcome = ToolResult(_json(verify_feedback(evaluation)), evaluation=evaluation, worker_jobs=int(compiled["ok"]))
         self.state.verdicts[source] = outcome
         return outcome
+
+    async def time_quick(self, _arguments: dict[str, Any]) -> ToolResult:
+        """A cheap experiment: the verify job with one trial and a few calls against eager; not a node."""
+        source = self.state.source
+        compiled = await self._compile_report(source)
+        if not compiled["ok"]:
+            return ToolResult(_json({"ok": False, "errors": compiled["errors"]}), True)
+        options = dataclasses.replace(
+            self.verify_options, trials=1, timed_calls=min(QUICK_CALLS, self.verify_options.timed_calls),
+            warmup=min(QUICK_WARMUP, self.verify_options.warmup),
+            baselines=tuple(b for b in self.verify_options.baselines if b == "eager"))
+        path = self.scratch_path()
+        outcome = VerifyOutcome.of(await self.worker.run(verify_job(path, self.reference, options, {path: source})))
+        report = outcome.report or {}
+        shown = {"ok": outcome.verdict == "verified", "correct": bool(report.get("correctness", {}).get("passed")),
+                 "median_ms": ((report.get("timing") or {}).get("candidate") or {}).get("median_ms"),
+                 "speedup_eager": (report.get("speedup") or {}).get("eager"), "summary": outcome.summary,
+                 "problems": [_problem(f) for f in outcome.findings if f.severity == Severity.ERROR][:MAX_PROBLEMS],
+                 "note": "a quick measurement (1 trial, few calls), not a verification"}
+        return ToolResult(_json(shown), worker_jobs=1)
+
+    async def static_facts(self, _arguments: dict[str, Any]) -> ToolResult:
+        """The static profile (nvcc's ptxas figures and SASS) of the current candidate, on the worker."""
+        path = self.scratch_path()
+        options = ProfileOptions(device="cpu", allow_network=self.verify_options.allow_network)
+        outcome = ProfileOutcome.of(await self.worker.run(profile_job(path, self.reference, options,
+                                                                      {path: self.state.source})))
+        if outcome.report is None:
+            return ToolResult(_json({"ok": False, "error": _cut(outcome.error or "no report")}), True, worker_jobs=1)
+        return ToolResult(_json(static_feedback(outcome.report)), worker_jobs=1)
 
     async def profile(self, _arguments: dict[str, Any]) -> ToolResult:
         path = self.scratch_path()
@@ -368,6 +416,18 @@ def verify_feedback(evaluation: dict[str, Any]) -> dict[str, Any]:
         shown["integrity"] = integrity
         shown["note"] = "an integrity reject scores zero: the candidate must compute the result itself"
     return shown
+
+
+def static_feedback(report: dict[str, Any]) -> dict[str, Any]:
+    kernels = []
+    for kernel in report.get("kernels") or []:
+        hints = sorted(kernel.get("findings") or [], key=lambda f: -(f.get("estimated_speedup") or 0.0))
+        kernels.append({"name": kernel.get("name"), "ptxas": (kernel.get("metrics") or {}).get("ptxas"),
+                        "sass": kernel.get("sass"), "line": kernel.get("line"),
+                        "hints": [{"code": h.get("code"), "line": h.get("line"), "message": _cut(h.get("message", ""))}
+                                  for h in hints[:MAX_HINTS]]})
+    problems = [_cut(p) for p in report.get("problems") or [] if p not in (ON_CPU, NO_GPU)]  # asked for: no news
+    return {"ok": bool(kernels), "kernels": kernels, "problems": problems}
 
 
 def profile_feedback(report: dict[str, Any]) -> dict[str, Any]:

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from kernel_lsp.agent.tools import Workbench, apply_line_edits, kernel_structure
+from kernel_lsp.agent.tools import Workbench, apply_line_edits, kernel_structure, static_feedback
 from kernel_lsp.config import Settings
+from kernel_lsp.profile.worker_job import ON_CPU
 from kernel_lsp.worker.protocol import Job, Result
 from tests.problems import relu_problem, triton_relu
 
@@ -160,3 +161,35 @@ async def test_read_node_answers_by_number_and_says_when_there_is_none(bench):
     found = json.loads((await workbench.execute("read_node", {"node": 3})).content)
     assert found["lines"] == 2 and found["source"] == "   1| a\n   2| b" and found["outcome"] == "verified 2× eager"
     assert (await workbench.execute("read_node", {"node": "3"})).is_error
+
+
+async def test_time_quick_is_a_cheap_verify_that_makes_no_node(bench):
+    workbench, worker = bench
+    result = await workbench.execute("time_quick", {})
+    job = worker.jobs[-1]
+    assert job.kind == "verify" and result.evaluation is None and result.worker_jobs == 1
+    assert (job.config["trials"], job.config["timedCalls"], job.config["warmup"], job.config["baselines"]) == (
+        1, 10, 2, ["eager"])
+    answer = json.loads(result.content)
+    assert answer["ok"] and answer["median_ms"] == 2.0 and answer["speedup_eager"] == 0.5
+    assert "not a verification" in answer["note"]
+    await workbench.execute("write_candidate", {"source": "def broken(:\n"})
+    refused = await workbench.execute("time_quick", {})
+    assert refused.is_error and len(worker.jobs) == 1  # a file that does not compile costs no job
+
+
+async def test_static_facts_asks_the_worker_for_the_static_profile(bench):
+    workbench, worker = bench
+    result = await workbench.execute("static_facts", {})
+    job = worker.jobs[-1]
+    assert job.kind == "profile" and job.config["device"] == "cpu" and result.worker_jobs == 1
+    answer = json.loads(result.content)
+    assert answer["ok"] and answer["kernels"][0]["name"] == "relu_kernel" and answer["problems"] == []
+    static = {"kernels": [{"name": "k", "metrics": {"ptxas": {"registers": 40, "spill_stores": 8}},
+                           "sass": {"local_loads": 3}, "line": 12,
+                           "findings": [{"code": "hint-local-memory", "line": 14, "message": "spills",
+                                         "estimated_speedup": 0.2}]}],
+              "problems": [ON_CPU, "no SASS for cuda.cu"]}
+    shown = static_feedback(static)
+    assert shown["kernels"][0]["ptxas"]["spill_stores"] == 8 and shown["kernels"][0]["hints"][0]["line"] == 14
+    assert shown["problems"] == ["no SASS for cuda.cu"]  # the device note the tool asked for is no news
