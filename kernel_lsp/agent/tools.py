@@ -42,7 +42,7 @@ QUICK_CALLS, QUICK_WARMUP = 10, 2  # time_quick: timed calls and warm-up calls (
 # compile findings that say this machine lacks a tool, not that the code is wrong
 ENVIRONMENT_CODES = {"nvcc-missing", "host-compiler-missing", "torch-missing", "compile-timeout", "compile-failed"}
 
-WORKER_TOOLS = ("verify", "profile", "time_quick", "static_facts")  # each runs a worker job: budgeted as evaluations
+WORKER_TOOLS = ("verify", "profile", "time_quick", "static_facts", "compile")  # may run a worker job: budgeted
 TOOL_DEFINITIONS: dict[str, dict[str, Any]] = {
     "read_reference": {
         "description": "Read the reference problem (Model, get_inputs, get_init_inputs) the candidate must match.",
@@ -225,7 +225,25 @@ class Workbench:
         return _ok({"written": True, "lines": len(new_text.splitlines())})
 
     async def compile(self, _arguments: dict[str, Any]) -> ToolResult:
-        return _ok(await self._compile_report(self.state.source))
+        source = self.state.source
+        report = await self._compile_report(source)
+        if not report["ok"] or not parse_python(source).triton_kernels:
+            return _ok(report)
+        return ToolResult(_json(await self._first_call(source, report)), worker_jobs=1)
+
+    async def _first_call(self, source: str, report: dict[str, Any]) -> dict[str, Any]:
+        """Triton compiles a kernel at its first call, so what only that call finds (a tl.arange whose size is not
+        a power of 2, a shape error in the kernel) costs one call here, not a full verification: a verify job with
+        one trial, no timing and no baselines, whose run-* failures become compile errors (its verdict is ignored)."""
+        options = dataclasses.replace(self.verify_options, trials=1, timing=False, warmup=0, baselines=())
+        path = self.scratch_path()
+        outcome = VerifyOutcome.of(await self.worker.run(verify_job(path, self.reference, options, {path: source})))
+        failures = [_problem(f) for f in outcome.findings if f.code.startswith("run-")]
+        if failures:
+            return {**report, "ok": False, "errors": failures[:MAX_PROBLEMS], "first_call": "failed"}
+        if not outcome.finished:
+            return {**report, "first_call": f"not run: {_cut(outcome.summary)}"}
+        return {**report, "first_call": "ran (one call on the worker; its result is not checked here)"}
 
     async def verify(self, _arguments: dict[str, Any]) -> ToolResult:
         return await self.evaluate(self.state.source)

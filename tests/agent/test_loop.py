@@ -90,7 +90,9 @@ async def test_a_compile_error_is_fixed_then_verified_and_offered(tmp_path: Path
     assert file.read_text() == SLOW  # the user's file is the user's: the edit is only offered
     compile_answer = api.requests[3].body["messages"][-1]["content"][0]
     assert '"ok":false' in compile_answer["content"] and '"line":10' in compile_answer["content"]
-    assert outcome.spend["model_calls"] == 7 and outcome.spend["evaluations"] == 2
+    fixed_answer = api.requests[5].body["messages"][-1]["content"][0]["content"]
+    assert '"ok":true' in fixed_answer and '"first_call":"ran' in fixed_answer  # Triton: one call on the worker
+    assert outcome.spend["model_calls"] == 7 and outcome.spend["evaluations"] == 3  # verify ×2, the first call
     assert not list(tmp_path.glob(".relu.kernel-lsp-agent-*"))  # no scratch file left behind
     events = read_trajectory(outcome.trajectory_path)
     assert [e["kind"] for e in events][:1] == ["start"] and events[-1]["kind"] == "end"

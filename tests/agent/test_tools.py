@@ -9,6 +9,7 @@ import pytest
 
 from kernel_lsp.agent.tools import Workbench, apply_line_edits, kernel_structure, static_feedback
 from kernel_lsp.config import Settings
+from kernel_lsp.findings import Finding, Range, Severity
 from kernel_lsp.profile.worker_job import ON_CPU
 from kernel_lsp.worker.protocol import Job, Result
 from tests.problems import relu_problem, triton_relu
@@ -193,3 +194,25 @@ async def test_static_facts_asks_the_worker_for_the_static_profile(bench):
     shown = static_feedback(static)
     assert shown["kernels"][0]["ptxas"]["spill_stores"] == 8 and shown["kernels"][0]["hints"][0]["line"] == 14
     assert shown["problems"] == ["no SASS for cuda.cu"]  # the device note the tool asked for is no news
+
+
+async def test_compile_makes_one_call_of_a_triton_candidate_to_catch_first_call_errors(bench):
+    """Triton compiles a kernel at its first call: a tl.arange of 100 passes the syntax check and fails there."""
+    workbench, worker = bench
+
+    async def first_call_fails(job, progress=None, timeout_s=None):
+        worker.jobs.append(job)
+        crash = Finding(job.config["origins"][job.config["candidate"]], Range.line(10), Severity.ERROR, "kernel-lsp",
+                        "run-python-exception", "CompilationError: arange's range must be a power of 2")
+        return Result("ok", [crash.to_dict()], {"verdict": "rejected", "summary": "rejected: run-python-exception"})
+
+    fine = json.loads((await workbench.execute("compile", {})).content)
+    job = worker.jobs[-1]
+    assert fine["ok"] and fine["first_call"].startswith("ran") and job.kind == "verify"
+    assert (job.config["trials"], job.config["timing"], job.config["baselines"]) == (1, False, [])
+    worker.run = first_call_fails
+    result = await workbench.execute("compile", {})
+    failed = json.loads(result.content)
+    assert not failed["ok"] and failed["first_call"] == "failed" and result.worker_jobs == 1
+    assert failed["errors"] == [{"line": 11, "code": "run-python-exception",
+                                 "message": "CompilationError: arange's range must be a power of 2"}]
