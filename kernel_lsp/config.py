@@ -73,6 +73,7 @@ class Settings:
     agent_output_price_per_mtok: float | None = None  # USD per million output tokens; None: the price table's
     agent_max_wall_s: float = 1800.0
     agent_max_evaluations: int = 40
+    agent_planning: bool = False  # a planning turn first: distinct strategies, one per branch
     trajectory_dir: str = ""  # empty: trajectories/ in the worker's cache folder
     watch: str = "auto"  # auto: the client's workspace/didChangeWatchedFiles where offered, else watchdog
     workspace_check: bool = True  # compile-check closed kernel files of the workspace in the background

@@ -69,7 +69,49 @@ lists as failed.
 CPU_NOTE = ("This pass runs on the CPU: Triton kernels run under TRITON_INTERPRET=1, where every program instance is "
             "interpreted, so fewer, larger blocks are faster. CUDA cannot run here.")
 GPU_NOTE = "This pass runs on the worker's GPU."
+PLANNING_TURNS = 4  # the planner's turns at most; it ends at its first propose_strategies
+MAX_STRATEGIES = 4
+PLANNING_PROMPT = (
+    "Plan this pass before anyone writes code. Read the reference and the current candidate (and, for CUDA, its "
+    "static facts) as you need, then call propose_strategies with 2 to 4 distinct strategies to try, each a short "
+    "name and one sentence saying what to change (tiling, fusion of operations, vectorized loads and stores, tensor "
+    "cores, fewer launches, a different work split, ...). Each strategy gets its own branch of the search.\n\n"
+    "What was tried so far (newest first):\n{memory}\n\nWhat earlier passes on this file tried:\n{earlier}")
+PROPOSE_TOOL = {
+    "name": "propose_strategies",
+    "description": "Propose the pass's strategies: 2 to 4 distinct ways to make the kernel faster, each tried in "
+                   "its own branch.",
+    "input_schema": {"type": "object", "required": ["strategies"], "properties": {"strategies": {
+        "type": "array", "items": {"type": "object", "required": ["name", "idea"], "properties": {
+            "name": {"type": "string"}, "idea": {"type": "string"}}}}}},
+}
+PLANNER_TOOLS = ("read_reference", "read_candidate", "static_facts")
 UNKNOWN_DEVICE_NOTE = "The worker picks the device: its GPU when it has one, else the CPU (Triton's interpreter)."
+
+
+@dataclass(frozen=True)
+class Strategy:
+    name: str
+    idea: str
+
+
+class PlanningBench:
+    """The planner's tools: the workbench's reading tools and static facts, and propose_strategies."""
+
+    def __init__(self, workbench: Workbench, optimizer: Optimizer) -> None:
+        self.workbench = workbench
+        self.optimizer = optimizer
+
+    def tool_definitions(self) -> list[dict[str, Any]]:
+        return [t for t in self.workbench.tool_definitions() if t["name"] in PLANNER_TOOLS] + [PROPOSE_TOOL]
+
+    async def execute(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        if name == "propose_strategies":
+            return self.optimizer.propose(arguments if isinstance(arguments, dict) else {})
+        if name not in PLANNER_TOOLS:
+            return ToolResult(json.dumps({"error": f"the planner's tools are {', '.join(PLANNER_TOOLS)} and "
+                                                   "propose_strategies"}), is_error=True)
+        return await self.workbench.execute(name, arguments)
 
 
 @dataclass(frozen=True)
@@ -111,7 +153,7 @@ class Optimizer:
     def __init__(self, model: ModelClient, workbench: Workbench, budget: Budget, trajectory: TrajectoryWriter,
                  device: str, on_event: Callable[[ProgressEvent], None] | None = None,
                  verifies_per_expansion: int = VERIFIES_PER_EXPANSION, parallel: int | None = None,
-                 memory: KernelMemory | None = None) -> None:
+                 memory: KernelMemory | None = None, planning: bool = False) -> None:
         self.model = model
         self.workbench = workbench
         self.budget = budget
@@ -128,6 +170,8 @@ class Optimizer:
         self._environment_written = False
         self.memory = memory  # earlier passes on this file: read into the prompts, this pass added at its end
         self._earlier = memory.prompt() if memory is not None else ""
+        self.planning = planning  # a planning turn first: distinct strategies, one per branch from the root
+        self.strategies: list[Strategy] = []
         workbench.node_view = self.node_view
 
     async def run(self) -> PassOutcome:
@@ -164,6 +208,8 @@ class Optimizer:
 
     async def _search(self) -> str:
         await self._evaluate_original()
+        if self.planning:
+            await self._plan()
         # as many expansions at once as the worker runs jobs at once (1 locally, one per Ray actor), read after
         # the original's verify has started the worker (a Ray pool knows its actors then)
         capacity = getattr(self.workbench.worker, "capacity", 1)
@@ -221,7 +267,8 @@ class Optimizer:
         """One conversation from `start` on `bench`; returns how many verifies added nodes. `expansion` numbers
         the expansions run at once (their trajectory events carry it)."""
         tag = {} if expansion is None else {"expansion": expansion}
-        messages: list[dict[str, Any]] = [{"role": "user", "content": self._expansion_prompt(start)}]
+        strategy = self._strategy_for(start)
+        messages: list[dict[str, Any]] = [{"role": "user", "content": self._expansion_prompt(start, strategy)}]
         self.trajectory.write("message", role="user", node=start.id, content=messages[0]["content"], **tag)
         base, verifies = start, 0
         while verifies < self.verifies_per_expansion and bench.state.finished is None:
@@ -233,7 +280,7 @@ class Optimizer:
             for call in calls:
                 result = await self._run_tool(call, bench, tag)
                 if result.evaluation is not None:
-                    base = self._add_node(base, start, result, bench)
+                    base = self._add_node(base, start, result, bench, strategy)
                     verifies += 1
                 if result.energy is not None:
                     self._add_energy(result.energy, bench)
@@ -274,9 +321,11 @@ class Optimizer:
                               is_error=result.is_error, **tag)
         return result
 
-    def _add_node(self, base: Node, start: Node, result: ToolResult, bench: Workbench) -> Node:
+    def _add_node(self, base: Node, start: Node, result: ToolResult, bench: Workbench,
+                  strategy: Strategy | None = None) -> Node:
         parent = base if not base.dead else start
         node = self.tree.add_child(parent, bench.state.source)
+        node.strategy = strategy.name if strategy is not None else ""
         self._record(node, result)
         return node
 
@@ -311,7 +360,54 @@ class Optimizer:
         self.tree.rescore(node, score)
         self._score_event(node, score, energy=energy)
 
-    def _expansion_prompt(self, start: Node) -> str:
+    async def _plan(self) -> None:
+        """The planning role: one conversation that reads what it needs and proposes distinct strategies (the
+        propose_strategies tool); none proposed leaves the search unplanned."""
+        messages: list[dict[str, Any]] = [{"role": "user", "content": PLANNING_PROMPT.format(
+            memory=self.tree.memory(MEMORY_LINES) or "nothing yet", earlier=self._earlier or "none")}]
+        self.trajectory.write("message", role="user", node=0, content=messages[0]["content"], role_name="planner")
+        planner = PlanningBench(self.workbench, self)
+        for _ in range(PLANNING_TURNS):
+            self._check_budget(self.budget.refuses_model_call(self.spend))
+            calls = await self._model_turn(messages, planner, {"role_name": "planner"})
+            if not calls:
+                break
+            results = []
+            for call in calls:
+                result = await self._run_tool(call, planner, {"role_name": "planner"})
+                results.append({"type": "tool_result", "tool_use_id": call["id"], "content": result.content,
+                                **({"is_error": True} if result.is_error else {})})
+            messages.append({"role": "user", "content": results})
+            if self.strategies:
+                break
+        self.trajectory.write("plan", strategies=[{"name": s.name, "idea": s.idea} for s in self.strategies])
+        self._emit("plan", "; ".join(s.name for s in self.strategies) or "no strategies proposed")
+
+    def _strategy_for(self, start: Node) -> Strategy | None:
+        """A branch keeps its strategy; an expansion from the root takes the strategy with the fewest branches."""
+        if not self.strategies:
+            return None
+        if start.parent_id is not None:
+            return next((s for s in self.strategies if s.name == start.strategy), None)
+        taken = [self.tree.nodes[i].strategy for i in self.tree.root.children]
+        return min(self.strategies, key=lambda s: taken.count(s.name))
+
+    def propose(self, arguments: dict[str, Any]) -> ToolResult:
+        """The propose_strategies tool: 2 to MAX_STRATEGIES distinct strategies, each a name and an idea."""
+        proposed = arguments.get("strategies")
+        if not isinstance(proposed, list) or not proposed:
+            return ToolResult(json.dumps({"error": "give `strategies`: a list of {name, idea}"}), is_error=True)
+        kept: list[Strategy] = []
+        for item in proposed[:MAX_STRATEGIES]:
+            if not isinstance(item, dict) or not str(item.get("name") or "").strip():
+                return ToolResult(json.dumps({"error": "each strategy needs a `name` and an `idea`"}), is_error=True)
+            name = " ".join(str(item["name"]).split())[:60]
+            if name not in {s.name for s in kept}:
+                kept.append(Strategy(name, " ".join(str(item.get("idea") or "").split())[:400]))
+        self.strategies = kept
+        return ToolResult(json.dumps({"ok": True, "strategies": [s.name for s in kept]}))
+
+    def _expansion_prompt(self, start: Node, strategy: Strategy | None = None) -> str:
         memory = self.tree.memory(MEMORY_LINES) or "nothing yet"
         if not start.source.strip():
             here = "There is no candidate yet: write the first ModelNew (read the reference first)."
@@ -321,6 +417,10 @@ class Optimizer:
         best = self.tree.best_verified()
         if best is not None and best.id != start.id:
             here += f" The fastest verified so far is #{best.id}; read any earlier candidate with read_node."
+        if strategy is not None:
+            idea = f": {strategy.idea.rstrip('.')}." if strategy.idea else "."
+            here += (f"\n\nThis branch follows the planned strategy '{strategy.name}'{idea} Implement it (other "
+                     "branches try the other strategies).")
         prompt = f"{here}\n\nWhat was tried so far (newest first):\n{memory}"
         if self._earlier:
             prompt += f"\n\nWhat earlier passes on this file tried (newest first):\n{self._earlier}"

@@ -60,6 +60,7 @@ class Node:
     rubric: RubricScore | None = None
     feedback: str = ""
     reward: float = 0.0  # what the search backs up for this node (module docstring)
+    strategy: str = ""  # the planned strategy its branch follows ("" without a plan)
     visits: int = 0
     value: float = 0.0
     dead: bool = False
@@ -83,7 +84,8 @@ class Node:
         return {"id": self.id, "parent_id": self.parent_id, "source": self.source,
                 "source_sha256": source_hash(self.source), "evaluation": self.evaluation,
                 "rubric": self.rubric.to_dict() if self.rubric else None, "feedback": self.feedback,
-                "reward": self.reward, "visits": self.visits, "value": self.value, "dead": self.dead, "dead_reason": self.dead_reason,
+                "reward": self.reward, "strategy": self.strategy, "visits": self.visits, "value": self.value,
+                "dead": self.dead, "dead_reason": self.dead_reason,
                 "children": list(self.children)}
 
 
@@ -248,7 +250,8 @@ class SearchTree:
 def memory_line(node: Node) -> str:
     """'#4 from #1: verified 1.4× eager · fused the loads' (plus 'dead end: ...' when pruned), on one line."""
     origin = f" from #{node.parent_id}" if node.parent_id is not None else " (the original)"
-    text = f"#{node.id}{origin}: {node.outcome}"
+    strategy = f" [{node.strategy}]" if node.strategy else ""
+    text = f"#{node.id}{origin}{strategy}: {node.outcome}"
     feedback = node.feedback.strip().splitlines()
     if feedback:
         text += f" · {feedback[0]}"

@@ -53,6 +53,9 @@ def add_parser(sub: Any) -> None:
                                "worker evaluations (verify and profile jobs)")):
         optimize.add_argument(option, type=kind, metavar="N", help=f"budget: {what} (0: unlimited)")
     optimize.add_argument("--model", help="Claude model id (default: the agentModel setting)")
+    optimize.add_argument("--plan", action="store_true", default=None,
+                          help="start with a planning turn: 2 to 4 strategies, one per branch (the agentPlanning "
+                               "setting)")
     optimize.add_argument("--replay", type=Path, metavar="TRAJECTORY",
                           help="re-verify the candidates of a recorded pass instead of running a new one")
     add_verify_options(optimize, " per candidate")
@@ -135,7 +138,7 @@ def _optimizer(file: Path, reference: Path, args: argparse.Namespace, workspace:
     start = _read(file) if parse_python(_read(file)).kernelbench.model_new is not None else ""
     try:
         return build_optimizer(file, reference, start, workspace, settings, worker_client(args, settings), options,
-                               budget, args.model, _print_progress)
+                               budget, args.model, _print_progress, planning=args.plan)
     except UnpricedModel as error:
         raise CommandUsageError(str(error)) from None
 

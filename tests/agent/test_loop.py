@@ -355,3 +355,46 @@ async def test_earlier_candidates_are_read_by_number_and_passes_remember_each_ot
     assert earlier[0].startswith("[pass t1 ") and "verified" in earlier[0]
     assert earlier[0].endswith("(fastest of that pass)")
     assert "rejected: verify-mismatch" in earlier[1]
+
+
+async def test_a_planning_turn_proposes_strategies_and_each_branch_from_the_original_follows_one(tmp_path: Path):
+    file = problem(tmp_path, SLOW)
+    plan = tool_use_turn("propose_strategies", {"strategies": [
+        {"name": "one big block", "idea": "one program of 4096 elements"},
+        {"name": "two blocks", "idea": "two programs of 2048"}]})
+    half = FAST.replace("4096", "2048")
+    script = [tool_use_turn("read_candidate", {}), plan,
+              write_and_verify(FAST), text_turn("next"),  # expansion 1, from the original: the first strategy
+              write_and_verify(half), text_turn("next"),  # expansion 2, from the original: the other strategy
+              tool_use_turn("finish", {"summary": "done"})]
+    with FakeMessagesApi(script) as api:
+        pass_ = optimizer(api, file)
+        pass_.planning = True
+        try:
+            outcome = await pass_.run()
+        finally:
+            await pass_.workbench.worker.close()
+    assert [s.name for s in pass_.strategies] == ["one big block", "two blocks"]
+    planner_tools = [t["name"] for t in api.requests[0].body["tools"]]
+    assert planner_tools == ["read_reference", "read_candidate", "static_facts", "propose_strategies"]
+    first, second = api.requests[2].body["messages"][0]["content"], api.requests[4].body["messages"][0]["content"]
+    assert "planned strategy 'one big block': one program of 4096 elements" in first
+    assert "planned strategy 'two blocks'" in second
+    strategies = {n.source: n.strategy for n in pass_.tree.nodes if n.parent_id is not None}
+    assert strategies == {FAST: "one big block", half: "two blocks"}
+    assert "[two blocks]" in pass_.tree.memory() and outcome.improved
+    events = read_trajectory(outcome.trajectory_path)
+    (planned,) = [e for e in events if e["kind"] == "plan"]
+    assert [s["name"] for s in planned["strategies"]] == ["one big block", "two blocks"]
+
+
+def test_proposed_strategies_are_checked_and_capped(tmp_path: Path):
+    with FakeMessagesApi([]) as api:
+        pass_ = optimizer(api, problem(tmp_path, SLOW))
+    assert pass_.propose({"strategies": []}).is_error and pass_.propose({"strategies": "tile"}).is_error
+    assert pass_.propose({"strategies": [{"idea": "no name"}]}).is_error and pass_.strategies == []
+    many = [{"name": f"s{n}", "idea": "x"} for n in range(6)] + [{"name": "s0", "idea": "again"}]
+    answer = json.loads(pass_.propose({"strategies": many}).content)
+    assert answer["strategies"] == ["s0", "s1", "s2", "s3"]  # at most 4
+    assert pass_.propose({"strategies": [{"name": "  a   b ", "idea": "i"}, {"name": "a b", "idea": "dup"}]})
+    assert [s.name for s in pass_.strategies] == ["a b"]
