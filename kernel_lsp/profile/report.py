@@ -59,13 +59,47 @@ def launch_profile(launch: KernelLaunch, ceilings: Ceilings | None = None, gpu_s
     return profile
 
 
-def imported_kernels(details_csv: str, raw_csv: str | None = None) -> list[dict[str, Any]]:
-    """`--import-csv`: one KernelProfile per launch of a details export; the raw page, when given, adds the
-    local-memory counters and the theoretical ceilings ncu's device attributes imply."""
+def imported_launches(details_csv: str, raw_csv: str | None = None) -> list[KernelLaunch]:
+    """The launches of an `ncu --csv --page details` export, joined by launch ID with its `--page raw` export when
+    given (DRAM bytes, local-memory counters, the device limits the ceilings come from). Both imports start here."""
     launches = parse_details_csv(details_csv)
-    if raw_csv:
-        launches = with_raw(launches, parse_raw_csv(raw_csv))
-    return [launch_profile(launch, theoretical_ceilings(launch)) for launch in launches]
+    return with_raw(launches, parse_raw_csv(raw_csv)) if raw_csv else launches
+
+
+def imported_kernels(details_csv: str, raw_csv: str | None = None) -> list[dict[str, Any]]:
+    """`kernel-lsp profile --import-csv`: one KernelProfile per launch (every launch is printed), each with the
+    theoretical ceilings its own device attributes imply."""
+    return [launch_profile(launch, theoretical_ceilings(launch)) for launch in imported_launches(details_csv, raw_csv)]
+
+
+NO_LAUNCHES = "the file holds no kernel launches: export it with 'ncu --import REPORT --csv --page details'"
+NO_CEILINGS = "no roofline ceilings: import the raw page too ('ncu --import REPORT --csv --page raw')"
+
+
+def imported_report(details_csv: str, raw_csv: str | None = None) -> dict[str, Any]:
+    """The editor's import: a ProfileReport (source "import-csv") with one KernelProfile per kernel, its longest
+    launch (where the time goes; the hover shows one card per kernel), under the first ceilings ncu's device
+    attributes give."""
+    launches = imported_launches(details_csv, raw_csv)
+    ceilings = ncu_ceilings(launches, None)
+    problems = [NO_LAUNCHES] if not launches else [NO_CEILINGS] if ceilings is None else []
+    kernels = [launch_profile(launch, ceilings) for launch in longest_launch_per_kernel(launches)]
+    return profile_report("import-csv", kernels, gpu=ceilings.gpu if ceilings else None, ceilings=ceilings,
+                          problems=problems)
+
+
+def longest_launch_per_kernel(launches: list[KernelLaunch]) -> list[KernelLaunch]:
+    """One launch per kernel base name: the one that took longest, which is where the time goes."""
+    chosen: dict[str, KernelLaunch] = {}
+    for launch in launches:
+        kept = chosen.get(launch.base_name)
+        if kept is None or _duration(launch) > _duration(kept):
+            chosen[launch.base_name] = launch
+    return list(chosen.values())
+
+
+def _duration(launch: KernelLaunch) -> float:
+    return launch.value(SPEED_OF_LIGHT, "Duration") or 0.0
 
 
 def ncu_ceilings(launches: list[KernelLaunch], measured: Ceilings | None) -> Ceilings | None:

@@ -31,7 +31,8 @@ from kernel_lsp.server.convert import kind_requested, lsp_range
 from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.feature import Feature
 from kernel_lsp.server.hover_card import CardFacts, hover_card
-from kernel_lsp.server.profile_report import ceilings_from, imported_report, point_from
+from kernel_lsp.profile.report import imported_report
+from kernel_lsp.server.profile_report import ceilings_from, point_from
 from kernel_lsp.server.settings import SettingsManager
 from kernel_lsp.server.work_progress import WorkProgress
 from kernel_lsp.server.worker_feature import WorkerFeature

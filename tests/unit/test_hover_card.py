@@ -15,7 +15,8 @@ from kernel_lsp.server.hover_card import (
     short_message,
     top_hints,
 )
-from kernel_lsp.server.profile_report import NO_CEILINGS, ceilings_from, imported_report, point_from
+from kernel_lsp.profile.report import NO_CEILINGS, imported_report
+from kernel_lsp.server.profile_report import ceilings_from, point_from
 from profilers.roofline import Ceilings, KernelPoint
 from tests.conftest import FIXTURES
 
