@@ -23,6 +23,7 @@ CHECK_NAMES = ("compile", "resourceUsage", "hostCompile", "pythonSyntax")
 RESOURCE_USAGE_MODES = ("diagnostic", "codeLens", "both", "off")
 WATCH_MODES = ("auto", "client", "watchdog", "off")
 BACKENDS = ("local", "ray")
+AGENT_OBJECTIVES = ("speed", "energy")
 SECRET_SETTINGS = frozenset({"anthropic_api_key"})  # never echoed in messages or logs
 _VERIFY = VerifyOptions()  # the verify settings' defaults are the verify job's
 _ARCH_RE = re.compile(r"^(sm|compute)_\d+[a-z]?$")
@@ -74,6 +75,7 @@ class Settings:
     agent_max_wall_s: float = 1800.0
     agent_max_evaluations: int = 40
     agent_planning: bool = False  # a planning turn first: distinct strategies, one per branch
+    agent_objective: str = "speed"  # energy: the least energy per call among candidates of matched speed
     trajectory_dir: str = ""  # empty: trajectories/ in the worker's cache folder
     watch: str = "auto"  # auto: the client's workspace/didChangeWatchedFiles where offered, else watchdog
     workspace_check: bool = True  # compile-check closed kernel files of the workspace in the background
@@ -116,7 +118,7 @@ class Settings:
 
 
 _CHOICES = {"resource_usage": RESOURCE_USAGE_MODES, "verify_device": VERIFY_DEVICES, "watch": WATCH_MODES,
-            "backend": BACKENDS}
+            "backend": BACKENDS, "agent_objective": AGENT_OBJECTIVES}
 
 
 def _structure_bool(value: Any, _: type) -> bool:

@@ -153,7 +153,7 @@ class Optimizer:
     def __init__(self, model: ModelClient, workbench: Workbench, budget: Budget, trajectory: TrajectoryWriter,
                  device: str, on_event: Callable[[ProgressEvent], None] | None = None,
                  verifies_per_expansion: int = VERIFIES_PER_EXPANSION, parallel: int | None = None,
-                 memory: KernelMemory | None = None, planning: bool = False) -> None:
+                 memory: KernelMemory | None = None, planning: bool = False, objective: str = "speed") -> None:
         self.model = model
         self.workbench = workbench
         self.budget = budget
@@ -171,6 +171,7 @@ class Optimizer:
         self.memory = memory  # earlier passes on this file: read into the prompts, this pass added at its end
         self._earlier = memory.prompt() if memory is not None else ""
         self.planning = planning  # a planning turn first: distinct strategies, one per branch from the root
+        self.objective = objective  # speed | energy (best_candidate: least energy at matched speed)
         self.strategies: list[Strategy] = []
         workbench.node_view = self.node_view
 
@@ -445,7 +446,7 @@ class Optimizer:
     # --- the end -------------------------------------------------------------------------------------
 
     def _finish(self, reason: str) -> PassOutcome:
-        best = best_candidate(self.tree)
+        best = best_candidate(self.tree, self.objective)
         improved, sentence = improvement(self.tree.root, best)
         side = best or best_attempt(self.tree)
         side_file = write_side_file(self.workbench.original, side.source) if side is not None else None
@@ -483,10 +484,30 @@ def environment(worker: Any) -> dict[str, Any]:
             "worker": facts if status is not None else None}
 
 
-def best_candidate(tree: SearchTree) -> Node | None:
-    """The verified node of highest rubric score other than the original (the earlier one on a tie)."""
+def best_candidate(tree: SearchTree, objective: str = "speed") -> Node | None:
+    """The verified node of highest rubric score other than the original (the earlier one on a tie). With the
+    "energy" objective: among the verified nodes as fast as the fastest within its timing spread, the one of least
+    energy per call where energies were read (a profile on a GPU), else the fastest."""
     verified = [n for n in tree.nodes[1:] if n.rubric is not None and n.rubric.verified]
-    return max(verified, key=lambda n: (n.score, -n.id), default=None)
+    best = max(verified, key=lambda n: (n.score, -n.id), default=None)
+    timed = [n for n in verified if _timing(n) is not None]
+    if objective != "energy" or not timed:
+        return best
+    fastest = min(timed, key=lambda n: (_timing(n)["median_ms"], n.id))  # by time alone, no energy term
+    timing = _timing(fastest)
+    bound = timing["median_ms"] * (1 + max(0.0, float(timing.get("spread") or 0.0)))
+    matched = [n for n in timed if _timing(n)["median_ms"] <= bound and _energy(n) is not None]
+    return min(matched, key=lambda n: (_energy(n), n.id), default=fastest)
+
+
+def _timing(node: Node) -> dict[str, Any] | None:
+    timing = (((node.evaluation or {}).get("report") or {}).get("timing") or {}).get("candidate")
+    return timing if isinstance(timing, dict) and isinstance(timing.get("median_ms"), int | float) else None
+
+
+def _energy(node: Node) -> float | None:
+    value = ((node.evaluation or {}).get("energy") or {}).get("candidate_mj_per_call")
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def best_attempt(tree: SearchTree) -> Node | None:

@@ -59,7 +59,7 @@ def trajectory_directory(settings: Settings, workspace: Path | None, file: Path)
 
 def build_optimizer(file: Path, reference: Path, start_text: str, workspace: Path | None, settings: Settings,
                     worker: Any, options: VerifyOptions | Mapping[str, Any], budget: Budget, model: str | None = None,
-                    on_event: Any = None, planning: bool | None = None) -> Optimizer:
+                    on_event: Any = None, planning: bool | None = None, objective: str | None = None) -> Optimizer:
     """One pass over `file` (its text `start_text`, '' to let the model write the first ModelNew), as the command and
     the editor run it."""
     from kernel_lsp.agent.loop import Optimizer
@@ -85,4 +85,5 @@ def build_optimizer(file: Path, reference: Path, start_text: str, workspace: Pat
     workbench = Workbench(file.resolve(), reference.resolve(), start_text, settings, worker, options, pass_id)
     return Optimizer(client, workbench, budget, trajectory, workbench.verify_options.device, on_event=on_event,
                      memory=KernelMemory(folder / "memory", file),
-                     planning=settings.agent_planning if planning is None else planning)
+                     planning=settings.agent_planning if planning is None else planning,
+                     objective=objective or settings.agent_objective)

@@ -53,6 +53,9 @@ def add_parser(sub: Any) -> None:
                                "worker evaluations (verify and profile jobs)")):
         optimize.add_argument(option, type=kind, metavar="N", help=f"budget: {what} (0: unlimited)")
     optimize.add_argument("--model", help="Claude model id (default: the agentModel setting)")
+    optimize.add_argument("--objective", choices=("speed", "energy"),
+                          help="the best candidate: the fastest, or the least energy at matched speed (default: the "
+                               "agentObjective setting)")
     optimize.add_argument("--plan", action="store_true", default=None,
                           help="start with a planning turn: 2 to 4 strategies, one per branch (the agentPlanning "
                                "setting)")
@@ -138,7 +141,7 @@ def _optimizer(file: Path, reference: Path, args: argparse.Namespace, workspace:
     start = _read(file) if parse_python(_read(file)).kernelbench.model_new is not None else ""
     try:
         return build_optimizer(file, reference, start, workspace, settings, worker_client(args, settings), options,
-                               budget, args.model, _print_progress, planning=args.plan)
+                               budget, args.model, _print_progress, planning=args.plan, objective=args.objective)
     except UnpricedModel as error:
         raise CommandUsageError(str(error)) from None
 

@@ -241,3 +241,29 @@ def test_four_failures_in_a_row_end_a_branch() -> None:
         path.append(evaluate(tree, path[-1], f"f{number}", evaluation))
     assert [tree.nodes[n].dead for n in path] == [False, False, False, True]
     assert tree.nodes[path[-1]].dead_reason == "4 failures in a row (compile errors and rejects)"
+
+
+def timed(eager: float, median_ms: float, spread: float, energy_mj: float | None = None) -> dict[str, Any]:
+    evaluation = verified(eager)
+    evaluation["report"]["timing"] = {"candidate": {"median_ms": median_ms, "spread": spread}}
+    if energy_mj is not None:
+        evaluation["energy"] = {"candidate_mj_per_call": energy_mj, "reference_mj_per_call": 50.0}
+    return evaluation
+
+
+def test_the_energy_objective_takes_the_least_energy_among_candidates_of_matched_speed() -> None:
+    from kernel_lsp.agent.loop import best_candidate
+
+    tree = SearchTree("original")
+    fastest = evaluate(tree, 0, "fastest", timed(4.0, 1.00, 0.05, energy_mj=40.0))
+    close = evaluate(tree, 0, "close", timed(3.9, 1.03, 0.02, energy_mj=30.0))  # within the fastest's 5% spread
+    slower = evaluate(tree, 0, "slower", timed(3.0, 1.30, 0.02, energy_mj=10.0))  # less energy, but not as fast
+    unread = evaluate(tree, 0, "unread", timed(3.95, 1.01, 0.02))  # no energy read: not a choice for energy
+    by_score = max(tree.nodes[1:], key=lambda n: n.score)
+    assert best_candidate(tree).id == by_score.id  # speed: the rubric's best (its energy term a small part)
+    assert best_candidate(tree, "energy").id == close
+    assert fastest != close
+    assert slower != close and unread != close
+    tree = SearchTree("original")
+    only = evaluate(tree, 0, "only", timed(2.0, 1.0, 0.05))
+    assert best_candidate(tree, "energy").id == only  # no energies at all: the fastest
