@@ -111,6 +111,11 @@ class Settings:
                 problems.append(f"setting '{camel(name)}': {exc}; using {kept}")
         return dataclasses.replace(self, **updates), problems
 
+    def kernelbench_paths(self, base: Path | None) -> list[Path]:
+        """kernelbenchRoots as folders: relative ones under `base` (none: left relative), absolute ones as they are."""
+        roots = [Path(root).expanduser() for root in self.kernelbench_roots]
+        return roots if base is None else [base / root for root in roots]  # base / an absolute root is that root
+
     def fingerprint(self) -> tuple:
         """What in the settings changes a compile's result (part of the cache key)."""
         return (self.arch, self.extra_flags, self.include_dirs, self.host_compiler, self.torch_include_dirs,

@@ -285,8 +285,7 @@ class Optimizer:
                     verifies += 1
                 if result.energy is not None:
                     self._add_energy(result.energy, bench)
-                results.append({"type": "tool_result", "tool_use_id": call["id"], "content": result.content,
-                                **({"is_error": True} if result.is_error else {})})
+                results.append(tool_result_block(call, result))
             messages.append({"role": "user", "content": results})
         return verifies
 
@@ -337,7 +336,7 @@ class Optimizer:
         if not self._environment_written:  # the worker has answered once: its GPU, driver and versions are known
             self._environment_written = True
             self.trajectory.write("environment", **environment(self.workbench.worker))
-        codes = [p.get("code") for p in evaluation.get("problems") or [] if isinstance(p, dict) and p.get("code")]
+        codes = problem_codes(evaluation)
         self.trajectory.write("evaluation", node=node.id, parent=node.parent_id, source=node.source,
                               verdict=evaluation.get("verdict"), summary=evaluation.get("summary"), codes=codes,
                               evaluation=evaluation)
@@ -376,8 +375,7 @@ class Optimizer:
             results = []
             for call in calls:
                 result = await self._run_tool(call, planner, {"role_name": "planner"})
-                results.append({"type": "tool_result", "tool_use_id": call["id"], "content": result.content,
-                                **({"is_error": True} if result.is_error else {})})
+                results.append(tool_result_block(call, result))
             messages.append({"role": "user", "content": results})
             if self.strategies:
                 break
@@ -434,7 +432,7 @@ class Optimizer:
         node = self.tree.nodes[number]
         evaluation = node.evaluation or {}
         report = evaluation.get("report") or {}
-        codes = [p.get("code") for p in evaluation.get("problems") or [] if isinstance(p, dict) and p.get("code")]
+        codes = problem_codes(evaluation)
         return {"node": node.id, "parent": node.parent_id, "outcome": node.outcome,
                 "summary": evaluation.get("summary"), "speedup": report.get("speedup"), "codes": codes,
                 "dead_end": node.dead_reason or None, "source": node.source}
@@ -475,6 +473,17 @@ class Optimizer:
         self.on_event(ProgressEvent(stage, message, speedup, self.spend.to_dict()))
 
 
+def problem_codes(evaluation: dict[str, Any]) -> list[str]:
+    """The finding codes behind an evaluation's verdict (its problems: compile errors or the verifier's findings)."""
+    return [p["code"] for p in evaluation.get("problems") or [] if isinstance(p, dict) and p.get("code")]
+
+
+def tool_result_block(call: dict[str, Any], result: ToolResult) -> dict[str, Any]:
+    """A tool's answer as the next user message's content block."""
+    return {"type": "tool_result", "tool_use_id": call["id"], "content": result.content,
+            **({"is_error": True} if result.is_error else {})}
+
+
 def environment(worker: Any) -> dict[str, Any]:
     """Where the pass ran, for the trajectory: kernel-lsp and Python here; the worker's GPU, driver and package
     versions (torch, triton, CUDA) as its status says once it has answered."""
@@ -506,8 +515,7 @@ def _timing(node: Node) -> dict[str, Any] | None:
 
 
 def _energy(node: Node) -> float | None:
-    value = ((node.evaluation or {}).get("energy") or {}).get("candidate_mj_per_call")
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    return rubric.measured(((node.evaluation or {}).get("energy") or {}).get("candidate_mj_per_call"))
 
 
 def best_attempt(tree: SearchTree) -> Node | None:

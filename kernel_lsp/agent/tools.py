@@ -33,7 +33,7 @@ from kernel_lsp.kinds.verify import VerifyOutcome, verify_job
 from kernel_lsp.profile.worker_job import NO_GPU, ON_CPU
 from kernel_lsp.sources import find_kernels, parse_python
 from kernel_lsp.worker.client import WorkerClient
-from kernel_lsp.worker.protocol import Result
+from kernel_lsp.worker.protocol import Job, Result
 
 MAX_PROBLEMS = 5  # errors and findings shown to the model; the rest are counted
 MAX_MESSAGE_CHARS = 400
@@ -236,8 +236,7 @@ class Workbench:
         a power of 2, a shape error in the kernel) costs one call here, not a full verification: a verify job with
         one trial, no timing and no baselines, whose run-* failures become compile errors (its verdict is ignored)."""
         options = dataclasses.replace(self.verify_options, trials=1, timing=False, warmup=0, baselines=())
-        path = self.scratch_path()
-        outcome = VerifyOutcome.of(await self.worker.run(verify_job(path, self.reference, options, {path: source})))
+        outcome = VerifyOutcome.of(await self._run_job(verify_job, options, source))
         failures = [_problem(f) for f in outcome.findings if f.code.startswith("run-")]
         if failures:
             return {**report, "ok": False, "errors": failures[:MAX_PROBLEMS], "first_call": "failed"}
@@ -256,8 +255,7 @@ class Workbench:
             return ToolResult(_json({**json.loads(previous.content), "unchanged": True}), previous.is_error)
         compiled = await self._compile_report(source)
         if compiled["ok"]:
-            path = self.scratch_path()
-            result = await self.worker.run(verify_job(path, self.reference, self.verify_options, {path: source}))
+            result = await self._run_job(verify_job, self.verify_options, source)
             evaluation = verify_evaluation(source, result)
         else:
             evaluation = compile_failure_evaluation(source, compiled)
@@ -278,8 +276,7 @@ class Workbench:
             self.verify_options, trials=1, timed_calls=min(QUICK_CALLS, self.verify_options.timed_calls),
             warmup=min(QUICK_WARMUP, self.verify_options.warmup),
             baselines=tuple(b for b in self.verify_options.baselines if b == "eager"))
-        path = self.scratch_path()
-        outcome = VerifyOutcome.of(await self.worker.run(verify_job(path, self.reference, options, {path: source})))
+        outcome = VerifyOutcome.of(await self._run_job(verify_job, options, source))
         report = outcome.report or {}
         shown = {"ok": outcome.verdict == "verified", "correct": bool(report.get("correctness", {}).get("passed")),
                  "median_ms": ((report.get("timing") or {}).get("candidate") or {}).get("median_ms"),
@@ -290,18 +287,14 @@ class Workbench:
 
     async def static_facts(self, _arguments: dict[str, Any]) -> ToolResult:
         """The static profile (nvcc's ptxas figures and SASS) of the current candidate, on the worker."""
-        path = self.scratch_path()
         options = ProfileOptions(device="cpu", allow_network=self.verify_options.allow_network)
-        outcome = ProfileOutcome.of(await self.worker.run(profile_job(path, self.reference, options,
-                                                                      {path: self.state.source})))
+        outcome = ProfileOutcome.of(await self._run_job(profile_job, options, self.state.source))
         if outcome.report is None:
             return ToolResult(_json({"ok": False, "error": _cut(outcome.error or "no report")}), True, worker_jobs=1)
         return ToolResult(_json(static_feedback(outcome.report)), worker_jobs=1)
 
     async def profile(self, _arguments: dict[str, Any]) -> ToolResult:
-        path = self.scratch_path()
-        result = await self.worker.run(profile_job(path, self.reference, self._profile_options(),
-                                                   {path: self.state.source}))
+        result = await self._run_job(profile_job, self._profile_options(), self.state.source)
         outcome = ProfileOutcome.of(result)
         if outcome.report is None:
             return ToolResult(_json({"ok": False, "error": _cut(outcome.error or result.status)}), True,
@@ -324,6 +317,11 @@ class Workbench:
         they would for the original. Nothing is written there."""
         number = next(self._scratch_numbers)
         return self.original.parent / f".{self.original.stem}.kernel-lsp-agent-{self.pass_id}-{number}.py"
+
+    async def _run_job(self, build: Callable[..., Job], options: Any, source: str) -> Result:
+        """`build` (verify_job, profile_job) on `source` under a hidden name beside the original, run on the worker."""
+        path = self.scratch_path()
+        return await self.worker.run(build(path, self.reference, options, {path: source}))
 
     async def _compile_report(self, source: str) -> dict[str, Any]:
         """Python syntax, ModelNew defined, the load_inline CUDA built by nvcc; imports resolvable here (notes)."""

@@ -94,8 +94,7 @@ def kernelbench_roots(args: argparse.Namespace, workspace: Path | None, settings
         if missing:
             raise CommandUsageError(f"--kernelbench: not a folder: {', '.join(missing)}")
         return list(args.kernelbench)
-    base = workspace or Path.cwd()
-    return [base / Path(root).expanduser() for root in settings.kernelbench_roots]  # an absolute root stays absolute
+    return settings.kernelbench_paths(workspace or Path.cwd())
 
 
 def verify_option_overrides(args: argparse.Namespace) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from kernel_lsp.sources import find_includes, parse_python
 
 log = logging.getLogger(__name__)
 REFERENCE_FOLDER = "reference/"  # where a reference from outside the candidate's folder goes in the job
+JOB_KEYS = frozenset({"candidate", "reference", "origins"})  # what a job's config holds of its files, beside options
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ VERIFY_DEVICES = ("auto", "cuda", "cpu")
 BASELINE_KINDS = ("eager", "compile")
 LIMIT_KEYS = frozenset({"wallTimeS", "hostMemoryBytes", "gpuMemoryFraction", "outputBytes"})  # SandboxLimits
 DEFAULT_LAUNCH_COUNT = 8  # launches profiled: each is replayed once per section pass, so this bounds the time
-DEFAULT_JOB_LIMITS = {"wallTimeS": 900}  # a first run builds the extension: minutes on a cold cache
+DEFAULT_JOB_LIMITS = {"wallTimeS": 900}  # a first run builds the extension (and measures the ceilings): minutes
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Any
 from kernel_lsp.config import Settings
 from kernel_lsp.findings import Finding
 from kernel_lsp.jobs.cache import cache_key
-from kernel_lsp.kinds.files import gather_files
+from kernel_lsp.kinds.files import JOB_KEYS, gather_files
 from kernel_lsp.kinds.options import ProfileOptions, coerce, from_config, to_config
 from kernel_lsp.profile.report import summary_line
 from kernel_lsp.profile.worker_job import profile_result
@@ -25,7 +25,6 @@ from kernel_lsp.worker.jobs import JobContext, on_device
 from kernel_lsp.worker.protocol import Job, Result
 
 KIND = "profile"
-JOB_KEYS = frozenset({"candidate", "reference", "origins"})
 
 
 def profile_options(settings: Settings, **overrides: Any) -> ProfileOptions:

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kernel_lsp.bench.metrics import VERDICTS
 from kernel_lsp.config import Settings
 from kernel_lsp.findings import Finding, Range, Severity, path_to_uri
 from kernel_lsp.jobs.cache import cache_key
-from kernel_lsp.kinds.files import gather_files
+from kernel_lsp.kinds.files import JOB_KEYS, gather_files
 from kernel_lsp.kinds.options import VerifyOptions, coerce, from_config, to_config
 from kernel_lsp.verify.verdict import report_findings
 from kernel_lsp.verify.verdict import summary as verdict_summary
@@ -27,8 +28,6 @@ from kernel_lsp.worker.protocol import Job, Result
 from kernel_lsp.worker.sandbox import SandboxTask
 
 KIND = "verify"
-JOB_KEYS = frozenset({"candidate", "reference", "origins"})  # the job's own config keys, beside the options
-VERDICTS = ("verified", "rejected", "unavailable")
 
 
 def verify_options(settings: Settings, **overrides: Any) -> VerifyOptions:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from kernel_lsp.kinds.options import ProfileOptions
+from kernel_lsp.kinds.options import DEFAULT_JOB_LIMITS, ProfileOptions
 from kernel_lsp.profile.locations import kernel_locations
 from kernel_lsp.profile.ncu_run import NcuPlan, profile_launches
 from kernel_lsp.profile.report import (
@@ -42,7 +42,6 @@ NO_GPU = ("no GPU visible to the worker: ncu, energy and the reference's kernel 
 ON_CPU = ("asked for on the CPU (device cpu): this is the static profile (ptxas resources and SASS) of the "
           "candidate's CUDA")
 STATIC_STANDS_IN = "ncu profiled no kernel: the static profile (ptxas and SASS) stands in"
-MEASURE_LIMITS = {"wallTimeS": 900}  # a first run builds the extension and measures the ceilings
 
 
 async def profile_result(job: Job, options: ProfileOptions, context: JobContext, on_gpu: bool) -> Result:
@@ -81,7 +80,7 @@ async def gpu_profile(job: Job, options: ProfileOptions, context: JobContext) ->
                              "cache_dir": str(context.cache_dir), "uses_cuda": True,
                              "allow_network": options.allow_network})
     await context.progress(f"building and measuring {config['candidate']} (reference kernels, energy, ceilings)")
-    outcome = await context.sandbox.run(task, sandbox_limits(options.limits or MEASURE_LIMITS))
+    outcome = await context.sandbox.run(task, sandbox_limits(options.limits or DEFAULT_JOB_LIMITS))
     if outcome.status != "ok":
         problem = f"the candidate did not run ({outcome.status}): {outcome.message}"
         report = profile_report("ncu", [], problems=[problem])

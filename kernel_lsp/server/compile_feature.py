@@ -32,13 +32,11 @@ class CompileFeature(Feature):
     def __init__(self, store: DiagnosticStore, settings: SettingsManager, service: CompileService,
                  tell_user: Callable[[str], None], refresh_lenses: Callable[[], None],
                  priority_of: Callable[[str], int] = lambda uri: Priority.OPEN,
-                 is_open: Callable[[str], bool] = lambda uri: False,
                  documents: Callable[[], Mapping[str, Any]] = dict) -> None:
         self.store = store
         self.settings = settings
         self.service = service
         self.scheduler = DocumentScheduler(settings.settings.max_parallel_compiles, priority_of)
-        self._is_open = is_open
         self._documents = documents
         self.closed_checks = 0  # closed files checked from disk (the workspace summary shows it)
         self._tell_user = tell_user
@@ -64,6 +62,9 @@ class CompileFeature(Feature):
     def document_close(self, uri: str) -> None:
         self.scheduler.cancel(uri)
         self.store.clear(uri)
+
+    def _is_open(self, uri: str) -> bool:
+        return uri in self._documents()
 
     def settings_changed(self) -> None:
         """Settings decide what a check finds, so every open document is checked again."""
@@ -156,5 +157,4 @@ def setup(server: KernelLanguageServer) -> CompileFeature:
                           tell_user=lambda m: server.show(m, types.MessageType.Error),
                           refresh_lenses=server.refresh_code_lenses,
                           priority_of=lambda uri: server.get_feature(WorkspaceFeature).priority_of(uri),
-                          is_open=lambda uri: uri in server.workspace.text_documents,
                           documents=lambda: server.workspace.text_documents)

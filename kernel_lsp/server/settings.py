@@ -44,9 +44,7 @@ class SettingsManager:
         kernelbenchRoots resolved against the workspace (an absolute root stays absolute). One place for every
         feature that pairs a candidate with its reference."""
         workspace = self.folders[0] if self.folders else None
-        roots = [Path(r).expanduser() for r in self.settings.kernelbench_roots]
-        roots = [r if r.is_absolute() or workspace is None else workspace / r for r in roots]
-        return workspace, self.settings.references, roots
+        return workspace, self.settings.references, self.settings.kernelbench_paths(workspace)
 
     def recompute(self) -> Settings:
         layers: list[dict[str, Any]] = []

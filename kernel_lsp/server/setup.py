@@ -229,16 +229,13 @@ def create_server() -> KernelLanguageServer:
 
 def _command(handler: Callable[[tuple[Any, ...]], Any]) -> Callable[..., Any]:
     """pygls calls a command with the server and the arguments spread; a feature's handler takes the tuple."""
-    async def run(ls: KernelLanguageServer, *args: Any) -> Any:
-        answer = handler(args)
-        return await answer if inspect.isawaitable(answer) else answer
-
-    return run
+    return _method(handler, spread=True)
 
 
-def _method(handler: Callable[[Any], Any]) -> Callable[..., Any]:
-    async def run(ls: KernelLanguageServer, params: Any) -> Any:
-        answer = handler(params)
+def _method(handler: Callable[[Any], Any], spread: bool = False) -> Callable[..., Any]:
+    """A feature's handler, sync or async, as the coroutine pygls calls with the server and the params."""
+    async def run(ls: KernelLanguageServer, *params: Any) -> Any:
+        answer = handler(params if spread else params[0])
         return await answer if inspect.isawaitable(answer) else answer
 
     return run

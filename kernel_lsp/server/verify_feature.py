@@ -255,7 +255,7 @@ class VerifyFeature(Feature):
 
     def reference_finder(self) -> Callable[[Path, str], Path | None]:
         """For the dependency graph: a candidate's reference, as verification pairs it (no diagnostics)."""
-        workspace, pairs, roots = self._pairing_context()
+        workspace, pairs, roots = self.settings.pairing_context()
 
         def reference_of(path: Path, text: str) -> Path | None:
             if path.suffix != ".py":
@@ -273,7 +273,7 @@ class VerifyFeature(Feature):
             path = uri_to_path(uri)
         except ValueError:
             return None
-        found = find_reference(path, text, *self._pairing_context()) if path.suffix == ".py" else None
+        found = find_reference(path, text, *self.settings.pairing_context()) if path.suffix == ".py" else None
         if isinstance(found, ReferenceProblem):
             self._forget(uri)
             self._publish(uri, [Finding(uri, Range.line(found.line), Severity.ERROR, SOURCE,
@@ -286,9 +286,6 @@ class VerifyFeature(Feature):
             self._publish(uri, [])
             self._published.pop(uri, None)
         return found
-
-    def _pairing_context(self) -> tuple[Path | None, dict[str, str], list[Path]]:
-        return self.settings.pairing_context()
 
     def _dependents(self, saved_uri: str) -> list[tuple[str, Pairing]]:
         """Open candidates that build the saved file with cpp_extension.load, or whose reference it is."""
@@ -304,7 +301,7 @@ class VerifyFeature(Feature):
                 continue
             if path.suffix == ".py" and document.uri != saved_uri:
                 open_py[path] = document
-        workspace, pairs, roots = self._pairing_context()
+        workspace, pairs, roots = self.settings.pairing_context()
         stale = files_to_reverify(saved, {p: d.source for p, d in open_py.items()}, workspace=workspace,
                                   settings_pairs=pairs, kernelbench_roots=roots)
         dependents = []
