@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/compile_latency.py [--repeat N] [--record]
 
-Measures, for tests/fixtures/h200/kernels.cu and a generated 2,000-line .cu:
+Measures, for tests/fixtures/h200/kernels.cu, a generated 2,000-line .cu and a CuTe kernel (when the CUTLASS/CuTe
+headers are found: kernel_lsp.compile.toolchain.cutlass_headers; bare nvcc gets the same -isystem):
   - didSave -> publishDiagnostics of a changed buffer, against nvcc run by hand with the same flags
     (interleaved, so both see the same machine load); target: at most 10% over nvcc;
   - an unchanged re-save (served from the cache); target: median <= 20 ms;
@@ -115,10 +116,25 @@ class Session:
         return self.published[(uri, version)] - t0
 
 
-def bare_nvcc(path: Path) -> float:
+CUTE_SOURCE = """#include <cute/tensor.hpp>
+using namespace cute;
+
+template <int Block>
+__global__ void scale_kernel(float* x, float s, int n) {
+    Tensor t = make_tensor(make_gmem_ptr(x), make_layout(make_shape(n)));
+    Tensor tiles = zipped_divide(t, make_shape(Int<Block>{}));
+    int i = threadIdx.x, b = blockIdx.x;
+    if (b * Block + i < n) tiles(i, b) = tiles(i, b) * s;
+}
+
+template __global__ void scale_kernel<256>(float*, float, int);
+"""
+
+
+def bare_nvcc(path: Path, system_includes: tuple[str, ...] = ()) -> float:
     nvcc = shutil.which("nvcc")
     argv = [nvcc, "-x", "cu", "-fatbin", "-o", "/dev/null", "-Xptxas", "-v", "-lineinfo", "-arch=sm_90",
-            f"-I{path.parent}", path.name]
+            f"-I{path.parent}", *(f for d in system_includes for f in ("-isystem", d)), path.name]
     t0 = time.perf_counter()
     subprocess.run(argv, cwd=path.parent, capture_output=True, check=True)
     return time.perf_counter() - t0
@@ -142,7 +158,16 @@ async def measure(repeat: int) -> list[tuple[str, str, str, str]]:
 
         session = Session()
         await session.start(root)
-        for label, text in (("kernels.cu (fixture)", FIXTURE.read_text()), ("generated 2,000 lines", generated_source())):
+        from kernel_lsp.compile.toolchain import cutlass_headers
+
+        headers = cutlass_headers("")
+        cases = [("kernels.cu (fixture)", FIXTURE.read_text(), ()), ("generated 2,000 lines", generated_source(), ())]
+        if headers is not None:
+            cases.append(("CuTe kernel (cute/tensor.hpp)", CUTE_SOURCE, (headers.include,)))
+        else:
+            print("no CUTLASS/CuTe headers (pip install 'kernel-lsp[cutlass]'): the CuTe case is left out",
+                  file=sys.stderr)
+        for label, text, system_includes in cases:
             path = root / ("bench_" + label.split()[0].replace(",", "") + ".cu")
             path.write_text(text)
             uri = path.as_uri()
@@ -152,7 +177,7 @@ async def measure(repeat: int) -> list[tuple[str, str, str, str]]:
             lsp, nvcc, cached = [], [], []
             version = 1
             for i in range(repeat):
-                nvcc.append(await asyncio.to_thread(bare_nvcc, path))
+                nvcc.append(await asyncio.to_thread(bare_nvcc, path, system_includes))
                 version += 1
                 lsp.append(await session.save_and_wait(uri, version, text + f"// edit {i}\n"))
             for _ in range(max(20, repeat)):

@@ -24,6 +24,7 @@ RESOURCE_USAGE_MODES = ("diagnostic", "codeLens", "both", "off")
 WATCH_MODES = ("auto", "client", "watchdog", "off")
 BACKENDS = ("local", "ray")
 AGENT_OBJECTIVES = ("speed", "energy")
+AGENT_TARGETS = ("auto", "cuda", "triton", "cute", "cute-dsl")  # what the agent writes kernels in
 SECRET_SETTINGS = frozenset({"anthropic_api_key"})  # never echoed in messages or logs
 _VERIFY = VerifyOptions()  # the verify settings' defaults are the verify job's
 _ARCH_RE = re.compile(r"^(sm|compute)_\d+[a-z]?$")
@@ -38,6 +39,7 @@ class Settings:
     host_compiler: str = ""  # empty: $CXX, then c++, then g++
     python_path: str = ""  # interpreter whose torch headers load_inline sources compile against
     torch_include_dirs: tuple[str, ...] = ()
+    cutlass_include: str = ""  # empty: $CUTLASS_PATH/include, else the nvidia-cutlass package's headers
     debounce_ms: int = 500
     compile_on_change: bool = True
     compile_timeout_s: float = 120.0
@@ -76,6 +78,7 @@ class Settings:
     agent_max_evaluations: int = 40
     agent_planning: bool = False  # a planning turn first: distinct strategies, one per branch
     agent_objective: str = "speed"  # energy: the least energy per call among candidates of matched speed
+    agent_target: str = "auto"  # auto: the current candidate's language; cuda, triton, cute (C++), cute-dsl
     trajectory_dir: str = ""  # empty: trajectories/ in the worker's cache folder
     watch: str = "auto"  # auto: the client's workspace/didChangeWatchedFiles where offered, else watchdog
     workspace_check: bool = True  # compile-check closed kernel files of the workspace in the background
@@ -119,11 +122,11 @@ class Settings:
     def fingerprint(self) -> tuple:
         """What in the settings changes a compile's result (part of the cache key)."""
         return (self.arch, self.extra_flags, self.include_dirs, self.host_compiler, self.torch_include_dirs,
-                tuple(sorted(self.checks.items())))
+                self.cutlass_include, os.environ.get("CUTLASS_PATH", ""), tuple(sorted(self.checks.items())))
 
 
 _CHOICES = {"resource_usage": RESOURCE_USAGE_MODES, "verify_device": VERIFY_DEVICES, "watch": WATCH_MODES,
-            "backend": BACKENDS, "agent_objective": AGENT_OBJECTIVES}
+            "backend": BACKENDS, "agent_objective": AGENT_OBJECTIVES, "agent_target": AGENT_TARGETS}
 
 
 def _structure_bool(value: Any, _: type) -> bool:

@@ -32,6 +32,15 @@ DEFAULT_SECTIONS = (
     "SpeedOfLight", "SpeedOfLight_RooflineChart", "Occupancy", "LaunchStats", "MemoryWorkloadAnalysis_Tables",
     "WarpStateStats", "SchedulerStats", "SourceCounters", "ComputeWorkloadAnalysis",
 )
+# Two-stage profiling (the agent's profile tool): a first run with the sections that classify a kernel (its bound
+# from Speed Of Light, its launch and occupancy), then one with the analyses that fit its bound.
+CLASSIFY_SECTIONS = ("SpeedOfLight", "LaunchStats", "Occupancy")
+SECTIONS_BY_BOUND = {
+    "memory": ("SpeedOfLight_RooflineChart", "MemoryWorkloadAnalysis_Tables", "SourceCounters"),
+    "compute": ("SpeedOfLight_RooflineChart", "ComputeWorkloadAnalysis", "SchedulerStats", "WarpStateStats",
+                "SourceCounters"),
+    "latency": ("WarpStateStats", "SchedulerStats"),
+}
 SPEED_OF_LIGHT = "GPU Speed Of Light Throughput"
 LAUNCH_STATISTICS = "Launch Statistics"
 CSV_HEADER_START = '"ID","Process ID"'
@@ -123,6 +132,17 @@ def kernel_filter(kernels: Sequence[str]) -> list[str]:
         return []
     alternatives = "|".join(re.escape(name) for name in kernels)
     return ["-k", f"regex:^({alternatives})$"]
+
+
+def sections_for_bounds(bounds: Iterable[str]) -> tuple[str, ...]:
+    """The second stage's sections for kernels of these bounds: the classifying sections and each bound's analyses,
+    in DEFAULT_SECTIONS' order; an unknown bound (or none) gets every default section."""
+    wanted = set(CLASSIFY_SECTIONS)
+    for bound in bounds:
+        if bound not in SECTIONS_BY_BOUND:
+            return DEFAULT_SECTIONS
+        wanted.update(SECTIONS_BY_BOUND[bound])
+    return tuple(section for section in DEFAULT_SECTIONS if section in wanted)
 
 
 def ncu_command(program: Sequence[str], kernels: Sequence[str] = (), sections: Sequence[str] = DEFAULT_SECTIONS,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 LIMIT_ORDER = ("model_calls", "tokens", "dollars", "wall_s", "evaluations")
 MODEL_CALL_LIMITS = ("model_calls", "tokens", "dollars", "wall_s")  # what one more model call would spend
@@ -73,10 +73,14 @@ class Budget:
         """Why the next compile-and-verify run may not start, else None."""
         return self._first_spent(spend, EVALUATION_LIMITS)
 
+    def wall_left_s(self, spend: Spend) -> float | None:
+        """What the wall-time budget leaves (None: no wall budget); bounds a model call in flight."""
+        return None if not self.wall_s else max(0.0, self.wall_s - spend.wall_s)
+
     def to_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in LIMIT_ORDER}
 
-    def _first_spent(self, spend: Spend, names: tuple[str, ...]) -> str | None:
+    def _first_spent(self, spend: Spend | Totals, names: tuple[str, ...]) -> str | None:
         for name in LIMIT_ORDER:
             limit = getattr(self, name)
             if name in names and limit is not None and getattr(spend, name) >= limit:
@@ -99,3 +103,44 @@ def spent_message(name: str, limit: float, used: float) -> str:
 
 def counted(number: float, noun: str) -> str:
     return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
+@dataclass(frozen=True)
+class Totals:
+    """Counters summed over several passes, as a campaign's ledger keeps them (Spend's names)."""
+
+    model_calls: int = 0
+    tokens: int = 0
+    dollars: float = 0.0
+    wall_s: float = 0.0
+    evaluations: int = 0
+
+
+class Ledger(Protocol):
+    def totals(self) -> Totals: ...
+
+
+@dataclass(frozen=True)
+class SharedBudget(Budget):
+    """A pass's own limits, and a total shared with other passes (a campaign's): whichever is spent first stops
+    it. The ledger sums every pass's spend, those running included; its message says "the campaign's"."""
+
+    total: Budget = field(default_factory=Budget)
+    ledger: Ledger | None = field(default=None, compare=False)
+
+    def _first_spent(self, spend: Spend, names: tuple[str, ...]) -> str | None:
+        own = super()._first_spent(spend, names)
+        if own is not None or self.ledger is None:
+            return own
+        shared = self.total._first_spent(self.ledger.totals(), names)
+        return f"the campaign's total {shared.removeprefix('the ')}" if shared else None
+
+    def wall_left_s(self, spend: Spend) -> float | None:
+        own = super().wall_left_s(spend)
+        if self.ledger is None or not self.total.wall_s:
+            return own
+        shared = max(0.0, self.total.wall_s - self.ledger.totals().wall_s)
+        return shared if own is None else min(own, shared)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "total": self.total.to_dict()}

@@ -36,6 +36,7 @@ from kernel_lsp.agent.model import ModelClient, ModelError
 from kernel_lsp.agent.search import Node, SearchTree
 from kernel_lsp.agent.tools import WORKER_TOOLS, ToolResult, Workbench, candidate_ms
 from kernel_lsp.agent.trajectory import TrajectoryWriter
+from kernel_lsp.compile.toolchain import cutlass_headers
 from kernel_lsp.kinds.options import to_config
 from kernel_lsp.worker.client import WorkerUnavailable
 
@@ -59,12 +60,29 @@ on several input sets and checks integrity: mutating or aliasing the inputs, reu
 calling PyTorch instead of your kernel, hiding work on other streams or threads, patching timers. Any of these is \
 rejected and scores zero.
 - Keep the file self-contained: the same imports, ModelNew with the same constructor arguments as Model, and \
-the kernels written in the same language as the current candidate (Triton or CUDA through load_inline).
+{language_rule}
 - Compile before you verify; read the verifier's problems and fix them. Do not repeat an attempt the memory \
 lists as failed.
 - Call finish when you have no better idea; the best verified candidate is what the user gets.
 
 {device_note}"""
+
+LANGUAGE_RULES = {
+    "auto": "the kernels written in the same language as the current candidate (Triton or CUDA through "
+            "load_inline).",
+    "cuda": "the kernels written in CUDA C++, built with torch.utils.cpp_extension.load_inline.",
+    "triton": "the kernels written in Triton (@triton.jit functions launched from forward).",
+    "cute": "the kernels written in CuTe (CUTLASS's C++ layout algebra: #include <cute/tensor.hpp>; make_tensor, "
+            "make_layout, local_tile and local_partition; copy and gemm through TiledCopy and TiledMMA; on Hopper, "
+            "SM90 GMMA atoms (WGMMA) and TMA copies), built with torch.utils.cpp_extension.load_inline with "
+            "extra_include_paths=[{include}] and extra_cuda_cflags=['-std=c++17', '--expt-relaxed-constexpr'] "
+            "(add '-gencode=arch=compute_90a,code=sm_90a' for WGMMA and TMA). Use search_cutlass to see how the "
+            "headers and examples do it.",
+    "cute-dsl": "the kernels written in the CuTe Python DSL (import cutlass; import cutlass.cute as cute; "
+                "@cute.kernel for the kernel, @cute.jit for its launcher, tensors passed through "
+                "cutlass.cute.runtime.from_dlpack). Use search_cutlass to see how CuTe's layouts and atoms work.",
+}
+NO_CUTLASS = "(the CUTLASS headers were not found on this machine: pip install 'kernel-lsp[cutlass]')"
 
 CPU_NOTE = ("This pass runs on the CPU: Triton kernels run under TRITON_INTERPRET=1, where every program instance is "
             "interpreted, so fewer, larger blocks are faster. CUDA cannot run here.")
@@ -140,6 +158,8 @@ class PassOutcome:
     nodes: int = 0
     finish_summary: str = ""
     attempts: list[dict[str, Any]] = field(default_factory=list)  # one per evaluated node: id, parent, outcome
+    best_ms: float | None = None  # the best candidate's median time per call
+    best_energy_mj: float | None = None  # its energy per call, where a profile read it (a GPU with NVML)
 
 
 class StopPass(Exception):
@@ -177,7 +197,8 @@ class Optimizer:
 
     async def run(self) -> PassOutcome:
         self.trajectory.write("start", original=str(self.workbench.original), reference=str(self.workbench.reference),
-                              model=self.model.model, device=self.device, budget=self.budget.to_dict(),
+                              model=self.model.model, device=self.device, target=self.workbench.target,
+                              budget=self.budget.to_dict(),
                               verify_options=to_config(self.workbench.verify_options), system=self.system_prompt())
         try:
             reason = await self._search()
@@ -198,12 +219,19 @@ class Optimizer:
 
     def _wall_left_s(self) -> float | None:
         """What the wall-time budget leaves for a model call in flight (None: no wall budget)."""
-        limit = self.budget.wall_s
-        return None if not limit else max(0.0, limit - self.spend.wall_s)
+        return self.budget.wall_left_s(self.spend)
 
     def system_prompt(self) -> str:
         note = {"cpu": CPU_NOTE, "cuda": GPU_NOTE}.get(self.device, UNKNOWN_DEVICE_NOTE)
-        return SYSTEM_PROMPT.format(device_note=note)
+        return SYSTEM_PROMPT.format(device_note=note, language_rule=self.language_rule())
+
+    def language_rule(self) -> str:
+        """What the kernels are written in: the agentTarget setting (--target); CuTe names the headers' folder."""
+        rule = LANGUAGE_RULES.get(self.workbench.target, LANGUAGE_RULES["auto"])
+        if self.workbench.target != "cute":
+            return rule
+        headers = cutlass_headers(self.workbench.settings.cutlass_include)
+        return rule.format(include=repr(headers.include) if headers else f"... {NO_CUTLASS}")
 
     # --- the search ----------------------------------------------------------------------------------
 
@@ -456,7 +484,8 @@ class Optimizer:
             original_verdict=(self.tree.root.evaluation or {}).get("verdict"), error_kind=self._error_kind,
             nodes=len(self.tree.nodes), finish_summary=self.workbench.state.finished or "",
             attempts=[{"node": n.id, "parent": n.parent_id, "outcome": n.outcome, "score": n.score, "dead": n.dead}
-                      for n in self.tree.nodes if n.rubric is not None])
+                      for n in self.tree.nodes if n.rubric is not None],
+            best_ms=candidate_ms(best.evaluation) if best else None, best_energy_mj=_energy(best) if best else None)
         if self.memory is not None:
             self.memory.add_pass(self.trajectory.pass_id, self.tree)
         self.trajectory.write("end", stop_reason=reason, improved=improved, improvement=sentence,

@@ -48,6 +48,20 @@ def settings_budget(settings: Settings, model_calls: int | None = None, tokens: 
                   evaluations=limit(evaluations, settings.agent_max_evaluations))
 
 
+def check_priced(settings: Settings, model: str | None, dollars: float | None) -> tuple[float, float] | None:
+    """The prices of the settings (None: the price table's); UnpricedModel when a dollar budget is set for a model
+    whose price neither knows."""
+    from kernel_lsp.agent.model import price_per_mtok
+
+    chosen = model or settings.agent_model
+    prices = settings_prices(settings)
+    if dollars and prices is None and price_per_mtok(chosen) is None:
+        raise UnpricedModel(f"no price is known for the model {chosen}, so the dollar budget of {dollars:g} "
+                            "cannot be kept: set agentInputPricePerMtok and agentOutputPricePerMtok (USD per "
+                            "million tokens), or a dollar budget of 0 (unlimited)")
+    return prices
+
+
 def trajectory_directory(settings: Settings, workspace: Path | None, file: Path) -> Path:
     """trajectoryDir (workspace-relative, else relative to FILE's folder), else trajectories/ in the worker's cache."""
     from kernel_lsp.config import cache_dir
@@ -59,31 +73,31 @@ def trajectory_directory(settings: Settings, workspace: Path | None, file: Path)
 
 def build_optimizer(file: Path, reference: Path, start_text: str, workspace: Path | None, settings: Settings,
                     worker: Any, options: VerifyOptions | Mapping[str, Any], budget: Budget, model: str | None = None,
-                    on_event: Any = None, planning: bool | None = None, objective: str | None = None) -> Optimizer:
+                    on_event: Any = None, planning: bool | None = None, objective: str | None = None,
+                    parallel: int | None = None, trajectories: Path | None = None,
+                    target: str | None = None) -> Optimizer:
     """One pass over `file` (its text `start_text`, '' to let the model write the first ModelNew), as the command and
-    the editor run it."""
+    the editor run it. `parallel`: expansions at once (default: the worker's capacity); `trajectories`: the folder
+    of the trajectory and the memory (default: trajectory_directory's)."""
     from kernel_lsp.agent.loop import Optimizer
     from kernel_lsp.agent.memory import KernelMemory
-    from kernel_lsp.agent.model import ModelClient, price_per_mtok
+    from kernel_lsp.agent.model import ModelClient
     from kernel_lsp.agent.tools import Workbench
     from kernel_lsp.agent.trajectory import TrajectoryWriter, new_pass_id
 
     chosen = model or settings.agent_model
-    prices = settings_prices(settings)
-    if budget.dollars and prices is None and price_per_mtok(chosen) is None:
-        raise UnpricedModel(f"no price is known for the model {chosen}, so the dollar budget of {budget.dollars:g} "
-                            "cannot be kept: set agentInputPricePerMtok and agentOutputPricePerMtok (USD per "
-                            "million tokens), or a dollar budget of 0 (unlimited)")
+    prices = check_priced(settings, chosen, budget.dollars)
     client = ModelClient(settings.anthropic_api_key or os.environ.get(API_KEY_ENV),
                          settings.anthropic_base_url or os.environ.get(BASE_URL_ENV) or None,
                          chosen, settings.agent_max_tokens, settings.agent_temperature,
                          max_retries=settings.agent_max_retries, timeout_s=settings.agent_timeout_s,
                          prices=prices)
     pass_id = new_pass_id()
-    folder = trajectory_directory(settings, workspace, file)
+    folder = trajectories or trajectory_directory(settings, workspace, file)
     trajectory = TrajectoryWriter(folder, pass_id)
     workbench = Workbench(file.resolve(), reference.resolve(), start_text, settings, worker, options, pass_id)
+    workbench.target = target or settings.agent_target
     return Optimizer(client, workbench, budget, trajectory, workbench.verify_options.device, on_event=on_event,
                      memory=KernelMemory(folder / "memory", file),
                      planning=settings.agent_planning if planning is None else planning,
-                     objective=objective or settings.agent_objective)
+                     objective=objective or settings.agent_objective, parallel=parallel)

@@ -12,6 +12,7 @@ its structure has stopped changing and a profile of it will still describe the n
 from __future__ import annotations
 
 import ast
+import asyncio
 import copy
 import dataclasses
 import hashlib
@@ -23,8 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernel_lsp.agent import code_search
 from kernel_lsp.compile.check import Document
 from kernel_lsp.compile.service import CompileService
+from kernel_lsp.compile.toolchain import cutlass_headers, cutlass_problem
 from kernel_lsp.config import Settings
 from kernel_lsp.findings import Finding, Severity, path_to_uri
 from kernel_lsp.kinds.options import ProfileOptions, VerifyOptions, coerce
@@ -34,15 +37,18 @@ from kernel_lsp.profile.worker_job import NO_GPU, ON_CPU
 from kernel_lsp.sources import find_kernels, parse_python
 from kernel_lsp.worker.client import WorkerClient
 from kernel_lsp.worker.protocol import Job, Result
+from profilers.ncu import CLASSIFY_SECTIONS, sections_for_bounds
 
 MAX_PROBLEMS = 5  # errors and findings shown to the model; the rest are counted
 MAX_MESSAGE_CHARS = 400
+PRINTED_CHARS = 2000  # probe: the tail of what the candidate printed
 MAX_HINTS = 3  # profile hints per kernel, the largest estimated gains first
 QUICK_CALLS, QUICK_WARMUP = 10, 2  # time_quick: timed calls and warm-up calls (fewer when the pass asks for fewer)
 # compile findings that say this machine lacks a tool, not that the code is wrong
 ENVIRONMENT_CODES = {"nvcc-missing", "host-compiler-missing", "torch-missing", "compile-timeout", "compile-failed"}
 
-WORKER_TOOLS = ("verify", "profile", "time_quick", "static_facts", "compile")  # may run a worker job: budgeted
+CUTE_TARGETS = ("cute", "cute-dsl")  # targets offered search_cutlass
+WORKER_TOOLS = ("verify", "profile", "time_quick", "probe", "static_facts", "compile")  # may run a worker job: budgeted
 TOOL_DEFINITIONS: dict[str, dict[str, Any]] = {
     "read_reference": {
         "description": "Read the reference problem (Model, get_inputs, get_init_inputs) the candidate must match.",
@@ -91,6 +97,18 @@ TOOL_DEFINITIONS: dict[str, dict[str, Any]] = {
                        "verify makes a candidate count.",
         "input_schema": {"type": "object", "properties": {}},
     },
+    "probe": {
+        "description": "Run the current candidate and the reference on small inputs you choose, to see where they "
+                       "differ: one correctness trial on the worker, no timing. Answers whether the outputs match, "
+                       "the mismatch (worst index, expected and actual values) and what the candidate printed "
+                       "(print only on the first call: the verifier calls forward several times). Not a "
+                       "verification.",
+        "input_schema": {"type": "object", "required": ["inputs"], "properties": {
+            "inputs": {"type": "string", "description": "a Python expression (torch is imported) giving the list "
+                                                        "of forward's inputs, e.g. [torch.arange(8.0) - 4]"},
+            "init_inputs": {"type": "string", "description": "optional: the constructor's arguments as a list "
+                                                             "expression (default: the reference's)"}}},
+    },
     "static_facts": {
         "description": "What nvcc says of the current candidate's CUDA kernels without running them: per kernel the "
                        "registers, spills, shared memory and stack (ptxas), the SASS facts (width of global loads "
@@ -102,6 +120,14 @@ TOOL_DEFINITIONS: dict[str, dict[str, Any]] = {
         "description": "Profile the current (verified) candidate's kernels: what limits each one, its time, and "
                        "hints with estimated gains.",
         "input_schema": {"type": "object", "properties": {}},
+    },
+    "search_cutlass": {
+        "description": "Search the installed CUTLASS/CuTe headers and examples (cute/, cutlass/, examples/) for how "
+                       "something is done: a few words (e.g. 'SM90 TMA copy make_tma_copy' or 'local_tile "
+                       "partition'). Answers up to 5 snippets with their paths and line numbers. Runs here, not "
+                       "on the worker.",
+        "input_schema": {"type": "object", "required": ["query"], "properties": {
+            "query": {"type": "string", "description": "words to look for"}}},
     },
     "finish": {
         "description": "End the optimization pass. The best verified candidate so far is what the user gets.",
@@ -150,6 +176,7 @@ class Workbench:
         self._scratch_numbers = itertools.count(1)
         # the pass's view of an earlier candidate by node number (set by the Optimizer): source, outcome, codes
         self.node_view: Callable[[int], dict[str, Any] | None] | None = None
+        self.target = settings.agent_target  # what kernels are written in (auto, cuda, triton, cute, cute-dsl)
 
     # --- what the model is offered -------------------------------------------------------------------
 
@@ -160,7 +187,8 @@ class Workbench:
                 and structures[-1] == structures[-2])
 
     def tool_definitions(self) -> list[dict[str, Any]]:
-        offered = [name for name in TOOL_DEFINITIONS if name != "profile" or self.profile_ready()]
+        offered = [name for name in TOOL_DEFINITIONS if (name != "profile" or self.profile_ready())
+                   and (name != "search_cutlass" or self.target in CUTE_TARGETS)]
         return [{"name": name, **TOOL_DEFINITIONS[name]} for name in offered]
 
     def start_from(self, source: str) -> None:
@@ -180,7 +208,8 @@ class Workbench:
         executors = {"read_reference": self.read_reference, "read_candidate": self.read_candidate,
                      "read_node": self.read_node,
                      "write_candidate": self.write_candidate, "compile": self.compile, "verify": self.verify,
-                     "time_quick": self.time_quick, "static_facts": self.static_facts,
+                     "time_quick": self.time_quick, "probe": self.probe, "static_facts": self.static_facts,
+                     "search_cutlass": self.search_cutlass,
                      "profile": self.profile, "finish": self.finish}
         executor = executors.get(name)
         if executor is None:
@@ -235,8 +264,7 @@ class Workbench:
         """Triton compiles a kernel at its first call, so what only that call finds (a tl.arange whose size is not
         a power of 2, a shape error in the kernel) costs one call here, not a full verification: a verify job with
         one trial, no timing and no baselines, whose run-* failures become compile errors (its verdict is ignored)."""
-        options = dataclasses.replace(self.verify_options, trials=1, timing=False, warmup=0, baselines=())
-        outcome = VerifyOutcome.of(await self._run_job(verify_job, options, source))
+        outcome = VerifyOutcome.of(await self._run_job(verify_job, self._one_trial_options(), source))
         failures = [_problem(f) for f in outcome.findings if f.code.startswith("run-")]
         if failures:
             return {**report, "ok": False, "errors": failures[:MAX_PROBLEMS], "first_call": "failed"}
@@ -285,6 +313,40 @@ class Workbench:
                  "note": "a quick measurement (1 trial, few calls), not a verification"}
         return ToolResult(_json(shown), worker_jobs=1)
 
+    async def probe(self, arguments: dict[str, Any]) -> ToolResult:
+        """A cheap experiment on inputs the model chose: the reference's get_inputs (and get_init_inputs) replaced,
+        in the job only, by its expressions; one trial, no timing, no baselines; not a node."""
+        expressions = {name: arguments.get(name) for name in ("inputs", "init_inputs")}
+        if not isinstance(expressions["inputs"], str) or not expressions["inputs"].strip():
+            return _error("give `inputs`: a Python expression for the list of forward's inputs")
+        for name, expression in expressions.items():
+            if expression is None:
+                continue
+            if not isinstance(expression, str):
+                return _error(f"`{name}` must be a string holding a Python expression")
+            try:
+                ast.parse(expression.strip(), mode="eval")
+            except SyntaxError as exc:
+                return _error(f"`{name}` is not a Python expression: {exc.msg}")
+        source = self.state.source
+        compiled = await self._compile_report(source)
+        if not compiled["ok"]:
+            return ToolResult(_json({"ok": False, "errors": compiled["errors"]}), True)
+        reference = _read(self.reference) + "\n\n# kernel-lsp probe: the inputs the model chose\nimport torch\n"
+        reference += f"\n\ndef get_inputs():\n    return list({expressions['inputs'].strip()})\n"
+        if expressions["init_inputs"] is not None:
+            reference += f"\n\ndef get_init_inputs():\n    return list({expressions['init_inputs'].strip()})\n"
+        result = await self._run_job(verify_job, self._one_trial_options(), source, {self.reference: reference})
+        outcome = VerifyOutcome.of(result)
+        correctness = (outcome.report or {}).get("correctness") or {}
+        shown = {"ok": outcome.finished, "outputs_match": bool(correctness.get("passed")),
+                 "problems": [_problem(f) for f in outcome.findings if f.severity == Severity.ERROR][:MAX_PROBLEMS],
+                 "printed": _tail(str(result.artifacts.get("stdout") or ""), PRINTED_CHARS),
+                 "note": "a probe on your inputs (1 trial, no timing), not a verification"}
+        if not outcome.finished:
+            shown["summary"] = _cut(outcome.summary)
+        return ToolResult(_json(shown), worker_jobs=1)
+
     async def static_facts(self, _arguments: dict[str, Any]) -> ToolResult:
         """The static profile (nvcc's ptxas figures and SASS) of the current candidate, on the worker."""
         options = ProfileOptions(device="cpu", allow_network=self.verify_options.allow_network)
@@ -294,17 +356,46 @@ class Workbench:
         return ToolResult(_json(static_feedback(outcome.report)), worker_jobs=1)
 
     async def profile(self, _arguments: dict[str, Any]) -> ToolResult:
-        result = await self._run_job(profile_job, self._profile_options(), self.state.source)
-        outcome = ProfileOutcome.of(result)
-        if outcome.report is None:
-            return ToolResult(_json({"ok": False, "error": _cut(outcome.error or result.status)}), True,
-                              worker_jobs=1)
-        return ToolResult(_json(profile_feedback(outcome.report)), worker_jobs=1,
-                          energy=rubric_energy(outcome.report))
+        """Two stages on a GPU: ncu with the sections that classify each kernel (its bound), then with the analyses
+        that fit the bounds found (profilers.ncu.sections_for_bounds); the second run's report is the answer. A
+        pass on the CPU (the static profile) and a first stage that classified nothing take one run."""
+        options = self._profile_options()
+        staged = options.device != "cpu"
+        first = ProfileOutcome.of(await self._run_job(profile_job, dataclasses.replace(
+            options, sections=CLASSIFY_SECTIONS) if staged else options, self.state.source))
+        if first.report is None:
+            return ToolResult(_json({"ok": False, "error": _cut(first.error or "no report")}), True, worker_jobs=1)
+        bounds = {k.get("name"): k.get("bound") for k in first.report.get("kernels") or [] if k.get("bound")}
+        if not staged or not bounds:
+            return ToolResult(_json(profile_feedback(first.report)), worker_jobs=1,
+                              energy=rubric_energy(first.report))
+        sections = sections_for_bounds(set(bounds.values()))
+        second = ProfileOutcome.of(await self._run_job(profile_job, dataclasses.replace(options, sections=sections),
+                                                       self.state.source))
+        report = second.report if second.report is not None else first.report
+        shown = profile_feedback(report)
+        shown["stages"] = {"bounds": bounds, "sections": list(sections)}
+        if second.report is None:
+            shown["problems"].append(_cut(f"the second stage failed ({second.error or 'no report'}): the hints are "
+                                          "the first stage's"))
+        return ToolResult(_json(shown), worker_jobs=2, energy=rubric_energy(report))
 
     def _profile_options(self) -> ProfileOptions:
         """The pass's device (a pass on the CPU gets the static profile, not the GPU's) and network setting."""
         return ProfileOptions(device=self.verify_options.device, allow_network=self.verify_options.allow_network)
+
+    async def search_cutlass(self, arguments: dict[str, Any]) -> ToolResult:
+        """KernelPro's code search over the installed CUTLASS/CuTe headers and examples (agent/code_search.py)."""
+        query = arguments.get("query")
+        if not isinstance(query, str) or not query.strip():
+            return _error("give `query`: a few words to look for in the CUTLASS/CuTe sources")
+        headers = cutlass_headers(self.settings.cutlass_include)
+        if headers is None:
+            return _error(cutlass_problem(self.settings.cutlass_include))
+        found = await asyncio.to_thread(code_search.search, code_search.search_roots(Path(headers.include)), query)
+        return _ok({"query": query, "root": headers.include,
+                    "snippets": [{"path": s.path, "line": s.line, "text": s.text} for s in found],
+                    **({} if found else {"note": "nothing matched: try other words"})})
 
     async def finish(self, arguments: dict[str, Any]) -> ToolResult:
         self.state.finished = str(arguments.get("summary") or "")
@@ -318,10 +409,16 @@ class Workbench:
         number = next(self._scratch_numbers)
         return self.original.parent / f".{self.original.stem}.kernel-lsp-agent-{self.pass_id}-{number}.py"
 
-    async def _run_job(self, build: Callable[..., Job], options: Any, source: str) -> Result:
-        """`build` (verify_job, profile_job) on `source` under a hidden name beside the original, run on the worker."""
+    async def _run_job(self, build: Callable[..., Job], options: Any, source: str,
+                       texts: Mapping[Path, str] | None = None) -> Result:
+        """`build` (verify_job, profile_job) on `source` under a hidden name beside the original, run on the worker;
+        `texts`: other files' texts for the job only (the probe's reference)."""
         path = self.scratch_path()
-        return await self.worker.run(build(path, self.reference, options, {path: source}))
+        return await self.worker.run(build(path, self.reference, options, {**(texts or {}), path: source}))
+
+    def _one_trial_options(self) -> VerifyOptions:
+        """A verify job that only runs the candidate: one trial, no warm-up, no timing, no baselines."""
+        return dataclasses.replace(self.verify_options, trials=1, timing=False, warmup=0, baselines=())
 
     async def _compile_report(self, source: str) -> dict[str, Any]:
         """Python syntax, ModelNew defined, the load_inline CUDA built by nvcc; imports resolvable here (notes)."""
@@ -499,6 +596,10 @@ def _range_text(text: str, span) -> str:
 def _cut(message: str) -> str:
     message = " ".join(str(message).split())
     return message if len(message) <= MAX_MESSAGE_CHARS else message[:MAX_MESSAGE_CHARS - 3] + "..."
+
+
+def _tail(text: str, chars: int) -> str:
+    return text if len(text) <= chars else "..." + text[-(chars - 3):]
 
 
 def _json(value: dict[str, Any]) -> str:

@@ -10,6 +10,8 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Iterator
+from typing import Any
 
 from kernel_lsp.config import Settings
 from kernel_lsp.sources import parse_python
@@ -37,14 +39,23 @@ class ProblemName:
 
 def find_candidates(folder: Path) -> list[Path]:
     """Every `.py` under `folder` that defines ModelNew, sorted; hidden and build folders are skipped."""
+    return [path for path in _python_files(folder) if parse_python(_read(path)).kernelbench.model_new is not None]
+
+
+def find_problems(folder: Path) -> list[Path]:
+    """Every `.py` under `folder` that defines Model and not ModelNew (a KernelBench problem), in KernelBench's
+    order: by level folder, then problem id, then name; hidden and build folders are skipped."""
     found = []
-    for root, dirs, names in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and not d.startswith("."))
-        for name in sorted(names):
-            path = Path(root) / name
-            if name.endswith(".py") and parse_python(_read(path)).kernelbench.model_new is not None:
-                found.append(path)
-    return found
+    for path in _python_files(folder):
+        parts = parse_python(_read(path)).kernelbench
+        if parts.model is not None and parts.model_new is None:
+            found.append(path)
+
+    def order(path: Path) -> tuple[Any, ...]:
+        named = name_of(path)
+        return (str(path.parent), named.level or 0, named.problem_id if named.problem_id is not None else 1 << 30,
+                named.name)
+    return sorted(found, key=order)
 
 
 def pair_candidates(candidates: list[Path], workspace: Path | None, settings: Settings,
@@ -65,12 +76,30 @@ def pair_candidates(candidates: list[Path], workspace: Path | None, settings: Se
 def problem_name(pairing: Pairing) -> ProblemName:
     """Level, id and name from the reference's KernelBench name, else the candidate's, else the candidate's stem."""
     for path in (pairing.reference, pairing.candidate):
-        match = _PROBLEM_STEM.match(path.stem)
-        if match is not None:
-            folder = _LEVEL_FOLDER.match(path.parent.name)
-            level = match.group(1) or (folder.group(1) if folder else None)
-            return ProblemName(int(level) if level else None, int(match.group(2)), match.group(3))
+        named = name_of(path)
+        if named.problem_id is not None:
+            return named
     return ProblemName(None, None, pairing.candidate.stem)
+
+
+def name_of(path: Path) -> ProblemName:
+    """Level, id and name from a KernelBench file name ('19_ReLU.py' under level1/, 'level1_19_ReLU.py'), else the
+    stem as the name."""
+    match = _PROBLEM_STEM.match(path.stem)
+    if match is None:
+        return ProblemName(None, None, path.stem)
+    folder = _LEVEL_FOLDER.match(path.parent.name)
+    level = match.group(1) or (folder.group(1) if folder else None)
+    return ProblemName(int(level) if level else None, int(match.group(2)), match.group(3))
+
+
+def _python_files(folder: Path) -> Iterator[Path]:
+    """Every `.py` under `folder`, folder by folder in sorted order; hidden and build folders are skipped."""
+    for root, dirs, names in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and not d.startswith("."))
+        for name in sorted(names):
+            if name.endswith(".py"):
+                yield Path(root) / name
 
 
 def _read(path: Path) -> str:

@@ -23,17 +23,39 @@ def text_report(results: list[ProblemResult], metrics: BenchMetrics) -> str:
     header = ["level", "id", "name", "verdict", "device", "ms", *(f"x{b}" for b in baselines), "note"]
     rows = [[_or_dash(r.level), _or_dash(r.problem_id), r.name, r.verdict, r.device or "-", _number(r.candidate_ms),
              *(_number(r.speedup.get(b)) for b in baselines), _cut(r.reason or "")] for r in results]
-    lines = _aligned([header, *rows])
+    return "\n".join(_aligned([header, *rows]) + [""] + metrics_lines(metrics, "candidate"))
+
+
+def metrics_lines(metrics: BenchMetrics, noun: str) -> list[str]:
+    """The verdict counts, the fast_p table and the geometric means, under a run's table."""
+    baselines = list(metrics.fast_p)
     counts = metrics.counts
-    lines.append("")
-    lines.append(f"{metrics.problems} candidate{'s' if metrics.problems != 1 else ''}: {counts['verified']} verified, "
-                 f"{counts['rejected']} rejected, {counts['unavailable']} unavailable")
+    lines = [f"{metrics.problems} {noun}{'s' if metrics.problems != 1 else ''}: {counts['verified']} verified, "
+             f"{counts['rejected']} rejected, {counts['unavailable']} unavailable"]
     if baselines:
         thresholds = list(next(iter(metrics.fast_p.values())))
         table = [["fast_p", *(f"p={p:g}" for p in thresholds)]]
         table += [[f"vs {b}", *(_number(v) for v in metrics.fast_p[b].values())] for b in baselines]
         lines += _aligned(table)
         lines += [f"geomean speedup vs {b}: {_geomean_text(metrics, b)}" for b in baselines]
+    return lines
+
+
+def campaign_text(rows: list[dict[str, Any]], metrics: BenchMetrics, totals: dict[str, Any]) -> str:
+    """An agent campaign (kernel_lsp.agent.campaign): per problem the best verified candidate's time, speedups and
+    energy, its passes and their cost; then fast_p, the geometric means and the total cost."""
+    baselines = list(metrics.fast_p)
+    header = ["level", "id", "name", "status", "verdict", "ms", *(f"x{b}" for b in baselines), "mJ", "passes",
+              "calls", "tokens", "$", "note"]
+    table = [[_or_dash(r["level"]), _or_dash(r["problem_id"]), r["name"], r["status"], r["verdict"],
+              _number(r["ms"]), *(_number(r["speedup"].get(b)) for b in baselines), _number(r["energy_mj"]),
+              str(r["passes"]), str(r["cost"]["model_calls"]), str(r["cost"]["tokens"]),
+              f"{r['cost']['dollars']:.2f}", _cut(r["reason"] or "")] for r in rows]
+    lines = _aligned([header, *table]) + [""] + metrics_lines(metrics, "problem")
+    lines.append(f"cost: {totals['model_calls']} model calls, {totals['tokens']} tokens ({totals['input_tokens']} in, "
+                 f"{totals['output_tokens']} out), ${totals['dollars']:.2f}, {totals['evaluations']} evaluation"
+                 f"{'s' if totals['evaluations'] != 1 else ''}, "
+                 f"{totals['campaign_wall_s']:.0f} s")
     return "\n".join(lines)
 
 

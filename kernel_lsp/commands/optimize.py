@@ -17,6 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kernel_lsp.agent.budget import Budget
 from kernel_lsp.agent.setup import API_KEY_ENV, UnpricedModel, build_optimizer, settings_budget
 from kernel_lsp.commands.shared import (
     CommandUsageError,
@@ -28,7 +29,7 @@ from kernel_lsp.commands.shared import (
     verify_option_overrides,
     worker_client,
 )
-from kernel_lsp.config import Settings
+from kernel_lsp.config import AGENT_TARGETS, Settings
 from kernel_lsp.kinds.options import VerifyOptions
 from kernel_lsp.kinds.verify import verify_options
 from kernel_lsp.sources import parse_python
@@ -47,23 +48,42 @@ def add_parser(sub: Any) -> None:
                           "agent writes the first ModelNew)")
     optimize.add_argument("--reference", type=Path, metavar="REF",
                           help="the reference (default: found as `kernel-lsp verify` finds it)")
-    for option, kind, what in (("--max-model-calls", int, "model calls"), ("--max-tokens", int, "tokens, input "
-                               "and output together"), ("--max-dollars", float, "dollars"),
-                               ("--max-wall-s", float, "wall seconds"), ("--max-evaluations", int,
-                               "worker evaluations (verify and profile jobs)")):
-        optimize.add_argument(option, type=kind, metavar="N", help=f"budget: {what} (0: unlimited)")
-    optimize.add_argument("--model", help="Claude model id (default: the agentModel setting)")
-    optimize.add_argument("--objective", choices=("speed", "energy"),
-                          help="the best candidate: the fastest, or the least energy at matched speed (default: the "
-                               "agentObjective setting)")
-    optimize.add_argument("--plan", action="store_true", default=None,
-                          help="start with a planning turn: 2 to 4 strategies, one per branch (the agentPlanning "
-                               "setting)")
+    add_pass_options(optimize, "--max", "")
     optimize.add_argument("--replay", type=Path, metavar="TRAJECTORY",
                           help="re-verify the candidates of a recorded pass instead of running a new one")
     add_verify_options(optimize, " per candidate")
     add_worker_options(optimize)
     optimize.set_defaults(run=run)
+
+
+BUDGET_OPTIONS = (("model-calls", int, "model calls"), ("tokens", int, "tokens, input and output together"),
+                  ("dollars", float, "dollars"), ("wall-s", float, "wall seconds"),
+                  ("evaluations", int, "worker evaluations (verify and profile jobs)"))
+
+
+def add_pass_options(parser: Any, prefix: str, each: str) -> None:
+    """A pass's budgets (PREFIX-model-calls, ...; `each` says per what), its model, objective and planning."""
+    for option, kind, what in BUDGET_OPTIONS:
+        parser.add_argument(f"{prefix}-{option}", type=kind, metavar="N", help=f"budget{each}: {what} (0: unlimited)")
+    parser.add_argument("--model", help="Claude model id (default: the agentModel setting)")
+    parser.add_argument("--objective", choices=("speed", "energy"),
+                        help="the best candidate: the fastest, or the least energy at matched speed (default: the "
+                             "agentObjective setting)")
+    parser.add_argument("--target", choices=AGENT_TARGETS,
+                        help="what the kernels are written in: the candidate's language (auto), cuda, triton, cute "
+                             "(CuTe C++) or cute-dsl (default: the agentTarget setting)")
+    parser.add_argument("--plan", action="store_true", default=None,
+                        help="start with a planning turn: 2 to 4 strategies, one per branch (the agentPlanning "
+                             "setting)")
+
+
+def budget_of(args: argparse.Namespace, settings: Settings, prefix: str = "max") -> Budget:
+    """The budget the PREFIX options give, each missing one from the settings; a negative one is a usage error."""
+    values = [getattr(args, f"{prefix}_{option.replace('-', '_')}") for option, _, _ in BUDGET_OPTIONS]
+    try:
+        return settings_budget(settings, *values)
+    except ValueError as error:
+        raise CommandUsageError(str(error)) from None
 
 
 @reports_usage_errors("optimize")
@@ -133,15 +153,12 @@ def _optimizer(file: Path, reference: Path, args: argparse.Namespace, workspace:
     if not (settings.anthropic_api_key or os.environ.get(API_KEY_ENV)):
         raise CommandUsageError(f"no Anthropic API key: set {API_KEY_ENV} (or the anthropicApiKey setting) to let "
                                 "the agent call Claude")
-    try:
-        budget = settings_budget(settings, args.max_model_calls, args.max_tokens, args.max_dollars, args.max_wall_s,
-                                 args.max_evaluations)
-    except ValueError as error:
-        raise CommandUsageError(str(error)) from None
+    budget = budget_of(args, settings)
     start = _read(file) if parse_python(_read(file)).kernelbench.model_new is not None else ""
     try:
         return build_optimizer(file, reference, start, workspace, settings, worker_client(args, settings), options,
-                               budget, args.model, _print_progress, planning=args.plan, objective=args.objective)
+                               budget, args.model, _print_progress, planning=args.plan, objective=args.objective,
+                               target=args.target)
     except UnpricedModel as error:
         raise CommandUsageError(str(error)) from None
 

@@ -7,6 +7,7 @@ editor shows device-side errors and ptxas results while the (slower) host side i
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import logging
 import os
@@ -21,8 +22,8 @@ from typing import AsyncIterator
 from kernel_lsp.compile.commands import device_command, host_command
 from kernel_lsp.compile.diagnostics import CompilerMessage, parse_compiler_output, source_column
 from kernel_lsp.compile.process import ProcessResult, run_process
-from kernel_lsp.compile.toolchain import Tool, ToolProblem, TorchHeaders, find_host_compiler, find_nvcc, \
-    find_torch_headers
+from kernel_lsp.compile.toolchain import Tool, ToolProblem, TorchHeaders, cutlass_headers, cutlass_problem, \
+    find_host_compiler, find_nvcc, find_torch_headers
 from kernel_lsp.compile.units import CompileUnit, cuda_unit, is_cuda_document, is_python_document, \
     load_inline_units
 from kernel_lsp.config import Settings
@@ -75,7 +76,8 @@ async def check_document(doc: Document, settings: Settings, scratch: Scratch) ->
         findings, units = await asyncio.to_thread(_python_findings_and_units, doc, settings)
         yield StageReport("python", _kept(findings, settings), final=False)
     elif is_cuda_document(doc.path):
-        units = [await asyncio.to_thread(cuda_unit, doc.path, doc.text, settings.include_dirs, settings.extra_flags)]
+        units = [await asyncio.to_thread(cuda_unit, doc.path, doc.text, settings.include_dirs, settings.extra_flags,
+                                         _cutlass_dirs(settings))]
     units = [u for u in units if settings.check_enabled("hostCompile" if u.stage == "host" else "compile")]
     if not units:
         yield StageReport("done", _kept(findings, settings), final=True)
@@ -89,13 +91,30 @@ async def check_document(doc: Document, settings: Settings, scratch: Scratch) ->
     try:
         for done in asyncio.as_completed(tasks):
             stage, unit_findings = await done
-            findings += unit_findings
+            findings += [_with_header_advice(f, settings) for f in unit_findings]
             if len(tasks) > 1:
                 yield StageReport(stage, _kept(findings, settings), final=False)
     finally:
         for task in tasks:
             task.cancel()
     yield StageReport("done", _kept(findings, settings), final=True)
+
+
+def _cutlass_dirs(settings: Settings) -> tuple[str, ...]:
+    """The CUTLASS/CuTe include folder, as a system include of every unit (a file that includes none of its headers
+    never reads it)."""
+    headers = cutlass_headers(settings.cutlass_include)
+    return (headers.include,) if headers is not None else ()
+
+
+_MISSING_CUTLASS_HEADER = re.compile(r'cannot open source file "(?:cute|cutlass)/|(?:cute|cutlass)/\S+: No such file')
+
+
+def _with_header_advice(finding: Finding, settings: Settings) -> Finding:
+    """nvcc's "cannot open source file" for a CuTe or CUTLASS header says where kernel-lsp looked and what to do."""
+    if not _MISSING_CUTLASS_HEADER.search(finding.message):
+        return finding
+    return dataclasses.replace(finding, message=f"{finding.message}: {cutlass_problem(settings.cutlass_include)}")
 
 
 def _kept(findings: list[Finding], settings: Settings) -> list[Finding]:
@@ -116,7 +135,7 @@ def _python_findings_and_units(doc: Document, settings: Settings) -> tuple[list[
         if ext.kind == "load":
             findings += _missing_source_files(doc, ext)
         else:
-            units += load_inline_units(ext, doc.path, settings.include_dirs)
+            units += load_inline_units(ext, doc.path, settings.include_dirs, _cutlass_dirs(settings))
     return findings, units
 
 
@@ -181,7 +200,8 @@ def unit_findings(doc: Document, unit: CompileUnit, result: ProcessResult, setti
                         f"{Path(result.argv[0]).name} did not finish {unit.label} within "
                         f"{settings.compile_timeout_s:g} s and was stopped (setting 'compileTimeoutS')")]
     messages = parse_compiler_output(result.stderr + "\n" + result.stdout)
-    findings = [f for m in messages if (f := message_finding(doc, unit, m, directory)) is not None]
+    findings = _one_per_instantiation([f for m in messages
+                                       if (f := message_finding(doc, unit, m, directory)) is not None])
     if unit.stage == "device" and settings.check_enabled("resourceUsage") and result.returncode == 0:
         findings += resource_findings(doc, unit, parse_ptxas_verbose(result.stderr + "\n" + result.stdout))
     if result.returncode != 0 and not any(f.severity == Severity.ERROR for f in findings):
@@ -204,12 +224,96 @@ def message_finding(doc: Document, unit: CompileUnit, msg: CompilerMessage, dire
     if _is_unit_file(msg.file, unit, directory):
         rng = _unit_range(unit, msg.line - 1, _unit_column(unit, msg))
         return Finding(doc.uri, rng or unit.fallback_range, severity, SOURCE, code, text, related, data)
-    # inside an included file: shown on the #include line that leads there, the header itself as related
     header = Path(msg.file) if Path(msg.file).is_absolute() else directory / msg.file
+    instantiated = _instantiated_here(doc, unit, msg, header, directory, severity, code, data)
+    if instantiated is not None:
+        return instantiated
+    # inside an included file: shown on the #include line that leads there, the header itself as related
     where = Related(path_to_uri(header), Range.of(msg.line - 1, max((msg.column or 1) - 1, 0)), msg.message)
     rng = _include_line_range(unit, header.name) or unit.fallback_range
     return Finding(doc.uri, rng, severity, SOURCE, code, f"In included file {header.name}:{msg.line}: {text}",
                    (where,) + related, data)
+
+
+_STATIC_ASSERT_TEXT = re.compile(r'static_assert\s*\(.*,\s*"(?P<text>(?:[^"\\]|\\.)*)"\s*\)')
+_TEMPLATE_LIBRARIES = ("cute", "cutlass", "cub", "thrust", "cuda")  # header folders whose frames are collapsed
+MAX_TEMPLATE_MESSAGE = 300
+
+
+def _instantiated_here(doc: Document, unit: CompileUnit, msg: CompilerMessage, header: Path, directory: Path,
+                       severity: Severity, code: str, data: dict) -> Finding | None:
+    """An error inside a header that the user's code instantiated (EDG's "detected during ... at line N of
+    x.cu"): one finding on the innermost line of the user's file in the chain, with the essential message (a
+    static_assert's text, the error's first line shortened), and as related the header's line and the chain,
+    frames inside template libraries (CuTe, CUTLASS, CUB, Thrust) collapsed into one entry each run."""
+    user = next((r for r in msg.related if r.file and r.line and _is_unit_file(r.file, unit, directory)), None)
+    if user is None:
+        return None
+    rng = _unit_range(unit, user.line - 1, _indent(unit, user.line - 1))
+    if rng is None:
+        return None
+    first = msg.message.split("\n", 1)[0]
+    asserted = _STATIC_ASSERT_TEXT.search(msg.echo or "")
+    where = f"{_short_header(header)}:{msg.line}"
+    essential = (f'static_assert failed: "{asserted["text"]}" ({where}: {first})' if asserted
+                 else f"{first} (in {where}, instantiated here)")
+    if len(essential) > MAX_TEMPLATE_MESSAGE:
+        essential = essential[:MAX_TEMPLATE_MESSAGE - 1] + "…"
+    related = [Related(path_to_uri(header), Range.of(msg.line - 1, max((msg.column or 1) - 1, 0)), first)]
+    run: list = []  # consecutive frames inside template libraries, shown as one entry
+    for frame in [*msg.related[:msg.related.index(user)], None]:
+        if frame is not None and frame.file and _in_template_library(frame.file):
+            run.append(frame)
+            continue
+        if run:
+            related.append(_collapsed(run, related[0], unit, directory))
+            run = []
+        converted = _related(unit, frame, directory) if frame is not None else None
+        if converted is not None:
+            related.append(converted)
+    return Finding(doc.uri, rng, severity, SOURCE, code, essential, tuple(related),
+                   {**data, "instantiated": True, "header": str(header), "headerLine": msg.line})
+
+
+def _one_per_instantiation(findings: list[Finding]) -> list[Finding]:
+    """Errors in headers that the same user line instantiated are one finding: the first (the cause; the others
+    follow from it), the others' messages added as related entries at their header lines."""
+    kept: list[Finding] = []
+    for finding in findings:
+        previous = kept[-1] if kept else None
+        if (previous is not None and (finding.data or {}).get("instantiated")
+                and (previous.data or {}).get("instantiated") and previous.range == finding.range
+                and previous.severity == finding.severity):
+            also = Related(finding.related[0].uri, finding.related[0].range, f"then: {finding.related[0].message}")
+            kept[-1] = dataclasses.replace(previous, related=previous.related + (also,))
+            continue
+        kept.append(finding)
+    return kept
+
+
+def _collapsed(run: list, fallback: Related, unit: CompileUnit, directory: Path) -> Related:
+    """One entry for a run of instantiation frames inside template library headers, at the run's first frame."""
+    first = _related(unit, run[0], directory) or fallback
+    return Related(first.uri, first.range,
+                   f"… {len(run)} instantiation frame{'s' if len(run) != 1 else ''} inside template library headers")
+
+
+def _in_template_library(file: str) -> bool:
+    return any(part in _TEMPLATE_LIBRARIES for part in Path(file).parts[:-1])
+
+
+def _short_header(header: Path) -> str:
+    """'cute/stride.hpp' for a header inside a library folder, else its name."""
+    parts = header.parts
+    for index in range(len(parts) - 2, -1, -1):
+        if parts[index] in _TEMPLATE_LIBRARIES:
+            return "/".join(parts[index:])
+    return header.name
+
+
+def _indent(unit: CompileUnit, line: int) -> int:
+    text = unit.lines[line] if 0 <= line < len(unit.lines) else ""
+    return len(text) - len(text.lstrip())
 
 
 def _is_unit_file(file: str, unit: CompileUnit, directory: Path) -> bool:

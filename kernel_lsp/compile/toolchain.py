@@ -145,3 +145,56 @@ def _cxx_standard(torch_dir: Path) -> str:
     except OSError:
         return "c++17"
     return "c++20" if "'-std=c++20'" in text else "c++17"
+
+
+# --- CUTLASS and CuTe headers ----------------------------------------------------------------------------------
+
+CUTLASS_PACKAGE = "cutlass_library"  # the nvidia-cutlass wheel's package; its headers are under source/include
+CUTLASS_MARKERS = ("cute/tensor.hpp", "cutlass/cutlass.h")  # a folder holding either is an include folder
+
+
+@dataclass(frozen=True)
+class CutlassHeaders:
+    include: str  # the folder holding cute/ and cutlass/, passed as -isystem
+    origin: str  # which of the places below it came from, for doctor and messages
+
+
+def cutlass_headers(setting: str) -> CutlassHeaders | None:
+    """The CUTLASS/CuTe include folder: the cutlassInclude setting, else $CUTLASS_PATH/include, else the installed
+    nvidia-cutlass package's (found without importing it); None when none holds the headers."""
+    return _cutlass_headers(setting, os.environ.get("CUTLASS_PATH", ""))
+
+
+def _cutlass_headers(setting: str, cutlass_path: str) -> CutlassHeaders | None:
+    candidates = []
+    if setting:
+        candidates.append((Path(setting).expanduser(), "the cutlassInclude setting"))
+    if cutlass_path:
+        candidates.append((Path(cutlass_path).expanduser() / "include", "$CUTLASS_PATH/include"))
+    package = _cutlass_package_include()
+    if package is not None:
+        candidates.append((package, "the nvidia-cutlass package"))
+    for folder, origin in candidates:
+        if any((folder / marker).is_file() for marker in CUTLASS_MARKERS):
+            return CutlassHeaders(str(folder.resolve()), origin)
+    return None
+
+
+def _cutlass_package_include() -> Path | None:
+    try:
+        spec = importlib.util.find_spec(CUTLASS_PACKAGE)  # a top-level package: found, not imported
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))) / "source" / "include"
+
+
+def cutlass_problem(setting: str) -> str:
+    """Why no headers were found, naming what was tried and how to fix it."""
+    tried = [f"cutlassInclude {setting!r}"] if setting else []
+    if os.environ.get("CUTLASS_PATH"):
+        tried.append(f"$CUTLASS_PATH/include ({os.environ['CUTLASS_PATH']}/include)")
+    tried.append("the nvidia-cutlass package" + ("" if _cutlass_package_include() else " (not installed)"))
+    return (f"no CUTLASS/CuTe headers ({', '.join(tried)} hold none of {', '.join(CUTLASS_MARKERS)}): "
+            "pip install 'kernel-lsp[cutlass]', set $CUTLASS_PATH to a CUTLASS checkout, or set cutlassInclude")

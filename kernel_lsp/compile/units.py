@@ -50,21 +50,24 @@ def is_python_document(path: Path) -> bool:
     return path.suffix in PYTHON_SUFFIXES
 
 
-def cuda_unit(path: Path, text: str, include_dirs: tuple[str, ...], extra_flags: tuple[str, ...]) -> CompileUnit:
+def cuda_unit(path: Path, text: str, include_dirs: tuple[str, ...], extra_flags: tuple[str, ...],
+              system_include_dirs: tuple[str, ...] = ()) -> CompileUnit:
+    """`system_include_dirs`: -isystem folders (the CUTLASS/CuTe headers: their warnings are not the user's)."""
     kernels = [(k, k.name_range) for k in find_kernels(text) if k.has_body]  # not prototypes or instantiations
     name = path.name if path.suffix == ".cu" else path.stem + ".cu"
     return CompileUnit("device", name, text, (str(path.parent),) + include_dirs, extra_flags=extra_flags,
-                       kernels=kernels, label=path.name)
+                       system_include_dirs=system_include_dirs, kernels=kernels, label=path.name)
 
 
-def load_inline_units(ext, py_path: Path, include_dirs: tuple[str, ...]) -> list[CompileUnit]:
+def load_inline_units(ext, py_path: Path, include_dirs: tuple[str, ...],
+                      system_include_dirs: tuple[str, ...] = ()) -> list[CompileUnit]:
     """The cuda.cu and main.cpp load_inline would write for this call, as compile units."""
     cuda_file, cpp_file = assemble_load_inline(ext)
     name = ext.name or "extension"
     defines = (f"TORCH_EXTENSION_NAME={name}", "TORCH_API_INCLUDE_EXTENSION_H")
     user_includes = tuple(str((py_path.parent / p).resolve()) for p in ext.extra_include_paths)
     common = dict(include_dirs=(str(py_path.parent),) + user_includes + include_dirs, defines=defines,
-                  torch_flags=True, fallback_range=ext.call_range)
+                  system_include_dirs=system_include_dirs, torch_flags=True, fallback_range=ext.call_range)
     units = []
     if cuda_file is not None:
         kernels = []

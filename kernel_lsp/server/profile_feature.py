@@ -75,7 +75,7 @@ class ProfileFeature(Feature):
     def __init__(self, store: DiagnosticStore, settings: SettingsManager, worker: WorkerFeature,
                  documents: Callable[[], Mapping[str, OpenDocument]], progress: WorkProgress,
                  tell_user: Callable[[str], None], verify_summary: Callable[[str], str | None],
-                 chart_dir: Path) -> None:
+                 chart_dir: Path, refresh_lenses: Callable[[], None] = lambda: None) -> None:
         self.store = store
         self.settings = settings
         self.worker = worker
@@ -86,6 +86,8 @@ class ProfileFeature(Feature):
         self._chart_dir = chart_dir
         self._kernels: dict[str, ProfiledKernel] = {}
         self._locations: dict[str, tuple[str, dict[str, Location]]] = {}  # uri -> (text, kernel -> name range)
+        self._energy: dict[str, tuple[str | None, float, float | None]] = {}  # uri -> (text, mJ/call, reference's)
+        self._refresh_lenses = refresh_lenses
 
     # --- document hooks -------------------------------------------------------------------------------------
 
@@ -182,8 +184,28 @@ class ProfileFeature(Feature):
             self._progress.end(token, "cancelled")
             raise
         outcome = await self._outcome(uri, result)
+        self._keep_energy(uri, result, document.source if document else None)
         self._progress.end(token, outcome["message"])
         return outcome
+
+    def energy_note(self, uri: str, text: str | None) -> str | None:
+        """'41.2 mJ/call (0.81× the reference's)' when the last profile of `uri` read its energy (NVML, a GPU) and
+        profiled this same text (None: not open, shown as it was); None otherwise."""
+        kept = self._energy.get(uri)
+        if kept is None or (text is not None and kept[0] is not None and kept[0] != text):
+            return None
+        _, candidate, reference = kept
+        ratio = f" ({candidate / reference:.2g}× the reference's)" if reference else ""
+        return f"{candidate:.3g} mJ/call{ratio}"
+
+    def _keep_energy(self, uri: str, result: Result, text: str | None) -> None:
+        report = (result.metrics.get("profile") or {}) if result.status == "ok" else {}
+        candidate = (report.get("energy") or {}).get("mj_per_call")
+        reference = (report.get("reference_energy") or {}).get("mj_per_call")
+        if isinstance(candidate, int | float) and candidate > 0:
+            self._energy[uri] = (text, float(candidate), float(reference) if isinstance(reference, int | float)
+                                 and reference > 0 else None)
+            self._refresh_lenses()
 
     # --- profiles -------------------------------------------------------------------------------------------
 
@@ -350,8 +372,11 @@ def setup(server: KernelLanguageServer) -> ProfileFeature:
     from kernel_lsp.server.verify_feature import VerifyFeature
 
     verify = server.get_feature(VerifyFeature)
-    return ProfileFeature(server.diagnostics, server.settings, server.get_feature(WorkerFeature),
-                          documents=lambda: server.workspace.text_documents,
-                          progress=WorkProgress(server.work_done_progress, server.supports_work_done_progress),
-                          tell_user=lambda m: server.show(m, types.MessageType.Warning),
-                          verify_summary=verify.result_summary, chart_dir=cache_dir() / "charts")
+    profile = ProfileFeature(server.diagnostics, server.settings, server.get_feature(WorkerFeature),
+                             documents=lambda: server.workspace.text_documents,
+                             progress=WorkProgress(server.work_done_progress, server.supports_work_done_progress),
+                             tell_user=lambda m: server.show(m, types.MessageType.Warning),
+                             verify_summary=verify.result_summary, chart_dir=cache_dir() / "charts",
+                             refresh_lenses=server.refresh_code_lenses)
+    verify.energy_note = profile.energy_note  # the verify lens shows the energy a profile of the same text read
+    return profile

@@ -80,8 +80,9 @@ class VerifyRun:
     message: str = ""  # why an unavailable run has no result
 
 
-def lens_title(run: VerifyRun, current_text: str | None) -> str:
-    """The code lens title; a result for text the user has edited since says so (current_text None: not open)."""
+def lens_title(run: VerifyRun, current_text: str | None, energy: str | None = None) -> str:
+    """The code lens title; a result for text the user has edited since says so (current_text None: not open).
+    `energy`: what a profile of this same text read (ProfileFeature.energy_note), shown after a result."""
     if run.state == "idle":
         return f"verify against {run.reference.name}"
     if run.state == "running":
@@ -93,7 +94,9 @@ def lens_title(run: VerifyRun, current_text: str | None) -> str:
         short = message if len(message) <= _TITLE_MESSAGE_CHARS else message[:_TITLE_MESSAGE_CHARS - 1] + "…"
         title = f"not verified: {short}"
     stale = current_text is not None and run.text is not None and current_text != run.text
-    return title + STALE if stale else title
+    if stale:
+        return title + STALE
+    return f"{title} · {energy}" if energy and run.state == "done" else title
 
 
 def outcome_of(result: Result) -> tuple[str, str, list[Finding]]:
@@ -130,6 +133,8 @@ class VerifyFeature(Feature):
         self._published: dict[str, set[str]] = {}  # candidate URI -> URIs holding its findings
         self._background: set[str] = set()  # candidates whose run waits behind the open documents' runs
         self._background_turn = asyncio.Lock()
+        # the energy per call a profile of the same text read, for the lens (set by ProfileFeature's setup)
+        self.energy_note: Callable[[str, str | None], str | None] = lambda _uri, _text: None
 
     # --- document hooks -------------------------------------------------------------------------------------
 
@@ -207,7 +212,8 @@ class VerifyFeature(Feature):
         line = parts.model_new.def_range.start.line if parts is not None and parts.model_new is not None else 0
         command = "" if run.state == "running" else VERIFY_COMMAND
         return [types.CodeLens(range=lsp_range(Range.line(line)), command=types.Command(
-            title=lens_title(run, current), command=command, arguments=[uri] if command else None))]
+            title=lens_title(run, current, self.energy_note(uri, current)), command=command,
+            arguments=[uri] if command else None))]
 
     # --- the workspace --------------------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 from typing import Any, Self
 
 DELTA_CHARS = 7  # text and tool input are streamed in pieces this long, so clients must join several deltas
@@ -104,8 +105,12 @@ def stalled(turn: Turn, stall_s: float) -> Turn:
 class FakeMessagesApi:
     """Serves the scripted turns on 127.0.0.1 at a free port while in its `with` block."""
 
-    def __init__(self, turns: list[Turn], model: str = "claude-fake") -> None:
+    def __init__(self, turns: list[Turn], model: str = "claude-fake",
+                 responder: Callable[[dict], Turn | None] | None = None) -> None:
+        """`responder`, when given, answers each request from its body (a model whose next move depends on the
+        conversation: passes that run at once interleave their requests); the script is used where it gives None."""
         self.turns = list(turns)
+        self.responder = responder
         self.model = model
         self.requests: list[RecordedRequest] = []
         self._lock = threading.Lock()
@@ -149,7 +154,7 @@ def _handler_class(api: FakeMessagesApi) -> type[BaseHTTPRequestHandler]:
             body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
             api._record(RecordedRequest(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
             if self.path.split("?")[0] == "/v1/messages":
-                turn = api._next_turn() or error_turn(500, "api_error", "the fake Messages API has no turn left")
+                turn = (api.responder(body) if api.responder else None) or api._next_turn() or error_turn(500, "api_error", "the fake Messages API has no turn left")
             else:
                 turn = error_turn(404, "not_found_error", f"the fake Messages API does not serve {self.path}")
             api._stopping.wait(turn.delay_s)

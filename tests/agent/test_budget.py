@@ -103,3 +103,35 @@ def test_an_unknown_model_with_a_dollar_budget_does_not_start_without_prices(tmp
     assert build({}, model="claude-sonnet-4-5").model.prices is None  # the table knows it
     with pytest.raises(UnpricedModel, match="set both"):
         build({"agentInputPricePerMtok": 2})
+
+
+def test_a_shared_budget_stops_at_its_own_limit_or_the_campaigns_total_whichever_comes_first() -> None:
+    from kernel_lsp.agent.budget import SharedBudget
+    from kernel_lsp.agent.campaign import CampaignLedger
+
+    ledger = CampaignLedger({"model_calls": 3, "dollars": 0.5}, earlier_wall_s=0.0)  # finished passes' spend
+    mine, other = Spend(), Spend()
+    ledger.running += [mine, other]
+    budget = SharedBudget(model_calls=4, total=Budget(model_calls=6, dollars=1.0), ledger=ledger)
+    mine.add_model_call(10, 10, 0.1)
+    assert budget.refuses_model_call(mine) is None  # 3 + 1 of 6 in all, 1 of 4 its own
+    other.add_model_call(10, 10, 0.1)
+    other.add_model_call(10, 10, 0.1)  # another pass spends: the total is reached, this pass's own limit is not
+    assert budget.refuses_model_call(mine) == "the campaign's total budget of 6 model calls is spent"
+    assert budget.refuses_evaluation(mine) is None  # model calls do not limit evaluations
+    ledger.finished(other)
+    assert ledger.totals().model_calls == 6 and ledger.running == [mine]
+    own = SharedBudget(model_calls=1, total=Budget(model_calls=6), ledger=ledger)
+    assert own.refuses_model_call(mine) == "the budget of 1 model call is spent"  # its own limit is named first
+
+
+def test_a_shared_wall_budget_bounds_a_call_by_what_the_campaign_has_left() -> None:
+    from kernel_lsp.agent.budget import SharedBudget
+    from kernel_lsp.agent.campaign import CampaignLedger
+
+    ledger = CampaignLedger({}, earlier_wall_s=95.0)  # earlier runs of the campaign took 95 s
+    spend = Spend()
+    assert SharedBudget(wall_s=60, total=Budget(wall_s=100), ledger=ledger).wall_left_s(spend) <= 5.0
+    assert SharedBudget(wall_s=2, total=Budget(wall_s=100), ledger=ledger).wall_left_s(spend) <= 2.0
+    assert SharedBudget(total=Budget(), ledger=ledger).wall_left_s(spend) is None
+    assert "wall-time" in SharedBudget(total=Budget(wall_s=90), ledger=ledger).exceeded(spend)

@@ -140,6 +140,39 @@ async def test_profile_is_offered_once_two_verified_versions_share_their_kernels
     assert "profile" not in names()
 
 
+async def test_profile_on_a_gpu_classifies_first_then_runs_the_analyses_that_fit_the_bound(tmp_path: Path):
+    """Stage 1: the sections that give each kernel's bound; stage 2: those and the memory-bound analyses (the
+    recording worker's kernel is memory bound); the answer is stage 2's, and it cost two evaluations."""
+    from profilers.ncu import CLASSIFY_SECTIONS, DEFAULT_SECTIONS, SECTIONS_BY_BOUND
+
+    (tmp_path / "ref.py").write_text(REFERENCE)
+    worker = RecordingWorker()
+    workbench = Workbench(tmp_path / "relu.py", tmp_path / "ref.py", TRITON, Settings(), worker, {"device": "cuda"},
+                          "p1")
+    await workbench.execute("verify", {})
+    await workbench.execute("write_candidate", {"source": TRITON.replace("BLOCK=64", "BLOCK=1024")})
+    await workbench.execute("verify", {})
+    result = await workbench.execute("profile", {})
+    first, second = worker.jobs[-2:]
+    assert first.kind == second.kind == "profile" and result.worker_jobs == 2
+    assert first.config["sections"] == list(CLASSIFY_SECTIONS)
+    assert set(second.config["sections"]) == set(CLASSIFY_SECTIONS) | set(SECTIONS_BY_BOUND["memory"])
+    assert len(second.config["sections"]) < len(DEFAULT_SECTIONS)  # no compute or stall analyses
+    answer = json.loads(result.content)
+    assert answer["stages"] == {"bounds": {"relu_kernel": "memory"}, "sections": second.config["sections"]}
+    assert answer["kernels"][0]["bound"] == "memory" and result.energy is not None
+
+
+def test_the_second_stage_takes_every_fitting_analysis_and_all_of_them_for_an_unknown_bound():
+    from profilers.ncu import DEFAULT_SECTIONS, sections_for_bounds
+
+    both = sections_for_bounds({"memory", "compute"})
+    assert "MemoryWorkloadAnalysis_Tables" in both and "ComputeWorkloadAnalysis" in both
+    assert list(both) == [s for s in DEFAULT_SECTIONS if s in both]  # ncu's order
+    assert "MemoryWorkloadAnalysis_Tables" not in sections_for_bounds({"latency"})
+    assert sections_for_bounds({"something new"}) == DEFAULT_SECTIONS
+
+
 def test_kernel_structure_is_the_kernels_names_and_signatures():
     assert kernel_structure(TRITON) == ("def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):",)
     assert kernel_structure(TRITON.replace("BLOCK=64", "BLOCK=8")) == kernel_structure(TRITON)
@@ -216,3 +249,78 @@ async def test_compile_makes_one_call_of_a_triton_candidate_to_catch_first_call_
     assert not failed["ok"] and failed["first_call"] == "failed" and result.worker_jobs == 1
     assert failed["errors"] == [{"line": 11, "code": "run-python-exception",
                                  "message": "CompilationError: arange's range must be a power of 2"}]
+
+
+async def test_probe_runs_the_candidate_on_the_models_inputs_and_shows_the_mismatch_and_its_prints(tmp_path: Path,
+                                                                                                  monkeypatch):
+    """A real local worker on the CPU: the reference's get_inputs replaced (in the job only) by the model's
+    expression; a wrong kernel's mismatch names the values; what the candidate printed comes back."""
+    from kernel_lsp.worker.client import WorkerClient
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    (tmp_path / "ref.py").write_text(REFERENCE)
+    wrong = triton_relu(4096).replace("tl.maximum(x, 0.0)", "x * 3.0").replace(
+        "        return out", "        print('probe saw', x.tolist()[:4], '->', out.tolist()[:4])\n        return out")
+    workbench = Workbench(tmp_path / "relu.py", tmp_path / "ref.py", wrong, Settings(), WorkerClient(),
+                          {"device": "cpu"}, "p1")
+    try:
+        result = await workbench.execute("probe", {"inputs": "[torch.tensor([-1.0, 2.0, -3.0, 4.0])]"})
+        answer = json.loads(result.content)
+        assert result.worker_jobs == 1 and result.evaluation is None, answer
+        assert answer["ok"] and answer["outputs_match"] is False, answer
+        assert "probe saw [-1.0, 2.0, -3.0, 4.0] -> [-3.0, 6.0, -9.0, 12.0]" in answer["printed"], answer
+        assert any("mismatch" in p["code"] or "expected" in p["message"] for p in answer["problems"]), answer
+        assert (tmp_path / "ref.py").read_text() == REFERENCE  # the reference on disk is untouched
+
+        await workbench.execute("write_candidate", {"source": triton_relu(4096)})
+        honest = json.loads((await workbench.execute("probe", {"inputs": "[torch.arange(8.0) - 4]"})).content)
+        assert honest["ok"] and honest["outputs_match"] is True and honest["problems"] == [], honest
+
+        refused = await workbench.execute("probe", {"inputs": "[torch.randn(4"})
+        assert refused.is_error and "not a Python expression" in refused.content
+        assert (await workbench.execute("probe", {})).is_error
+    finally:
+        await workbench.worker.close()
+
+
+async def test_search_cutlass_is_offered_for_cute_targets_and_answers_snippets_with_paths(bench, monkeypatch):
+    import importlib.util
+
+    from kernel_lsp.compile import toolchain
+
+    workbench, worker = bench
+    names = lambda: [tool["name"] for tool in workbench.tool_definitions()]  # noqa: E731
+    assert "search_cutlass" not in names()  # the auto target: the candidate's own language
+    workbench.target = "cute"
+    assert "search_cutlass" in names()
+    assert (await workbench.execute("search_cutlass", {"query": " "})).is_error
+    if importlib.util.find_spec("cutlass_library") is not None:
+        result = await workbench.execute("search_cutlass", {"query": "make_tiled_mma SM90 GMMA"})
+        answer = json.loads(result.content)
+        assert not result.is_error and result.worker_jobs == 0 and worker.jobs == []  # runs here
+        assert 1 <= len(answer["snippets"]) <= 5
+        top = answer["snippets"][0]
+        assert "make_tiled_mma" in top["text"] and f"{top['line']:5d}| " in top["text"]
+        assert top["path"].startswith(("include/", "examples/"))
+    monkeypatch.setattr(toolchain, "_cutlass_package_include", lambda: None)
+    monkeypatch.delenv("CUTLASS_PATH", raising=False)
+    missing = await workbench.execute("search_cutlass", {"query": "tma"})
+    assert missing.is_error and "pip install 'kernel-lsp[cutlass]'" in missing.content
+
+
+def test_the_system_prompt_names_the_target_language(bench, tmp_path: Path):
+    from kernel_lsp.agent.budget import Budget
+    from kernel_lsp.agent.loop import LANGUAGE_RULES, Optimizer
+    from kernel_lsp.agent.trajectory import TrajectoryWriter
+    from kernel_lsp.compile.toolchain import cutlass_headers
+
+    workbench, _ = bench
+    optimizer = Optimizer(None, workbench, Budget(), TrajectoryWriter(tmp_path / "t"), "cuda")
+    assert LANGUAGE_RULES["auto"] in optimizer.system_prompt()
+    workbench.target = "triton"
+    assert "written in Triton" in optimizer.system_prompt()
+    workbench.target = "cute"
+    prompt = optimizer.system_prompt()
+    assert "#include <cute/tensor.hpp>" in prompt and "search_cutlass" in prompt
+    headers = cutlass_headers("")
+    assert (repr(headers.include) in prompt) if headers else "pip install 'kernel-lsp[cutlass]'" in prompt

@@ -96,3 +96,16 @@ def test_no_improvement_exits_1(tmp_path: Path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert status == 1
     assert "no candidate verified" in out and "stopped: the model finished: nothing to do" in out
+
+
+def test_the_cute_target_reaches_the_model_with_its_rule_and_the_code_search(tmp_path: Path, capsys, monkeypatch):
+    script = [tool_use_turn("search_cutlass", {"query": "local_tile"}), tool_use_turn("finish", {"summary": "x"})]
+    with FakeMessagesApi(script) as api:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
+        status = main(["optimize", str(problem(tmp_path, None)), "--target", "cute", "--max-model-calls", "3", *CPU])
+    assert status == 1, capsys.readouterr().err
+    first = api.requests[0].body
+    assert "#include <cute/tensor.hpp>" in first["system"]
+    assert "search_cutlass" in [tool["name"] for tool in first["tools"]]
+    answer = json.loads(api.requests[1].body["messages"][-1]["content"][0]["content"])
+    assert "snippets" in answer or "kernel-lsp[cutlass]" in answer.get("error", ""), answer

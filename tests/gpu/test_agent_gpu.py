@@ -17,6 +17,7 @@ from kernel_lsp.agent.tools import Workbench
 from kernel_lsp.agent.trajectory import TrajectoryWriter, read_trajectory
 from kernel_lsp.config import Settings
 from kernel_lsp.worker.client import WorkerClient
+from profilers.ncu import sections_for_bounds
 from tests.agent.fake_api import FakeMessagesApi, tool_use_turn
 from tests.gpu import candidates
 from tests.gpu.test_worker_gpu import gpu_present
@@ -60,6 +61,8 @@ async def test_a_pass_on_the_gpu_verifies_profiles_rejects_a_cheat_and_offers_th
     assert profiled["ok"] and [k["bound"] for k in profiled["kernels"]] == ["memory"], profiled
     assert "relu_kernel" in profiled["kernels"][0]["name"] and profiled["kernels"][0]["duration_ms"] > 0
     assert profiled["energy"]["candidate_mj_per_call"] > 0 and profiled["energy"]["reference_mj_per_call"] > 0
+    assert set(profiled["stages"]["bounds"].values()) == {"memory"}  # two stages: classified, then memory's analyses
+    assert profiled["stages"]["sections"] == list(sections_for_bounds({"memory"}))
     first, again, cheat = optimizer.tree.nodes[1:4]
     assert (first.source, again.source, cheat.source) == (candidates.HONEST_RELU, AGAIN, candidates.HALF_WRITTEN_RELU)
     assert "energy" in again.rubric.parts and "energy" not in first.rubric.parts  # only the profiled node

@@ -43,3 +43,35 @@ def test_a_result_for_text_edited_since_says_so() -> None:
     closed = feature({})  # a closed candidate: no text to compare, the summary as it was
     closed._runs[URI] = VerifyRun("done", Path("/w/ref.py"), "text", summary="correct 5/5")
     assert closed.result_summary(URI) == "correct 5/5"
+
+
+def test_the_verify_lens_shows_the_energy_a_profile_of_the_same_text_read(tmp_path: Path) -> None:
+    """ProfileFeature keeps the energy per call of the last profile (NVML, on a GPU) with the text it profiled;
+    the verify lens shows it after a result for that same text, and drops it once the text changes."""
+    from kernel_lsp.server.profile_feature import ProfileFeature
+    from kernel_lsp.worker.protocol import Result
+
+    documents = {URI: Document(URI, "text")}
+    verify = feature(documents)
+    refreshed = []
+    profile = ProfileFeature(None, None, None, documents=lambda: documents, progress=None, tell_user=lambda _m: None,
+                             verify_summary=verify.result_summary, chart_dir=tmp_path,
+                             refresh_lenses=lambda: refreshed.append(True))
+    verify.energy_note = profile.energy_note
+    verify._runs[URI] = VerifyRun("done", Path("/w/ref.py"), "text", summary="correct 5/5 · 1.84× eager")
+    titles = lambda: [lens.command.title for lens in verify.code_lenses(URI)]  # noqa: E731
+    assert titles() == ["correct 5/5 · 1.84× eager"]  # no profile yet
+
+    profile._keep_energy(URI, Result("ok", metrics={"profile": {"energy": {"mj_per_call": 41.23},
+                                                                "reference_energy": {"mj_per_call": 50.9}}}), "text")
+    assert refreshed == [True]
+    assert titles() == ["correct 5/5 · 1.84× eager · 41.2 mJ/call (0.81× the reference's)"]
+    profile._keep_energy(URI, Result("ok", metrics={"profile": {"energy": None}}), "text")  # the CPU: no energy
+    assert titles() == ["correct 5/5 · 1.84× eager · 41.2 mJ/call (0.81× the reference's)"]  # the last reading stays
+
+    documents[URI] = Document(URI, "edited")
+    assert titles() == ["correct 5/5 · 1.84× eager" + STALE]  # neither the result nor the energy is for this text
+    verify._runs[URI] = VerifyRun("done", Path("/w/ref.py"), "edited", summary="correct 5/5 · 2.0× eager")
+    assert titles() == ["correct 5/5 · 2.0× eager"]  # the energy was read for the old text
+    verify._runs[URI] = VerifyRun("unavailable", Path("/w/ref.py"), "edited", message="no worker")
+    assert profile.energy_note(URI, "text") is not None and "mJ" not in titles()[0]
