@@ -341,6 +341,44 @@ def sass_stats_for_cubin(path: str | Path) -> list[SassStats]:
     return parse_sass_stats(sass_for_cubin(path))
 
 
+@dataclass(frozen=True)
+class ResourceUsage:
+    """One function of `cuobjdump --dump-resource-usage`: what a binary says of itself, no ptxas run needed."""
+
+    name: str  # as in the binary (mangled for C++, the generated name for the CuTe DSL)
+    registers: int
+    stack: int
+    shared: int
+    local: int  # bytes of local memory per thread: spills and local arrays
+    constant: int | None  # cmem[0]
+
+
+_USAGE_FUNCTION = re.compile(r"^\s*Function (?P<name>[^\s:]+):\s*$")
+_USAGE_FIELD = re.compile(r"\b(REG|STACK|SHARED|LOCAL|CONSTANT\[0\]):(\d+)")
+
+
+def parse_resource_usage(text: str) -> list[ResourceUsage]:
+    """`Function NAME:` then `REG:12 STACK:0 SHARED:0 LOCAL:0 CONSTANT[0]:552 ...` on the next line."""
+    found: list[ResourceUsage] = []
+    name = None
+    for line in text.splitlines():
+        header = _USAGE_FUNCTION.match(line)
+        if header is not None:
+            name = header.group("name")
+            continue
+        fields = dict(_USAGE_FIELD.findall(line))
+        if name is not None and "REG" in fields:
+            found.append(ResourceUsage(name, int(fields["REG"]), int(fields.get("STACK", 0)),
+                                       int(fields.get("SHARED", 0)), int(fields.get("LOCAL", 0)),
+                                       int(fields["CONSTANT[0]"]) if "CONSTANT[0]" in fields else None))
+            name = None
+    return found
+
+
+def resource_usage_for_cubin(path: str | Path) -> list[ResourceUsage]:
+    return parse_resource_usage(_run_tool([find_sass_tool("cuobjdump"), "--dump-resource-usage", str(path)]))
+
+
 def _run_tool(argv: list[str]) -> str:
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=TOOL_TIMEOUT_S, check=False)

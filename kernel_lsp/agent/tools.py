@@ -485,7 +485,7 @@ def _edit(edit: Any, line_count: int) -> tuple[int, int, str]:
 def kernel_structure(source: str) -> tuple[str, ...]:
     """The candidate's kernels, each as its name and signature: what must stay put before profiling pays."""
     model = parse_python(source)
-    parts = [" ".join(_range_text(source, k.def_range).split()) for k in model.triton_kernels]
+    parts = [" ".join(_range_text(source, k.def_range).split()) for k in [*model.triton_kernels, *model.cute_kernels]]
     for extension in model.extensions:
         for string in extension.cuda_sources:
             parts += [" ".join(_range_text(string.text, k.signature_range).split()) for k in find_kernels(string.text)]

@@ -384,7 +384,7 @@ def resource_findings(doc: Document, unit: CompileUnit, resources: list[KernelRe
         entries = by_name.get(kernel.name, [])
         if not entries:
             continue
-        summary = "; ".join(_resource_summary(r, len(entries) > 1) for r in entries)
+        summary = "; ".join(resource_summary(r, len(entries) > 1) for r in entries)
         findings.append(Finding(doc.uri, rng, Severity.INFORMATION, SOURCE, "ptxas-resources",
                                 f"{kernel.name}: {summary}",
                                 data={"kernel": kernel.name, "resources": [_resource_data(r) for r in entries]}))
@@ -400,7 +400,7 @@ def resource_findings(doc: Document, unit: CompileUnit, resources: list[KernelRe
     return findings
 
 
-def _resource_summary(r: KernelResources, with_name: bool) -> str:
+def resource_summary(r: KernelResources, with_name: bool) -> str:
     parts = [f"{r.registers} registers"]
     if r.stack_frame:
         parts.append(f"{r.stack_frame} B stack")

@@ -1,7 +1,7 @@
 """Where a candidate's kernels and their instructions sit in the user's own files (torch-free).
 
 A kernel is found by its base name in `.cu`/`.cuh` files, in load_inline CUDA strings of `.py` files (mapped
-back through the generated cuda.cu's source map) and among @triton.jit functions. Positions are 0-based Ranges.
+back through the generated cuda.cu's source map) and among @triton.jit and @cute.kernel functions. Positions are 0-based Ranges.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ def _kernels_in(name: str, text: str) -> list[tuple[str, Range]]:
         return []
     model = parse_python(text)
     kernels = [(k.name, k.name_range) for k in model.triton_kernels]
+    kernels += [(k.name, k.name_range) for k in model.cute_kernels if k.role == "kernel"]
     for ext in model.extensions:
         if ext.kind != "load_inline" or not ext.cuda_sources:
             continue

@@ -18,6 +18,7 @@ from pathlib import Path
 from kernel_lsp.kinds.options import DEFAULT_LAUNCH_COUNT
 from kernel_lsp.compile.process import run_process
 from kernel_lsp.verify.candidate_process import candidate_launch
+from kernel_lsp.verify.kernels import CUTE_DSL_PREFIX
 from kernel_lsp.process.isolation import with_package_on_path
 from profilers.ncu import (
     DEFAULT_SECTIONS,
@@ -53,8 +54,9 @@ def kernel_name_filter(kernels: Sequence[str]) -> list[str]:
     and a namespaced kernel's displayed name may carry its namespace."""
     if not kernels:
         return []
-    last_parts = sorted({name.rsplit("::", 1)[-1] for name in kernels})
-    return ["-k", f"regex:^(?:.*::)?(?:{'|'.join(map(re.escape, last_parts))})$"]
+    names = "|".join(map(re.escape, sorted({name.rsplit("::", 1)[-1] for name in kernels})))
+    # or a kernel the CuTe DSL generated from a @cute.kernel function of that name (verify.kernels.CUTE_DSL_PREFIX)
+    return ["-k", f"regex:^(?:(?:.*::)?(?:{names})$|{re.escape(CUTE_DSL_PREFIX)}(?:{names})_)"]
 
 
 def driver_program(plan: NcuPlan, writable: Sequence[str] = ()) -> list[str]:

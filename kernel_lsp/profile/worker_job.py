@@ -9,6 +9,8 @@ is a problem in the report; only the candidate's own crash is a finding of its o
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 from kernel_lsp.kinds.options import DEFAULT_JOB_LIMITS, ProfileOptions
@@ -22,7 +24,7 @@ from kernel_lsp.profile.report import (
     summary_line,
 )
 from kernel_lsp.profile.static import REFERENCE_FOLDER, static_profile
-from kernel_lsp.verify.kernels import own_kernel_names
+from kernel_lsp.verify.kernels import cute_kernel_function, own_kernel_names
 from kernel_lsp.verify.verdict import isolation_gaps
 from kernel_lsp.worker.jobs import JobContext, outcome_finding, sandbox_limits
 from kernel_lsp.worker.protocol import Job, Result
@@ -106,8 +108,10 @@ async def ncu_report(job: Job, options: ProfileOptions, measured: dict[str, Any]
     if gaps:
         problems.append("the candidate ran without full isolation: " + "; ".join(gaps))
     launches: list[KernelLaunch] = []
+    plan = ncu_plan(job, options)
     try:
-        launches = await profile_launches(ncu_plan(job, options), job.source_files)
+        launches = [_named_by_function(launch, plan.kernels)
+                    for launch in await profile_launches(plan, job.source_files)]
     except NcuError as exc:
         problems.append(str(exc))
     ceilings = ncu_ceilings(launches, ceilings_from(measured.get("ceilings")))
@@ -125,6 +129,12 @@ async def ncu_report(job: Job, options: ProfileOptions, measured: dict[str, Any]
     report["isolation"] = measured.get("isolation")  # of the measuring process; the ncu driver is started the same way
     report["reference_energy"] = measured.get("reference_energy")  # the reference forward, read the same way
     return report, roofline_artifacts(ceilings, launches)
+
+
+def _named_by_function(launch: KernelLaunch, own: Sequence[str]) -> KernelLaunch:
+    """A kernel the CuTe DSL generated goes by its @cute.kernel function's name, where hints and hover find it."""
+    function = cute_kernel_function(launch.base_name, own)
+    return launch if function is None else dataclasses.replace(launch, base_name=function)
 
 
 def ncu_plan(job: Job, options: ProfileOptions) -> NcuPlan:

@@ -1,4 +1,4 @@
-"""What is in a file: CUDA kernels, Triton kernels, load_inline strings, KernelBench parts, and position maps.
+"""What is in a file: CUDA kernels, Triton and CuTe DSL kernels, load_inline strings, KernelBench parts, and position maps.
 
 Pure standard library (ast, re): the server parses documents without importing torch or triton.
 """
@@ -7,6 +7,7 @@ from kernel_lsp.sources.cuda import CudaKernel, Include, find_includes, find_ker
 from kernel_lsp.sources.extensions import InlineExtension, SourceString, assemble_load_inline
 from kernel_lsp.sources.python import (
     ClassInfo,
+    CuteKernel,
     FuncInfo,
     KernelBenchParts,
     PythonModel,
@@ -20,6 +21,7 @@ __all__ = [
     "CharPositions",
     "ClassInfo",
     "CudaKernel",
+    "CuteKernel",
     "FuncInfo",
     "GeneratedFile",
     "Include",

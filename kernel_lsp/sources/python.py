@@ -1,4 +1,5 @@
-"""What a Python document holds for kernel authors: Triton kernels, load_inline / load extensions, KernelBench parts.
+"""What a Python document holds for kernel authors: Triton kernels, CuTe DSL kernels, load_inline / load extensions,
+KernelBench parts.
 
 A file with a syntax error is parsed again with the offending lines blanked (a bounded number of times), so a
 broken `forward` still leaves the kernels and extension sources in the rest of the file visible.
@@ -16,6 +17,7 @@ from kernel_lsp.sources.extensions import InlineExtension, find_extensions
 from kernel_lsp.sources.pysyntax import Imports, SourceLines, all_statements, split_lines
 
 TRITON_JIT = frozenset({"triton.jit", "triton.runtime.jit.jit"})
+CUTE_DECORATORS = {"cutlass.cute.kernel": "kernel", "cutlass.cute.jit": "jit"}  # qualified name -> CuteKernel.role
 KERNELBENCH_CLASSES = ("Model", "ModelNew")
 KERNELBENCH_FUNCTIONS = ("get_inputs", "get_init_inputs")
 
@@ -60,6 +62,19 @@ class TritonKernel:
 
 
 @dataclass(frozen=True)
+class CuteKernel:
+    """A CuTe DSL function: `@cute.kernel` (role "kernel", runs on the GPU; the DSL names it
+    kernel_cutlass_<name>_<arguments>_<n>) or `@cute.jit` (role "jit", the host function that launches kernels)."""
+
+    name: str
+    name_range: Range
+    def_range: Range
+    body_range: Range
+    decorator_range: Range
+    role: str
+
+
+@dataclass(frozen=True)
 class KernelBenchParts:
     model: ClassInfo | None = None
     model_new: ClassInfo | None = None
@@ -70,6 +85,7 @@ class KernelBenchParts:
 @dataclass
 class PythonModel:
     triton_kernels: list[TritonKernel] = field(default_factory=list)
+    cute_kernels: list[CuteKernel] = field(default_factory=list)
     extensions: list[InlineExtension] = field(default_factory=list)
     kernelbench: KernelBenchParts = field(default_factory=KernelBenchParts)
     syntax_error: SyntaxErrorInfo | None = None  # the first one; the rest of the model comes from what parsed
@@ -87,6 +103,7 @@ def parse_python(text: str) -> PythonModel:
     source = SourceLines(lines)
     imports = Imports(tree)
     model.triton_kernels = find_triton_kernels(tree, source, imports)
+    model.cute_kernels = find_cute_kernels(tree, source, imports)
     model.extensions = find_extensions(tree, source, imports)
     model.kernelbench = find_kernelbench_parts(tree, source)
     return model
@@ -200,24 +217,36 @@ def _clamp(value: int, low: int, high: int) -> int:
 
 
 def find_triton_kernels(tree: ast.Module, source: SourceLines, imports: Imports) -> list[TritonKernel]:
-    kernels = []
-    for node in all_statements(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _is_triton_kernel(node, imports):
-            info = _function_info(node, source)
-            first, last = node.decorator_list[0], node.decorator_list[-1]
-            at_sign = _decorator_at_sign(first, source)
-            decorators = Range(at_sign, Position(*source.end(last)))
-            kernels.append(TritonKernel(info.name, info.name_range, info.def_range, info.body_range, decorators))
-    return kernels
-
-
-def _is_triton_kernel(node: ast.FunctionDef | ast.AsyncFunctionDef, imports: Imports) -> bool:
     """@triton.jit, @triton.jit(...), or @jit imported from triton (autotune/heuristics sit above one of these)."""
-    for decorator in node.decorator_list:
-        target = decorator.func if isinstance(decorator, ast.Call) else decorator
-        if imports.qualified_name(target) in TRITON_JIT:
-            return True
-    return False
+    return [TritonKernel(*parts) for parts, _ in _decorated(tree, source, imports, dict.fromkeys(TRITON_JIT, ""))]
+
+
+def find_cute_kernels(tree: ast.Module, source: SourceLines, imports: Imports) -> list[CuteKernel]:
+    """@cute.kernel and @cute.jit, bare or called (`@cute.jit(preprocess=False)`), after `import cutlass.cute as
+    cute` or `from cutlass import cute`."""
+    return [CuteKernel(*parts, role) for parts, role in _decorated(tree, source, imports, CUTE_DECORATORS)]
+
+
+def _decorated(tree: ast.Module, source: SourceLines, imports: Imports,
+               decorators: dict[str, str]) -> list[tuple[tuple[str, Range, Range, Range, Range], str]]:
+    """Functions carrying one of `decorators` (qualified name -> tag): their ranges and the first tag found."""
+    found = []
+    for node in all_statements(tree):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        tags = [decorators[name] for name in map(imports.qualified_name, map(_decorator_target, node.decorator_list))
+                if name in decorators]
+        if not tags:
+            continue
+        info = _function_info(node, source)
+        first, last = node.decorator_list[0], node.decorator_list[-1]
+        decorator_range = Range(_decorator_at_sign(first, source), Position(*source.end(last)))
+        found.append(((info.name, info.name_range, info.def_range, info.body_range, decorator_range), tags[0]))
+    return found
+
+
+def _decorator_target(decorator: ast.expr) -> ast.expr:
+    return decorator.func if isinstance(decorator, ast.Call) else decorator
 
 
 def _decorator_at_sign(decorator: ast.expr, source: SourceLines) -> Position:

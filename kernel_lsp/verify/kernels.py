@@ -24,6 +24,7 @@ from profilers.ptxas import base_name_of
 
 CUDA_SUFFIXES = (".cu", ".cuh")
 PYTORCH_NAMESPACES = ("at::", "c10::", "torch::")
+CUTE_DSL_PREFIX = "kernel_cutlass_"  # the CuTe DSL names a @cute.kernel f's kernels kernel_cutlass_f_<arguments>_<n>
 STOCK_LISTED = 3  # stock kernels named in the no-custom-kernel message
 _SCOPE = "\x1f"  # stands in for '::' so that base_name_of keeps a kernel's namespaces
 
@@ -76,6 +77,7 @@ def cuda_kernel_names(text: str) -> set[str]:
 def python_kernel_names(text: str) -> set[str]:
     model = parse_python(text)
     names = {kernel.name for kernel in model.triton_kernels}
+    names |= {kernel.name for kernel in model.cute_kernels if kernel.role == "kernel"}
     for ext in model.extensions:
         if ext.kind == "load_inline" and ext.cuda_sources:
             # joined as load_inline joins them, so a namespace opened in one string covers the next
@@ -112,7 +114,20 @@ def is_own_kernel(name: str, own_names: set[str]) -> bool:
     part: extern "C" kernels keep their plain name whatever namespace they are declared in."""
     if name in own_names:
         return True
-    return "::" not in name and any(_last_part(own) == name for own in own_names)
+    if "::" in name:
+        return False
+    return any(_last_part(own) == name for own in own_names) or cute_kernel_function(name, own_names) is not None
+
+
+def cute_kernel_function(name: str, functions: Iterable[str]) -> str | None:
+    """The @cute.kernel function among `functions` that the CuTe DSL generated kernel `name` from
+    ('kernel_cutlass_add_tensorptrf32..._0' -> 'add'; the longest of 'add' and 'add_one' that fits); None for any
+    other kernel. A kernel renamed with the DSL's set_name_prefix is not recognised."""
+    if not name.startswith(CUTE_DSL_PREFIX):
+        return None
+    rest = name[len(CUTE_DSL_PREFIX):]
+    fitting = [f for f in functions if "::" not in f and (rest == f or rest.startswith(f + "_"))]
+    return max(fitting, key=len, default=None)
 
 
 def _last_part(name: str) -> str:

@@ -80,7 +80,8 @@ def digest(text: str) -> str:
 
 
 def kernel_names(path: Path, text: str | None = None) -> list[str]:
-    """The kernels a file defines: __global__ functions, @triton.jit functions, and those of inline CUDA sources."""
+    """The kernels a file defines: __global__ functions, @triton.jit and @cute.kernel functions, and those of inline
+    CUDA sources."""
     from kernel_lsp.sources import find_kernels, parse_python
 
     if text is None:
@@ -89,6 +90,7 @@ def kernel_names(path: Path, text: str | None = None) -> list[str]:
         return [k.name for k in find_kernels(text)]
     model = parse_python(text)
     names = [k.name for k in model.triton_kernels]
+    names += [k.name for k in model.cute_kernels if k.role == "kernel"]
     for extension in model.extensions:
         for source in extension.cuda_sources:
             names += [k.name for k in find_kernels(source.text)]

@@ -68,13 +68,18 @@ def test_the_filter_matches_own_kernels_with_or_without_their_namespace():
     regex = re.compile(pattern.removeprefix("regex:"))
     assert all(regex.match(name) for name in ("scale_kernel", "fast::scale_kernel", "add_kernel"))
     assert not any(regex.match(name) for name in ("add_kernel_2", "vectorized_elementwise_kernel"))
+    # kernels the CuTe DSL generated from a @cute.kernel function of one of the names, and no other
+    assert regex.match("kernel_cutlass_add_kernel_tensorptrf32gmemo10241_tensorptrf32gmemo10241_0")
+    assert not any(regex.match(name) for name in ("kernel_cutlass_add_kernelx_0", "kernel_cutlass_other_0",
+                                                  "void at::kernel_cutlass_add_kernel_0"))
     assert kernel_name_filter([]) == []
 
 
 def test_the_command_skips_the_warm_up_and_bounds_the_launches():
     plan = NcuPlan(candidate="cand.py", reference="reference/ref.py", kernels=("add_kernel",), launch_count=3)
     argv = profiling_command(plan, "ncu", Path("/tmp/out.ncu-rep"))
-    assert argv[:5] == ["ncu", "--profile-from-start", "off", "-k", "regex:^(?:.*::)?(?:add_kernel)$"]
+    assert argv[:5] == ["ncu", "--profile-from-start", "off", "-k",
+                         "regex:^(?:(?:.*::)?(?:add_kernel)$|kernel_cutlass_(?:add_kernel)_)"]
     assert argv[argv.index("--clock-control") + 1] == "none"
     assert argv[argv.index("--launch-count") + 1] == "3" and "--export" in argv
     assert argv[-6:] == ["-m", "kernel_lsp.profile.driver", "--candidate", "cand.py", "--reference",
@@ -116,4 +121,4 @@ async def test_the_job_turns_an_ncu_failure_into_a_problem_and_profiles_its_own_
     assert "ERR_NVGPUCTRPERM" in report["problems"][1] and "NVreg_RestrictProfilingToAdminUsers" in report["problems"][1]
     assert report["gpu"] == "NVIDIA H200" and report["reference_kernels"][0]["calls"] == 1
     argv = (tmp_path / "bin" / "argv.txt").read_text()
-    assert "regex:^(?:.*::)?(?:add_kernel|scale_kernel)$" in argv
+    assert "regex:^(?:(?:.*::)?(?:add_kernel|scale_kernel)$|kernel_cutlass_(?:add_kernel|scale_kernel)_)" in argv
