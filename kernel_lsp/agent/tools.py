@@ -30,6 +30,7 @@ from kernel_lsp.compile.service import CompileService
 from kernel_lsp.compile.toolchain import cutlass_headers, cutlass_problem
 from kernel_lsp.config import Settings
 from kernel_lsp.findings import Finding, Severity, path_to_uri
+from kernel_lsp.kinds.cute_dsl import CuteDslOutcome, cute_dsl_job, dsl_arch
 from kernel_lsp.kinds.options import ProfileOptions, VerifyOptions, coerce
 from kernel_lsp.kinds.profile import ProfileOutcome, profile_job
 from kernel_lsp.kinds.verify import VerifyOutcome, verify_job
@@ -256,9 +257,26 @@ class Workbench:
     async def compile(self, _arguments: dict[str, Any]) -> ToolResult:
         source = self.state.source
         report = await self._compile_report(source)
-        if not report["ok"] or not parse_python(source).triton_kernels:
+        model = parse_python(source)
+        if report["ok"] and model.cute_kernels:
+            return ToolResult(_json(await self._dsl_compile(source, report)), worker_jobs=1)
+        if not report["ok"] or not model.triton_kernels:
             return _ok(report)
         return ToolResult(_json(await self._first_call(source, report)), worker_jobs=1)
+
+    async def _dsl_compile(self, source: str, report: dict[str, Any]) -> dict[str, Any]:
+        """CuTe DSL code compiles when a @cute.jit function is first called: the worker's "cute-dsl-check" job
+        compiles it without launching (no GPU needed), so its errors cost no verification; the kernels' figures
+        (registers, local memory, tensor-core instructions) come with it."""
+        outcome = CuteDslOutcome.of(await self._run_job(cute_dsl_job, dsl_arch(self.settings), source))
+        errors = [_problem(f) for f in outcome.compile_errors]
+        if errors:
+            return {**report, "ok": False, "errors": errors[:MAX_PROBLEMS], "dsl": outcome.summary}
+        kernels = [{"kernel": k["function"] or k["kernel"], "figures": k["resources"]["summary"]}
+                   for k in outcome.kernels if k["resources"]]
+        notes = [_cut(f.message) for f in outcome.findings if f.code.startswith("cute-dsl")]
+        return {**report, "dsl": outcome.summary, **({"kernels": kernels} if kernels else {}),
+                **({"notes": report.get("notes", []) + notes} if notes else {})}
 
     async def _first_call(self, source: str, report: dict[str, Any]) -> dict[str, Any]:
         """Triton compiles a kernel at its first call, so what only that call finds (a tl.arange whose size is not

@@ -1,12 +1,52 @@
-"""Findings to LSP objects: the only place that knows both."""
+"""Findings to LSP objects: the only place that knows both; and the editor's open documents by path (the URIs
+the client spells, the texts it shows)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Protocol
 
 from lsprotocol import types
 
-from kernel_lsp.findings import Finding, Range
+from kernel_lsp.findings import Finding, Range, path_to_uri, uri_to_path
+
+
+class OpenDocument(Protocol):
+    uri: str
+    version: int | None
+    source: str
+
+
+def uris_by_path(documents: Iterable[OpenDocument]) -> dict[Path, str]:
+    """Each open file's resolved path -> the URI the client spells it with (untitled: and git: left out)."""
+    known = {}
+    for document in documents:
+        try:
+            known[uri_to_path(document.uri).resolve()] = document.uri
+        except ValueError:
+            continue
+    return known
+
+
+def client_uri(uri: str, known: dict[Path, str]) -> str:
+    """The URI the client uses for the file (its own spelling when it has the file open)."""
+    try:
+        path = uri_to_path(uri)
+    except ValueError:
+        return uri
+    return known.get(path.resolve(), path_to_uri(path))
+
+
+def open_texts(documents: Iterable[OpenDocument]) -> dict[Path, str]:
+    """The open documents' texts by path: what the editor shows, saved or not."""
+    texts = {}
+    for document in documents:
+        try:
+            texts[uri_to_path(document.uri)] = document.source
+        except ValueError:  # not a file (untitled:, git:)
+            continue
+    return texts
 
 
 def lsp_range(r: Range) -> types.Range:

@@ -42,6 +42,7 @@ FEATURE_MODULES = (  # set up in this order: each may use those above it; docume
     "kernel_lsp.server.compile_feature",
     "kernel_lsp.server.worker_feature",
     "kernel_lsp.server.verify_feature",
+    "kernel_lsp.server.cute_dsl_feature",
     "kernel_lsp.server.profile_feature",
     "kernel_lsp.server.optimize_feature",
     "kernel_lsp.server.workspace_feature",

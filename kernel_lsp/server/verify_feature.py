@@ -15,14 +15,14 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable
 
 from lsprotocol import types
 
 from kernel_lsp.config import Settings
 from kernel_lsp.findings import Finding, Range, Severity, path_to_uri, uri_to_path
 from kernel_lsp.kinds.verify import VerifyOutcome, verify_job, verify_options
-from kernel_lsp.server.convert import lsp_range
+from kernel_lsp.server.convert import OpenDocument, client_uri, lsp_range, open_texts, uris_by_path
 from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.feature import Feature
 from kernel_lsp.server.settings import SettingsManager
@@ -44,12 +44,6 @@ SOURCE = "kernel-lsp"
 STALE = " (before your last edit)"
 RUNNING = "verifying…"
 _TITLE_MESSAGE_CHARS = 100
-
-
-class OpenDocument(Protocol):
-    uri: str
-    version: int | None
-    source: str
 
 
 # ---- the job -----------------------------------------------------------------------------------------------
@@ -410,7 +404,7 @@ class VerifyFeature(Feature):
         for f in findings:
             if settings.is_ignored(f.code):
                 continue
-            uri = self._client_uri(f.uri, known)
+            uri = client_uri(f.uri, known)
             by_uri.setdefault(uri, []).append(dataclasses.replace(f, uri=uri))
         producer = self._producer(candidate_uri)
         for gone in self._published.get(candidate_uri, set()) - set(by_uri):
@@ -432,32 +426,10 @@ class VerifyFeature(Feature):
         return f"{PRODUCER}:{candidate_uri}"
 
     def _uris_by_path(self) -> dict[Path, str]:
-        known = {}
-        for document in self._documents().values():
-            try:
-                known[uri_to_path(document.uri).resolve()] = document.uri
-            except ValueError:
-                continue
-        return known
-
-    @staticmethod
-    def _client_uri(uri: str, known: dict[Path, str]) -> str:
-        """The URI the client uses for the file (its own spelling when it has the file open)."""
-        try:
-            path = uri_to_path(uri)
-        except ValueError:
-            return uri
-        return known.get(path.resolve(), path_to_uri(path))
+        return uris_by_path(self._documents().values())
 
     def _open_texts(self) -> dict[Path, str]:
-        """The open documents' texts by path: what the editor shows, saved or not."""
-        texts = {}
-        for uri, document in self._documents().items():
-            try:
-                texts[uri_to_path(uri)] = document.source
-            except ValueError:  # not a file (untitled:, git:)
-                continue
-        return texts
+        return open_texts(self._documents().values())
 
     def _document(self, uri: str) -> OpenDocument | None:
         return next((d for d in self._documents().values() if d.uri == uri), None)

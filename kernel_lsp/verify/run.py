@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from kernel_lsp.kinds.options import VerifyOptions, from_config
+from kernel_lsp.sources import parse_python
 from kernel_lsp.verify.baselines import BaselineCache, gpu_state
 from kernel_lsp.verify.candidate_process import CandidateProcess, candidate_process
 from kernel_lsp.verify.compare import Comparison, Tolerance, chunks, compare_outputs, refused, tolerance_for
@@ -145,6 +146,8 @@ def verify_candidate(reference: str, candidate: str, options: dict[str, Any] | N
     target = choose_device(opts.device)
     if isinstance(target, str):
         return {"verdict": "unavailable", "reason": target}
+    if target.type == "cpu" and uses_cute_dsl((files or {}).get(candidate, "")):
+        return {"verdict": "unavailable", "reason": CUTE_DSL_NEEDS_A_GPU}
     PHASES.seconds.clear()
     with candidate_process(opts.allow_network, target.type) as host:
         judge = Judge(host, Exchange(host.exchange_folder, "judge"), target, Verdict(device=target.type))
@@ -156,6 +159,14 @@ def verify_candidate(reference: str, candidate: str, options: dict[str, Any] | N
     report["duration_s"] = time.perf_counter() - started
     report["phases_s"] = {name: round(seconds, 3) for name, seconds in PHASES.seconds.items()}
     return report
+
+
+CUTE_DSL_NEEDS_A_GPU = ("CuTe DSL kernels run only on an NVIDIA GPU, and this verification runs on the CPU: "
+                        "verify on a GPU worker; without one, kernel-lsp's CuTe DSL compile check still compiles them")
+
+
+def uses_cute_dsl(text: str) -> bool:
+    return bool(text) and bool(parse_python(text).cute_kernels)
 
 
 def judge_candidate(judge: Judge, reference: str, candidate: str, trials: int, timed_calls: int, warmup: int,

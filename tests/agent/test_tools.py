@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -324,3 +325,31 @@ def test_the_system_prompt_names_the_target_language(bench, tmp_path: Path):
     assert "#include <cute/tensor.hpp>" in prompt and "search_cutlass" in prompt
     headers = cutlass_headers("")
     assert (repr(headers.include) in prompt) if headers else "pip install 'kernel-lsp[cutlass]'" in prompt
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("nvidia_cutlass_dsl") is None,
+                    reason="the CuTe DSL is not installed (pip install 'kernel-lsp[cute-dsl]')")
+async def test_compile_of_a_cute_dsl_candidate_compiles_it_on_the_worker_without_a_gpu(tmp_path: Path):
+    """The DSL compiles at a @cute.jit function's first call: the compile tool has the worker compile it (never
+    launched), so a wrong layout is a compile error on its line and a good kernel comes back with its figures."""
+    from kernel_lsp.worker.client import WorkerClient
+    from tests.worker.test_cute_dsl_check import ADD, INDEX_LINE, REFERENCE as DSL_REFERENCE, with_line_after_index
+
+    (tmp_path / "add_ref.py").write_text(DSL_REFERENCE)
+    broken = with_line_after_index("    bad = cute.make_layout((4, 8), stride=(8, 1, 2))")
+    workbench = Workbench(tmp_path / "add.py", tmp_path / "add_ref.py", broken, Settings(), WorkerClient(),
+                          {"device": "cpu"}, "p1")
+    try:
+        result = await workbench.execute("compile", {})
+        failed = json.loads(result.content)
+        assert result.worker_jobs == 1 and not failed["ok"], failed
+        [error] = failed["errors"]
+        assert error["line"] == INDEX_LINE + 2 and error["code"] == "cute-dsl-error" and "congruent" in error["message"]
+        await workbench.execute("write_candidate", {"source": ADD})
+        fine = json.loads((await workbench.execute("compile", {})).content)
+        assert fine["ok"] and fine["dsl"].endswith("1 kernel(s) compiled"), fine
+        [kernel] = fine["kernels"]
+        assert kernel["kernel"] == "add_kernel" and "registers" in kernel["figures"]
+    finally:
+        await workbench.worker.close()
