@@ -1,0 +1,23 @@
+#!/bin/sh
+# On the GPU machine, in the project's root: installs .gpu_carry's wheels into /tmp/site (nothing of the image is
+# replaced), then runs pytest on the given paths, logging under $OUT.
+#   sh tests/gpu/on_device.sh tests/gpu/test_cute_gpu.py tests/gpu/test_agent_gpu.py
+#   sh tests/gpu/on_device.sh stash part1     # the CuTe DSL's first half, kept in /tmp until part2 comes
+set -u
+if [ "${1:-}" = stash ]; then
+    mkdir -p /tmp/kernel-lsp-dsl && cp .gpu_carry_dsl/"$2"/* /tmp/kernel-lsp-dsl/ && ls -la /tmp/kernel-lsp-dsl
+    exit 0
+fi
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    .gpu_carry/wheels/*.whl || exit 1
+if [ -d .gpu_carry_dsl/part2 ] && ls /tmp/kernel-lsp-dsl/*.whl.aa >/dev/null 2>&1; then
+    cp .gpu_carry_dsl/part2/* /tmp/kernel-lsp-dsl/
+    for first in /tmp/kernel-lsp-dsl/*.whl.aa; do cat "${first%.aa}".a? > "${first%.aa}"; done
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+        /tmp/kernel-lsp-dsl/*.whl || exit 1
+fi
+# the DSL's package adds its folder with a .pth file, which PYTHONPATH entries do not read
+export PYTHONPATH="$PWD:/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages" PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+mkdir -p "${OUT:-/tmp/out}"
+python3 -m pytest -v -p no:cacheprovider "$@" 2>&1 | tee "${OUT:-/tmp/out}/pytest.log"
