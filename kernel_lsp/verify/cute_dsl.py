@@ -15,10 +15,10 @@ moved the tensors to CUDA, say).
 from __future__ import annotations
 
 import os
-import sys
 import traceback
-from pathlib import Path
 from typing import Any
+
+from kernel_lsp.verify.models import load_module
 
 MAX_KERNELS = 32  # compiled functions whose cubin is returned
 MAX_CUBIN_BYTES = 16 * 2**20
@@ -63,11 +63,11 @@ def check_candidate(candidate: str, reference: str | None = None, arch: str = "s
     compiled_class.run_compiled_program = record_instead_of_launching
     stage = "import"
     try:
-        module = _load(candidate, "kernel_lsp_cute_candidate")
+        module = load_module(candidate, "kernel_lsp_cute_candidate")
         model_class = getattr(module, "ModelNew", None)
         if model_class is not None:
             inputs_module = module if hasattr(module, "get_inputs") or reference is None else \
-                _load(reference, "kernel_lsp_cute_reference")
+                load_module(reference, "kernel_lsp_cute_reference")
             stage = "inputs"
             init = list(inputs_module.get_init_inputs()) if hasattr(inputs_module, "get_init_inputs") else []
             inputs = list(inputs_module.get_inputs()) if hasattr(inputs_module, "get_inputs") else None
@@ -80,23 +80,9 @@ def check_candidate(candidate: str, reference: str | None = None, arch: str = "s
     return {"status": "ok", "version": _dsl_version(), "kernels": _kernels(recorder)}
 
 
-def _load(relative: str, name: str) -> Any:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, Path(relative).resolve())
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {relative}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def _no_grad(model: Any) -> Any:
-    try:
-        import torch
-    except ImportError:
-        return model
+    import torch
+
     return torch.no_grad()(model)
 
 

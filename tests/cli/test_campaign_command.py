@@ -149,19 +149,29 @@ def test_a_total_budget_stops_the_campaign_and_a_resume_finishes_it(tmp_path: Pa
     assert document["totals"]["model_calls"] == 6 + 6  # both runs' spend
 
 
-def test_a_killed_campaign_resumes_and_keeps_the_killed_pass_spend(tmp_path: Path, capsys, monkeypatch):
-    folder = problems(tmp_path / "kb")
-    out = tmp_path / "out"
+def _stopped_mid_pass(folder: Path, out: Path, stop) -> tuple[str, int]:
+    """A campaign in its own process, stopped by `stop(process)` while the cheat's pass runs: what stop returned
+    (the campaign's stderr, where it read it) and the model calls made."""
     with FakeMessagesApi([], responder=scripted_model(slow_s=1.5)) as api:
         process = _campaign_in_a_process(folder, out, api)
         try:
             _wait_for_the_cheat_mid_pass(out, process)
-            os.killpg(process.pid, signal.SIGKILL)  # the campaign and its worker, mid-pass
-            process.wait(30)
+            said = stop(process)
         finally:
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
-        killed_requests = len(api.requests)
+        return said, len(api.requests)
+
+
+def test_a_killed_campaign_resumes_and_keeps_the_killed_pass_spend(tmp_path: Path, capsys, monkeypatch):
+    folder = problems(tmp_path / "kb")
+    out = tmp_path / "out"
+    def kill(process: subprocess.Popen) -> str:
+        os.killpg(process.pid, signal.SIGKILL)  # the campaign and its worker, mid-pass
+        process.wait(30)
+        return ""
+
+    _, killed_requests = _stopped_mid_pass(folder, out, kill)
 
     with FakeMessagesApi([], responder=scripted_model()) as api:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
@@ -182,16 +192,13 @@ def test_a_killed_campaign_resumes_and_keeps_the_killed_pass_spend(tmp_path: Pat
 def test_ctrl_c_stops_the_campaign_cleanly_and_a_resume_finishes_it(tmp_path: Path, capsys, monkeypatch):
     folder = problems(tmp_path / "kb")
     out = tmp_path / "out"
-    with FakeMessagesApi([], responder=scripted_model(slow_s=1.5)) as api:
-        process = _campaign_in_a_process(folder, out, api)
-        try:
-            _wait_for_the_cheat_mid_pass(out, process)
-            process.send_signal(signal.SIGINT)  # Ctrl-C
-            err = process.communicate(timeout=60)[1].decode()
-        finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-    assert process.returncode == 1, err
+    def ctrl_c(process: subprocess.Popen) -> str:
+        process.send_signal(signal.SIGINT)
+        err = process.communicate(timeout=60)[1].decode()
+        assert process.returncode == 1, err
+        return err
+
+    err, _ = _stopped_mid_pass(folder, out, ctrl_c)
     assert "interrupted; run the same command again to resume" in err and "Traceback" not in err
     cheat = _state(out)["problems"][KEYS[1]]
     assert json.loads(Path(cheat["passes"][-1]["trajectory"]).read_text().splitlines()[-1])["kind"] == "end"

@@ -56,16 +56,22 @@ torch::Tensor relu(torch::Tensor x) {
 }
 """
 
-CUTE_RELU = _PRELUDE + f'''
-ext = load_inline(name="cute_relu_ext", cpp_sources="torch::Tensor relu(torch::Tensor x);",
-                  cuda_sources=r"""{CUTE_RELU_SOURCE}""", functions=["relu"],
+
+
+def _candidate(name: str, declaration: str, source: str, function: str, arguments: str) -> str:
+    """A KernelBench ModelNew whose forward is the load_inline extension's `function` with CuTe's headers."""
+    return _PRELUDE + f'''
+ext = load_inline(name="{name}", cpp_sources="{declaration}", cuda_sources=r"""{source}""", functions=["{function}"],
                   extra_include_paths=[CUTLASS_INCLUDE], extra_cuda_cflags=["--expt-relaxed-constexpr"])
 
 
 class ModelNew(nn.Module):
-    def forward(self, x):
-        return ext.relu(x)
+    def forward(self, {arguments}):
+        return ext.{function}({arguments})
 '''
+
+
+CUTE_RELU = _candidate("cute_relu_ext", "torch::Tensor relu(torch::Tensor x);", CUTE_RELU_SOURCE, "relu", "x")
 
 CUTE_GEMM_SOURCE = r"""
 #include <torch/extension.h>
@@ -143,16 +149,8 @@ torch::Tensor matmul(torch::Tensor a, torch::Tensor b) {
 }
 """
 
-CUTE_GEMM = _PRELUDE + f'''
-ext = load_inline(name="cute_gemm_ext", cpp_sources="torch::Tensor matmul(torch::Tensor a, torch::Tensor b);",
-                  cuda_sources=r"""{CUTE_GEMM_SOURCE}""", functions=["matmul"],
-                  extra_include_paths=[CUTLASS_INCLUDE], extra_cuda_cflags=["--expt-relaxed-constexpr"])
-
-
-class ModelNew(nn.Module):
-    def forward(self, A, B):
-        return ext.matmul(A, B)
-'''
+CUTE_GEMM = _candidate("cute_gemm_ext", "torch::Tensor matmul(torch::Tensor a, torch::Tensor b);", CUTE_GEMM_SOURCE,
+                       "matmul", "A, B")
 
 DSL_RELU = '''
 import torch
