@@ -21,18 +21,32 @@ NOTE_CHARS = 100  # the text table's reason column is cut here; bench.json and b
 def text_report(results: list[ProblemResult], metrics: BenchMetrics) -> str:
     baselines = list(metrics.fast_p)
     header = ["level", "id", "name", "verdict", "device", "ms", *(f"x{b}" for b in baselines), "note"]
-    rows = [[_or_dash(r.level), _or_dash(r.problem_id), r.name, r.verdict, r.device or "-", _number(r.candidate_ms),
-             *(_number(r.speedup.get(b)) for b in baselines), _cut(r.reason or "")] for r in results]
-    return "\n".join(_aligned([header, *rows]) + [""] + metrics_lines(metrics, "candidate"))
+    rows = [[_or_dash(r.level), _or_dash(r.problem_id), r.name, r.verdict, r.device or "-",
+             *_timed(r, [r.candidate_ms, *(r.speedup.get(b) for b in baselines)]), _cut(r.reason or "")]
+            for r in results]
+    cpu = any(r.device == "cpu" for r in results)
+    return "\n".join(_aligned([header, *rows]) + [""] + metrics_lines(metrics, "candidate", cpu))
 
 
-def metrics_lines(metrics: BenchMetrics, noun: str) -> list[str]:
-    """The verdict counts, the fast_p table and the geometric means, under a run's table."""
+def _timed(result: ProblemResult, figures: list[float | None]) -> list[str]:
+    """A row's time and speedups; a run on the CPU shows none (bench.json keeps them)."""
+    return ["cpu" if result.device == "cpu" and value is not None else _number(value) for value in figures]
+
+
+CPU_NOTE = ("timed on the CPU (Triton's interpreter, eager PyTorch on the CPU): times and speedups say nothing of a "
+            "GPU and vary between runs, so none are shown; bench.json keeps them")
+
+
+def metrics_lines(metrics: BenchMetrics, noun: str, cpu: bool = False) -> list[str]:
+    """The verdict counts, the fast_p table and the geometric means, under a run's table; with runs on the CPU,
+    a note instead of the speedup figures."""
     baselines = list(metrics.fast_p)
     counts = metrics.counts
     lines = [f"{metrics.problems} {noun}{'s' if metrics.problems != 1 else ''}: {counts['verified']} verified, "
              f"{counts['rejected']} rejected, {counts['unavailable']} unavailable"]
-    if baselines:
+    if cpu:
+        lines.append(CPU_NOTE)
+    elif baselines:
         thresholds = list(next(iter(metrics.fast_p.values())))
         table = [["fast_p", *(f"p={p:g}" for p in thresholds)]]
         table += [[f"vs {b}", *(_number(v) for v in metrics.fast_p[b].values())] for b in baselines]

@@ -60,8 +60,13 @@ def readable_ms(ms: float) -> str:
     return f"{ms * 1000:.3g} µs" if ms < 1 else f"{ms:.3g} ms"
 
 
+CPU_TIMINGS = "run on the CPU: timings not comparable"
+
+
 def summary(verdict: str, report: dict[str, Any] | None, reason: str = "") -> str:
-    """The code lens title: 'correct 5/5 · 1.84× eager · 0.97× compile · 3.1 ms' or why not."""
+    """The code lens title: 'correct 5/5 · 1.84× eager · 0.97× compile · 3.1 ms' or why not. A run on the CPU
+    (Triton's interpreter, eager PyTorch on the CPU) shows no times or speedups: they vary 2× between runs and
+    say nothing of a GPU."""
     if verdict == "unavailable" or report is None:
         return f"not verified: {reason}" if verdict == "unavailable" else f"rejected: {reason}"
     correctness = report["correctness"]
@@ -73,14 +78,16 @@ def summary(verdict: str, report: dict[str, Any] | None, reason: str = "") -> st
             problems.insert(0, correctness_code(worst.get("reason", "mismatch")))
         return f"rejected · {counts} · {', '.join(problems)}"
     parts = [counts]
-    cpu = " (CPU)" if report.get("device") == "cpu" else ""
-    for kind in ("eager", "compile"):
-        value = (report.get("speedup") or {}).get(kind)
-        if value is not None:
-            parts.append(f"{value:.3g}× {kind}{cpu}")
-    timing = report.get("timing") or {}
-    if timing.get("candidate"):
-        parts.append(readable_ms(timing["candidate"]["median_ms"]) + cpu)
+    if report.get("device") == "cpu":
+        parts.append(CPU_TIMINGS)  # the figures stay in the report; as ratios they would only mislead
+    else:
+        for kind in ("eager", "compile"):
+            value = (report.get("speedup") or {}).get(kind)
+            if value is not None:
+                parts.append(f"{value:.3g}× {kind}")
+        timing = report.get("timing") or {}
+        if timing.get("candidate"):
+            parts.append(readable_ms(timing["candidate"]["median_ms"]))
     if isolation_gaps(report):
         parts.append("not isolated")
     return " · ".join(parts)

@@ -238,7 +238,7 @@ def test_problems_hover_and_code_actions_in_code_server(code_server_dir: Path, t
     assert rows["broken.cu"]["detail"] == "1 error", summary
     # the optimized candidate, verified on the CPU worker after the preview was applied and saved
     relu = rows["relu.py"]["description"]
-    assert re.fullmatch(r"compiles · 1 kernel · verified [\d.]+× eager \(CPU\) · open", relu), summary
+    assert relu == "compiles · 1 kernel · verified (CPU) · open", summary  # no CPU timings as speedups
     assert rows["relu.py"]["icons"] == ["codicon-check"], summary
     assert re.fullmatch(r"\d+ kernel files? of \d+ scanned · watching: \w+ · \d+ queued", summary["placeholder"]), \
         summary["placeholder"]

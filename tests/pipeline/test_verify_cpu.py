@@ -391,7 +391,7 @@ async def test_honest_triton_candidate_is_verified_with_cpu_timing(sandbox: Sand
     assert report["timing"]["candidate"]["clock"] == "cpu-perf-counter" and report["speedup"]["eager"] > 0
     assert report["floor"]["bytes"] == 2 * 64 * 256 * 4
     title = summary("verified", report)
-    assert title.startswith("correct 4/4 · ") and "× eager (CPU)" in title and title.endswith("(CPU)")
+    assert title == "correct 4/4 · run on the CPU: timings not comparable"  # the figures stay in the report
     assert report_findings(report, "file:///c.py", HONEST) == []
 
 

@@ -13,14 +13,15 @@ from kernel_lsp.kinds.verify import verify_job
 from kernel_lsp.bench.metrics import ProblemResult, bench_metrics, fast_p, fast_p_curve, geometric_mean_speedup
 from kernel_lsp.bench.report import bench_json, html_report, read_results, text_report, write_json
 from kernel_lsp.verify.pairing import Pairing
+from kernel_lsp.verify.verdict import summary as verdict_summary
 
 BASELINES = ["eager", "compile"]
 
 
 def result(name: str, verdict: str = "verified", eager: float | None = None, compile: float | None = None,
-           reason: str | None = None) -> ProblemResult:
+           reason: str | None = None, device: str = "cuda") -> ProblemResult:
     return ProblemResult(candidate=f"{name}.py", reference=f"kb/level1/{name}.py", level=1, problem_id=len(name),
-                         name=name, verdict=verdict, device="cpu", speedup={"eager": eager, "compile": compile},
+                         name=name, verdict=verdict, device=device, speedup={"eager": eager, "compile": compile},
                          candidate_ms=1.5 if verdict == "verified" else None, reason=reason,
                          report={"verdict": verdict, "speedup": {"eager": eager, "compile": compile}})
 
@@ -97,6 +98,27 @@ def test_text_report_table_and_metrics():
     assert "5 candidates: 3 verified, 1 rejected, 1 unavailable" in text
     assert "vs eager    0.6  0.4  0.2    0" in text.splitlines()
     assert "geomean speedup vs compile: 0.775x over 2 correct candidates" in text
+
+
+def test_a_run_on_the_cpu_shows_no_times_or_speedups_and_says_why():
+    """Interpreter timings vary 2x between runs and say nothing of a GPU: the table shows 'cpu', the metrics a note;
+    the figures stay in the results (bench.json)."""
+    cpu_run = [result("Relu", eager=0.0002, compile=0.0004, device="cpu"), result("Add", "rejected", device="cpu",
+                                                                              reason="verify-mismatch")]
+    text = text_report(cpu_run, bench_metrics(cpu_run, BASELINES))
+    relu = next(line for line in text.splitlines() if line.startswith("1 ") and "Relu" in line)
+    assert relu.split()[4:8] == ["cpu", "cpu", "cpu", "cpu"] and "0.0002" not in text
+    assert "fast_p" not in text and "geomean" not in text and "timed on the CPU" in text
+    assert cpu_run[0].speedup["eager"] == 0.0002
+
+
+def test_the_lens_line_of_a_cpu_run_has_correctness_and_no_timings():
+    report = {"correctness": {"passed": 5, "trials": 5}, "speedup": {"eager": 0.000222, "compile": 0.000455},
+              "timing": {"candidate": {"median_ms": 40.0}}, "device": "cpu"}
+    assert verdict_summary("verified", report) == "correct 5/5 · run on the CPU: timings not comparable"
+    on_gpu = {**report, "device": "cuda", "speedup": {"eager": 1.84, "compile": 0.97},
+              "timing": {"candidate": {"median_ms": 3.1}}}
+    assert verdict_summary("verified", on_gpu) == "correct 5/5 · 1.84× eager · 0.97× compile · 3.1 ms"
 
 
 def test_problem_name_from_the_kernelbench_reference(tmp_path: Path):

@@ -143,6 +143,9 @@ function verifyLine(line: string): string | undefined {
   const parts = trimmed.split(" · ");
   const passed = /^correct (\d+)\/(\d+)$/.exec(parts[0]);
   if (passed && passed[1] === passed[2]) {
+    if (parts.some((part) => part.startsWith("run on the CPU"))) {
+      return "verified (CPU)"; // the server shows no CPU timings: they say nothing of a GPU
+    }
     const speedup = parts.find((part) => /× eager/.test(part)) ?? parts.find((part) => /×/.test(part));
     return speedup ? `verified ${speedup}` : "verified";
   }
