@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from lsprotocol import types
 
@@ -66,6 +66,15 @@ def code_lens(f: Finding) -> types.CodeLens:
     # the lens sits on the kernel's signature line; its title is the resource summary without the kernel name
     title = f.message.split(": ", 1)[1] if ": " in f.message else f.message
     return types.CodeLens(range=lsp_range(f.range), command=types.Command(title=f"ptxas {title}", command=""))
+
+
+def command_action(title: str, kind: str, command: str, arguments: list[Any] | None,
+                   disabled: str | None = None) -> types.CodeAction:
+    """A code action that runs `command`; with `disabled`, one the editor lists greyed out with that reason (only
+    for clients that show disabled actions: SettingsManager.disabled_actions)."""
+    return types.CodeAction(title=title, kind=kind, command=types.Command(title=title, command=command,
+                                                                          arguments=arguments),
+                            disabled=types.CodeActionDisabled(reason=disabled) if disabled else None)
 
 
 def kind_requested(kind: str, only: Sequence[str] | None) -> bool:

@@ -27,12 +27,14 @@ from lsprotocol import types
 
 from kernel_lsp.agent.setup import API_KEY_ENV
 from kernel_lsp.config import Settings
-from kernel_lsp.findings import uri_to_path
+from kernel_lsp.compile.units import CUDA_SUFFIXES
+from kernel_lsp.findings import path_to_uri, uri_to_path
+from kernel_lsp.kinds.files import load_sources
 from kernel_lsp.kinds.verify import verify_options
 from kernel_lsp.profile.locations import kernel_locations
-from kernel_lsp.server.convert import kind_requested
+from kernel_lsp.server.convert import command_action, kind_requested
 from kernel_lsp.server.feature import Feature
-from kernel_lsp.server.settings import SettingsManager
+from kernel_lsp.server.settings import SettingsManager, api_key_remedy
 from kernel_lsp.server.work_progress import WorkProgress
 from kernel_lsp.server.worker_feature import WorkerFeature
 from kernel_lsp.sources import parse_python
@@ -47,6 +49,9 @@ log = logging.getLogger(__name__)
 OPTIMIZE_COMMAND = "kernel-lsp.optimize"
 OPTIMIZE_ACTION_KIND = "refactor.rewrite.optimizeKernel"  # a rewrite of the code under the cursor: in the lightbulb
 OPTIMIZE_ACTION_TITLE = "Optimize this kernel"
+NO_REFERENCE = ("no reference to verify against: add Model to this file, a '# kernel-lsp: reference=PATH' header, "
+                "the 'references' setting, or name the file after a KernelBench problem")
+MAX_NEIGHBOURS = 200  # .py files read beside a .cu to find the candidate that builds it
 ANNOTATION_ID = "kernel-lsp.optimize"
 APPLY, KEEP = "Apply", "Keep mine"
 _PROGRESS_MESSAGE_CHARS = 160
@@ -95,20 +100,80 @@ class OptimizeFeature(Feature):
     # --- code action ----------------------------------------------------------------------------------------
 
     def code_actions(self, uri: str, span: types.Range, only: Sequence[str] | None) -> list[types.CodeAction]:
+        """On a kernel's name (a `.py`'s, or a `.cu`'s through the candidate that builds it), `class ModelNew`, or
+        `class Model` of a problem file. An action that cannot run is listed disabled with the reason, for clients
+        that show such actions (VS Code); others do not get it."""
         if not kind_requested(OPTIMIZE_ACTION_KIND, only):
             return []
         document = self._documents().get(uri)
         if document is None:
             return []
-        target = _target_at(uri, document.source, span)
-        if target == "Model":
-            title = f"{OPTIMIZE_ACTION_TITLE} (a new ModelNew in {new_candidate_path(uri_to_path(uri)).name})"
-        elif target is not None and isinstance(self._pair(uri, document.source), Pairing):
-            title = f"{OPTIMIZE_ACTION_TITLE} ({target})"
-        else:
+        try:
+            path = uri_to_path(uri)
+        except ValueError:
             return []
-        return [types.CodeAction(title=title, kind=OPTIMIZE_ACTION_KIND, command=types.Command(
-            title=OPTIMIZE_ACTION_TITLE, command=OPTIMIZE_COMMAND, arguments=[uri]))]
+        if path.suffix in CUDA_SUFFIXES:
+            found = self._through_candidate(path, document.source, span)
+            if found is None:
+                return []
+            title, run_uri, reason = found
+        else:
+            target = _target_at(uri, document.source, span)
+            if target is None:
+                return []
+            run_uri, reason = uri, None
+            if target == "Model":
+                title = f"{OPTIMIZE_ACTION_TITLE} (a new ModelNew in {new_candidate_path(path).name})"
+            else:
+                title = f"{OPTIMIZE_ACTION_TITLE} ({target})"
+                if not isinstance(self._pair(uri, document.source), Pairing):
+                    reason = NO_REFERENCE
+        reason = reason or self._no_key_reason()
+        if reason and not self.settings.disabled_actions:
+            return []
+        return [command_action(title, OPTIMIZE_ACTION_KIND, OPTIMIZE_COMMAND, [run_uri], reason)]
+
+    def _no_key_reason(self) -> str | None:
+        if self.settings.settings.anthropic_api_key or os.environ.get(API_KEY_ENV):
+            return None
+        return f"no Anthropic API key: {api_key_remedy(self.settings.client)}"
+
+    def _through_candidate(self, path: Path, text: str, span: types.Range) -> tuple[str, str, str | None] | None:
+        """(title, the candidate's URI, why it cannot run) for a `.cu` kernel within `span`; None for no kernel."""
+        kernel = next((name for name, location in kernel_locations({path.name: text}, {path.name: str(path)}).items()
+                       if span.start.line <= location.range.start.line <= span.end.line), None)
+        if kernel is None:
+            return None
+        for candidate, candidate_text in self._py_files_near(path):
+            if path.resolve() in load_sources(candidate, candidate_text):
+                candidate_uri = path_to_uri(candidate)
+                title = f"{OPTIMIZE_ACTION_TITLE} ({kernel}, through {candidate.name})"
+                paired = isinstance(self._pair(candidate_uri, candidate_text), Pairing)
+                return title, candidate_uri, None if paired else f"{candidate.name}: {NO_REFERENCE}"
+        return (f"{OPTIMIZE_ACTION_TITLE} ({kernel})", path_to_uri(path),
+                f"no candidate builds {path.name}: write a .py whose ModelNew loads it with cpp_extension.load "
+                "(load_inline for the agent's rewrites), beside a reference")
+
+    def _py_files_near(self, path: Path) -> list[tuple[Path, str]]:
+        """The open `.py` documents, then the `.py` files in the `.cu`'s folder (at most MAX_NEIGHBOURS)."""
+        found: dict[Path, str] = {}
+        for document in self._documents().values():
+            try:
+                open_path = uri_to_path(document.uri)
+            except ValueError:
+                continue
+            if open_path.suffix == ".py":
+                found[open_path.resolve()] = document.source
+        try:
+            neighbours = sorted(path.parent.glob("*.py"))[:MAX_NEIGHBOURS]
+        except OSError:
+            neighbours = []
+        for neighbour in neighbours:
+            if neighbour.resolve() not in found:
+                text = _read(neighbour)
+                if text is not None and "cpp_extension" in text:
+                    found[neighbour.resolve()] = text
+        return list(found.items())
 
     # --- the command ----------------------------------------------------------------------------------------
 
@@ -130,9 +195,9 @@ class OptimizeFeature(Feature):
             self._tell_user(f"kernel-lsp: {_name(uri)}: {start}", types.MessageType.Warning)
             return {"uri": uri, "status": "not-a-candidate", "message": start}
         settings = self.settings.settings
-        if not (settings.anthropic_api_key or os.environ.get(API_KEY_ENV)):
-            message = (f"kernel-lsp: no Anthropic API key: set {API_KEY_ENV} in the environment the editor starts "
-                       "kernel-lsp from (or the anthropicApiKey setting) to let the agent call Claude")
+        no_key = self._no_key_reason()
+        if no_key:
+            message = f"kernel-lsp: {no_key}, to let the agent call Claude"
             self._tell_user(message, types.MessageType.Error)
             return {"uri": uri, "status": "error", "message": message}
         try:

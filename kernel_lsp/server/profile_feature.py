@@ -27,7 +27,7 @@ from kernel_lsp.kinds.profile import profile_job, profile_options
 from kernel_lsp.profile.locations import Location, kernel_locations
 from kernel_lsp.profile.report import profile_findings, summary_line
 from kernel_lsp.server import compile_feature
-from kernel_lsp.server.convert import kind_requested, lsp_range
+from kernel_lsp.server.convert import command_action, kind_requested, lsp_range
 from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.feature import Feature
 from kernel_lsp.server.hover_card import CardFacts, hover_card
@@ -36,6 +36,7 @@ from kernel_lsp.server.profile_report import ceilings_from, point_from
 from kernel_lsp.server.settings import SettingsManager
 from kernel_lsp.server.work_progress import WorkProgress
 from kernel_lsp.server.worker_feature import WorkerFeature
+from kernel_lsp.sources import parse_python
 from kernel_lsp.verify.pairing import Pairing, ReferenceProblem, find_reference
 from kernel_lsp.worker.client import WorkerUnavailable
 from kernel_lsp.worker.protocol import Result
@@ -49,7 +50,7 @@ log = logging.getLogger(__name__)
 PRODUCER = "profile"
 PROFILE_COMMAND = "kernel-lsp.profile"
 IMPORT_COMMAND = "kernel-lsp.importProfile"
-PROFILE_ACTION_KIND = "source.profileKernel"  # under "source": it acts on the file, it does not fix a diagnostic
+PROFILE_ACTION_KIND = "refactor.inspect.profileKernel"  # in the lightbulb and Ctrl+. beside Optimize (not Source)
 PROFILE_ACTION_TITLE = "Profile this kernel"
 STATIC_SOURCE = "static: ptxas and SASS, no GPU run"
 
@@ -133,11 +134,29 @@ class ProfileFeature(Feature):
         if document is None:
             return []
         locations = self._locations_of(uri, document.source)
-        return [types.CodeAction(title=f"{PROFILE_ACTION_TITLE} ({name})", kind=PROFILE_ACTION_KIND,
-                                 command=types.Command(title=PROFILE_ACTION_TITLE, command=PROFILE_COMMAND,
-                                                       arguments=[uri, name]))
-                for name, location in locations.items()
-                if span.start.line <= location.range.start.line <= span.end.line]
+        actions = []
+        for name, location in locations.items():
+            if span.start.line <= location.range.start.line <= span.end.line:
+                reason = self._cannot_profile(uri, document.source, name)
+                if reason is None or self.settings.disabled_actions:
+                    actions.append(command_action(f"{PROFILE_ACTION_TITLE} ({name})", PROFILE_ACTION_KIND,
+                                                  PROFILE_COMMAND, [uri, name], reason))
+        return actions
+
+    def _cannot_profile(self, uri: str, text: str, kernel: str) -> str | None:
+        """Why a Python kernel (Triton, CuTe DSL) cannot be profiled: ncu needs a GPU, and the static profile
+        reads CUDA C++ only. Known once the worker is connected (or the settings ask for the CPU)."""
+        if not uri.endswith(".py"):
+            return None
+        model = parse_python(text)
+        if kernel not in {k.name for k in model.triton_kernels} | {k.name for k in model.cute_kernels}:
+            return None
+        settings = self.settings.settings
+        status = self.worker.known_status
+        no_gpu = settings.verify_device == "cpu" or (status is not None and status.state == "connected"
+                                                     and not status.gpu)
+        return ("needs a GPU: Python kernels (Triton, CuTe DSL) are profiled by ncu, and this worker has none; "
+                "a CPU machine profiles CUDA C++ statically" if no_gpu else None)
 
     # --- commands -------------------------------------------------------------------------------------------
 

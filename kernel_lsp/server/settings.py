@@ -1,4 +1,5 @@
-"""Settings layers for the server: [tool.kernel-lsp] < initializationOptions < workspace/configuration."""
+"""Settings layers for the server: [tool.kernel-lsp] < initializationOptions < workspace/configuration; and which
+client the server talks to (its name, whether it shows disabled code actions), for remedies that fit it."""
 
 from __future__ import annotations
 
@@ -23,8 +24,13 @@ class SettingsManager:
         self.client_config: dict[str, Any] = {}
         self.folders: list[Path] = []
         self.settings = Settings()
+        self.client = "other"  # vscode | neovim | other, from the initialize request's clientInfo
+        self.disabled_actions = False  # the client shows a code action's `disabled.reason`
 
     def initialize(self, params: types.InitializeParams) -> None:
+        self.client = client_family(params.client_info.name if params.client_info else "")
+        code_action = params.capabilities.text_document.code_action if params.capabilities.text_document else None
+        self.disabled_actions = bool(code_action and code_action.disabled_support)
         self.init_options = unwrap_section(params.initialization_options)
         uris = [f.uri for f in params.workspace_folders or []] or ([params.root_uri] if params.root_uri else [])
         self.folders = []
@@ -60,3 +66,22 @@ class SettingsManager:
                 self._warned.add(problem)
                 self._warn(f"kernel-lsp: {problem}")
         return self.settings
+
+
+def client_family(name: str) -> str:
+    """'vscode' for VS Code and its kin (code-server, VSCodium, Cursor), 'neovim', else 'other'."""
+    lowered = name.lower()
+    if any(word in lowered for word in ("visual studio code", "vscode", "code-server", "vscodium", "cursor")):
+        return "vscode"
+    return "neovim" if "neovim" in lowered or lowered == "nvim" else "other"
+
+
+def api_key_remedy(client: str) -> str:
+    """How a user of this client gives kernel-lsp the Anthropic API key."""
+    if client == "vscode":
+        return ('run "kernel-lsp: Set Anthropic API Key" from the Command Palette (the key is kept in VS Code\'s '
+                "secret storage)")
+    if client == "neovim":
+        return "start Neovim with ANTHROPIC_API_KEY set in its environment (the server inherits it)"
+    return ("set ANTHROPIC_API_KEY in the environment the editor starts kernel-lsp from, or the anthropicApiKey "
+            "setting")

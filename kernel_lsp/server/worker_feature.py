@@ -66,6 +66,11 @@ class WorkerFeature(Feature):
             return {**client.status.to_dict(), "message": str(exc)}
         return {**client.status.to_dict(), "pingMs": round(round_trip * 1000, 3)}
 
+    @property
+    def known_status(self) -> WorkerStatus | None:
+        """The worker's state as last seen (None before the first job); `gpu` is set once it connected."""
+        return self._client.status if self._client is not None else None
+
     async def close(self) -> None:
         if self._client is not None:
             await self._client.close()

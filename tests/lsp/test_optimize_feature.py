@@ -14,6 +14,7 @@ import pytest_lsp
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
+from kernel_lsp.findings import path_to_uri
 from tests.agent.fake_api import FakeMessagesApi, delayed, error_turn, text_turn, tool_use_turn
 from tests.agent.test_tools import REFERENCE, TRITON
 from tests.lsp.helpers import (
@@ -81,6 +82,17 @@ async def optimizing(lsp_client: LanguageClient, workspace: Path, api: FakeMessa
 async def keyless(lsp_client: LanguageClient, workspace: Path, api: FakeMessagesApi):
     settings = {k: v for k, v in cpu_settings(workspace, api).items() if k != "anthropicApiKey"}
     await lsp_client.initialize_session(initialize_params(workspace, settings))
+    yield
+    await lsp_client.shutdown_session()
+
+
+@pytest_lsp.fixture(config=CONFIG)
+async def keyless_vscode(lsp_client: LanguageClient, workspace: Path, api: FakeMessagesApi):
+    """No key, and the client says it is VS Code: the remedy is the extension's command."""
+    settings = {k: v for k, v in cpu_settings(workspace, api).items() if k != "anthropicApiKey"}
+    params = initialize_params(workspace, settings)
+    params.client_info = types.ClientInfo(name="Visual Studio Code", version="1.100.0")
+    await lsp_client.initialize_session(params)
     yield
     await lsp_client.shutdown_session()
 
@@ -186,6 +198,58 @@ async def test_a_missing_key_is_a_message_naming_the_variable_and_the_server_goe
     lenses = await keyless.text_document_code_lens_async(
         types.CodeLensParams(text_document=types.TextDocumentIdentifier(uri=uri)))
     assert lenses  # still answering
+
+
+async def optimize_actions(client: LanguageClient, uri: str, line: int) -> list[types.CodeAction]:
+    found = await client.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri),
+        range=types.Range(start=types.Position(line=line, character=0), end=types.Position(line=line, character=0)),
+        context=types.CodeActionContext(diagnostics=[])))
+    return [a for a in found or [] if a.kind == "refactor.rewrite.optimizeKernel"]
+
+
+async def test_without_a_key_the_action_is_disabled_with_the_clients_own_remedy(keyless_vscode: LanguageClient,
+                                                                                  workspace: Path):
+    uri = candidate_on_disk(keyless_vscode, workspace)
+    kernel_line = CANDIDATE.splitlines().index("def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):")
+    [action] = await optimize_actions(keyless_vscode, uri, kernel_line)
+    assert action.disabled is not None and "kernel-lsp: Set Anthropic API Key" in action.disabled.reason
+    assert "anthropicApiKey" not in action.disabled.reason  # a setting the extension does not have
+    answer = await optimize(keyless_vscode, uri)
+    assert answer["status"] == "error" and "Set Anthropic API Key" in answer["message"]
+
+
+CU_KERNEL = """__global__ void scale_kernel(float* x, float s, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= s;
+}
+"""
+BUILDS_THE_CU = """# kernel-lsp: reference=ref.py
+import torch.nn as nn
+from torch.utils.cpp_extension import load
+
+ext = load(name="scale_ext", sources=["scale.cu"])
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return ext.scale(x)
+"""
+
+
+async def test_a_cu_kernel_is_optimized_through_the_candidate_that_builds_it(optimizing: LanguageClient,
+                                                                              workspace: Path):
+    (workspace / "scale.cu").write_text(CU_KERNEL)
+    cu_uri = open_document(optimizing, workspace / "scale.cu", CU_KERNEL)
+    [alone] = await optimize_actions(optimizing, cu_uri, 0)  # no candidate loads it yet: disabled, with what to do
+    assert alone.title == "Optimize this kernel (scale_kernel)" and "no candidate builds scale.cu" in \
+        alone.disabled.reason
+    (workspace / "ref.py").write_text(REFERENCE)
+    (workspace / "scale_new.py").write_text(BUILDS_THE_CU)  # closed: found beside the .cu
+    [through] = await optimize_actions(optimizing, cu_uri, 0)
+    assert through.title == "Optimize this kernel (scale_kernel, through scale_new.py)" and through.disabled is None
+    assert list(through.command.arguments) == [path_to_uri(workspace / "scale_new.py")]
+    assert await optimize_actions(optimizing, cu_uri, 2) == []  # not on a kernel's name line
 
 
 async def test_a_document_edited_during_the_pass_is_left_alone(optimizing: LanguageClient, workspace: Path,

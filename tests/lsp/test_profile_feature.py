@@ -203,9 +203,8 @@ async def test_profile_action_is_offered_on_a_kernel_name(client: LanguageClient
     actions = await client.text_document_code_action_async(types.CodeActionParams(
         text_document=types.TextDocumentIdentifier(uri=uri), range=types.Range(start=at, end=at),
         context=types.CodeActionContext(diagnostics=[])))
-    assert len(actions) == 1
-    action = actions[0]
-    assert action.kind == "source.profileKernel" and action.title.startswith("Profile this kernel")
+    [action] = [a for a in actions if a.kind != "refactor.rewrite.optimizeKernel"]  # beside Optimize, in Ctrl+.
+    assert action.kind == "refactor.inspect.profileKernel" and action.title.startswith("Profile this kernel")
     assert action.command.command == "kernel-lsp.profile" and list(action.command.arguments) == [uri, "smem_conflict"]
 
     elsewhere = types.Position(line=0, character=0)
@@ -242,3 +241,26 @@ async def test_static_profile_without_a_gpu_marks_source_lines(client: LanguageC
     params = await wait_for_publish(client, uri, lambda p: any(d.code == "hint-local-memory" for d in p.diagnostics))
     local = next(d for d in params.diagnostics if d.code == "hint-local-memory")
     assert "buf[" in lines[local.range.start.line]  # on the source line (-lineinfo), not on the kernel's name
+
+
+@pytest.mark.parametrize("client", [{"verifyDevice": "cpu"}], indirect=True)
+async def test_a_triton_kernel_without_a_gpu_gets_the_action_disabled_with_the_reason(client: LanguageClient,
+                                                                                      workspace: Path):
+    """ncu profiles Python kernels; on the CPU there is no such profile, so the menu says so instead of failing
+    after a click. The load_inline CUDA kernel of the same file keeps its action (its static profile runs)."""
+    path = workspace / "mixed.py"
+    path.write_text(LOAD_INLINE)
+    uri = open_document(client, path, LOAD_INLINE)
+    lines = LOAD_INLINE.splitlines()
+
+    async def profile_actions(line: int) -> list[types.CodeAction]:
+        at = types.Position(line=line, character=0)
+        found = await client.text_document_code_action_async(types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), range=types.Range(start=at, end=at),
+            context=types.CodeActionContext(diagnostics=[])))
+        return [a for a in found or [] if a.kind == "refactor.inspect.profileKernel"]
+
+    [triton_action] = await profile_actions(lines.index("def tiny_grid(x_ptr):"))
+    assert triton_action.disabled is not None and "needs a GPU" in triton_action.disabled.reason
+    [cuda_action] = await profile_actions(next(i for i, t in enumerate(lines) if "void vec_add(" in t))
+    assert cuda_action.disabled is None
