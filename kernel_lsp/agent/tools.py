@@ -34,7 +34,7 @@ from kernel_lsp.kinds.cute_dsl import CuteDslOutcome, cute_dsl_job, dsl_arch
 from kernel_lsp.kinds.options import ProfileOptions, VerifyOptions, coerce
 from kernel_lsp.kinds.profile import ProfileOutcome, profile_job
 from kernel_lsp.kinds.verify import VerifyOutcome, verify_job
-from kernel_lsp.profile.worker_job import NO_GPU, ON_CPU
+from kernel_lsp.profile.worker_job import NO_GPU, NO_GPU_PLAIN, ON_CPU
 from kernel_lsp.sources import find_kernels, parse_python
 from kernel_lsp.worker.client import WorkerClient
 from kernel_lsp.worker.protocol import Job, Result
@@ -557,7 +557,7 @@ def static_feedback(report: dict[str, Any]) -> dict[str, Any]:
                         "sass": kernel.get("sass"), "line": kernel.get("line"),
                         "hints": [{"code": h.get("code"), "line": h.get("line"), "message": _cut(h.get("message", ""))}
                                   for h in hints[:MAX_HINTS]]})
-    problems = [_cut(p) for p in report.get("problems") or [] if p not in (ON_CPU, NO_GPU)]  # asked for: no news
+    problems = [_cut(p) for p in report.get("problems") or [] if p not in (ON_CPU, NO_GPU, NO_GPU_PLAIN)]  # asked for: no news
     return {"ok": bool(kernels), "kernels": kernels, "problems": problems}
 
 

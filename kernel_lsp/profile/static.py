@@ -52,6 +52,9 @@ class PlacedUnit:
     path: str  # the user's file the unit's lines map to
 
 
+CHECK_POINTER = "`kernel-lsp check {path}` shows the errors on their lines"  # the editor says: the Problems panel
+
+
 async def static_profile(files: dict[str, str], candidate: str, origins: dict[str, str] | None = None,
                          kernels: Sequence[str] = (), settings: Settings | None = None) -> dict[str, Any]:
     """A "static" ProfileReport of the candidate's CUDA: its .cu files and its load_inline CUDA strings (the
@@ -115,8 +118,7 @@ async def unit_profiles(placed: PlacedUnit, nvcc: Tool, torch: TorchHeaders | No
     result = await run_process(argv, timeout_s=settings.compile_timeout_s, cwd=str(directory))
     if result.timed_out or result.returncode != 0:
         why = "timed out" if result.timed_out else f"exit status {result.returncode}"
-        problems.append(f"nvcc could not compile {unit.label} ({why}): `kernel-lsp check {placed.path}` shows "
-                        "the errors on their lines")
+        problems.append(f"nvcc could not compile {unit.label} ({why}): {CHECK_POINTER.format(path=placed.path)}")
         return []
     resources = [r for r in parse_ptxas_verbose(result.stderr + "\n" + result.stdout) if r.is_entry]
     try:

@@ -41,6 +41,8 @@ from profilers.sass import (
 
 NO_GPU = ("no GPU visible to the worker: ncu, energy and the reference's kernel times need one; this is the "
           "static profile (ptxas resources and SASS) of the candidate's CUDA")
+NO_GPU_PLAIN = ("no GPU visible to the worker: ncu and energy need one; this is the static profile (ptxas resources "
+                "and SASS) of the file's CUDA")  # a file profiled without a reference
 ON_CPU = ("asked for on the CPU (device cpu): this is the static profile (ptxas resources and SASS) of the "
           "candidate's CUDA")
 STATIC_STANDS_IN = "ncu profiled no kernel: the static profile (ptxas and SASS) stands in"
@@ -53,7 +55,8 @@ async def profile_result(job: Job, options: ProfileOptions, context: JobContext,
     if not on_gpu:
         await context.progress(f"no GPU: static profile of {candidate}")
         report = await static_profile(job.source_files, candidate, origins, options.kernels)
-        report["problems"].insert(0, ON_CPU if options.device == "cpu" else NO_GPU)
+        no_gpu = NO_GPU if config.get("reference") else NO_GPU_PLAIN
+        report["problems"].insert(0, ON_CPU if options.device == "cpu" else no_gpu)
         return profile_job_result(report, job)
     return await gpu_profile(job, options, context)
 

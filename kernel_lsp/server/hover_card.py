@@ -33,6 +33,7 @@ class CardFacts:
     verify_summary: str | None = None  # the verify code lens's title: correctness, speedups, time
     chart_uri: str | None = None
     source: str | None = None  # where the profile came from: "ncu", "import-csv FILE", "static"
+    no_profile: str = NO_PROFILE  # what to say without a profile ("no profile: needs a GPU ..." where none can run)
 
 
 def hover_card(facts: CardFacts) -> str:
@@ -42,7 +43,7 @@ def hover_card(facts: CardFacts) -> str:
         blocks.append(f"verify: {facts.verify_summary}")
     if profile is None:
         blocks += [line for line in (resources_line(facts.resources),) if line]
-        blocks.append(f"_{NO_PROFILE}_")
+        blocks.append(f"_{facts.no_profile}_")
         return "\n\n".join(blocks)
     blocks += [line for line in (roofline_line(profile, facts.ceilings, facts.point),
                                  hints_block(profile.get("findings") or []),

@@ -14,6 +14,7 @@ import asyncio
 import dataclasses
 import hashlib
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,11 +27,13 @@ from kernel_lsp.findings import Finding, Position, uri_to_path
 from kernel_lsp.kinds.profile import profile_job, profile_options
 from kernel_lsp.profile.locations import Location, kernel_locations
 from kernel_lsp.profile.report import profile_findings, summary_line
+from kernel_lsp.profile.static import CHECK_POINTER
+from kernel_lsp.profile.worker_job import NO_GPU, NO_GPU_PLAIN, ON_CPU
 from kernel_lsp.server import compile_feature
 from kernel_lsp.server.convert import command_action, kind_requested, lsp_range
 from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.feature import Feature
-from kernel_lsp.server.hover_card import CardFacts, hover_card
+from kernel_lsp.server.hover_card import NO_PROFILE, CardFacts, hover_card
 from kernel_lsp.profile.report import imported_report
 from kernel_lsp.server.profile_report import ceilings_from, point_from
 from kernel_lsp.server.settings import SettingsManager
@@ -75,7 +78,7 @@ class ProfileFeature(Feature):
 
     def __init__(self, store: DiagnosticStore, settings: SettingsManager, worker: WorkerFeature,
                  documents: Callable[[], Mapping[str, OpenDocument]], progress: WorkProgress,
-                 tell_user: Callable[[str], None], verify_summary: Callable[[str], str | None],
+                 tell_user: Callable[..., None], verify_summary: Callable[[str], str | None],
                  chart_dir: Path, refresh_lenses: Callable[[], None] = lambda: None) -> None:
         self.store = store
         self.settings = settings
@@ -234,9 +237,13 @@ class ProfileFeature(Feature):
                                           f"{result.error or 'no reason given'}")
         report = result.metrics.get("profile") or {}
         kept = await self._keep(report, _source_label(report)) if report.get("kernels") else []
-        problems = list(report.get("problems") or [])
-        if problems:
-            self._tell_user(f"kernel-lsp: profile: {'; '.join(problems)}")
+        problems = [_in_the_editor(p) for p in report.get("problems") or []]
+        notes = [p for p in problems if p in DEVICE_NOTES]  # what was asked for on this machine: no warning
+        warnings = [p for p in problems if p not in DEVICE_NOTES]
+        if warnings:
+            self._tell_user(f"kernel-lsp: profile: {'; '.join(warnings)}")
+        if notes:
+            self._tell_user(f"kernel-lsp: profile: {'; '.join(notes)}", types.MessageType.Info)
         status = "ok" if report.get("source") == "ncu" and kept else "not-profiled"
         message = str(result.metrics.get("summary") or (summary_line(report) if report else "no report"))
         return {"uri": uri, "status": status, "source": report.get("source"), "kernels": kept,
@@ -278,7 +285,10 @@ class ProfileFeature(Feature):
         resources = tuple(entry for f in self.store.findings(uri, compile_feature.PRODUCER)
                           if f.code == "ptxas-resources" and f.data and f.data.get("kernel") == name
                           for entry in f.data.get("resources", []))
-        common = dict(kernel=name, resources=resources, verify_summary=self._verify_summary(uri))
+        document = self._documents().get(uri)
+        cannot = self._cannot_profile(uri, document.source, name) if document is not None else None
+        common = dict(kernel=name, resources=resources, verify_summary=self._verify_summary(uri),
+                      no_profile=f"no profile: {cannot}" if cannot else NO_PROFILE)
         if kept is None:
             return CardFacts(**common)
         # a file:// link, not a data: URI: the hover stays a few hundred bytes, clients that show markdown as
@@ -387,6 +397,15 @@ def _path_of(uri: str) -> Path | None:
         return None
 
 
+DEVICE_NOTES = frozenset({NO_GPU, NO_GPU_PLAIN, ON_CPU})
+_CHECK_POINTER = re.compile(re.escape(CHECK_POINTER).replace(re.escape("{path}"), ".+?") + "$")
+
+
+def _in_the_editor(problem: str) -> str:
+    """A profile problem as the editor says it: compile errors are in the Problems panel, not behind a command."""
+    return _CHECK_POINTER.sub("its errors are on their lines in the Problems panel", problem)
+
+
 def setup(server: KernelLanguageServer) -> ProfileFeature:
     from kernel_lsp.server.verify_feature import VerifyFeature
 
@@ -394,7 +413,7 @@ def setup(server: KernelLanguageServer) -> ProfileFeature:
     profile = ProfileFeature(server.diagnostics, server.settings, server.get_feature(WorkerFeature),
                              documents=lambda: server.workspace.text_documents,
                              progress=WorkProgress(server.work_done_progress, server.supports_work_done_progress),
-                             tell_user=lambda m: server.show(m, types.MessageType.Warning),
+                             tell_user=lambda m, kind=types.MessageType.Warning: server.show(m, kind),
                              verify_summary=verify.result_summary, chart_dir=cache_dir() / "charts",
                              refresh_lenses=server.refresh_code_lenses)
     verify.energy_note = profile.energy_note  # the verify lens shows the energy a profile of the same text read

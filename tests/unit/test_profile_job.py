@@ -9,7 +9,7 @@ import pytest
 
 from kernel_lsp.findings import Severity
 from kernel_lsp.kinds.profile import profile_job
-from kernel_lsp.profile.worker_job import NO_GPU, ON_CPU
+from kernel_lsp.profile.worker_job import NO_GPU_PLAIN, ON_CPU
 from kernel_lsp.worker.client import WorkerClient
 from kernel_lsp.worker.protocol import Job, Result
 from tests.unit.test_profile_static import LOAD_INLINE_CANDIDATE, LOCAL_ARRAY_LINE
@@ -72,7 +72,7 @@ async def profile_on_a_worker(tmp_path: Path, options: dict, *, cpu_only: bool =
 async def test_the_worker_gives_the_static_profile_on_the_python_lines_without_a_gpu(tmp_path: Path):
     result = await profile_on_a_worker(tmp_path, {}, cpu_only=True)
     report = result.metrics["profile"]
-    assert report["source"] == "static" and report["problems"][0] == NO_GPU
+    assert report["source"] == "static" and report["problems"][0] == NO_GPU_PLAIN  # no reference: none named
     assert result.metrics["summary"].startswith("1 kernel (static): gather_kernel")
     local = next(f for f in result.findings if f["code"] == "hint-local-memory")
     assert local["uri"].endswith(f"{tmp_path.name}/cand.py")
