@@ -44,7 +44,7 @@ class Settings:
     compile_on_change: bool = True
     compile_timeout_s: float = 120.0
     max_parallel_compiles: int = 2
-    resource_usage: str = "both"
+    resource_usage: str = "codeLens"  # a lens per kernel; "both" adds an Information diagnostic
     checks: dict[str, bool] = field(default_factory=lambda: {name: True for name in CHECK_NAMES})
     ignore: tuple[str, ...] = ()  # finding codes (or code prefixes ending in '*') never reported
     worker: str = ""  # empty: a local worker started on the first job; or unix:PATH / tcp:HOST:PORT

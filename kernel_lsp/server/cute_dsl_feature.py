@@ -13,9 +13,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lsprotocol import types
+
 from kernel_lsp.findings import Finding, Range, Severity, uri_to_path
 from kernel_lsp.kinds.cute_dsl import CuteDslOutcome, cute_dsl_job, dsl_arch
-from kernel_lsp.server.convert import OpenDocument, client_uri, open_texts, uris_by_path
+from kernel_lsp.server.convert import OpenDocument, client_uri, code_lens, open_texts, uris_by_path
 from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.feature import Feature
 from kernel_lsp.server.settings import SettingsManager
@@ -34,8 +36,10 @@ SOURCE = "kernel-lsp"
 
 class CuteDslFeature(Feature):
     def __init__(self, store: DiagnosticStore, settings: SettingsManager, worker: WorkerFeature,
-                 documents: Callable[[], Mapping[str, OpenDocument]]) -> None:
+                 documents: Callable[[], Mapping[str, OpenDocument]],
+                 refresh_lenses: Callable[[], None] = lambda: None) -> None:
         self.store = store
+        self._refresh_lenses = refresh_lenses
         self.settings = settings
         self.worker = worker
         self._documents = documents
@@ -54,6 +58,12 @@ class CuteDslFeature(Feature):
             task.cancel()
         self._publish(uri, [])
         self._published.pop(uri, None)
+
+    def code_lenses(self, uri: str) -> list[types.CodeLens]:
+        """Each compiled kernel's figures as a lens on its name, as the compile check's (the resourceUsage setting)."""
+        if self.settings.settings.resource_usage not in ("codeLens", "both"):
+            return []
+        return [code_lens(f) for f in self.store.findings(uri, PRODUCER) if f.code == "ptxas-resources"]
 
     def _check(self, uri: str, text: str) -> None:
         try:
@@ -93,6 +103,7 @@ class CuteDslFeature(Feature):
         if self._tasks.get(uri) is asyncio.current_task():
             self._tasks.pop(uri)
             self._publish(uri, findings)
+            self._refresh_lenses()
 
     def _note(self, uri: str, message: str) -> Finding:
         return Finding(uri, Range.line(0), Severity.INFORMATION, SOURCE, "cute-dsl-unavailable", message)
@@ -120,4 +131,4 @@ def _version(documents: Mapping[str, OpenDocument], uri: str) -> int | None:
 
 def setup(server: KernelLanguageServer) -> CuteDslFeature:
     return CuteDslFeature(server.diagnostics, server.settings, server.get_feature(WorkerFeature),
-                          documents=lambda: server.workspace.text_documents)
+                          documents=lambda: server.workspace.text_documents, refresh_lenses=server.refresh_code_lenses)

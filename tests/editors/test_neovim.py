@@ -324,3 +324,43 @@ def test_edit_handler_declines_annotated_edits_without_a_ui_and_applies_plain_on
     assert document.read_text() == "old = 1\n"  # neither applied edit saved it, and the create left it alone
     assert result["request"] is None  # vim.NIL: no answer to the server's question
     assert any("not applied" in entry["text"] for entry in result["shown"] if entry["kind"] == "notify")
+
+
+@pytest.mark.nvcc
+@needs_nvcc
+def test_code_lenses_show_the_kernels_figures_after_attach_and_after_a_save(nvim: str, tmp_path: Path):
+    """resourceUsage's default is the lens alone: Neovim fetches lenses on attach, on save and on the server's
+    workspace/codeLens/refresh, so the figures show as virtual text, and no diagnostic is left for a healthy kernel."""
+    document = tmp_path / "good.cu"
+    document.write_text(GOOD)
+    setup = f'require("kernel_lsp").setup({{ python = {lua(sys.executable)} }})'
+    two = GOOD + "__global__ void twice(float* p){ p[threadIdx.x] *= 3.0f; }\n"
+    result = run_nvim(nvim, tmp_path, document, setup, f"""
+  local function titles()
+    local found = {{}}
+    for _, lens in ipairs(vim.lsp.codelens.get(0)) do
+      if lens.command and lens.command.title then table.insert(found, lens.command.title) end
+    end
+    return found
+  end
+  out.first = vim.wait(30000, function() return #titles() == 1 end, 50)
+  out.titles = titles()
+  out.diagnostics = #vim.diagnostic.get(0)
+  vim.api.nvim_buf_set_lines(0, 0, -1, false, vim.split({lua(two.rstrip())}, "\\n"))
+  vim.cmd("silent write")
+  out.second = vim.wait(30000, function() return #titles() == 2 end, 50)
+  out.after_save = titles()
+  out.virtual = 0  -- lines whose virtual text shows a lens
+  for _, ns in pairs(vim.api.nvim_get_namespaces()) do
+    for _, mark in ipairs(vim.api.nvim_buf_get_extmarks(0, ns, 0, -1, {{ details = true }})) do
+      for _, chunk in ipairs(mark[4].virt_text or {{}}) do
+        if chunk[1]:find("ptxas sm_90", 1, true) then out.virtual = out.virtual + 1 end
+      end
+    end
+  end
+""")
+    assert result["first"], f"no code lens within 30 s: {result}"
+    assert result["titles"][0].startswith("ptxas sm_90: ") and "registers" in result["titles"][0], result
+    assert result["diagnostics"] == 0
+    assert result["second"] and len(result["after_save"]) == 2, result
+    assert result["virtual"] == 2  # shown: the lens's text beside each kernel

@@ -11,6 +11,10 @@ from pytest_lsp import LanguageClient
 from tests.lsp.helpers import initialize_params, server_config
 
 
+# these tests read a kernel's ptxas figures as a diagnostic (the default is a code lens only: test_cuda_diagnostics)
+FIGURES_AS_DIAGNOSTICS = {"resourceUsage": "both"}
+
+
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
     return tmp_path
@@ -18,7 +22,7 @@ def workspace(tmp_path: Path) -> Path:
 
 @pytest_lsp.fixture(config=server_config())
 async def client(lsp_client: LanguageClient, workspace: Path):
-    await lsp_client.initialize_session(initialize_params(workspace, {"debounceMs": 50}))
+    await lsp_client.initialize_session(initialize_params(workspace, {"debounceMs": 50, **FIGURES_AS_DIAGNOSTICS}))
     yield
     await lsp_client.shutdown_session()
 
@@ -28,6 +32,7 @@ async def client(lsp_client: LanguageClient, workspace: Path):
 @pytest_lsp.fixture(config=server_config())
 async def configured_client(lsp_client: LanguageClient, workspace: Path, request):
     """A client whose initializationOptions come from indirect parametrization."""
-    await lsp_client.initialize_session(initialize_params(workspace, {"debounceMs": 50, **request.param}))
+    await lsp_client.initialize_session(initialize_params(workspace, {"debounceMs": 50, **FIGURES_AS_DIAGNOSTICS,
+                                                                      **request.param}))
     yield
     await lsp_client.shutdown_session()

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
+import pytest_lsp
 from lsprotocol import types
 from pytest_lsp import LanguageClient
 
 from tests.conftest import FIXTURES
-from tests.lsp.helpers import codes, needs_nvcc, open_document, replace_document, save_document, wait_for_publish
+from tests.lsp.helpers import (
+    codes,
+    initialize_params,
+    needs_nvcc,
+    open_document,
+    replace_document,
+    save_document,
+    server_config,
+    wait_for_publish,
+)
 
 BAD = "__global__ void f(int* p){ int x = ; p[0] = y; }\n"
 GOOD = "__global__ void f(int* p){ int x = 1; p[0] = x; }\n"
@@ -132,3 +143,30 @@ async def test_unsaved_buffer_is_compiled_with_includes_relative_to_the_real_fil
     uri = open_document(client, path, '#include "inc/consts.cuh"\n__global__ void k(int* p) { p[0] = WIDTH; }\n')
     params = await wait_for_publish(client, uri, lambda p: bool(p.diagnostics))
     assert codes(params) == ["ptxas-resources"]
+
+
+@pytest_lsp.fixture(config=server_config())
+async def default_client(lsp_client: LanguageClient, workspace: Path):
+    await lsp_client.initialize_session(initialize_params(workspace, {"debounceMs": 50}))
+    yield
+    await lsp_client.shutdown_session()
+
+
+async def test_by_default_a_healthy_kernel_has_a_lens_and_no_problem_while_a_spill_is_a_warning(
+        default_client: LanguageClient, workspace: Path):
+    """resourceUsage defaults to the code lens: the Problems panel holds no entry per healthy kernel."""
+    client = default_client
+    uri = open_document(client, workspace / "good.cu", GOOD)
+    await wait_for_publish(client, uri, lambda p: True)
+    lenses: list[types.CodeLens] = []
+    for _ in range(200):
+        lenses = await client.text_document_code_lens_async(
+            types.CodeLensParams(text_document=types.TextDocumentIdentifier(uri=uri))) or []
+        if lenses:
+            break
+        await asyncio.sleep(0.05)
+    assert [lens.command.title.startswith("ptxas sm_90: ") for lens in lenses] == [True], lenses
+    assert all(not p.diagnostics for _, p in client.published if p.uri == uri)
+    heavy = open_document(client, workspace / "heavy.cu", SPILLING)
+    params = await wait_for_publish(client, heavy, lambda p: bool(p.diagnostics))
+    assert codes(params) == ["ptxas-spill"]

@@ -17,6 +17,7 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 
 from kernel_lsp.findings import uri_to_path
 from tests.conftest import FIXTURES
+from tests.lsp.conftest import FIGURES_AS_DIAGNOSTICS
 from tests.lsp.helpers import (
     SERVER,
     initialize_params,
@@ -66,7 +67,7 @@ CONFIG = ClientServerConfig(server_command=SERVER, client_factory=code_action_cl
 
 @pytest_lsp.fixture(config=CONFIG)
 async def client(lsp_client: LanguageClient, workspace: Path, request):
-    options = {"debounceMs": 50, "compileOnChange": False, **getattr(request, "param", {})}
+    options = {"debounceMs": 50, "compileOnChange": False, **FIGURES_AS_DIAGNOSTICS, **getattr(request, "param", {})}
     await lsp_client.initialize_session(initialize_params(workspace, options))
     yield
     await lsp_client.shutdown_session()

@@ -15,6 +15,7 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 
 from kernel_lsp.findings import path_to_uri
 from kernel_lsp.jobs.disk_cache import DiskCache
+from tests.lsp.conftest import FIGURES_AS_DIAGNOSTICS
 from tests.lsp.helpers import (
     SERVER,
     codes,
@@ -43,7 +44,7 @@ class Setup:
         self.nvcc, self.log = nvcc_wrapper(tools)
 
     def options(self, **more) -> dict:
-        return {"debounceMs": 50, "nvccPath": str(self.nvcc), "watch": "watchdog", **more}
+        return {"debounceMs": 50, "nvccPath": str(self.nvcc), "watch": "watchdog", **FIGURES_AS_DIAGNOSTICS, **more}
 
 
 @pytest.fixture

@@ -188,6 +188,28 @@ function M.apply_edit(_, params, ctx, _)
   return { applied = true }
 end
 
+-- Code lenses (ptxas figures, verdicts) as virtual text: vim.lsp.codelens shows what it last fetched for a buffer,
+-- so the plugin fetches again on attach, on save and when the server asks (workspace/codeLens/refresh).
+function M.refresh_lenses(bufnr)
+  if not (vim.api.nvim_buf_is_valid(bufnr) and vim.api.nvim_buf_is_loaded(bufnr)) then
+    return
+  end
+  vim.api.nvim_buf_call(bufnr, function()
+    pcall(vim.lsp.codelens.refresh) -- 0.7 refreshes the current buffer; later versions too, by default
+  end)
+end
+
+function M.codelens_refresh(_, _, ctx, _)
+  vim.schedule(function()
+    for _, bufnr in ipairs(vim.api.nvim_list_bufs()) do
+      if vim.lsp.buf_is_attached(bufnr, ctx.client_id) then
+        M.refresh_lenses(bufnr)
+      end
+    end
+  end)
+  return vim.NIL
+end
+
 -- Kept for :KernelLspStatus and statuslines; the server itself tells the user when the worker fails.
 function M.worker_status_changed(_, result, ctx, _)
   M.worker_status[ctx.client_id] = result
@@ -201,6 +223,7 @@ function M.for_client()
     ["window/showMessageRequest"] = M.show_message_request,
     ["workspace/applyEdit"] = M.apply_edit,
     ["kernelLsp/workerStatus"] = M.worker_status_changed,
+    ["workspace/codeLens/refresh"] = M.codelens_refresh,
   }
 end
 

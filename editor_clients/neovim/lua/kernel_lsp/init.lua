@@ -65,6 +65,8 @@ local function capabilities()
     documentChanges = true,
     changeAnnotationSupport = { groupsOnLabel = false },
   })
+  -- handlers.codelens_refresh fetches the lenses again when the server says they changed
+  capabilities.workspace.codeLens = { refreshSupport = true }
   return capabilities
 end
 
@@ -80,6 +82,9 @@ local function client_config(root)
     handlers = handlers.for_client(),
     on_init = function()
       workspace.schedule_visible(running_ids) -- what the windows show, once the server can hear it
+    end,
+    on_attach = function(_, bufnr)
+      handlers.refresh_lenses(bufnr)
     end,
     on_exit = function(code, signal, client_id)
       handlers.tasks[client_id] = nil
@@ -325,6 +330,15 @@ function M.setup(options)
     callback = function()
       if next(clients) then
         workspace.schedule_visible(running_ids)
+      end
+    end,
+  })
+  -- the lenses of a saved buffer (the server also asks, with workspace/codeLens/refresh, once its checks end)
+  vim.api.nvim_create_autocmd("BufWritePost", {
+    group = group,
+    callback = function(args)
+      if M.client(args.buf) then
+        handlers.refresh_lenses(args.buf)
       end
     end,
   })
