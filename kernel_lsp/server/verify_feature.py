@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from lsprotocol import types
 
 from kernel_lsp.config import Settings
 from kernel_lsp.findings import Finding, Range, Severity, path_to_uri, uri_to_path
+from kernel_lsp.jobs.cache import ResultCache
 from kernel_lsp.kinds.verify import VerifyOutcome, verify_job, verify_options
 from kernel_lsp.server.convert import OpenDocument, client_uri, lsp_range, open_texts, uris_by_path
 from kernel_lsp.server.diagnostics import DiagnosticStore
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PRODUCER = "verify"
+REMEMBERED = "verify-verdict"  # the kind of a verdict's entry in the on-disk cache
 VERIFY_COMMAND = "kernel-lsp.verify"
 SOURCE = "kernel-lsp"
 STALE = " (before your last edit)"
@@ -103,6 +106,17 @@ def outcome_of(result: Result) -> tuple[str, str, list[Finding]]:
     return "unavailable", message, []
 
 
+def age(seconds: float) -> str:
+    """'verified just now', '12 min ago', '3 h ago', '2 days ago': how old a remembered verdict is."""
+    if seconds < 60:
+        return "verified just now"
+    for unit, size in (("day", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            count = int(seconds // size)
+            return f"verified {count} {unit}{'s' if unit == 'day' and count != 1 else ''} ago"
+    return "verified just now"
+
+
 def unavailable_finding(uri: str, message: str) -> Finding:
     return Finding(uri, Range.line(0), Severity.ERROR, SOURCE, "verify-unavailable", message)
 
@@ -114,8 +128,9 @@ class VerifyFeature(Feature):
     def __init__(self, store: DiagnosticStore, settings: SettingsManager, worker: WorkerFeature,
                  documents: Callable[[], Mapping[str, OpenDocument]], progress: Any,
                  supports_progress: Callable[[], bool], tell_user: Callable[[str], None],
-                 refresh_lenses: Callable[[], None]) -> None:
+                 refresh_lenses: Callable[[], None], results: ResultCache | None = None) -> None:
         self.store = store
+        self._results = results  # its `disk` (the workspace's on-disk cache) keeps verdicts across restarts
         self.settings = settings
         self.worker = worker
         self._documents = documents
@@ -133,10 +148,18 @@ class VerifyFeature(Feature):
     # --- document hooks -------------------------------------------------------------------------------------
 
     def document_open(self, uri: str, version: int | None, text: str) -> None:
-        """Opening finds the reference (cheap) so the lens can offer a run; it never starts one."""
+        """Opening finds the reference (cheap) so the lens can offer a run; it never starts one. A verdict kept on
+        disk for exactly these files and options (after a restart) is shown again, with its age."""
         found = self._pair(uri, text)
         if isinstance(found, Pairing) and uri not in self._runs:
-            self._runs[uri] = VerifyRun("idle", found.reference)
+            remembered = self._remembered(found)
+            if remembered is None:
+                self._runs[uri] = VerifyRun("idle", found.reference)
+            else:
+                run, findings = remembered
+                self._runs[uri] = run
+                self._publish(uri, findings)
+                self._refresh_lenses()
 
     def document_save(self, uri: str, version: int | None, text: str) -> None:
         if not self.settings.settings.verify_on_save:
@@ -341,11 +364,11 @@ class VerifyFeature(Feature):
                     await self._wait_for_open_runs(uri)
                     log.info("verifying %s (closed) against %s (%s)", pairing.candidate.name, pairing.reference,
                              pairing.how)
-                    text, state, summary, findings = await self._outcome(uri, pairing, None, texts)
+                    key, text, state, summary, findings = await self._outcome(uri, pairing, None, texts)
             else:
                 log.info("verifying %s against %s (%s)", pairing.candidate.name, pairing.reference, pairing.how)
                 progress = await self._begin_progress(pairing)
-                text, state, summary, findings = await self._outcome(uri, pairing, progress, texts)
+                key, text, state, summary, findings = await self._outcome(uri, pairing, progress, texts)
         except asyncio.CancelledError:
             self._end_progress(progress, "cancelled")
             if self._tasks.get(uri) is asyncio.current_task():  # cancelled by the user, not replaced by a newer run
@@ -361,6 +384,7 @@ class VerifyFeature(Feature):
         self._background.discard(uri)
         if state == "done":
             self._runs[uri] = VerifyRun("done", pairing.reference, text, summary=summary)
+            self._remember(key, summary, findings)
         else:
             self._runs[uri] = VerifyRun("unavailable", pairing.reference, text, message=summary)
             findings = [unavailable_finding(uri, summary)]
@@ -376,23 +400,50 @@ class VerifyFeature(Feature):
                   for other, task in self._tasks.items() if other != uri):
             await asyncio.sleep(0.1)
 
-    async def _outcome(self, uri: str, pairing: Pairing, progress: str | None,
-                       texts: Mapping[Path, str] | None) -> tuple[str | None, str, str, list[Finding]]:
-        """(candidate text verified, state, summary or message, findings)."""
-        text = None
+    async def _outcome(self, uri: str, pairing: Pairing, progress: str | None, texts: Mapping[Path, str] | None
+                       ) -> tuple[str | None, str | None, str, str, list[Finding]]:
+        """(the job's cache key, candidate text verified, state, summary or message, findings)."""
+        key = text = None
         try:
             job = candidate_job(pairing, self.settings.settings, texts)
-            text = job.source_files[job.config["candidate"]]
+            key, text = job.content_hash, job.source_files[job.config["candidate"]]
             client = self.worker.client(self.settings.settings)
             result = await client.run(job, progress=lambda m, f: self._report_progress(progress, m, f))
         except WorkerUnavailable as exc:
-            return text, "unavailable", str(exc), []
+            return key, text, "unavailable", str(exc), []
         except OSError as exc:
-            return text, "unavailable", f"cannot read the files to verify: {exc}", []
+            return key, text, "unavailable", f"cannot read the files to verify: {exc}", []
         except Exception as exc:  # a bug here becomes a diagnostic, not a lens stuck on "verifying…"
             log.exception("verifying %s failed", uri)
-            return text, "unavailable", f"kernel-lsp could not verify this file ({type(exc).__name__}: {exc})", []
-        return (text, *outcome_of(result))
+            return key, text, "unavailable", f"kernel-lsp could not verify this file ({type(exc).__name__}: {exc})", []
+        return (key, text, *outcome_of(result))
+
+    # --- verdicts across restarts ---------------------------------------------------------------------------
+
+    def _remember(self, key: str | None, summary: str, findings: list[Finding]) -> None:
+        disk = self._results.disk if self._results is not None else None
+        if disk is not None and key:
+            disk.put(key, {"kind": REMEMBERED, "summary": summary, "at": time.time(),
+                           "findings": [f.to_dict() for f in findings]})
+
+    def _remembered(self, pairing: Pairing) -> tuple[VerifyRun, list[Finding]] | None:
+        """The verdict kept for the files as the editor shows them now (the job's content-addressed key)."""
+        disk = self._results.disk if self._results is not None else None
+        if disk is None:
+            return None
+        try:
+            job = candidate_job(pairing, self.settings.settings, self._open_texts())
+        except OSError:
+            return None
+        value = disk.get(job.content_hash)
+        if not value or value.get("kind") != REMEMBERED:
+            return None
+        try:
+            findings = [Finding.from_dict(f) for f in value.get("findings") or []]
+            summary = f"{value['summary']} ({age(time.time() - float(value['at']))})"
+        except (KeyError, TypeError, ValueError):  # an entry of another layout: verified again when asked
+            return None
+        return VerifyRun("done", pairing.reference, job.source_files[job.config["candidate"]], summary=summary), findings
 
     # --- publishing ------------------------------------------------------------------------------------------
 
@@ -456,4 +507,4 @@ def setup(server: KernelLanguageServer) -> VerifyFeature:
                          documents=lambda: server.workspace.text_documents, progress=server.work_done_progress,
                          supports_progress=server.supports_work_done_progress,
                          tell_user=lambda m: server.show(m, types.MessageType.Warning),
-                         refresh_lenses=server.refresh_code_lenses)
+                         refresh_lenses=server.refresh_code_lenses, results=server.results)
