@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernel_lsp.findings import Finding, Range, Severity, path_to_uri
+from kernel_lsp.findings import Finding, Position, Range, Severity, path_to_uri
 from kernel_lsp.profile.locations import Location
 from profilers.hints import Hint
 from profilers.hints.ncu_rules import kernel_report
@@ -133,15 +133,17 @@ def hint_dict(hint: Hint, file: str | None = None, line: int | None = None) -> d
 
 # --- findings -------------------------------------------------------------------------------------------
 
-def profile_findings(report: dict[str, Any], locations: dict[str, Location], fallback_file: str) -> list[Finding]:
-    """One finding per kernel hint: on its source line when known, else on the kernel's name, else on line 1;
-    a kernel launched several times gives each distinct finding once."""
+def profile_findings(report: dict[str, Any], locations: dict[str, Location], fallback_file: str,
+                     texts: dict[str, str] | None = None) -> list[Finding]:
+    """One finding per kernel hint: on its source line when known (the line's code, from its indentation to its
+    end, where `texts` holds the file: path -> text), else on the kernel's name, else on line 1; a kernel launched
+    several times gives each distinct finding once."""
     findings: dict[tuple, Finding] = {}
     for kernel in report["kernels"]:
         where = locations.get(kernel["kernel"])
         for hint in kernel["findings"]:
             if hint.get("file") and hint.get("line"):
-                uri, rng = path_to_uri(hint["file"]), Range.line(hint["line"] - 1)
+                uri, rng = path_to_uri(hint["file"]), code_range((texts or {}).get(hint["file"]), hint["line"] - 1)
             elif where is not None:
                 uri, rng = path_to_uri(where.file), where.range
             else:
@@ -152,6 +154,15 @@ def profile_findings(report: dict[str, Any], locations: dict[str, Location], fal
                                     "speedupType": hint["speedup_type"], "producer": "profile"})
             findings.setdefault((uri, rng, finding.code, finding.message), finding)
     return list(findings.values())
+
+
+def code_range(text: str | None, line: int) -> Range:
+    """The code of a 0-based line, without its indentation and trailing spaces; the line's start without the text."""
+    lines = text.splitlines() if text is not None else []
+    if not 0 <= line < len(lines) or not lines[line].strip():
+        return Range.line(line)
+    code = lines[line].rstrip()
+    return Range(Position(line, len(code) - len(code.lstrip())), Position(line, len(code)))
 
 
 def gain_text(hint: dict[str, Any]) -> str:

@@ -65,7 +65,8 @@ def profile_job_result(report: dict[str, Any], job: Job, artifacts: dict[str, An
     origins = job.config.get("origins") or {}
     candidate = job.config["candidate"]
     locations = kernel_locations(candidate_files(job), origins)
-    findings = profile_findings(report, locations, origins.get(candidate, candidate))
+    texts = {origins.get(name, name): text for name, text in job.source_files.items()}
+    findings = profile_findings(report, locations, origins.get(candidate, candidate), texts)
     return Result("ok", [f.to_dict() for f in findings], {"profile": report, "summary": summary_line(report)},
                   artifacts or {})
 

@@ -317,7 +317,7 @@ class ProfileFeature(Feature):
             return []
         report = {"kernels": [self._kernels[name].profile for name in locations]}
         settings, here = self.settings.settings, path.resolve()
-        return [dataclasses.replace(f, uri=uri) for f in profile_findings(report, locations, str(path))
+        return [dataclasses.replace(f, uri=uri) for f in profile_findings(report, locations, str(path), {str(path): text})
                 if _path_of(f.uri) == here and not settings.is_ignored(f.code)]
 
     # --- kernels in documents -------------------------------------------------------------------------------

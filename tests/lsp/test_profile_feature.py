@@ -243,6 +243,8 @@ async def test_static_profile_without_a_gpu_marks_source_lines(client: LanguageC
     params = await wait_for_publish(client, uri, lambda p: any(d.code == "hint-local-memory" for d in p.diagnostics))
     local = next(d for d in params.diagnostics if d.code == "hint-local-memory")
     assert "buf[" in lines[local.range.start.line]  # on the source line (-lineinfo), not on the kernel's name
+    code = lines[local.range.start.line].rstrip()  # the line's code, not column 1 of its indentation
+    assert (local.range.start.character, local.range.end.character) == (len(code) - len(code.lstrip()), len(code))
 
 
 @pytest.mark.parametrize("client", [{"verifyDevice": "cpu"}], indirect=True)
