@@ -1,0 +1,16 @@
+"""The problem, KernelBench's way: Model is the reference, get_inputs() draws its inputs."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(64, 1024)]
+
+
+def get_init_inputs():
+    return []
