@@ -1,0 +1,45 @@
+"""The README's tour (examples/tour/) as a user runs it, a subprocess per command: each file says what the README
+says it does, so the examples cannot drift from it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TOUR = ROOT / "examples" / "tour"
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def kernel_lsp(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kernel_lsp", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=540)
+
+
+def test_the_honest_candidate_is_verified_and_the_cheat_rejected_with_its_code():
+    honest = kernel_lsp("verify", "examples/tour/relu_triton.py")
+    assert honest.returncode == 0, honest.stderr
+    verdict = honest.stdout.strip().splitlines()[-1]
+    assert verdict.startswith("examples/tour/relu_triton.py: correct 5/5"), honest.stdout
+    cheat = kernel_lsp("verify", "examples/tour/relu_cheat.py")
+    assert cheat.returncode == 1, cheat.stderr
+    line = (TOUR / "relu_cheat.py").read_text().splitlines().index("    def forward(self, x):") + 1  # ModelNew's
+    assert f"examples/tour/relu_cheat.py:{line}:9: error: no custom kernel ran" in cheat.stdout, cheat.stdout
+    assert cheat.stdout.strip().endswith("integrity-no-custom-kernel")
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(),
+                    reason="the .cu files need nvcc (install the CUDA toolkit)")
+def test_check_finds_the_tours_compile_error_its_spill_and_its_load_inline_kernel():
+    done = kernel_lsp("check", "examples/tour")
+    assert done.returncode == 1, done.stderr  # one error
+    assert 'examples/tour/broken.cu:5:20: error: identifier "y" is undefined [nvcc-error]' in done.stdout
+    assert "examples/tour/scale_inline.py:6:17: info: scale_kernel: sm_90: " in done.stdout
+    spill = [line for line in done.stdout.splitlines() if line.endswith("[ptxas-spill]")]
+    assert len(spill) == 1 and spill[0].startswith("examples/tour/spill.cu:3:44: warning: heavy(")
