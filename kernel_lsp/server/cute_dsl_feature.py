@@ -1,5 +1,5 @@
-"""The CuTe DSL compile check in the editor: opening or saving a `.py` that defines @cute.kernel/@cute.jit functions
-runs a "cute-dsl-check" job on the worker (kernel_lsp/kinds/cute_dsl.py: compiled, never launched, so a machine
+"""The CuTe DSL compile check in the editor: saving a `.py` that defines @cute.kernel/@cute.jit functions (the check
+runs the file's code, so only on the user's save, as verification does) runs a "cute-dsl-check" job on the worker (kernel_lsp/kinds/cute_dsl.py: compiled, never launched, so a machine
 without a GPU checks it too); its findings (the compile error on its line, each kernel's figures on its name) are
 published under their own producer. A newer check of a document cancels the older one; closing it clears them.
 """
@@ -45,9 +45,6 @@ class CuteDslFeature(Feature):
         self._documents = documents
         self._tasks: dict[str, asyncio.Task] = {}
         self._published: dict[str, set[str]] = {}  # checked URI -> URIs holding its findings
-
-    def document_open(self, uri: str, version: int | None, text: str) -> None:
-        self._check(uri, text)
 
     def document_save(self, uri: str, version: int | None, text: str) -> None:
         self._check(uri, text)

@@ -1,9 +1,11 @@
-"""CuTe DSL kernels in the editor: opening a `.py` with @cute.kernel/@cute.jit runs the worker's compile check (no
-GPU needed), whose figures land on the kernel's name and whose error lands on its line after a save; the kernel
+"""CuTe DSL kernels in the editor: saving a `.py` with @cute.kernel/@cute.jit runs the worker's compile check (no
+GPU needed; never on open alone, since it runs the file's code), whose figures land on the kernel's name and whose
+error lands on its line; the kernel
 gets the profile code action like any other; verification on a machine without a GPU says why it cannot run."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 from pathlib import Path
 
@@ -33,6 +35,9 @@ async def test_a_dsl_file_is_checked_on_open_and_its_error_shows_on_save(client:
     path = workspace / "add_new.py"
     path.write_text(HEADER + ADD)
     uri = open_document(client, path, HEADER + ADD)
+    await asyncio.sleep(1.0)
+    assert not any(dsl_codes(p) for _, p in client.published if p.uri == uri)  # opening runs nothing
+    save_document(client, uri)
     params = await wait_for_publish(client, uri, lambda p: "ptxas-resources" in dsl_codes(p), timeout=240)
     [figures] = [d for d in params.diagnostics if d.code == "ptxas-resources"]
     assert figures.range.start.line == KERNEL_LINE + 1 and "registers" in figures.message
