@@ -1,7 +1,7 @@
 """The packaged extension in a real VS Code: code-server driven by Debian's headless chromium (playwright-core).
 
 A workspace with a broken .cu: the Problems view shows nvcc's error on its line, hovering a kernel name shows the
-server's card, the source actions offer "Profile this kernel", and profiling (which starts the local worker) turns
+server's card, Ctrl+. (Quick Fix...) offers "Profile this kernel", and profiling (which starts the local worker) turns
 the status bar item from "worker: not started" to the worker's state; connecting to a remote worker where none
 listens shows it disconnected, to the end (the local worker the server closes after the switch reports "stopped"
 late, which the extension does not show). "Optimize This Kernel" on a Triton candidate (an agent pass against a local
@@ -205,7 +205,7 @@ def test_problems_hover_and_code_actions_in_code_server(code_server_dir: Path, t
     assert re.search(rf"\[Ln {BROKEN_LINE}, Col \d+\]", errors[0]), errors[0]
     assert not any(f"[Ln {n}," in row for row in seen["problems"] for n in range(1, 8)), seen["problems"]
     assert KERNEL in seen["hover"]
-    assert f"Profile this kernel ({KERNEL})" in seen["actions"], seen["actions"]
+    assert f"Profile this kernel ({KERNEL})" in seen["actions"], seen["actions"]  # in Ctrl+. (Quick Fix...)
     assert seen["status"] == "worker: not started", seen["status"]
     # profiling starts the local worker: its kernelLsp/workerStatus notifications reach the status bar
     assert re.fullmatch(r".+: (idle|busy \(\d+ jobs?\))|worker: disconnected", seen["workerStatus"]), seen

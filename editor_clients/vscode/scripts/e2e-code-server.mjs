@@ -360,7 +360,7 @@ try {
   await step("code actions", async () => {
     const centre = await tokenCentre(page, config.kernel);
     await page.mouse.click(centre.x, centre.y);
-    await palette(page, "Source Action...");
+    await palette(page, "Quick Fix...");  // what Ctrl+. opens: quick fixes and refactorings, Profile and Optimize
     const menu = page.locator(".action-widget", { hasText: config.actionText }).first();
     await menu.waitFor({ state: "visible", timeout: WAIT_MS });
     seen.actions = (await menu.innerText()).trim();
