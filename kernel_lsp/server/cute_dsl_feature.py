@@ -7,7 +7,6 @@ published under their own producer. A newer check of a document cancels the olde
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -17,7 +16,7 @@ from lsprotocol import types
 
 from kernel_lsp.findings import Finding, Range, Severity, uri_to_path
 from kernel_lsp.kinds.cute_dsl import CuteDslOutcome, cute_dsl_job, dsl_arch
-from kernel_lsp.server.convert import OpenDocument, client_uri, code_lens, open_texts, uris_by_path
+from kernel_lsp.server.convert import OpenDocument, code_lens, open_texts
 from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.feature import Feature
 from kernel_lsp.server.settings import SettingsManager
@@ -107,23 +106,9 @@ class CuteDslFeature(Feature):
 
     def _publish(self, checked_uri: str, findings: list[Finding]) -> None:
         settings = self.settings.settings
-        documents = self._documents()
-        by_uri: dict[str, list[Finding]] = {checked_uri: []}
-        known = uris_by_path(documents.values())
-        for finding in findings:
-            if not settings.is_ignored(finding.code):
-                by_uri.setdefault(client_uri(finding.uri, known), []).append(finding)
-        for gone in self._published.get(checked_uri, set()) - set(by_uri):
-            self.store.set(gone, PRODUCER, _version(documents, gone), [])
-        for uri, uri_findings in by_uri.items():
-            self.store.set(uri, PRODUCER, _version(documents, uri),
-                           [dataclasses.replace(f, uri=uri) for f in uri_findings])
-        self._published[checked_uri] = set(by_uri)
-
-
-def _version(documents: Mapping[str, OpenDocument], uri: str) -> int | None:
-    document = documents.get(uri)
-    return document.version if document is not None else None
+        self._published[checked_uri] = self.store.set_per_file(
+            PRODUCER, checked_uri, [f for f in findings if not settings.is_ignored(f.code)],
+            self._published.get(checked_uri, set()), self._documents())
 
 
 def setup(server: KernelLanguageServer) -> CuteDslFeature:

@@ -32,7 +32,7 @@ from kernel_lsp.findings import path_to_uri, uri_to_path
 from kernel_lsp.kinds.files import load_sources
 from kernel_lsp.kinds.verify import verify_options
 from kernel_lsp.profile.locations import kernel_locations
-from kernel_lsp.server.convert import command_action, kind_requested
+from kernel_lsp.server.convert import command_action, kind_requested, open_texts
 from kernel_lsp.server.feature import Feature
 from kernel_lsp.server.settings import SettingsManager, api_key_remedy
 from kernel_lsp.server.work_progress import WorkProgress
@@ -156,14 +156,8 @@ class OptimizeFeature(Feature):
 
     def _py_files_near(self, path: Path) -> list[tuple[Path, str]]:
         """The open `.py` documents, then the `.py` files in the `.cu`'s folder (at most MAX_NEIGHBOURS)."""
-        found: dict[Path, str] = {}
-        for document in self._documents().values():
-            try:
-                open_path = uri_to_path(document.uri)
-            except ValueError:
-                continue
-            if open_path.suffix == ".py":
-                found[open_path.resolve()] = document.source
+        found = {open_path.resolve(): text for open_path, text in open_texts(self._documents().values()).items()
+                 if open_path.suffix == ".py"}
         try:
             neighbours = sorted(path.parent.glob("*.py"))[:MAX_NEIGHBOURS]
         except OSError:

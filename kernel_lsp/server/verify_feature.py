@@ -10,7 +10,6 @@ background work: it waits until no run for an open document is going, and runs o
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 from collections.abc import Mapping
@@ -24,7 +23,7 @@ from kernel_lsp.config import Settings
 from kernel_lsp.findings import Finding, Range, Severity, path_to_uri, uri_to_path
 from kernel_lsp.jobs.cache import ResultCache
 from kernel_lsp.kinds.verify import VerifyOutcome, verify_job, verify_options
-from kernel_lsp.server.convert import OpenDocument, client_uri, lsp_range, open_texts, uris_by_path
+from kernel_lsp.server.convert import OpenDocument, lsp_range, open_texts, uris_by_path
 from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.feature import Feature
 from kernel_lsp.server.settings import SettingsManager
@@ -108,8 +107,6 @@ def outcome_of(result: Result) -> tuple[str, str, list[Finding]]:
 
 def age(seconds: float) -> str:
     """'verified just now', '12 min ago', '3 h ago', '2 days ago': how old a remembered verdict is."""
-    if seconds < 60:
-        return "verified just now"
     for unit, size in (("day", 86400), ("h", 3600), ("min", 60)):
         if seconds >= size:
             count = int(seconds // size)
@@ -450,19 +447,9 @@ class VerifyFeature(Feature):
     def _publish(self, candidate_uri: str, findings: list[Finding]) -> None:
         """The candidate's findings, each on its own file (a .cu, the reference), replacing its earlier ones."""
         settings = self.settings.settings
-        by_uri: dict[str, list[Finding]] = {candidate_uri: []}
-        known = self._uris_by_path()
-        for f in findings:
-            if settings.is_ignored(f.code):
-                continue
-            uri = client_uri(f.uri, known)
-            by_uri.setdefault(uri, []).append(dataclasses.replace(f, uri=uri))
-        producer = self._producer(candidate_uri)
-        for gone in self._published.get(candidate_uri, set()) - set(by_uri):
-            self.store.set(gone, producer, self._version(gone), [])
-        for uri, uri_findings in by_uri.items():
-            self.store.set(uri, producer, self._version(uri), uri_findings)
-        self._published[candidate_uri] = set(by_uri)
+        self._published[candidate_uri] = self.store.set_per_file(
+            self._producer(candidate_uri), candidate_uri, [f for f in findings if not settings.is_ignored(f.code)],
+            self._published.get(candidate_uri, set()), self._documents())
 
     def _forget(self, uri: str) -> None:
         task = self._tasks.pop(uri, None)
