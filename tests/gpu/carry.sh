@@ -32,6 +32,6 @@ fi
 rm -rf .gpu_carry && mkdir -p .gpu_carry/wheels
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp $PLATFORMS \
     -d .gpu_carry/wheels pygls lsprotocol cattrs watchdog anthropic distro jiter docstring-parser pydantic \
-    pydantic-core annotated-types typing-inspection pytest-asyncio pytest-lsp nvidia-cutlass==4.2.0.0 \
+    pydantic-core annotated-types typing-inspection httpx2 httpcore2 truststore opentelemetry-api sniffio pytest-asyncio pytest-lsp nvidia-cutlass==4.2.0.0 \
     2>&1 | grep -v '^WARNING' || true
 du -sh .gpu_carry
