@@ -4,15 +4,18 @@ At most one job per document runs at a time: a new job waits for the cancelled o
 (its compiler process killed) before it starts. Slots bound the jobs across documents; a free slot goes to the
 waiting job whose document matters most now (`Priority`: the active document, then visible, open, closed),
 asked when the slot frees, so a document that becomes active while its job waits moves to the front.
-Compile jobs have their own slots: GPU work (verification, profiling) never holds one, so it cannot starve them.
+Compile jobs have their own slots: GPU work (verification, profiling) never holds one, so it cannot starve them;
+the static profile of a `.cu`, which runs nvcc in the server, takes one (`slot`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import itertools
 import logging
+from collections.abc import AsyncIterator
 from typing import Awaitable, Callable
 
 log = logging.getLogger(__name__)
@@ -96,6 +99,16 @@ class DocumentScheduler:
         self._tasks[key] = task
         task.add_done_callback(lambda t, k=key: self._forget(k, t))
         return task
+
+    @contextlib.asynccontextmanager
+    async def slot(self, key: str) -> AsyncIterator[None]:
+        """One of the parallel slots for work outside the document jobs (a static profile), queued by `key`'s
+        priority like them: one limit on the compilers the server runs at once."""
+        await self._slots.acquire(key)
+        try:
+            yield
+        finally:
+            self._slots.release()
 
     def cancel(self, key: str) -> None:
         task = self._tasks.pop(key, None)

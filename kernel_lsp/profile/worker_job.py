@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+from kernel_lsp.config import Settings
 from kernel_lsp.kinds.options import DEFAULT_JOB_LIMITS, ProfileOptions
 from kernel_lsp.profile.locations import kernel_locations
 from kernel_lsp.profile.ncu_run import NcuPlan, profile_launches
@@ -46,19 +47,28 @@ NO_GPU_PLAIN = ("no GPU visible to the worker: ncu and energy need one; this is 
 ON_CPU = ("asked for on the CPU (device cpu): this is the static profile (ptxas resources and SASS) of the "
           "candidate's CUDA")
 STATIC_STANDS_IN = "ncu profiled no kernel: the static profile (ptxas and SASS) stands in"
+CUDA_FILE = ("a .cu file is profiled statically, by the server (ptxas resources and SASS, no GPU run); ncu profiles "
+             "the kernels of a .py candidate (ModelNew) on a GPU worker")
 
 
 async def profile_result(job: Job, options: ProfileOptions, context: JobContext, on_gpu: bool) -> Result:
     config = job.config
-    origins = config.get("origins") or {}
     candidate = config["candidate"]
     if not on_gpu:
         await context.progress(f"no GPU: static profile of {candidate}")
-        report = await static_profile(job.source_files, candidate, origins, options.kernels)
         no_gpu = NO_GPU if config.get("reference") else NO_GPU_PLAIN
-        report["problems"].insert(0, ON_CPU if options.device == "cpu" else no_gpu)
-        return profile_job_result(report, job)
+        return await static_result(job, options.kernels, ON_CPU if options.device == "cpu" else no_gpu)
     return await gpu_profile(job, options, context)
+
+
+async def static_result(job: Job, kernels: Sequence[str], note: str, settings: Settings | None = None) -> Result:
+    """The job's static profile (ptxas and SASS of its CUDA) as the profile job's Result, `note` first among its
+    problems (why it is static). The worker runs it without a GPU; the server runs it itself for a `.cu` file."""
+    config = job.config
+    report = await static_profile(job.source_files, config["candidate"], config.get("origins") or {}, kernels,
+                                  settings)
+    report["problems"].insert(0, note)
+    return profile_job_result(report, job)
 
 
 def profile_job_result(report: dict[str, Any], job: Job, artifacts: dict[str, Any] | None = None) -> Result:

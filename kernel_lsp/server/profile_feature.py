@@ -2,7 +2,9 @@
 
 Profiles (KernelProfiles of the profiling contract) are kept in memory per kernel base name for this server's
 workspace. They come from `kernel-lsp.importProfile` [details CSV, raw CSV?] (an `ncu --csv` export read here: no
-worker, no GPU) or from `kernel-lsp.profile` [uri, kernel] (the code action), which runs the worker's "profile" job.
+worker, no GPU) or from `kernel-lsp.profile` [uri, kernel] (the code action), which runs the worker's "profile" job; the static
+profile of a `.cu` file (ptxas and SASS, all a `.cu` gets) runs in the server itself, in one of the compile slots,
+with no worker to start.
 Hints are placed on every open document that defines the kernel, again on each open and edit (names move), so a
 profile made from one file also marks the kernel where another file defines it. A hover is answered from memory:
 the chart is drawn when a profile arrives, never on hover.
@@ -18,7 +20,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, AsyncContextManager, Callable, Protocol
 
 from lsprotocol import types
 
@@ -28,7 +30,8 @@ from kernel_lsp.kinds.profile import profile_job, profile_options
 from kernel_lsp.profile.locations import Location, kernel_locations
 from kernel_lsp.profile.report import profile_findings, summary_line
 from kernel_lsp.profile.static import CHECK_POINTER
-from kernel_lsp.profile.worker_job import NO_GPU, NO_GPU_PLAIN, ON_CPU
+from kernel_lsp.compile.units import CUDA_SUFFIXES
+from kernel_lsp.profile.worker_job import CUDA_FILE, NO_GPU, NO_GPU_PLAIN, ON_CPU, static_result
 from kernel_lsp.server import compile_feature
 from kernel_lsp.server.convert import command_action, kind_requested, lsp_range
 from kernel_lsp.server.diagnostics import DiagnosticStore
@@ -42,7 +45,7 @@ from kernel_lsp.server.worker_feature import WorkerFeature
 from kernel_lsp.sources import parse_python
 from kernel_lsp.verify.pairing import Pairing, ReferenceProblem, find_reference
 from kernel_lsp.worker.client import WorkerUnavailable
-from kernel_lsp.worker.protocol import Result
+from kernel_lsp.worker.protocol import Job, Result
 from profilers.roofline import Ceilings, KernelPoint, roofline_svg
 
 if TYPE_CHECKING:
@@ -79,7 +82,8 @@ class ProfileFeature(Feature):
     def __init__(self, store: DiagnosticStore, settings: SettingsManager, worker: WorkerFeature,
                  documents: Callable[[], Mapping[str, OpenDocument]], progress: WorkProgress,
                  tell_user: Callable[..., None], verify_summary: Callable[[str], str | None],
-                 chart_dir: Path, refresh_lenses: Callable[[], None] = lambda: None) -> None:
+                 chart_dir: Path, refresh_lenses: Callable[[], None] = lambda: None,
+                 compile_slot: Callable[[str], AsyncContextManager[None]] | None = None) -> None:
         self.store = store
         self.settings = settings
         self.worker = worker
@@ -92,6 +96,7 @@ class ProfileFeature(Feature):
         self._locations: dict[str, tuple[str, dict[str, Location]]] = {}  # uri -> (text, kernel -> name range)
         self._energy: dict[str, tuple[str | None, float, float | None]] = {}  # uri -> (text, mJ/call, reference's)
         self._refresh_lenses = refresh_lenses
+        self._compile_slot = compile_slot  # CompileFeature's scheduler.slot: the static profile runs nvcc here
 
     # --- document hooks -------------------------------------------------------------------------------------
 
@@ -197,8 +202,11 @@ class ProfileFeature(Feature):
             return {"uri": uri, "status": "error", "message": f"cannot profile {uri}: {exc}"}
         token = await self._progress.begin("profile", f"Profiling {kernel or path.name}", path.name)
         try:
-            result = await self.worker.client(self.settings.settings).run(
-                job, progress=lambda message, fraction: self._progress.report(token, message, fraction))
+            if path.suffix in CUDA_SUFFIXES:
+                result = await self._static_here(uri, job, kernel, token)
+            else:
+                result = await self.worker.client(self.settings.settings).run(
+                    job, progress=lambda message, fraction: self._progress.report(token, message, fraction))
         except WorkerUnavailable as exc:
             self._progress.end(token, "worker unavailable")
             return self._unavailable(uri, str(exc))
@@ -209,6 +217,16 @@ class ProfileFeature(Feature):
         self._keep_energy(uri, result, document.source if document else None)
         self._progress.end(token, outcome["message"])
         return outcome
+
+    async def _static_here(self, uri: str, job: Job, kernel: str | None, token: str | None) -> Result:
+        """A `.cu` file's static profile, run by the server (nvcc, nvdisasm) in a compile slot: the worker would
+        do the same with no GPU, after seconds of starting; with one, ncu has no ModelNew of a `.cu` to run."""
+        self._progress.report(token, "static profile: nvcc and nvdisasm", None)
+        kernels = (kernel,) if kernel else ()
+        if self._compile_slot is None:
+            return await static_result(job, kernels, CUDA_FILE, self.settings.settings)
+        async with self._compile_slot(uri):
+            return await static_result(job, kernels, CUDA_FILE, self.settings.settings)
 
     def energy_note(self, uri: str, text: str | None) -> str | None:
         """'41.2 mJ/call (0.81× the reference's)' when the last profile of `uri` read its energy (NVML, a GPU) and
@@ -397,7 +415,7 @@ def _path_of(uri: str) -> Path | None:
         return None
 
 
-DEVICE_NOTES = frozenset({NO_GPU, NO_GPU_PLAIN, ON_CPU})
+DEVICE_NOTES = frozenset({NO_GPU, NO_GPU_PLAIN, ON_CPU, CUDA_FILE})
 _CHECK_POINTER = re.compile(re.escape(CHECK_POINTER).replace(re.escape("{path}"), ".+?") + "$")
 
 
@@ -415,6 +433,7 @@ def setup(server: KernelLanguageServer) -> ProfileFeature:
                              progress=WorkProgress(server.work_done_progress, server.supports_work_done_progress),
                              tell_user=lambda m, kind=types.MessageType.Warning: server.show(m, kind),
                              verify_summary=verify.result_summary, chart_dir=cache_dir() / "charts",
-                             refresh_lenses=server.refresh_code_lenses)
+                             refresh_lenses=server.refresh_code_lenses,
+                             compile_slot=server.get_feature(compile_feature.CompileFeature).scheduler.slot)
     verify.energy_note = profile.energy_note  # the verify lens shows the energy a profile of the same text read
     return profile
