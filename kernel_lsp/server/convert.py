@@ -80,3 +80,15 @@ def command_action(title: str, kind: str, command: str, arguments: list[Any] | N
 def kind_requested(kind: str, only: Sequence[str] | None) -> bool:
     """Whether a code action of `kind` answers a request filtered to `only` (a kind covers its sub-kinds)."""
     return not only or any(kind == wanted or kind.startswith(wanted + ".") for wanted in only)
+
+
+STALE = " (before your last edit)"  # a result shown for a document whose text changed since
+
+
+def ago(seconds: float) -> str:
+    """'just now', '12 min ago', '3 h ago', '2 days ago': how old a result kept across restarts is."""
+    for unit, size in (("day", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            count = int(seconds // size)
+            return f"{count} {unit}{'s' if unit == 'day' and count != 1 else ''} ago"
+    return "just now"

@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 import logging
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +34,8 @@ from kernel_lsp.profile.static import CHECK_POINTER
 from kernel_lsp.compile.units import CUDA_SUFFIXES
 from kernel_lsp.profile.worker_job import CUDA_FILE, NO_GPU, NO_GPU_PLAIN, ON_CPU, static_result
 from kernel_lsp.server import compile_feature
-from kernel_lsp.server.convert import command_action, kind_requested, lsp_range
+from kernel_lsp.jobs.cache import ResultCache
+from kernel_lsp.server.convert import STALE, ago, command_action, kind_requested, lsp_range
 from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.feature import Feature
 from kernel_lsp.server.hover_card import NO_PROFILE, CardFacts, hover_card
@@ -58,6 +60,7 @@ PROFILE_COMMAND = "kernel-lsp.profile"
 IMPORT_COMMAND = "kernel-lsp.importProfile"
 PROFILE_ACTION_KIND = "refactor.inspect.profileKernel"  # in the lightbulb and Ctrl+. beside Optimize (not Source)
 PROFILE_ACTION_TITLE = "Profile this kernel"
+REMEMBERED = "profile-report"  # the kind of a profile's entry in the on-disk cache
 STATIC_SOURCE = "static: ptxas and SASS, no GPU run"
 
 
@@ -68,6 +71,8 @@ class ProfiledKernel:
     point: KernelPoint | None
     chart: Path | None
     source: str  # for the card: "ncu on NVIDIA H200", "import-csv ncu_details.csv"
+    uri: str | None = None  # the document profiled (None: an import), and its text then: an edit since is said
+    text: str | None = None
 
 
 class OpenDocument(Protocol):
@@ -83,8 +88,10 @@ class ProfileFeature(Feature):
                  documents: Callable[[], Mapping[str, OpenDocument]], progress: WorkProgress,
                  tell_user: Callable[..., None], verify_summary: Callable[[str], str | None],
                  chart_dir: Path, refresh_lenses: Callable[[], None] = lambda: None,
-                 compile_slot: Callable[[str], AsyncContextManager[None]] | None = None) -> None:
+                 compile_slot: Callable[[str], AsyncContextManager[None]] | None = None,
+                 results: ResultCache | None = None) -> None:
         self.store = store
+        self._results = results  # its `disk` (the workspace's on-disk cache) keeps profiles across restarts
         self.settings = settings
         self.worker = worker
         self._documents = documents
@@ -97,11 +104,16 @@ class ProfileFeature(Feature):
         self._energy: dict[str, tuple[str | None, float, float | None]] = {}  # uri -> (text, mJ/call, reference's)
         self._refresh_lenses = refresh_lenses
         self._compile_slot = compile_slot  # CompileFeature's scheduler.slot: the static profile runs nvcc here
+        self._restoring: set[asyncio.Task] = set()
 
     # --- document hooks -------------------------------------------------------------------------------------
 
     def document_open(self, uri: str, version: int | None, text: str) -> None:
         self._publish(uri, version, text)
+        if self._results is not None and self._results.disk is not None:
+            task = asyncio.ensure_future(self._restore(uri, text))
+            self._restoring.add(task)
+            task.add_done_callback(self._restoring.discard)
 
     def document_change(self, uri: str, version: int | None, text: str) -> None:
         if self._kernels:  # the hints follow the kernel names as they move
@@ -213,8 +225,11 @@ class ProfileFeature(Feature):
         except asyncio.CancelledError:
             self._progress.end(token, "cancelled")
             raise
-        outcome = await self._outcome(uri, result)
-        self._keep_energy(uri, result, document.source if document else None)
+        text = document.source if document else None
+        outcome = await self._outcome(uri, result, text)
+        if outcome["status"] != "unavailable" and outcome.get("kernels"):
+            self._remember(uri, path, reference, text, result)
+        self._keep_energy(uri, result, text)
         self._progress.end(token, outcome["message"])
         return outcome
 
@@ -249,12 +264,12 @@ class ProfileFeature(Feature):
 
     # --- profiles -------------------------------------------------------------------------------------------
 
-    async def _outcome(self, uri: str, result: Result) -> dict[str, Any]:
+    async def _outcome(self, uri: str, result: Result, text: str | None) -> dict[str, Any]:
         if result.status != "ok":
             return self._unavailable(uri, f"profiling did not finish ({result.status}): "
                                           f"{result.error or 'no reason given'}")
         report = result.metrics.get("profile") or {}
-        kept = await self._keep(report, _source_label(report)) if report.get("kernels") else []
+        kept = await self._keep(report, _source_label(report), uri, text) if report.get("kernels") else []
         problems = [_in_the_editor(p) for p in report.get("problems") or []]
         notes = [p for p in problems if p in DEVICE_NOTES]  # what was asked for on this machine: no warning
         warnings = [p for p in problems if p not in DEVICE_NOTES]
@@ -271,14 +286,15 @@ class ProfileFeature(Feature):
         self._tell_user(f"kernel-lsp: {message}")
         return {"uri": uri, "status": "unavailable", "message": message}
 
-    async def _keep(self, report: dict[str, Any], source: str) -> list[str]:
+    async def _keep(self, report: dict[str, Any], source: str, uri: str | None = None,
+                    text: str | None = None) -> list[str]:
         """Each kernel's profile replaces the one before it; charts are drawn now so hovers only read."""
         ceilings = ceilings_from(report)
         arrived = {}
         for profile in report.get("kernels") or []:
             point = point_from(profile)
             chart = await asyncio.to_thread(self._draw_chart, ceilings, point)
-            arrived[profile["kernel"]] = ProfiledKernel(profile, ceilings, point, chart, source)
+            arrived[profile["kernel"]] = ProfiledKernel(profile, ceilings, point, chart, source, uri, text)
         self._kernels.update(arrived)  # all at once: a publish meanwhile never shows half a report
         self.republish()
         return list(arrived)
@@ -312,8 +328,57 @@ class ProfileFeature(Feature):
         # a file:// link, not a data: URI: the hover stays a few hundred bytes, clients that show markdown as
         # text (Neovim) print a short path instead of kilobytes of base64, and VS Code renders local SVGs
         chart = kept.chart.as_uri() if kept.chart is not None else None
+        edited = (kept.uri == uri and kept.text is not None and document is not None
+                  and document.source != kept.text)
         return CardFacts(**common, profile=kept.profile, ceilings=kept.ceilings, point=kept.point, chart_uri=chart,
-                         source=kept.source)
+                         source=kept.source + (STALE if edited else ""))
+
+    # --- profiles across restarts ---------------------------------------------------------------------------
+
+    def _memory_key(self, path: Path, reference: Path | None, text: str | None) -> str | None:
+        """The profiles of these files, as the editor shows them, under these settings: the "profile" job's
+        content-addressed key for the whole file (whichever kernel was asked for), in its own namespace."""
+        try:
+            job = profile_job(path, reference, profile_options(self.settings.settings),
+                              texts={path: text} if text is not None else None)
+        except (ValueError, OSError):
+            return None
+        return hashlib.sha256(f"{REMEMBERED}\0{job.content_hash}".encode()).hexdigest()
+
+    def _remember(self, uri: str, path: Path, reference: Path | None, text: str | None, result: Result) -> None:
+        """The kernels just profiled, added to those kept for the same text (profiling one kernel, then another,
+        keeps both)."""
+        disk = self._results.disk if self._results is not None else None
+        report = result.metrics.get("profile") or {}
+        key = self._memory_key(path, reference, text) if disk is not None else None
+        if disk is None or key is None or not report.get("kernels"):
+            return
+        earlier = disk.get(key) or {}
+        kept = {k["kernel"]: k for k in (earlier.get("report") or {}).get("kernels") or []
+                if earlier.get("kind") == REMEMBERED and isinstance(k, dict) and "kernel" in k}
+        kept.update({k["kernel"]: k for k in report["kernels"]})
+        disk.put(key, {"kind": REMEMBERED, "at": time.time(), "source": _source_label(report),
+                       "report": {**report, "kernels": list(kept.values())}})
+
+    async def _restore(self, uri: str, text: str) -> None:
+        """On open: the profiles kept on disk for exactly this text (after a restart) are shown again, with their
+        age, unless this server holds a newer profile of the same kernels."""
+        disk = self._results.disk if self._results is not None else None
+        try:
+            path = uri_to_path(uri)
+            if disk is None or path.suffix not in (".py", *CUDA_SUFFIXES):
+                return
+            key = await asyncio.to_thread(self._memory_key, path, self._reference(uri, path), text)
+            value = disk.get(key) if key else None
+            if not value or value.get("kind") != REMEMBERED:
+                return
+            report = value["report"]
+            fresh = {k["kernel"]: k for k in report["kernels"] if k["kernel"] not in self._kernels}
+            if fresh:
+                source = f"{value['source']} · profiled {ago(time.time() - float(value['at']))}"
+                await self._keep({**report, "kernels": list(fresh.values())}, source, uri, text)
+        except (KeyError, TypeError, ValueError, OSError) as exc:  # an entry of another layout: profiled again
+            log.info("no remembered profile for %s: %s", uri, exc)
 
     # --- hint diagnostics -----------------------------------------------------------------------------------
 
@@ -434,6 +499,7 @@ def setup(server: KernelLanguageServer) -> ProfileFeature:
                              tell_user=lambda m, kind=types.MessageType.Warning: server.show(m, kind),
                              verify_summary=verify.result_summary, chart_dir=cache_dir() / "charts",
                              refresh_lenses=server.refresh_code_lenses,
-                             compile_slot=server.get_feature(compile_feature.CompileFeature).scheduler.slot)
+                             compile_slot=server.get_feature(compile_feature.CompileFeature).scheduler.slot,
+                             results=server.results)
     verify.energy_note = profile.energy_note  # the verify lens shows the energy a profile of the same text read
     return profile

@@ -23,7 +23,7 @@ from kernel_lsp.config import Settings
 from kernel_lsp.findings import Finding, Range, Severity, path_to_uri, uri_to_path
 from kernel_lsp.jobs.cache import ResultCache
 from kernel_lsp.kinds.verify import VerifyOutcome, verify_job, verify_options
-from kernel_lsp.server.convert import OpenDocument, lsp_range, open_texts, uris_by_path
+from kernel_lsp.server.convert import STALE, OpenDocument, ago, lsp_range, open_texts, uris_by_path
 from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.feature import Feature
 from kernel_lsp.server.settings import SettingsManager
@@ -43,7 +43,6 @@ PRODUCER = "verify"
 REMEMBERED = "verify-verdict"  # the kind of a verdict's entry in the on-disk cache
 VERIFY_COMMAND = "kernel-lsp.verify"
 SOURCE = "kernel-lsp"
-STALE = " (before your last edit)"
 RUNNING = "verifying…"
 _TITLE_MESSAGE_CHARS = 100
 
@@ -106,12 +105,8 @@ def outcome_of(result: Result) -> tuple[str, str, list[Finding]]:
 
 
 def age(seconds: float) -> str:
-    """'verified just now', '12 min ago', '3 h ago', '2 days ago': how old a remembered verdict is."""
-    for unit, size in (("day", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            count = int(seconds // size)
-            return f"verified {count} {unit}{'s' if unit == 'day' and count != 1 else ''} ago"
-    return "verified just now"
+    """'verified just now', 'verified 12 min ago': how old a remembered verdict is."""
+    return f"verified {ago(seconds)}"
 
 
 def unavailable_finding(uri: str, message: str) -> Finding:

@@ -3,6 +3,7 @@ names, hint diagnostics (filterable by code), the "Profile this kernel" action, 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shutil
@@ -16,6 +17,7 @@ from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 from kernel_lsp.findings import uri_to_path
+from kernel_lsp.server.hover_card import NO_PROFILE
 from tests.conftest import FIXTURES
 from tests.lsp.conftest import FIGURES_AS_DIAGNOSTICS
 from tests.lsp.helpers import (
@@ -274,3 +276,52 @@ async def test_a_triton_kernel_without_a_gpu_gets_the_action_disabled_with_the_r
     assert cuda_action.disabled is None
     card = await hover(client, uri, types.Position(line=lines.index("def tiny_grid(x_ptr):"), character=6))
     assert "no profile: needs a GPU" in card and "use 'Profile this kernel'" not in card
+
+
+@needs_nvcc
+async def test_a_profile_survives_a_restart_for_the_same_text_and_only_for_it(workspace: Path, tmp_path: Path):
+    """A profile is kept in the workspace's on-disk cache under the profile job's content-addressed key: a
+    restarted server shows its card and hints on open, with their age, without profiling again; an edit marks the
+    card as made before it; another text of the file gets none."""
+    config = ClientServerConfig(server_command=SERVER, client_factory=code_action_client,
+                                server_env={**os.environ, "KERNEL_LSP_CACHE_DIR": str(tmp_path / "cache")})
+    options = {"debounceMs": 50, "compileOnChange": False}
+    first = await config.start()
+    try:
+        await first.initialize_session(initialize_params(workspace, options))
+        uri, lines = open_kernels(first, workspace)
+        outcome = await first.workspace_execute_command_async(
+            types.ExecuteCommandParams(command="kernel-lsp.profile", arguments=[uri, "spills"]))
+        assert outcome["kernels"] == ["spills"], outcome
+        await first.workspace_execute_command_async(
+            types.ExecuteCommandParams(command="kernel-lsp.profile", arguments=[uri, "divergent"]))
+    finally:
+        await first.shutdown_session()  # flushes the cache
+
+    second = await config.start()
+    try:
+        await second.initialize_session(initialize_params(workspace, options))
+        path = workspace / "kernels.cu"
+        text = path.read_text()
+        lines = text.splitlines()
+        uri = open_document(second, path, text + "// another text\n")  # not the text profiled: nothing shown
+        await asyncio.sleep(1.5)
+        assert NO_PROFILE in await hover(second, uri, name_position(lines, "spills"))
+        second.text_document_did_close(types.DidCloseTextDocumentParams(
+            text_document=types.TextDocumentIdentifier(uri=uri)))
+        uri = open_document(second, path, text)  # the text profiled
+        params = await wait_for_publish(second, uri, lambda p: any(d.code == "hint-local-memory"
+                                                                   for d in p.diagnostics), timeout=30)
+        assert "buf[" in lines[next(d for d in params.diagnostics if d.code == "hint-local-memory").range.start.line]
+        card = await hover(second, uri, name_position(lines, "spills"))
+        assert "`hint-local-memory`" in card and "no GPU run · profiled just now_" in card, card
+        assert "_profile:" in (await hover(second, uri, name_position(lines, "divergent")))  # both kept
+        assert NO_PROFILE in await hover(second, uri, name_position(lines, "vec_add"))  # never profiled
+        assert not [t for t in second.progress_reports if str(t).startswith("kernel-lsp/profile/")]  # none ran
+        second.text_document_did_change(types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=3),
+            content_changes=[types.TextDocumentContentChangeWholeDocument(text=text + "// edit\n")]))
+        card = await hover(second, uri, name_position(lines, "spills"))
+        assert "profiled just now (before your last edit)" in card, card
+    finally:
+        await second.shutdown_session()
