@@ -1,8 +1,10 @@
 """The packaged extension in a real VS Code: code-server driven by Debian's headless chromium (playwright-core).
 
 A workspace with a broken .cu: the Problems view shows nvcc's error on its line, hovering a kernel name shows the
-server's card, Ctrl+. (Quick Fix...) offers "Profile this kernel", and profiling (which starts the local worker) turns
-the status bar item from "worker: not started" to the worker's state; connecting to a remote worker where none
+server's card, Ctrl+. (Quick Fix...) offers "Profile this kernel", and Refactor... lists the actions that cannot run, faded
+(Optimize on the .cu kernel that no candidate builds, Profile on a Triton kernel without a GPU); verifying the
+Triton candidate (which starts the local worker; a .cu's static profile runs in the server) turns the status bar
+item from "worker: not started" to the worker's state; connecting to a remote worker where none
 listens shows it disconnected, to the end (the local worker the server closes after the switch reports "stopped"
 late, which the extension does not show). "Optimize This Kernel" on a Triton candidate (an agent pass against a local
 fake Messages API, verified on the CPU worker under TRITON_INTERPRET=1) opens VS Code's refactor preview with the
@@ -172,7 +174,7 @@ def test_problems_hover_and_code_actions_in_code_server(code_server_dir: Path, t
                 "setupDir": str(code_server_dir), "chromium": shutil.which("chromium") or "/usr/bin/chromium",
                 "url": url, "workspace": str(workspace), "file": "broken.cu", "kernel": KERNEL,
                 "errorText": "undefined_value", "actionText": "Profile this kernel", "artifacts": str(ARTIFACTS),
-                "workerCommand": "kernel-lsp: Profile This File", "remoteAddress": f"tcp:127.0.0.1:{_free_port()}",
+                "workerCommand": "kernel-lsp: Verify This Candidate", "workerFile": "relu.py", "workerToken": "relu_kernel", "remoteAddress": f"tcp:127.0.0.1:{_free_port()}",
                 "optimize": {"file": "relu.py", "kernel": "relu_kernel", "workspace": str(workspace),
                              "command": "kernel-lsp: Optimize This Kernel", "marker": "4096", "appliedText": "BLOCK=4096"},
                 "summary": {"command": "kernel-lsp: Show Workspace Summary", "file": "broken.cu",
@@ -206,8 +208,17 @@ def test_problems_hover_and_code_actions_in_code_server(code_server_dir: Path, t
     assert not any(f"[Ln {n}," in row for row in seen["problems"] for n in range(1, 8)), seen["problems"]
     assert KERNEL in seen["hover"]
     assert f"Profile this kernel ({KERNEL})" in seen["actions"], seen["actions"]  # in Ctrl+. (Quick Fix...)
+    # Refactor... lists the disabled actions too, faded: on the .cu kernel Optimize says what it needs (no
+    # candidate builds broken.cu); on the Triton kernel (CPU worker) Profile says it needs a GPU, Optimize runs
+    menus = seen["refactorActions"]
+    cu_rows = {row["text"]: row for row in menus["broken.cu"]}
+    assert cu_rows[f"Profile this kernel ({KERNEL})"]["disabled"] is False, menus
+    assert cu_rows[f"Optimize this kernel ({KERNEL})"]["disabled"] is True, menus
+    py_rows = {row["text"]: row for row in menus["relu.py"]}
+    assert py_rows["Profile this kernel (relu_kernel)"]["disabled"] is True, menus
+    assert py_rows["Optimize this kernel (relu_kernel)"]["disabled"] is False, menus
     assert seen["status"] == "worker: not started", seen["status"]
-    # profiling starts the local worker: its kernelLsp/workerStatus notifications reach the status bar
+    # verifying starts the local worker: its kernelLsp/workerStatus notifications reach the status bar
     assert re.fullmatch(r".+: (idle|busy \(\d+ jobs?\))|worker: disconnected", seen["workerStatus"]), seen
     # the connect command wrote the worker setting; the server took it through workspace/configuration
     assert seen["remoteStatus"] == "worker: disconnected", seen

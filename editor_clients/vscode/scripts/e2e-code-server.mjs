@@ -12,7 +12,7 @@ const config = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
 const { chromium } = createRequire(path.join(config.setupDir, "package.json"))("playwright-core");
 const WAIT_MS = config.waitMs ?? 90_000;
 const HOVER_TRY_MS = 10_000;  // one try at a hover: the mouse moved onto the word, the widget not shown yet
-const seen = { problems: [], hover: "", actions: "", status: "", workerStatus: "", remoteStatus: "", remoteTooltip: "",
+const seen = { problems: [], hover: "", actions: "", refactorActions: {}, status: "", workerStatus: "", remoteStatus: "", remoteTooltip: "",
   finalStatus: "",
   optimize: null, summary: null, profileImport: null, screenshots: [], steps: [] };
 
@@ -42,6 +42,33 @@ async function palette(page, command) {
   await page.locator(".quick-input-widget .monaco-list-row", { hasText: command }).first()
     .waitFor({ state: "visible", timeout: WAIT_MS });
   await page.keyboard.press("Enter");
+}
+
+/**
+ * The "Refactor..." menu on `token` with its "Show Disabled" toggle on (VS Code lists disabled code actions there,
+ * faded, with their reason as the row's tooltip; the lightbulb and Quick Fix... leave them out): each row's text,
+ * whether it is disabled, and its tooltip.
+ */
+async function refactorMenu(page, token, shotName) {
+  const centre = await tokenCentre(page, token);
+  await page.mouse.click(centre.x, centre.y);
+  await palette(page, "Refactor...");
+  const menu = page.locator(".action-widget").first();
+  await menu.locator(".monaco-list-row").first().waitFor({ state: "visible", timeout: WAIT_MS });
+  await page.waitForTimeout(500);  // every provider's answer in
+  const showDisabled = menu.getByText("Show Disabled");  // VS Code folds the disabled actions behind this toggle
+  if (await showDisabled.count()) {
+    await showDisabled.first().evaluate((link) => link.click());  // the menu's pointer block takes mouse clicks
+    await page.waitForTimeout(300);
+  }
+  const rows = await menu.locator(".monaco-list-row").evaluateAll((elements) => elements.map((row) => ({
+    text: row.innerText.replace(/\s+/g, " ").trim(),
+    disabled: row.classList.contains("option-disabled") || row.getAttribute("aria-disabled") === "true",
+    tooltip: row.getAttribute("title") || row.querySelector("[title]")?.getAttribute("title") || "",
+  })));
+  await shot(page, shotName);
+  await page.keyboard.press("Escape");
+  return rows;
 }
 
 /** Opens a workspace file with Quick Open and waits for `token` in its editor. */
@@ -113,6 +140,9 @@ async function optimize(page, { file, kernel, workspace, command, marker, applie
   const fileRow = panel.locator(".monaco-list-row", { has: page.locator(".monaco-icon-label", { hasText: file }) })
     .first();
   await step("optimize: open candidate", () => openFile(page, file, kernel));
+  await step("optimize: refactor menu", async () => {
+    seen.refactorActions[file] = await refactorMenu(page, kernel, "refactor-menu-py");
+  });
   await step("optimize: refactor preview", async () => {
     await palette(page, command);
     // the agent pass: the fake model's turns, then verification on the CPU worker under TRITON_INTERPRET=1
@@ -367,8 +397,14 @@ try {
     await shot(page, "code-actions");
     await page.keyboard.press("Escape");
   });
+  await step("refactor menu", async () => {
+    seen.refactorActions[config.file] = await refactorMenu(page, config.kernel, "refactor-menu-cu");
+  });
   if (config.workerCommand) {
     await step("worker status", async () => {
+      if (config.workerFile) {  // the command acts on this file (a .cu's profile needs no worker: the server's own)
+        await openFile(page, config.workerFile, config.workerToken);
+      }
       await palette(page, config.workerCommand);
       const item = page.locator(".statusbar-item", { hasText: /: (idle|busy)|disconnected/ }).first();
       await item.waitFor({ state: "visible", timeout: WAIT_MS * 2 });
