@@ -158,6 +158,14 @@ def test_profile_status_and_restart_commands_and_a_clean_server_stdout(nvim: str
   vim.cmd("KernelLspProfile")
   out.answered = vim.wait(40000, function() return kernel_lsp.last_result ~= nil end, 50)
   out.result = kernel_lsp.last_result
+  vim.cmd("KernelLspStatus")  -- the .cu's static profile ran in the server: no worker yet
+  -- the worker status command pings the worker, starting it; its kernelLsp/workerStatus notifications follow
+  vim.lsp.buf_request_sync(0, "workspace/executeCommand", { command = "kernel-lsp.workerStatus", arguments = {} },
+    30000)
+  vim.wait(5000, function()
+    local worker = require("kernel_lsp.handlers").worker_status[kernel_lsp.client(0).id]
+    return worker ~= nil and worker.state == "connected"
+  end, 50)
   vim.cmd("KernelLspStatus")
   local before = kernel_lsp.client(0).id
   vim.cmd("KernelLspRestart")
@@ -165,6 +173,18 @@ def test_profile_status_and_restart_commands_and_a_clean_server_stdout(nvim: str
     local client = kernel_lsp.client(0)
     return client ~= nil and client.id ~= before and client.initialized == true
   end, 50)
+  -- the new server shows the profile kept on disk (after its shutdown) for the same text, without profiling again
+  local hover = { textDocument = { uri = vim.uri_from_bufnr(0) }, position = { line = 0, character = 17 } }
+  vim.wait(15000, function()
+    for _, reply in pairs(vim.lsp.buf_request_sync(0, "textDocument/hover", hover, 2000) or {}) do
+      local value = reply.result and reply.result.contents and reply.result.contents.value
+      if value and value:find("profiled ") then
+        out.hover_after_restart = value
+        return true
+      end
+    end
+    return false
+  end, 200)
 """)
     assert result["answered"], f"no answer to kernel-lsp.profile within 40 s: {result['shown']}"
     outcome = result["result"]
@@ -174,9 +194,12 @@ def test_profile_status_and_restart_commands_and_a_clean_server_stdout(nvim: str
     echoed = [text for kind, text in shown if kind == "echo"]
     assert "kernel-lsp: Profiling good.cu: good.cu" in echoed  # $/progress begin: title and message
     assert any(text.startswith("kernel-lsp: Profiling good.cu done: 1 kernel (static): scale") for text in echoed)
-    assert any(kind == "notify" and "no GPU" in text for kind, text in shown)  # window/showMessage
+    assert any(kind == "notify" and "profiled statically, by the server" in text for kind, text in shown)
+    assert any(text.startswith("kernel-lsp [") and "worker not started yet" in text for text in echoed), echoed
     assert any(text.startswith("kernel-lsp [") and "worker connected (local)" in text for text in echoed), echoed
     assert result["restarted"], "no new server attached after :KernelLspRestart"
+    card = result.get("hover_after_restart") or ""
+    assert "**scale**" in card and "no GPU run · profiled just now" in card, result  # kept across the restart
 
     messages = lsp_frames(stdout_copy.read_bytes())
     assert all(message.get("jsonrpc") == "2.0" for message in messages)
@@ -364,3 +387,29 @@ def test_code_lenses_show_the_kernels_figures_after_attach_and_after_a_save(nvim
     assert result["diagnostics"] == 0
     assert result["second"] and len(result["after_save"]) == 2, result
     assert result["virtual"] == 2  # shown: the lens's text beside each kernel
+
+
+def test_optimize_without_an_api_key_gives_the_neovim_remedy(nvim: str, tmp_path: Path, monkeypatch):
+    """No key in Neovim's environment: :KernelLspOptimize says what a Neovim user does about it (the environment
+    Neovim starts from), not VS Code's command or a setting Neovim users do not have."""
+    from tests.agent.test_tools import REFERENCE, TRITON
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    (tmp_path / "ref.py").write_text(REFERENCE)
+    document = tmp_path / "relu.py"
+    document.write_text("# kernel-lsp: reference=ref.py\n" + TRITON)
+    command = lua(json.dumps([sys.executable, "-m", "kernel_lsp", "serve"]))
+    setup = f'require("kernel_lsp").setup({{ cmd = vim.fn.json_decode({command}), settings = {{ verifyDevice = "cpu" }} }})'
+    result = run_nvim(nvim, tmp_path, document, setup, """
+  local kernel_lsp = require("kernel_lsp")
+  assert(vim.wait(10000, function() return kernel_lsp.client(0) ~= nil end, 50), "the client did not attach")
+  vim.cmd("KernelLspOptimize")
+  out.answered = vim.wait(20000, function() return kernel_lsp.last_result ~= nil end, 50)
+  out.result = kernel_lsp.last_result
+""")
+    assert result["answered"], result["shown"]
+    assert result["result"]["status"] == "error", result["result"]
+    said = [entry["text"] for entry in result["shown"] if entry["kind"] == "notify"]
+    remedy = [text for text in said if "no Anthropic API key" in text]
+    assert remedy and "start Neovim with ANTHROPIC_API_KEY set in its environment" in remedy[0], said
+    assert not any("Set Anthropic API Key" in text or "anthropicApiKey" in text for text in said), said

@@ -242,7 +242,7 @@ function M.status_lines()
         end
         text = table.concat(facts, ", ")
       else
-        text = "worker not started yet (the first verify or profile starts it)"
+        text = "worker not started yet (the first verification, or profile of a .py, starts it)"
       end
       table.insert(lines, string.format("%s [%s]: %s", NAME, root, text))
       for _, task in pairs(handlers.tasks[id] or {}) do
