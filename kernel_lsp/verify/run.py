@@ -148,6 +148,8 @@ def verify_candidate(reference: str, candidate: str, options: dict[str, Any] | N
         return {"verdict": "unavailable", "reason": target}
     if target.type == "cpu" and uses_cute_dsl((files or {}).get(candidate, "")):
         return {"verdict": "unavailable", "reason": CUTE_DSL_NEEDS_A_GPU}
+    if target.type == "cpu" and builds_cuda((files or {}).get(candidate, "")):
+        return {"verdict": "unavailable", "reason": CUDA_EXTENSION_NEEDS_A_GPU}
     PHASES.seconds.clear()
     with candidate_process(opts.allow_network, target.type) as host:
         judge = Judge(host, Exchange(host.exchange_folder, "judge"), target, Verdict(device=target.type))
@@ -165,8 +167,20 @@ CUTE_DSL_NEEDS_A_GPU = ("CuTe DSL kernels run only on an NVIDIA GPU, and this ve
                         "verify on a GPU worker; without one, kernel-lsp's CuTe DSL compile check still compiles them")
 
 
+CUDA_EXTENSION_NEEDS_A_GPU = ("this candidate builds CUDA (load_inline's cuda_sources, or .cu sources), which needs a "
+                              "GPU and a CUDA build of torch, and this verification runs on the CPU: verify on a GPU "
+                              "worker; without one, kernel-lsp check and profile still compile it and read its "
+                              "kernels' figures")
+
+
 def uses_cute_dsl(text: str) -> bool:
     return bool(text) and bool(parse_python(text).cute_kernels)
+
+
+def builds_cuda(text: str) -> bool:
+    """A cpp_extension call with CUDA sources: a CPU build of torch cannot build it, nor a CPU run its kernels."""
+    return bool(text) and any(ext.cuda_sources or any(str(s).endswith((".cu", ".cuh")) for s in ext.source_files)
+                              for ext in parse_python(text).extensions)
 
 
 def judge_candidate(judge: Judge, reference: str, candidate: str, trials: int, timed_calls: int, warmup: int,

@@ -43,3 +43,13 @@ def test_check_finds_the_tours_compile_error_its_spill_and_its_load_inline_kerne
     assert "examples/tour/scale_inline.py:6:17: info: scale_kernel: sm_90: " in done.stdout
     spill = [line for line in done.stdout.splitlines() if line.endswith("[ptxas-spill]")]
     assert len(spill) == 1 and spill[0].startswith("examples/tour/spill.cu:3:44: warning: heavy(")
+
+
+def test_the_gpu_examples_say_they_need_a_gpu_instead_of_a_verdict():
+    """On a machine without a GPU, each GPU example gets "not verified" with the reason, exit status 2: a CUDA
+    extension cannot be built by a CPU build of torch, nor its kernels run."""
+    for name, reason in (("relu_cuda.py", "this candidate builds CUDA"), ("relu_cute.py", "this candidate builds CUDA"),
+                         ("relu_cute_dsl.py", "CuTe DSL kernels run only on an NVIDIA GPU")):
+        done = kernel_lsp("verify", f"examples/gpu/{name}")
+        assert done.returncode == 2, (name, done.stdout, done.stderr)
+        assert f"examples/gpu/{name}: not verified: {reason}" in done.stdout, done.stdout

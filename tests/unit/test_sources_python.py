@@ -449,3 +449,17 @@ def test_large_file_parses():
     text = "".join(line.format(k) for k in range(90_000)) + "def get_inputs():\n    return []\n"
     assert len(text) > 4_000_000
     assert parse_python(text).kernelbench.get_inputs.name_range == Range.of(90_000, 4, 90_000, 14)
+
+
+def test_builds_cuda_knows_a_cuda_extension_from_a_cpp_one():
+    """verify/run.builds_cuda: what makes a CPU verification say "needs a GPU" up front (a CPU torch cannot build
+    CUDA sources, nor run their kernels); C++-only extensions still run on the CPU."""
+    from kernel_lsp.verify.run import builds_cuda
+
+    head = "from torch.utils.cpp_extension import load, load_inline\n"
+    assert builds_cuda(head + 'm = load_inline(name="a", cpp_sources="", cuda_sources="__global__ void k(){}")\n')
+    assert builds_cuda(head + 'SRC = "__global__ void k(){}"\nm = load_inline("a", "", cuda_sources=[SRC])\n')
+    assert builds_cuda(head + 'm = load(name="a", sources=["a.cpp", "kernels.cu"])\n')
+    assert not builds_cuda(head + 'm = load_inline(name="a", cpp_sources="int f() { return 1; }", functions=["f"])\n')
+    assert not builds_cuda(head + 'm = load(name="a", sources=["a.cpp"])\n')
+    assert not builds_cuda("")
