@@ -91,7 +91,7 @@ async def check_document(doc: Document, settings: Settings, scratch: Scratch) ->
     try:
         for done in asyncio.as_completed(tasks):
             stage, unit_findings = await done
-            findings += [_with_header_advice(f, settings) for f in unit_findings]
+            findings += [_with_header_advice(f, settings, tools.get("torch")) for f in unit_findings]
             if len(tasks) > 1:
                 yield StageReport(stage, _kept(findings, settings), final=False)
     finally:
@@ -110,11 +110,34 @@ def _cutlass_dirs(settings: Settings) -> tuple[str, ...]:
 _MISSING_CUTLASS_HEADER = re.compile(r'cannot open source file "(?:cute|cutlass)/|(?:cute|cutlass)/\S+: No such file')
 
 
-def _with_header_advice(finding: Finding, settings: Settings) -> Finding:
-    """nvcc's "cannot open source file" for a CuTe or CUTLASS header says where kernel-lsp looked and what to do."""
-    if not _MISSING_CUTLASS_HEADER.search(finding.message):
+# a header of torch's CUDA side, or of a CUDA library it includes, that a CPU build of torch does not ship
+_MISSING_TORCH_CUDA_HEADER = re.compile(
+    r'(?:cannot open source file "|^)(?P<header>(?:c10/cuda|ATen/cuda)/\S+?|cu(?:sparse|blas|blasLt|blas_v2|solverDn|rand|fft|'
+    r'dnn)\.h)(?:"|: No such file)')
+TORCH_CPU_BUILD = ("{header} comes with a CUDA build of torch, and this one is a CPU build ({include} has no "
+                   "c10/cuda/impl/cuda_cmake_macros.h): not a fault of this file; check it where torch has CUDA")
+
+
+def _with_header_advice(finding: Finding, settings: Settings, torch: TorchHeaders | None = None) -> Finding:
+    """nvcc's "cannot open source file" for a CuTe or CUTLASS header says where kernel-lsp looked and what to do;
+    for a CUDA header of torch's that a CPU build of torch lacks, that this is the cause (not the user's code)."""
+    if _MISSING_CUTLASS_HEADER.search(finding.message):
+        return dataclasses.replace(finding, message=f"{finding.message}: {cutlass_problem(settings.cutlass_include)}")
+    missing = _MISSING_TORCH_CUDA_HEADER.search(finding.message)
+    cpu_build = torch_cpu_build(torch) if missing else None
+    if cpu_build is None:
         return finding
-    return dataclasses.replace(finding, message=f"{finding.message}: {cutlass_problem(settings.cutlass_include)}")
+    advice = TORCH_CPU_BUILD.format(include=cpu_build, header=missing["header"])
+    return dataclasses.replace(finding, message=f"{finding.message}: {advice}", data={**(finding.data or {}),
+                                                                                    "environment": "torch-cpu"})
+
+
+def torch_cpu_build(torch: TorchHeaders | None) -> str | None:
+    """torch's include folder when it is a CPU build's (no CUDA configuration header), else None."""
+    include = next((Path(d) for d in (torch.include_dirs if torch else ()) if (Path(d) / "c10").is_dir()), None)
+    if include is None or (include / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h").exists():
+        return None
+    return str(include)
 
 
 def _kept(findings: list[Finding], settings: Settings) -> list[Finding]:

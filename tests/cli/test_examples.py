@@ -53,3 +53,20 @@ def test_the_gpu_examples_say_they_need_a_gpu_instead_of_a_verdict():
         done = kernel_lsp("verify", f"examples/gpu/{name}")
         assert done.returncode == 2, (name, done.stdout, done.stderr)
         assert f"examples/gpu/{name}: not verified: {reason}" in done.stdout, done.stdout
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(),
+                    reason="the check needs nvcc (install the CUDA toolkit)")
+def test_checking_a_gpu_example_with_a_cpu_torch_blames_the_torch_build_not_the_file():
+    """examples/gpu/relu_cuda.py includes ATen/cuda/CUDAContext.h, whose CUDA headers a CPU build of torch lacks:
+    the error says so. (With a CUDA build of torch the file compiles: the GPU test verifies it.)"""
+    import torch
+
+    if torch.version.cuda is not None:
+        pytest.skip("this torch is a CUDA build: the example compiles here")
+    done = kernel_lsp("check", "--no-cache", "examples/gpu/relu_cuda.py")
+    assert done.returncode == 1, done.stderr
+    [error] = [line for line in done.stdout.splitlines() if ": error: " in line]
+    assert "comes with a CUDA build of torch, and this one is a CPU build" in error, done.stdout
+    assert "not a fault of this file" in error

@@ -60,3 +60,27 @@ async def test_device_stage_reports_first_then_host_errors_on_py_lines(tmp_path:
     assert missing.range.start.line == lines.index(
         'ext = load_inline(name="scale_ext", cpp_sources=cpp_src, cuda_sources=cuda_src,')
     assert reports[-1].final and not any(r.final for r in reports[:-1])
+
+
+def test_a_missing_cuda_header_of_a_cpu_torch_is_blamed_on_the_build(tmp_path):
+    """compile.check._with_header_advice: the header advice for torch's CUDA headers, given only where torch's
+    include folder lacks the CUDA configuration header (a CPU build); a CUDA build's message stays nvcc's."""
+    from kernel_lsp.compile.check import _with_header_advice
+    from kernel_lsp.compile.toolchain import TorchHeaders
+    from kernel_lsp.config import Settings
+    from kernel_lsp.findings import Finding, Range, Severity
+
+    include = tmp_path / "torch" / "include"
+    (include / "c10" / "cuda").mkdir(parents=True)
+    torch = TorchHeaders((str(include), str(tmp_path / "python")), "c++17")
+    missing = Finding("file:///x.py", Range.line(3), Severity.ERROR, "kernel-lsp", "host-error",
+                      "cusparse.h: No such file or directory (in cuda/CUDAContextLight.h:10, instantiated here)")
+    advised = _with_header_advice(missing, Settings(), torch)
+    assert "comes with a CUDA build of torch, and this one is a CPU build" in advised.message
+    assert str(include) in advised.message and advised.data["environment"] == "torch-cpu"
+    other = Finding("file:///x.py", Range.line(3), Severity.ERROR, "kernel-lsp", "host-error",
+                    "my_header.h: No such file or directory")
+    assert _with_header_advice(other, Settings(), torch) == other  # the user's own missing header: nvcc's words
+    (include / "c10" / "cuda" / "impl").mkdir()
+    (include / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h").write_text("")
+    assert _with_header_advice(missing, Settings(), torch) == missing  # a CUDA build: something else is wrong
