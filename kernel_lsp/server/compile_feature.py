@@ -157,4 +157,4 @@ def setup(server: KernelLanguageServer) -> CompileFeature:
                           tell_user=lambda m: server.show(m, types.MessageType.Error),
                           refresh_lenses=server.refresh_code_lenses,
                           priority_of=lambda uri: server.get_feature(WorkspaceFeature).priority_of(uri),
-                          documents=lambda: server.workspace.text_documents)
+                          documents=server.open_documents)

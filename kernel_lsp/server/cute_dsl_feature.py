@@ -113,4 +113,4 @@ class CuteDslFeature(Feature):
 
 def setup(server: KernelLanguageServer) -> CuteDslFeature:
     return CuteDslFeature(server.diagnostics, server.settings, server.get_feature(WorkerFeature),
-                          documents=lambda: server.workspace.text_documents, refresh_lenses=server.refresh_code_lenses)
+                          documents=server.open_documents, refresh_lenses=server.refresh_code_lenses)

@@ -460,7 +460,7 @@ def _read(path: Path) -> str | None:
 
 def setup(server: KernelLanguageServer) -> OptimizeFeature:
     return OptimizeFeature(server.settings, server.get_feature(WorkerFeature),
-                           documents=lambda: server.workspace.text_documents,
+                           documents=server.open_documents,
                            progress=WorkProgress(server.work_done_progress, server.supports_work_done_progress),
                            tell_user=server.show, apply_edit=server.workspace_apply_edit_async,
                            ask_user=server.window_show_message_request_async,

@@ -494,7 +494,7 @@ def setup(server: KernelLanguageServer) -> ProfileFeature:
 
     verify = server.get_feature(VerifyFeature)
     profile = ProfileFeature(server.diagnostics, server.settings, server.get_feature(WorkerFeature),
-                             documents=lambda: server.workspace.text_documents,
+                             documents=server.open_documents,
                              progress=WorkProgress(server.work_done_progress, server.supports_work_done_progress),
                              tell_user=lambda m, kind=types.MessageType.Warning: server.show(m, kind),
                              verify_summary=verify.result_summary, chart_dir=cache_dir() / "charts",

@@ -11,7 +11,8 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
-from collections.abc import Callable
+from urllib.parse import unquote
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from lsprotocol import types
@@ -49,6 +50,24 @@ FEATURE_MODULES = (  # set up in this order: each may use those above it; docume
 )
 
 
+class OpenDocuments(Mapping[str, Any]):
+    """The open documents by URI. pygls keeps them under the percent-decoded URI; the features look them up by the
+    URI the client sends (`file:///a%20b.cu`): a URI finds its document however it is percent-encoded, and iterating
+    gives each document's URI as the client opened it."""
+
+    def __init__(self, documents: Mapping[str, Any]) -> None:
+        self._documents = documents
+
+    def __getitem__(self, uri: str) -> Any:
+        return self._documents[unquote(uri)]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([document.uri for document in self._documents.values()])
+
+    def __len__(self) -> int:
+        return len(self._documents)
+
+
 class KernelLanguageServer(LanguageServer):
     def __init__(self) -> None:
         super().__init__("kernel-lsp", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
@@ -59,6 +78,10 @@ class KernelLanguageServer(LanguageServer):
         self.features: list[Feature] = []
         for name in FEATURE_MODULES:
             self.features.append(importlib.import_module(name).setup(self))
+
+    def open_documents(self) -> OpenDocuments:
+        """What the features read as their `documents`: the open documents by the client's URI."""
+        return OpenDocuments(self.workspace.text_documents)
 
     def get_feature(self, kind: type[F]) -> F:
         """The feature of this class, set up before the one asking."""

@@ -486,7 +486,7 @@ class VerifyFeature(Feature):
 
 def setup(server: KernelLanguageServer) -> VerifyFeature:
     return VerifyFeature(server.diagnostics, server.settings, server.get_feature(WorkerFeature),
-                         documents=lambda: server.workspace.text_documents, progress=server.work_done_progress,
+                         documents=server.open_documents, progress=server.work_done_progress,
                          supports_progress=server.supports_work_done_progress,
                          tell_user=lambda m: server.show(m, types.MessageType.Warning),
                          refresh_lenses=server.refresh_code_lenses, results=server.results)

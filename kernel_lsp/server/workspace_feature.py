@@ -505,7 +505,7 @@ def _prune(folder: Path, keep: str) -> None:
 
 def setup(server: KernelLanguageServer) -> WorkspaceFeature:
     return WorkspaceFeature(server.diagnostics, server.settings, server.get_feature(CompileFeature),
-                            server.get_feature(VerifyFeature), documents=lambda: server.workspace.text_documents,
+                            server.get_feature(VerifyFeature), documents=server.open_documents,
                             tell_user=lambda m: server.show(m, types.MessageType.Warning),
                             register_watchers=server.register_file_watchers, cache_folder=cache_dir,
                             results=server.results)

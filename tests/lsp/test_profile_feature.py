@@ -325,3 +325,34 @@ async def test_a_profile_survives_a_restart_for_the_same_text_and_only_for_it(wo
         assert "profiled just now (before your last edit)" in card, card
     finally:
         await second.shutdown_session()
+
+
+@needs_nvcc
+@pytest.mark.parametrize("name", ["with space.cu", "ñ.cu"])
+async def test_a_path_with_a_space_or_a_non_ascii_letter_gets_every_feature(workspace: Path, name: str):
+    """Such a file's URI is percent-encoded (`with%20space.cu`, `%C3%B1.cu`): the buffer open at the start is what is
+    diagnosed (not the broken file on disk), and hover, the code actions and profiling find the document."""
+    path = workspace / name
+    path.write_text("__global__ void broken(int* p) { p[0] = y; }\n")  # on disk: an error the buffer does not have
+    text = (FIXTURES / "kernels.cu").read_text()
+    client = await CONFIG.start()
+    try:
+        await client.initialize_session(initialize_params(workspace, {"debounceMs": 50, "compileOnChange": False}))
+        uri = open_document(client, path, text)
+        assert "%" in uri, uri
+        params = await wait_for_publish(client, uri, lambda p: p.version == 1, timeout=60)
+        assert not [d for d in params.diagnostics if d.severity == types.DiagnosticSeverity.Error], params
+        lines = text.splitlines()
+        card = await hover(client, uri, name_position(lines, "spills"))
+        assert card is not None and "**spills**" in card, card
+        at = name_position(lines, "spills")
+        actions = await client.text_document_code_action_async(types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), range=types.Range(start=at, end=at),
+            context=types.CodeActionContext(diagnostics=[])))
+        assert "refactor.inspect.profileKernel" in [a.kind for a in actions or []], actions
+        outcome = await client.workspace_execute_command_async(
+            types.ExecuteCommandParams(command="kernel-lsp.profile", arguments=[uri, "spills"]))
+        assert outcome["kernels"] == ["spills"], outcome
+        assert "`hint-local-memory`" in await hover(client, uri, at)
+    finally:
+        await client.shutdown_session()
