@@ -69,6 +69,19 @@ class KernelProtocol(LanguageServerProtocol):
             return None
         return super().handle_message(message)
 
+    def _execute_handler(self, msg_id: Any, handler: Any, callback: Any, args: Any = None, kwargs: Any = None):
+        """pygls keeps each handler's future under its message id until a request's answer removes it; the futures
+        of notifications (every didChange) and of the steps of its generator handlers are never removed, some KiB
+        per keystroke for good. A finished future leaves the table here (a cancel only needs an unstarted one)."""
+        super()._execute_handler(msg_id, handler, callback, args, kwargs)
+        future = self._request_futures.get(msg_id)
+        if future is not None:
+            future.add_done_callback(lambda done, key=msg_id: self._forget_future(key, done))
+
+    def _forget_future(self, key: Any, done: Any) -> None:
+        if self._request_futures.get(key) is done:
+            del self._request_futures[key]
+
 
 FEATURE_MODULES = (  # set up in this order: each may use those above it; document hooks run in this order too
     "kernel_lsp.server.compile_feature",
