@@ -10,6 +10,7 @@ from kernel_lsp.compile.check import Document, Scratch, StageReport, check_docum
 from kernel_lsp.compile.toolchain import ToolProblem, find_host_compiler, find_nvcc, find_torch_headers
 from kernel_lsp.config import Settings
 from kernel_lsp.jobs.cache import ResultCache, cache_key
+from kernel_lsp.paths import read_regular_text, resolved
 
 _QUOTED_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"\n]+)"', re.MULTILINE)
 _MAX_DEPENDENCIES = 256
@@ -61,7 +62,7 @@ def quoted_dependencies(path: Path, text: str, include_dirs: tuple[str, ...]) ->
         directory, source = pending.pop()
         for name in _QUOTED_INCLUDE.findall(source):
             for base in (directory, *map(Path, include_dirs)):
-                candidate = (base / name).resolve()
+                candidate = resolved(base / name)
                 if candidate.is_file():
                     if candidate not in seen:
                         seen.add(candidate)
@@ -72,7 +73,4 @@ def quoted_dependencies(path: Path, text: str, include_dirs: tuple[str, ...]) ->
 
 
 def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
+    return read_regular_text(path) or ""

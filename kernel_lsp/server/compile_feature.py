@@ -20,6 +20,7 @@ from kernel_lsp.server.convert import code_lens
 from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.feature import Feature
 from kernel_lsp.server.settings import SettingsManager
+from kernel_lsp.workspace.survey import read_text
 
 if TYPE_CHECKING:
     from kernel_lsp.server.setup import KernelLanguageServer
@@ -86,10 +87,9 @@ class CompileFeature(Feature):
     async def _check_closed(self, uri: str, path: Path) -> None:
         if self._is_open(uri):
             return  # opened while it waited: didOpen checked the buffer
-        try:
-            text = path.read_bytes().decode("utf-8", errors="replace")
-        except OSError as exc:
-            log.info("not checking %s: %s", path, exc)
+        text = await asyncio.to_thread(read_text, path)  # off the loop; None for a pipe, a loop, a missing file
+        if text is None:
+            log.info("not checking %s: not a readable regular file", path)
             return
         doc = Document(uri, path, text, None)
         final = None

@@ -33,6 +33,7 @@ from kernel_lsp.config import cache_dir
 from kernel_lsp.findings import path_to_uri, uri_to_path
 from kernel_lsp.jobs.cache import ResultCache
 from kernel_lsp.jobs.disk_cache import DiskCache
+from kernel_lsp.paths import resolved
 from kernel_lsp.server.compile_feature import PRODUCER as COMPILE
 from kernel_lsp.server.compile_feature import CompileFeature
 from kernel_lsp.server.diagnostics import DiagnosticStore
@@ -327,7 +328,7 @@ class WorkspaceFeature(Feature):
         open_docs = self._open_by_path()
         changed: set[Path] = set()
         for raw, _kind in batch.items():
-            path = raw.resolve() if raw.is_absolute() else raw
+            path = resolved(raw) if raw.is_absolute() else raw
             if path.suffix not in KERNEL_SUFFIXES and path.suffix not in DEPENDENCY_SUFFIXES:
                 continue
             text = texts.get(path)

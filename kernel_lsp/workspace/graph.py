@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernel_lsp.paths import resolved
 from kernel_lsp.sources import find_includes, parse_python
 
 _LOAD = re.compile(r"\bload\b")  # cpp_extension.load, or its import; not load_inline
@@ -35,14 +36,14 @@ class DependencyGraph:
 
     def __init__(self, include_dirs: Sequence[Path] = (),
                  reference_of: Callable[[Path, str], Path | None] | None = None) -> None:
-        self.include_dirs = tuple(Path(folder).resolve() for folder in include_dirs)
+        self.include_dirs = tuple(resolved(folder) for folder in include_dirs)
         self.reference_of = reference_of
         self._out: dict[Path, frozenset[Edge]] = {}  # only files with at least one edge
         self._in: dict[Path, set[Path]] = {}  # target -> the files with an edge to it
 
     def update(self, path: Path, text: str) -> set[Path]:
         """Parse one file's outgoing edges again, replacing the old ones; returns its direct dependencies."""
-        path = Path(path).resolve()
+        path = resolved(path)
         edges = frozenset(self._parse(path, text))
         old = self._out.get(path, frozenset())
         if edges != old:
@@ -61,17 +62,17 @@ class DependencyGraph:
     def remove(self, path: Path) -> None:
         """Drop the file's outgoing edges (a deleted file). Edges to it stay: a dependent still names it, and creating
         it again re-checks that dependent."""
-        path = Path(path).resolve()
+        path = resolved(path)
         for target in {edge.target for edge in self._out.pop(path, frozenset())}:
             self._unlink(path, target)
 
     def dependencies(self, path: Path) -> set[Path]:
         """The files this one depends on directly."""
-        return {edge.target for edge in self._out.get(Path(path).resolve(), frozenset())}
+        return {edge.target for edge in self._out.get(resolved(path), frozenset())}
 
     def dependents(self, path: Path) -> set[Path]:
         """Every file that depends on this one, directly or through others; never the file itself (cycle-safe)."""
-        start = Path(path).resolve()
+        start = resolved(path)
         seen = {start}
         pending = [start]
         while pending:
@@ -109,13 +110,13 @@ class DependencyGraph:
                     if extension.kind == "load":
                         for source in extension.source_files:
                             # as kinds.files.load_sources: relative names are from the candidate's folder
-                            target = (path.parent / Path(source).expanduser()).resolve()
+                            target = resolved(path.parent / Path(source).expanduser())
                             if target != path:
                                 edges.add(Edge(path, target, "load-source"))
             if self.reference_of is not None:
                 reference = self.reference_of(path, text)
                 if reference is not None:
-                    reference = Path(reference).resolve()
+                    reference = resolved(reference)
                     if reference != path:  # same-file pairing: no edge
                         edges.add(Edge(path, reference, "reference"))
         return edges
@@ -129,9 +130,9 @@ class DependencyGraph:
         if quoted:
             here = folder / name
             if here.is_file():
-                return here.resolve()
+                return resolved(here)
         for include_dir in self.include_dirs:
             there = include_dir / name
             if there.is_file():
-                return there.resolve()
-        return (folder / name).resolve() if quoted else None
+                return resolved(there)
+        return resolved(folder / name) if quoted else None

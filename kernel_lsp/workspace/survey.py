@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernel_lsp.findings import Finding, Severity
+from kernel_lsp.paths import read_regular_text
 from kernel_lsp.workspace.graph import DependencyGraph
 from kernel_lsp.workspace.scan import DEFAULT_EXCLUDES, KERNEL_SUFFIXES, IgnoreRules, is_kernel_file, scan_folder
 
@@ -69,10 +70,8 @@ def results_file(cache_root: Path, folders: Sequence[Path]) -> Path:
 
 
 def read_text(path: Path) -> str | None:
-    try:
-        return path.read_bytes().decode("utf-8", errors="replace")
-    except (OSError, ValueError):
-        return None
+    """A regular file's text, or None (missing, unreadable, a loop, a pipe): kernel_lsp.paths.read_regular_text."""
+    return read_regular_text(path)
 
 
 def digest(text: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 from pathlib import Path
@@ -10,7 +11,16 @@ import pytest
 from lsprotocol import types
 from pytest_lsp import LanguageClient
 
-from tests.lsp.helpers import codes, needs_nvcc, open_document, replace_document, wait_for_publish
+from kernel_lsp.findings import path_to_uri
+from tests.lsp.helpers import (
+    codes,
+    initialize_params,
+    needs_nvcc,
+    open_document,
+    replace_document,
+    server_config,
+    wait_for_publish,
+)
 
 OK_KERNEL = "__global__ void ok(int* p) { p[0] = 1; }\n"
 
@@ -117,3 +127,36 @@ async def test_include_cycle(client: LanguageClient, workspace: Path):
     errs = [d for d in params.diagnostics if d.severity == types.DiagnosticSeverity.Error]
     assert errs and errs[0].range.start.line == 0
     await still_serving(client, workspace)
+
+
+@needs_nvcc
+async def test_a_named_pipe_and_a_symlink_loop_cost_only_themselves(workspace: Path):
+    """A FIFO named like a kernel file would block whoever reads it, for good; a symlink loop that a `.cu`
+    includes has no end. Present from the start, they are skipped with a message: the other files are still
+    checked, a hover and a new document are still answered, and the server shuts down when asked."""
+    os.mkfifo(workspace / "pipe.cu")
+    os.symlink(workspace / "loop_b.cuh", workspace / "loop_a.cuh")
+    os.symlink(workspace / "loop_a.cuh", workspace / "loop_b.cuh")
+    (workspace / "uses_loop.cu").write_text('#include "loop_a.cuh"\n' + OK_KERNEL)
+    (workspace / "closed.cu").write_text("__global__ void k(int* p) { p[0] = missing; }\n")
+    client = await server_config().start()
+    try:
+        await client.initialize_session(initialize_params(workspace, {"debounceMs": 50}))
+        closed = path_to_uri(workspace / "closed.cu")
+        params = await wait_for_publish(client, closed, lambda p: bool(p.diagnostics), timeout=120)
+        assert any("missing" in d.message for d in params.diagnostics), params  # the scan went on past them
+        os.mkfifo(workspace / "late.cu")  # one more, while the server runs, reported as the editor's watcher would
+        (workspace / "after.cu").write_text("__global__ void k(int* p) { p[0] = gone; }\n")
+        after = path_to_uri(workspace / "after.cu")
+        client.workspace_did_change_watched_files(types.DidChangeWatchedFilesParams(changes=[
+            types.FileEvent(uri=path_to_uri(workspace / "late.cu"), type=types.FileChangeType.Created),
+            types.FileEvent(uri=after, type=types.FileChangeType.Created)]))
+        params = await wait_for_publish(client, after, lambda p: bool(p.diagnostics), timeout=120)
+        assert any("gone" in d.message for d in params.diagnostics), params
+        uri = open_document(client, workspace / "open.cu", OK_KERNEL)
+        await wait_for_publish(client, uri, lambda p: p.version == 1, timeout=120)
+        await client.text_document_hover_async(types.HoverParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=0, character=17)))
+        await still_serving(client, workspace)
+    finally:
+        await asyncio.wait_for(client.shutdown_session(), 30)
