@@ -42,6 +42,7 @@ from kernel_lsp.bench.candidates import find_problems, name_of
 from kernel_lsp.bench.metrics import BenchMetrics, ProblemResult, bench_metrics
 from kernel_lsp.config import Settings
 from kernel_lsp.kinds.options import VerifyOptions, to_config
+from kernel_lsp.verify.verdict import best_so_far
 
 log = logging.getLogger(__name__)
 
@@ -349,7 +350,8 @@ class Campaign:
         if outcome.best_source is not None:
             self.state.offer_best(entry, record, outcome.best_source, {
                 "ms": outcome.best_ms, "speedup": outcome.best_speedup or {}, "summary": outcome.best_summary,
-                "energy_mj": outcome.best_energy_mj, "device": self.passes.options.device})
+                "energy_mj": outcome.best_energy_mj,
+                "device": outcome.best_device or self.passes.options.device})
         stopped = outcome.error_kind is not None or outcome.stop_reason.startswith("the campaign's")
         if outcome.error_kind in FATAL_ERRORS and self.aborted is None:
             self.aborted = f"{FATAL_ERRORS[outcome.error_kind]}: {outcome.stop_reason}"
@@ -358,8 +360,9 @@ class Campaign:
             self.state.document["wall_s"] = round(self.ledger.wall_s, 3)
             self.state.save()
         best = entry.get("best")
-        shown = (f"best {best['speedup'].get('eager'):.3g}× eager" if best and best["speedup"].get("eager")
-                 else "best verified" if best else "nothing verified")
+        cpu = bool(best) and best.get("device") == "cpu"
+        shown = (best_so_far(best["speedup"].get("eager"), max(outcome.verified, 1), cpu) if best
+                 else None) or ("best verified" if best else "nothing verified")
         self.on_line(f"[{key}] {entry['status']}: {outcome.stop_reason}; {shown}; "
                      f"{outcome.spend['model_calls']} calls, ${outcome.spend['dollars']:.2f}")
 

@@ -38,6 +38,7 @@ from kernel_lsp.agent.tools import WORKER_TOOLS, ToolResult, Workbench, candidat
 from kernel_lsp.agent.trajectory import TrajectoryWriter
 from kernel_lsp.compile.toolchain import cutlass_headers
 from kernel_lsp.kinds.options import to_config
+from kernel_lsp.verify.verdict import best_so_far
 from kernel_lsp.worker.client import WorkerUnavailable
 
 log = logging.getLogger(__name__)
@@ -140,6 +141,13 @@ class ProgressEvent:
     message: str
     best_speedup_eager: float | None
     spend: dict[str, Any]
+    verified: int = 0  # the verified candidates so far, the original not counted
+    cpu: bool = False  # they ran on the CPU: best_speedup_eager is an interpreter's ratio, not shown
+
+    @property
+    def best(self) -> str | None:
+        """The best so far in words (verdict.best_so_far), None when nothing verified."""
+        return best_so_far(self.best_speedup_eager, self.verified, self.cpu)
 
 
 @dataclass
@@ -160,6 +168,8 @@ class PassOutcome:
     attempts: list[dict[str, Any]] = field(default_factory=list)  # one per evaluated node: id, parent, outcome
     best_ms: float | None = None  # the best candidate's median time per call
     best_energy_mj: float | None = None  # its energy per call, where a profile read it (a GPU with NVML)
+    best_device: str | None = None  # where the best ran: "cuda", or "cpu" (its speedups say nothing of a GPU)
+    verified: int = 0  # the verified candidates, the original not counted
 
 
 class StopPass(Exception):
@@ -373,7 +383,10 @@ class Optimizer:
     def _score_event(self, node: Node, score: rubric.RubricScore, **more: Any) -> None:
         self.trajectory.write("score", node=node.id, **score.to_dict(), reward=node.reward, dead=node.dead,
                               dead_reason=node.dead_reason, **more)
-        self._emit(score.outcome, f"#{node.id}: {score.reason}")
+        report = (node.evaluation or {}).get("report") or {}
+        # the model reads the rubric's reason with its interpreter ratio; the user reads the code lens's words
+        shown = (node.evaluation or {}).get("summary") if score.verified and report.get("device") == "cpu" else None
+        self._emit(score.outcome, f"#{node.id}: {shown or score.reason}")
 
     def _add_energy(self, energy: dict[str, Any], bench: Workbench) -> None:
         """A profile read the energies of the current candidate, which verified before (profile is offered only
@@ -485,7 +498,9 @@ class Optimizer:
             nodes=len(self.tree.nodes), finish_summary=self.workbench.state.finished or "",
             attempts=[{"node": n.id, "parent": n.parent_id, "outcome": n.outcome, "score": n.score, "dead": n.dead}
                       for n in self.tree.nodes if n.rubric is not None],
-            best_ms=candidate_ms(best.evaluation) if best else None, best_energy_mj=_energy(best) if best else None)
+            best_ms=candidate_ms(best.evaluation) if best else None, best_energy_mj=_energy(best) if best else None,
+            best_device=(best.evaluation.get("report") or {}).get("device") if best else None,
+            verified=self._verified())
         if self.memory is not None:
             self.memory.add_pass(self.trajectory.pass_id, self.tree)
         self.trajectory.write("end", stop_reason=reason, improved=improved, improvement=sentence,
@@ -497,9 +512,14 @@ class Optimizer:
 
     def _emit(self, stage: str, message: str) -> None:
         best = best_candidate(self.tree)
-        speedup = ((best.evaluation.get("report") or {}).get("speedup") or {}).get("eager") if best else None
+        report = (best.evaluation.get("report") or {}) if best else {}
+        speedup = (report.get("speedup") or {}).get("eager")
+        cpu = (report.get("device") or self.device) == "cpu"
         log.info("optimize: %s: %s", stage, message)
-        self.on_event(ProgressEvent(stage, message, speedup, self.spend.to_dict()))
+        self.on_event(ProgressEvent(stage, message, speedup, self.spend.to_dict(), self._verified(), cpu))
+
+    def _verified(self) -> int:
+        return sum(1 for n in self.tree.nodes[1:] if n.rubric is not None and n.rubric.verified)
 
 
 def problem_codes(evaluation: dict[str, Any]) -> list[str]:

@@ -222,7 +222,7 @@ async def _replay(file: Path, reference: Path, args: argparse.Namespace, setting
 # --- output ------------------------------------------------------------------------------------------------
 
 def _print_progress(event: ProgressEvent) -> None:
-    best = f" · best {event.best_speedup_eager:.3g}× eager" if event.best_speedup_eager is not None else ""
+    best = f" · {event.best}" if event.best else ""
     spend = event.spend
     print(f"  [{event.stage}] {event.message}{best} · {spend['model_calls']} calls, ${spend['dollars']:.2f}, "
           f"{spend['evaluations']} evaluations", file=sys.stderr)

@@ -27,6 +27,7 @@ from kernel_lsp.commands.shared import (
 )
 from kernel_lsp.config import Settings
 from kernel_lsp.profile.report import (
+    finding_severity,
     gain_text,
     imported_kernels,
     kernel_phrase,
@@ -86,7 +87,7 @@ def _import_csv(args: argparse.Namespace) -> int:
     if args.kernel:
         kernels = [k for k in kernels if k["kernel"] in args.kernel]
     if args.format == "json":
-        print(json.dumps(kernels, indent=2))
+        print(json.dumps(with_diagnostic_severity(kernels), indent=2))
     else:
         print("\n".join(line for kernel in kernels for line in kernel_lines(kernel)))
     return EXIT_OK
@@ -152,7 +153,8 @@ def _reference(args: argparse.Namespace, settings: Settings) -> Path | None:
 
 def _print_report(fmt: str, file: Path, report: dict[str, Any]) -> None:
     if fmt == "json":
-        print(json.dumps({"file": str(file), "summary": summary_line(report), **report}, indent=2))
+        kernels = with_diagnostic_severity(report["kernels"])
+        print(json.dumps({"file": str(file), "summary": summary_line(report), **report, "kernels": kernels}, indent=2))
         return
     lines = [f"{file}: {summary_line(report)}"]
     for kernel in report["kernels"]:
@@ -160,6 +162,13 @@ def _print_report(fmt: str, file: Path, report: dict[str, Any]) -> None:
     lines += reference_lines(report.get("reference_kernels") or [])
     lines += [f"problem: {problem}" for problem in report["problems"]]
     print("\n".join(lines))
+
+
+def with_diagnostic_severity(kernels: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The kernels with each finding's `diagnostic_severity`: the severity the editor shows it with (the rule's
+    own `severity`, a warning for ncu, stays: hints are advice, never warnings or errors in the editor)."""
+    return [{**kernel, "findings": [{**f, "diagnostic_severity": finding_severity(f).label}
+                                    for f in kernel.get("findings") or []]} for kernel in kernels]
 
 
 def kernel_lines(kernel: dict[str, Any]) -> list[str]:
@@ -185,7 +194,8 @@ def kernel_lines(kernel: dict[str, Any]) -> list[str]:
         message = " ".join(finding["message"].split())
         if len(message) > MESSAGE_CHARS:
             message = message[:MESSAGE_CHARS - 3] + "..."
-        lines.append(f"  {finding['severity']:<11} {finding['code']}{gain_text(finding)}: {where}{message}")
+        severity = finding_severity(finding).label  # as the editor shows it
+        lines.append(f"  {severity:<11} {finding['code']}{gain_text(finding)}: {where}{message}")
     if len(shown) < len(ranked):
         lines.append(f"  ({len(ranked) - len(shown)} more ncu rule result(s) with smaller gains: --format json)")
     return lines

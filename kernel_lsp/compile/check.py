@@ -37,7 +37,11 @@ SOURCE = "kernel-lsp"
 _SEVERITY = {"error": Severity.ERROR, "fatal": Severity.ERROR, "warning": Severity.WARNING,
              "remark": Severity.INFORMATION, "note": Severity.INFORMATION}
 _CODE_PREFIX = {"nvcc-frontend": "nvcc", "nvcc": "nvcc", "host-compiler": "host", "ptxas": "ptxas"}
-_WORD = re.compile(r"[A-Za-z_0-9]+|\S")
+# the token at a compiler's column: a number (2.0f, 0x1p-3), an identifier or directive (#error), a
+# multi-character operator, else one character
+_WORD = re.compile(r"(?:\d|\.\d)(?:[\w.]|[eEpP][+-])*|#?[A-Za-z_]\w*|->\*?|::|<<=?|>>=?|&&|\|\||\+\+|--"
+                   r"|[-+*/%&|^!=<>]=|\S")
+_CLOSING = {")": "(", "]": "["}
 
 
 @dataclass(frozen=True)
@@ -245,7 +249,7 @@ def message_finding(doc: Document, unit: CompileUnit, msg: CompilerMessage, dire
         rng = _symbol_range(unit, msg.symbol) or unit.fallback_range
         return Finding(doc.uri, rng, severity, SOURCE, code, text, related, data)
     if _is_unit_file(msg.file, unit, directory):
-        rng = _unit_range(unit, msg.line - 1, _unit_column(unit, msg))
+        rng = _unit_range(unit, msg.line - 1, _unit_column(unit, msg), whole_line=_no_column(msg))
         return Finding(doc.uri, rng or unit.fallback_range, severity, SOURCE, code, text, related, data)
     header = Path(msg.file) if Path(msg.file).is_absolute() else directory / msg.file
     instantiated = _instantiated_here(doc, unit, msg, header, directory, severity, code, data)
@@ -356,18 +360,44 @@ def _unit_column(unit: CompileUnit, msg: CompilerMessage) -> int:
     return 0
 
 
-def _unit_range(unit: CompileUnit, line: int, col: int) -> Range | None:
-    """The token at (line, col) of the unit, in document coordinates."""
+def _no_column(msg: CompilerMessage) -> bool:
+    return not msg.column and not (msg.echo is not None and msg.echo_column)
+
+
+def _unit_range(unit: CompileUnit, line: int, col: int, whole_line: bool = False) -> Range | None:
+    """The token at (line, col) of the unit, in document coordinates: a closing bracket widened to the call or
+    subscript it closes (`add(1)` for "too few arguments" at its `)`); `whole_line`: the line's code without its
+    indentation (a message with no column)."""
     lines = unit.lines
     if not 0 <= line < len(lines):
         return None
     text = lines[line]
-    match = _WORD.match(text, col) if col < len(text) else None
-    end = match.end() if match else col + 1
+    if whole_line and text.strip():
+        col, end = len(text) - len(text.lstrip()), len(text.rstrip())
+    else:
+        match = _WORD.match(text, col) if col < len(text) else None
+        end = match.end() if match else col + 1
+        if match and match.group() in _CLOSING:
+            col = _bracketed_start(text, col)
     rng = Range.of(line, col, line, end)
     if unit.source_map is None:
         return rng
     return unit.source_map.range_to_original(rng)
+
+
+def _bracketed_start(text: str, close: int) -> int:
+    """Where the bracketed expression closed at `close` starts on its line: its opening bracket, and the name
+    before it (a call, a subscript); `close` itself when the opening bracket is on another line."""
+    depth, opening = 0, _CLOSING[text[close]]
+    for index in range(close, -1, -1):
+        if text[index] == text[close]:
+            depth += 1
+        elif text[index] == opening:
+            depth -= 1
+            if depth == 0:
+                name = re.search(r"[A-Za-z_][\w:.]*(?:->[A-Za-z_]\w*)*\s*$", text[:index])
+                return name.start() if name else index
+    return close
 
 
 def _related(unit: CompileUnit, rel, directory: Path) -> Related | None:

@@ -29,6 +29,12 @@ SOURCE = "kernel-lsp"
 FINDING_SEVERITY = {"warning": Severity.INFORMATION, "information": Severity.INFORMATION, "hint": Severity.HINT}
 
 
+def finding_severity(hint: dict[str, Any]) -> Severity:
+    """The severity a profile hint has wherever it is shown: the editor's diagnostic, `kernel-lsp profile`'s text
+    and its JSON (`diagnostic_severity` beside the rule's own `severity`). The one place it is decided."""
+    return FINDING_SEVERITY.get(hint.get("severity"), Severity.HINT)
+
+
 def profile_report(source: str, kernels: list[dict[str, Any]], *, gpu: str | None = None,
                    ceilings: Ceilings | None = None, reference_kernels: list[dict[str, Any]] | None = None,
                    problems: list[str] | None = None) -> dict[str, Any]:
@@ -148,7 +154,7 @@ def profile_findings(report: dict[str, Any], locations: dict[str, Location], fal
                 uri, rng = path_to_uri(where.file), where.range
             else:
                 uri, rng = path_to_uri(fallback_file), Range.line(0)
-            finding = Finding(uri, rng, FINDING_SEVERITY.get(hint["severity"], Severity.HINT), SOURCE, hint["code"],
+            finding = Finding(uri, rng, finding_severity(hint), SOURCE, hint["code"],
                               f"{kernel['kernel']}: {hint['message']}{gain_text(hint)}",
                               data={"kernel": kernel["kernel"], "estimatedSpeedup": hint["estimated_speedup"],
                                     "speedupType": hint["speedup_type"], "producer": "profile"})

@@ -37,6 +37,29 @@ class CardFacts:
 
 
 def hover_card(facts: CardFacts) -> str:
+    """The card, each line once: the verify summary, ptxas's figures and the hints can say the same thing."""
+    return unique_lines(_card(facts))
+
+
+def unique_lines(markdown: str) -> str:
+    """The markdown without a line that repeats an earlier one (blank lines, which separate blocks, kept);
+    a block left empty is dropped with its separator."""
+    seen: set[str] = set()
+    blocks = []
+    for block in markdown.split("\n\n"):
+        kept = []
+        for line in block.split("\n"):
+            key = line.strip()
+            if key and key in seen:
+                continue
+            seen.add(key)
+            kept.append(line)
+        if any(line.strip() for line in kept):
+            blocks.append("\n".join(kept))
+    return "\n\n".join(blocks)
+
+
+def _card(facts: CardFacts) -> str:
     profile = facts.profile
     blocks = [header(facts.kernel, profile)]
     if facts.verify_summary:
@@ -166,9 +189,9 @@ def occupancy_line(profile: dict[str, Any], resources: tuple[dict[str, Any], ...
 
 def resources_line(resources: tuple[dict[str, Any], ...]) -> str:
     """ptxas's figures per architecture, as the compile feature read them."""
-    return "; ".join(f"ptxas {r['arch']}: {r['registers']} registers, {r['sharedBytes']} B smem, "
-                     f"{r['spillStores']}/{r['spillLoads']} B spills, {r['stackFrame']} B stack"
-                     for r in resources)
+    entries = (f"ptxas {r['arch']}: {r['registers']} registers, {r['sharedBytes']} B smem, "
+               f"{r['spillStores']}/{r['spillLoads']} B spills, {r['stackFrame']} B stack" for r in resources)
+    return "; ".join(dict.fromkeys(entries))  # one kernel compiled twice for an arch (two findings) reads once
 
 
 def _number(metric: Any) -> float | None:

@@ -366,9 +366,8 @@ class OptimizeFeature(Feature):
 
 
 def progress_message(event: ProgressEvent) -> str:
-    """One line: the stage, the best verified speedup so far and the spend."""
-    best = (f"best {event.best_speedup_eager:.3g}× eager" if event.best_speedup_eager is not None
-            else "nothing verified faster yet")
+    """One line: the stage, the best verified speedup so far (on the CPU: how many verified) and the spend."""
+    best = event.best or ("nothing verified yet" if event.cpu else "nothing verified faster yet")
     spend = event.spend
     message = event.message if len(event.message) <= _PROGRESS_MESSAGE_CHARS \
         else event.message[:_PROGRESS_MESSAGE_CHARS - 1] + "…"

@@ -61,6 +61,19 @@ def readable_ms(ms: float) -> str:
 
 
 CPU_TIMINGS = "run on the CPU: timings not comparable"
+CPU_BEST = "best: verified (CPU: timings not comparable)"
+
+
+def best_so_far(speedup_eager: float | None, verified: int = 0, cpu: bool = False) -> str | None:
+    """An optimize pass's best so far, as its progress (editor and CLI) and the campaign line say it: the speedup
+    against eager on a GPU; on the CPU (Triton's interpreter) the count of verified candidates, since the
+    interpreter's times say nothing of a GPU (as the code lens's CPU_TIMINGS). None when nothing verified."""
+    if cpu:
+        if not verified:
+            return None
+        count = f"{verified} candidate{'s' if verified != 1 else ''} verified"
+        return f"{CPU_BEST[:-1]}; {count})"
+    return f"best {speedup_eager:.3g}× eager" if speedup_eager is not None else None
 
 
 def summary(verdict: str, report: dict[str, Any] | None, reason: str = "") -> str:

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from kernel_lsp.agent.budget import Budget
-from kernel_lsp.agent.loop import Optimizer, side_file_path
+from kernel_lsp.agent.loop import Optimizer, ProgressEvent, side_file_path
+from kernel_lsp.commands.optimize import _print_progress
+from kernel_lsp.server.optimize_feature import progress_message
 from kernel_lsp.agent.memory import KernelMemory
 from kernel_lsp.agent.model import ModelClient
 from kernel_lsp.agent.tools import Workbench
@@ -63,8 +65,11 @@ def optimizer(api: FakeMessagesApi, file: Path, budget: Budget = Budget(), max_t
                      memory=memory)
 
 
-async def run_pass(api: FakeMessagesApi, file: Path, budget: Budget = Budget(), max_turn_s: float = 900.0):
+async def run_pass(api: FakeMessagesApi, file: Path, budget: Budget = Budget(), max_turn_s: float = 900.0,
+                   events: list[ProgressEvent] | None = None):
     pass_ = optimizer(api, file, budget, max_turn_s)
+    if events is not None:
+        pass_.on_event = events.append
     try:
         return pass_, await pass_.run()
     finally:
@@ -75,14 +80,15 @@ def edit(line: int, text: str) -> dict:
     return {"edits": [{"start_line": line, "end_line": line, "text": text}]}
 
 
-async def test_a_compile_error_is_fixed_then_verified_and_offered(tmp_path: Path):
+async def test_a_compile_error_is_fixed_then_verified_and_offered(tmp_path: Path, capsys):
     file = problem(tmp_path, SLOW)
     script = [tool_use_turn("read_candidate", {}), tool_use_turn("write_candidate", {"source": BROKEN}),
               tool_use_turn("compile", {}), tool_use_turn("write_candidate", edit(10, "    mask = offsets < n")),
               tool_use_turn("compile", {}), tool_use_turn("verify", {}),
               tool_use_turn("finish", {"summary": "one program of 4096"})]
+    progress: list[ProgressEvent] = []
     with FakeMessagesApi(script) as api:
-        pass_, outcome = await run_pass(api, file)
+        pass_, outcome = await run_pass(api, file, events=progress)
     assert outcome.stop_reason == "the model finished: one program of 4096"
     assert outcome.best_source == FAST and outcome.improved, outcome.improvement
     assert outcome.original_verdict == "verified" and "against the original's" in outcome.improvement
@@ -102,6 +108,36 @@ async def test_a_compile_error_is_fixed_then_verified_and_offered(tmp_path: Path
     assert [e["name"] for e in events if e["kind"] == "tool_call"][-1] == "finish"
     prompts = [e for e in events if e["kind"] == "message" and e["role"] == "user"]
     assert prompts[0]["node"] == 0 and "#0 (the original): verified" in prompts[0]["content"]
+    assert_cpu_progress(progress, capsys)
+
+
+CPU_BEST = "best: verified (CPU: timings not comparable; 1 candidate verified)"
+
+
+def assert_cpu_progress(progress: list[ProgressEvent], capsys) -> None:
+    """A pass on the CPU: its progress, in the editor and the CLI, counts the verified candidates and shows no
+    speedup ratio (the interpreter's times say nothing of a GPU), though the events carry the ratio measured."""
+    assert progress and all(event.cpu for event in progress)
+    before = [e for e in progress if e.verified == 0]
+    after = [e for e in progress if e.verified == 1]
+    assert before and after and progress[-1].verified == 1
+    assert all("nothing verified yet" in progress_message(e) for e in before)
+    assert after[-1].best_speedup_eager is not None  # measured, not shown
+    capsys.readouterr()
+    shown = [e for e in after if e.stage != "done"]  # the last sentence compares the interpreter's times itself
+    for event in shown:
+        assert CPU_BEST in progress_message(event) and "×" not in progress_message(event), progress_message(event)
+        _print_progress(event)
+    printed = capsys.readouterr().err.splitlines()
+    assert len(printed) == len(shown) and all(CPU_BEST in line and "×" not in line for line in printed)
+    verified = [e.message for e in after if e.stage == "verified"]
+    assert verified == ["#1: correct 2/2 · run on the CPU: timings not comparable"]
+
+
+def test_gpu_progress_shows_the_best_speedup():
+    event = ProgressEvent("verify", "verifying #2", 1.4, {"model_calls": 3, "dollars": 0.1, "evaluations": 2}, 1)
+    assert progress_message(event) == "verify: verifying #2 · best 1.4× eager · 3 calls, $0.10, 2 evaluations"
+    assert ProgressEvent("start", "", None, {}).best is None
 
 
 async def test_a_wrong_kernel_scores_zero_and_the_right_one_is_kept(tmp_path: Path):

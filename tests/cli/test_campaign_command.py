@@ -83,6 +83,9 @@ def test_a_campaign_runs_every_problem_and_writes_the_papers_table(tmp_path: Pat
         monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
         status, document, err = run_campaign([str(folder), "--out", str(tmp_path / "out"), "--parallel", "1"], capsys)
     assert status == 0, err
+    # the passes ran on the CPU: the campaign's line counts what verified, with no interpreter speedup
+    assert f"[{KEYS[0]}] done: " in err and "best: verified (CPU: timings not comparable; 1 candidate verified)" in err
+    assert "× eager;" not in err
     rows = rows_by_key(document)
     assert list(rows) == KEYS  # KernelBench's order; notes.py is no problem
     assert [rows[k]["verdict"] for k in KEYS] == ["verified", "rejected", "rejected"]

@@ -162,3 +162,36 @@ def test_a_second_run_answers_from_the_disk_cache_without_nvcc_until_a_header_ch
     changed, compiled = check()
     assert compiled >= 1 and "1 from the cache" in changed.stdout
     assert any(line.startswith("src/good.cu:") and "undefined_k" in line for line in changed.stdout.splitlines())
+
+
+TYPE_ERRORS = """\
+__device__ int add(int a, int b) { return a + b; }
+
+__global__ void k(float* x, int n) {
+    int* p = x;
+    int y = undeclared_thing + 1;
+    int z = add(1);
+    x[0] = *p + y + z;
+    x[1] = x + 2.0f;
+}
+"""
+
+
+@needs_nvcc
+def test_type_errors_cover_the_offending_token_or_call(tmp_path: Path):
+    """nvcc's errors point at one character; the finding covers the token there, or the call its `)` closes."""
+    (tmp_path / "types.cu").write_text(TYPE_ERRORS)
+    result = run("check", "types.cu", "--format", "json", "--no-cache", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    lines = TYPE_ERRORS.splitlines()
+    covered = {}
+    for finding in json.loads(result.stdout):
+        assert finding["line"] == finding["endLine"] and finding["code"] == "nvcc-error", finding
+        covered[finding["message"]] = lines[finding["line"] - 1][finding["column"] - 1:finding["endColumn"] - 1]
+    assert covered == {
+        'a value of type "float *" cannot be used to initialize an entity of type "int *"': "x",
+        'identifier "undeclared_thing" is undefined': "undeclared_thing",
+        "too few arguments in function call": "add(1)",
+        "expression must have integral or unscoped enum type": "2.0f",
+    }, covered
+

@@ -14,6 +14,7 @@ from kernel_lsp.server.hover_card import (
     roofline_line,
     short_message,
     top_hints,
+    unique_lines,
 )
 from kernel_lsp.profile.report import NO_CEILINGS, imported_report
 from kernel_lsp.server.profile_report import ceilings_from, point_from
@@ -100,3 +101,20 @@ def test_short_message_keeps_the_first_sentence_and_caps_it():
     assert short_message("Shared loads conflict 32.1 - way. Check the table.") == "Shared loads conflict 32.1 - way."
     long = short_message("x" * 500)
     assert len(long) == 180 and long.endswith("…")
+
+
+def test_card_says_each_line_once(report: dict):
+    """Two ptxas-resources findings with the same figures (one kernel instantiated twice) and the verify summary
+    also in a hint: the card shows each line once."""
+    card = hover_card(facts(report, "smem_conflict", resources=(PTXAS, dict(PTXAS)),
+                            verify_summary="correct 5/5 · 1.84× eager"))
+    ptxas = "ptxas sm_90: 32 registers, 4096 B smem, 0/0 B spills, 0 B stack"
+    assert card.count(ptxas) == 1
+    lines = [line.strip() for line in card.splitlines() if line.strip()]
+    assert len(lines) == len(set(lines)), card
+    no_profile = hover_card(CardFacts("smem_conflict", resources=(PTXAS, PTXAS)))
+    assert no_profile.count(ptxas) == 1
+
+
+def test_unique_lines_keeps_the_first_of_each_and_drops_emptied_blocks():
+    assert unique_lines("**k**\n\nverify: ok\n\nverify: ok\n\na\nb\na\n\nb") == "**k**\n\nverify: ok\n\na\nb"
