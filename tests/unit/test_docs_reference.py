@@ -4,6 +4,7 @@ and the documentation site builds with `mkdocs build --strict`."""
 from __future__ import annotations
 
 import ast
+import os
 import importlib.util
 import re
 import subprocess
@@ -67,5 +68,11 @@ def test_codes_in_the_source_are_documented():
 def test_mkdocs_build_strict(tmp_path):
     pytest.importorskip("mkdocs", reason="mkdocs is not installed (it comes with the test extra)")
     done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+                          cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert done.returncode == 0, done.stderr[-4000:]
+
+
+def test_the_site_carries_developers_md():
+    assert (ROOT / "docs" / "developers.md").read_text() == (ROOT / "DEVELOPERS.md").read_text(), \
+        "copy DEVELOPERS.md to docs/developers.md"
