@@ -76,3 +76,8 @@ def test_mkdocs_build_strict(tmp_path):
 def test_the_site_carries_developers_md():
     assert (ROOT / "docs" / "developers.md").read_text() == (ROOT / "DEVELOPERS.md").read_text(), \
         "copy DEVELOPERS.md to docs/developers.md"
+
+
+def test_every_cli_option_has_help():
+    lines = [line for line in gen.cli_md().splitlines() if line.startswith("| `")]
+    assert lines and all(not line.endswith("|  |") for line in lines), [l for l in lines if l.endswith("|  |")]
