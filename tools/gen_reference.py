@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -55,7 +56,9 @@ def setting_rows() -> list[tuple[str, object, str, tuple[str, ...] | None]]:
 
 
 def _cell(text: str) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
+    text = re.sub(r"#kernelLsp\.([\w.]+)#", lambda m: f"kernelLsp.{m.group(1)}" if m.group(1).startswith("server.")
+                  else m.group(1), str(text))  # VS Code's setting links: the plain key
+    return " ".join(text.split()).replace("|", "\\|")
 
 
 def _json(value: object) -> str:
