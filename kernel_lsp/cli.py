@@ -27,7 +27,8 @@ def main(argv: list[str] | None = None) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kernel-lsp", description="Language server and checks for GPU kernels.")
     parser.add_argument("--version", action="version", version=f"kernel-lsp {__version__}")
-    parser.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="what the log (stderr, or serve --log-file) holds")
     sub = parser.add_subparsers(dest="command")
     for command in COMMANDS:
         command.add_parser(sub)

@@ -18,7 +18,7 @@ ENVIRONMENT_CODES = {"nvcc-missing", "host-compiler-missing", "torch-missing"}
 
 def add_parser(sub: Any) -> None:
     check = sub.add_parser("check", help="compile-check files or directories, compiler-style output")
-    check.add_argument("paths", nargs="+", type=Path)
+    check.add_argument("paths", nargs="+", type=Path, help="files or folders (a folder is scanned as the workspace)")
     check.add_argument("--format", choices=["text", "json"], default="text")
     check.add_argument("--arch", action="append", help="target architecture, e.g. sm_90 (repeatable)")
     check.add_argument("--nvcc", help="path to nvcc")

@@ -45,6 +45,11 @@ pytestmark = pytest.mark.timeout(2400)
 SETUP = EXTENSION / "scripts" / "setup-code-server.sh"
 DRIVER = EXTENSION / "scripts" / "e2e-code-server.mjs"
 ARTIFACTS = EXTENSION / "e2e-artifacts"
+# With KERNEL_LSP_SCREENSHOTS=docs/images (relative to the repository root, or absolute), a passing run copies the
+# screenshots the documentation shows there, under these names.
+DOC_SCREENSHOTS = {"problems": "problems", "hover": "hover", "hover-profile": "hover-profile",
+                   "code-actions": "code-actions", "workspace-summary": "workspace-summary",
+                   "worker-status": "worker-status", "optimize-applied": "verdict-lens"}
 SETUP_TIMEOUT_S = 1800
 NVCC_DIRS = ["/usr/local/cuda/bin"]
 KERNEL = "scale_kernel"
@@ -202,6 +207,7 @@ def test_problems_hover_and_code_actions_in_code_server(code_server_dir: Path, t
     seen = json.loads(driven.stdout.strip().splitlines()[-1])
     print(json.dumps(seen, indent=2))
     assert seen["failure"] is None, f"{seen['failure']}\nsteps: {seen['steps']}\nscreenshots: {seen['screenshots']}"
+    _publish_screenshots()
     errors = [row for row in seen["problems"] if "undefined_value" in row]
     assert errors, seen["problems"]
     assert re.search(rf"\[Ln {BROKEN_LINE}, Col \d+\]", errors[0]), errors[0]
@@ -275,3 +281,14 @@ def test_problems_hover_and_code_actions_in_code_server(code_server_dir: Path, t
     initialize = channel[channel.index("Sending request 'initialize"):][:20000]
     assert re.search(r'"changeAnnotationSupport":\s*\{', initialize), "no change annotations: no optimize preview"
     assert re.search(r'"workDoneProgress":\s*true', initialize)
+
+
+def _publish_screenshots() -> None:
+    target = os.environ.get("KERNEL_LSP_SCREENSHOTS")
+    if not target:
+        return
+    folder = Path(target) if Path(target).is_absolute() else Path(__file__).resolve().parents[2] / target
+    folder.mkdir(parents=True, exist_ok=True)
+    for shot, name in DOC_SCREENSHOTS.items():
+        if (ARTIFACTS / f"{shot}.png").is_file():
+            shutil.copy(ARTIFACTS / f"{shot}.png", folder / f"{name}.png")
