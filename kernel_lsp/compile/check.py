@@ -133,7 +133,7 @@ def _with_header_advice(finding: Finding, settings: Settings, torch: TorchHeader
         return finding
     advice = TORCH_CPU_BUILD.format(include=cpu_build, header=missing["header"])
     return dataclasses.replace(finding, message=f"{finding.message}: {advice}", data={**(finding.data or {}),
-                                                                                    "environment": "torch-cpu"})
+                                                                                    "torchBuild": "cpu"})
 
 
 def torch_cpu_build(torch: TorchHeaders | None) -> str | None:
