@@ -49,7 +49,8 @@ ARTIFACTS = EXTENSION / "e2e-artifacts"
 # screenshots the documentation shows there, under these names.
 DOC_SCREENSHOTS = {"problems": "problems", "hover": "hover", "hover-profile": "hover-profile",
                    "code-actions": "code-actions", "workspace-summary": "workspace-summary",
-                   "worker-status": "worker-status", "optimize-applied": "verdict-lens"}
+                   "worker-status": "worker-status", "optimize-applied": "verdict-lens",
+                   "refactor-menu-py": "refactor-menu"}
 SETUP_TIMEOUT_S = 1800
 NVCC_DIRS = ["/usr/local/cuda/bin"]
 KERNEL = "scale_kernel"
