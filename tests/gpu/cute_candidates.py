@@ -1,8 +1,12 @@
 """Honest CuTe candidates for KernelBench problems, for the GPU tests of issue 20: CuTe C++ through load_inline (an
-elementwise ReLU and a tiled TF32 tensor-core GEMM) and a CuTe DSL ReLU. Each compiles here (tests/unit checks
-the C++ with the real nvcc); they run on the GPU machine."""
+elementwise ReLU, read from examples/gpu, and a tiled TF32 tensor-core GEMM) and a CuTe DSL ReLU (examples/gpu).
+They run on the GPU machine."""
 
 from __future__ import annotations
+
+from pathlib import Path
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "gpu"
 
 # CuTe's headers come with the nvidia-cutlass package; the candidate finds them as a user's would.
 _PRELUDE = r'''
@@ -17,45 +21,14 @@ import cutlass_library
 CUTLASS_INCLUDE = os.path.join(os.path.dirname(cutlass_library.__file__), "source", "include")
 '''
 
-CUTE_RELU_SOURCE = r"""
-#include <torch/extension.h>
-#include <c10/cuda/CUDAStream.h>
-#include <cute/tensor.hpp>
 
-using namespace cute;
 
-// Each thread takes kVec contiguous floats as one CuTe register fragment; the tail (n not a multiple of kVec)
-// is done element by element.
-template <int kVec>
-__global__ void cute_relu_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
-    int64_t tiles = n / kVec;
-    Tensor gx = make_tensor(make_gmem_ptr(x), make_layout(make_shape(Int<kVec>{}, tiles)));  // (kVec, tiles)
-    Tensor gy = make_tensor(make_gmem_ptr(y), make_layout(make_shape(Int<kVec>{}, tiles)));
-    int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < tiles; t += stride) {
-        Tensor fragment = make_tensor<float>(Shape<Int<kVec>>{});
-        copy(AutoVectorizingCopyWithAssumedAlignment<128>{}, gx(_, t), fragment);
-        CUTE_UNROLL
-        for (int i = 0; i < kVec; ++i) fragment(i) = fmaxf(fragment(i), 0.f);
-        copy(AutoVectorizingCopyWithAssumedAlignment<128>{}, fragment, gy(_, t));
-    }
-    for (int64_t i = tiles * kVec + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += stride) {
-        y[i] = fmaxf(x[i], 0.f);
-    }
-}
 
-torch::Tensor relu(torch::Tensor x) {
-    TORCH_CHECK(x.is_cuda() && x.scalar_type() == torch::kFloat, "relu: a float32 CUDA tensor");
-    x = x.contiguous();
-    auto y = torch::empty_like(x);
-    int64_t n = x.numel();
-    int blocks = (int)std::min<int64_t>((n / 4 + 255) / 256 + 1, 132 * 32);
-    cute_relu_kernel<4><<<blocks, 256, 0, c10::cuda::getCurrentCUDAStream()>>>(
-        x.data_ptr<float>(), y.data_ptr<float>(), n);
-    return y;
-}
-"""
-
+def _example(name: str) -> str:
+    """examples/gpu/NAME without its `# kernel-lsp: reference=` line (the tests name the KernelBench problem): the
+    candidate a user runs from the examples is the one tested here."""
+    text = (EXAMPLES / name).read_text()
+    return text.split("\n", 1)[1] if text.startswith("# kernel-lsp:") else text
 
 
 def _candidate(name: str, declaration: str, source: str, function: str, arguments: str) -> str:
@@ -71,7 +44,7 @@ class ModelNew(nn.Module):
 '''
 
 
-CUTE_RELU = _candidate("cute_relu_ext", "torch::Tensor relu(torch::Tensor x);", CUTE_RELU_SOURCE, "relu", "x")
+CUTE_RELU = _example("relu_cute.py")
 
 CUTE_GEMM_SOURCE = r"""
 #include <torch/extension.h>
@@ -152,35 +125,4 @@ torch::Tensor matmul(torch::Tensor a, torch::Tensor b) {
 CUTE_GEMM = _candidate("cute_gemm_ext", "torch::Tensor matmul(torch::Tensor a, torch::Tensor b);", CUTE_GEMM_SOURCE,
                        "matmul", "A, B")
 
-DSL_RELU = '''
-import torch
-import torch.nn as nn
-import cutlass.cute as cute
-from cutlass.cute.runtime import from_dlpack
-
-
-@cute.kernel
-def relu_kernel(gX: cute.Tensor, gY: cute.Tensor, n: cute.Int32):
-    tidx, _, _ = cute.arch.thread_idx()
-    bidx, _, _ = cute.arch.block_idx()
-    bdim, _, _ = cute.arch.block_dim()
-    i = bidx * bdim + tidx
-    if i < n:
-        v = gX[i]
-        if v < 0.0:
-            v = 0.0
-        gY[i] = v
-
-
-@cute.jit
-def relu(mX: cute.Tensor, mY: cute.Tensor, n: cute.Int32):
-    relu_kernel(mX, mY, n).launch(grid=((n + 255) // 256, 1, 1), block=(256, 1, 1))
-
-
-class ModelNew(nn.Module):
-    def forward(self, x):
-        flat = x.contiguous().view(-1)
-        y = torch.empty_like(flat)
-        relu(from_dlpack(flat), from_dlpack(y), flat.numel())
-        return y.view(x.shape)
-'''
+DSL_RELU = _example("relu_cute_dsl.py")

@@ -38,18 +38,24 @@ async def answer(stdout: asyncio.StreamReader, request_id: int | None, timeout: 
     return await asyncio.wait_for(wait(), timeout)
 
 
-async def test_requests_and_notifications_without_params_are_handled(tmp_path: Path) -> None:
-    (tmp_path / "k.cu").write_text("__global__ void k(float* p) { p[0] = 1.0f; }\n")
+async def started_server(root: Path) -> asyncio.subprocess.Process:
+    """`kernel-lsp serve` on raw pipes, initialized on `root` (no workspace check, no watching)."""
     server = await asyncio.create_subprocess_exec(
         *SERVER, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-        env={**os.environ, "KERNEL_LSP_CACHE_DIR": str(tmp_path / "cache")})
+        env={**os.environ, "KERNEL_LSP_CACHE_DIR": str(root / "cache")})
+    server.stdin.write(frame({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "processId": None, "rootUri": path_to_uri(root), "capabilities": {},
+        "initializationOptions": {"workspaceCheck": False, "watch": "off"}}}))
+    assert "capabilities" in (await answer(server.stdout, 1))["result"]
+    server.stdin.write(frame({"jsonrpc": "2.0", "method": "initialized", "params": {}}))
+    return server
+
+
+async def test_requests_and_notifications_without_params_are_handled(tmp_path: Path) -> None:
+    (tmp_path / "k.cu").write_text("__global__ void k(float* p) { p[0] = 1.0f; }\n")
+    server = await started_server(tmp_path)
     try:
         send = server.stdin.write
-        send(frame({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "processId": None, "rootUri": path_to_uri(tmp_path), "capabilities": {},
-            "initializationOptions": {"workspaceCheck": False, "watch": "off"}}}))
-        assert "capabilities" in (await answer(server.stdout, 1))["result"]
-        send(frame({"jsonrpc": "2.0", "method": "initialized", "params": {}}))
         send(frame({"jsonrpc": "2.0", "method": "kernelLsp/visibleDocuments"}))  # no params: nothing visible
         for request_id in range(2, 100):
             send(frame({"jsonrpc": "2.0", "id": request_id, "method": "kernelLsp/workspaceSummary"}))
@@ -93,16 +99,9 @@ async def test_every_malformed_request_gets_a_reply_and_the_server_keeps_serving
     path = tmp_path / "k.cu"
     path.write_text("__global__ void k(float* p) { p[0] = 1.0f; }\n")
     uri = path_to_uri(path)
-    server = await asyncio.create_subprocess_exec(
-        *SERVER, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-        env={**os.environ, "KERNEL_LSP_CACHE_DIR": str(tmp_path / "cache")})
+    server = await started_server(tmp_path)
     try:
         send = server.stdin.write
-        send(frame({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "processId": None, "rootUri": path_to_uri(tmp_path), "capabilities": {},
-            "initializationOptions": {"workspaceCheck": False, "watch": "off"}}}))
-        await answer(server.stdout, 1)
-        send(frame({"jsonrpc": "2.0", "method": "initialized", "params": {}}))
         send(frame({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
             "uri": uri, "languageId": "cuda-cpp", "version": 1, "text": path.read_text()}}}))
         unanswered, codes = [], []
