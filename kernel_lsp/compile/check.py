@@ -116,8 +116,8 @@ _MISSING_CUTLASS_HEADER = re.compile(r'cannot open source file "(?:cute|cutlass)
 
 # a header of torch's CUDA side, or of a CUDA library it includes, that a CPU build of torch does not ship
 _MISSING_TORCH_CUDA_HEADER = re.compile(
-    r'(?:cannot open source file "|^)(?P<header>(?:c10/cuda|ATen/cuda)/\S+?|cu(?:sparse|blas|blasLt|blas_v2|solverDn|rand|fft|'
-    r'dnn)\.h)(?:"|: No such file)')
+    r'(?:cannot open source file "|^)(?P<header>(?:c10/cuda|ATen/cuda)/\S+?'
+    r'|cu(?:sparse|blas|blasLt|blas_v2|solverDn|rand|fft|dnn)\.h)(?:"|: No such file)')
 TORCH_CPU_BUILD = ("{header} comes with a CUDA build of torch, and this one is a CPU build ({include} has no "
                    "c10/cuda/impl/cuda_cmake_macros.h): not a fault of this file; check it where torch has CUDA")
 

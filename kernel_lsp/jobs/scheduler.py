@@ -102,8 +102,8 @@ class DocumentScheduler:
 
     @contextlib.asynccontextmanager
     async def slot(self, key: str) -> AsyncIterator[None]:
-        """One of the parallel slots for work outside the document jobs (a static profile), queued by `key`'s
-        priority like them: one limit on the compilers the server runs at once."""
+        """One of the parallel slots, queued by `key`'s priority: what each document job holds while it runs, and
+        what work outside them takes (a static profile), so one limit bounds the compilers the server runs."""
         await self._slots.acquire(key)
         try:
             yield
@@ -129,15 +129,13 @@ class DocumentScheduler:
         if delay_s > 0:
             await asyncio.sleep(delay_s)
         self._started[key] = self._latest.get(key)
-        await self._slots.acquire(key)
-        try:
-            await job()
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # a checker's bug must not take the server down
-            log.exception("job for %s failed", key)
-        finally:
-            self._slots.release()
+        async with self.slot(key):
+            try:
+                await job()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a checker's bug must not take the server down
+                log.exception("job for %s failed", key)
 
     def _forget(self, key: str, task: asyncio.Task) -> None:
         if self._tasks.get(key) is task:

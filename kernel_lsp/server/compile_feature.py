@@ -16,11 +16,11 @@ from kernel_lsp.compile.service import CompileService
 from kernel_lsp.compile.units import is_cuda_document, is_python_document
 from kernel_lsp.findings import Finding, Range, Severity, uri_to_path
 from kernel_lsp.jobs.scheduler import DocumentScheduler, Priority
+from kernel_lsp.paths import read_regular_text
 from kernel_lsp.server.convert import code_lens
 from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.feature import Feature
 from kernel_lsp.server.settings import SettingsManager
-from kernel_lsp.workspace.survey import read_text
 
 if TYPE_CHECKING:
     from kernel_lsp.server.setup import KernelLanguageServer
@@ -87,7 +87,7 @@ class CompileFeature(Feature):
     async def _check_closed(self, uri: str, path: Path) -> None:
         if self._is_open(uri):
             return  # opened while it waited: didOpen checked the buffer
-        text = await asyncio.to_thread(read_text, path)  # off the loop; None for a pipe, a loop, a missing file
+        text = await asyncio.to_thread(read_regular_text, path)  # off the loop; None for a pipe, a loop, a missing file
         if text is None:
             log.info("not checking %s: not a readable regular file", path)
             return

@@ -2,9 +2,9 @@
 
 Profiles (KernelProfiles of the profiling contract) are kept in memory per kernel base name for this server's
 workspace. They come from `kernel-lsp.importProfile` [details CSV, raw CSV?] (an `ncu --csv` export read here: no
-worker, no GPU) or from `kernel-lsp.profile` [uri, kernel] (the code action), which runs the worker's "profile" job; the static
-profile of a `.cu` file (ptxas and SASS, all a `.cu` gets) runs in the server itself, in one of the compile slots,
-with no worker to start.
+worker, no GPU) or from `kernel-lsp.profile` [uri, kernel] (the code action), which runs the worker's "profile" job;
+the static profile of a `.cu` file (ptxas and SASS, all a `.cu` gets) runs in the server itself, in one of the
+compile slots, with no worker to start.
 Hints are placed on every open document that defines the kernel, again on each open and edit (names move), so a
 profile made from one file also marks the kernel where another file defines it. A hover is answered from memory:
 the chart is drawn when a profile arrives, never on hover.
@@ -13,6 +13,7 @@ the chart is drawn when a profile arrives, never on hover.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import logging
@@ -25,16 +26,16 @@ from typing import TYPE_CHECKING, Any, AsyncContextManager, Callable, Protocol
 
 from lsprotocol import types
 
+from kernel_lsp.compile.units import CUDA_SUFFIXES
 from kernel_lsp.config import cache_dir
 from kernel_lsp.findings import Finding, Position, uri_to_path
+from kernel_lsp.jobs.cache import ResultCache
 from kernel_lsp.kinds.profile import profile_job, profile_options
 from kernel_lsp.profile.locations import Location, kernel_locations
 from kernel_lsp.profile.report import profile_findings, summary_line
 from kernel_lsp.profile.static import CHECK_POINTER
-from kernel_lsp.compile.units import CUDA_SUFFIXES
 from kernel_lsp.profile.worker_job import CUDA_FILE, NO_GPU, NO_GPU_PLAIN, ON_CPU, static_result
 from kernel_lsp.server import compile_feature
-from kernel_lsp.jobs.cache import ResultCache
 from kernel_lsp.server.convert import STALE, ago, command_action, kind_requested, lsp_range
 from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.feature import Feature
@@ -103,7 +104,8 @@ class ProfileFeature(Feature):
         self._locations: dict[str, tuple[str, dict[str, Location]]] = {}  # uri -> (text, kernel -> name range)
         self._energy: dict[str, tuple[str | None, float, float | None]] = {}  # uri -> (text, mJ/call, reference's)
         self._refresh_lenses = refresh_lenses
-        self._compile_slot = compile_slot  # CompileFeature's scheduler.slot: the static profile runs nvcc here
+        # CompileFeature's scheduler.slot: the static profile runs nvcc here (none given: no limit of its own)
+        self._compile_slot = compile_slot or (lambda _uri: contextlib.nullcontext())
         self._restoring: set[asyncio.Task] = set()
 
     # --- document hooks -------------------------------------------------------------------------------------
@@ -228,7 +230,7 @@ class ProfileFeature(Feature):
         text = document.source if document else None
         outcome = await self._outcome(uri, result, text)
         if outcome["status"] != "unavailable" and outcome.get("kernels"):
-            self._remember(uri, path, reference, text, result)
+            await self._remember(path, reference, text, result)
         self._keep_energy(uri, result, text)
         self._progress.end(token, outcome["message"])
         return outcome
@@ -237,11 +239,8 @@ class ProfileFeature(Feature):
         """A `.cu` file's static profile, run by the server (nvcc, nvdisasm) in a compile slot: the worker would
         do the same with no GPU, after seconds of starting; with one, ncu has no ModelNew of a `.cu` to run."""
         self._progress.report(token, "static profile: nvcc and nvdisasm", None)
-        kernels = (kernel,) if kernel else ()
-        if self._compile_slot is None:
-            return await static_result(job, kernels, CUDA_FILE, self.settings.settings)
         async with self._compile_slot(uri):
-            return await static_result(job, kernels, CUDA_FILE, self.settings.settings)
+            return await static_result(job, (kernel,) if kernel else (), CUDA_FILE, self.settings.settings)
 
     def energy_note(self, uri: str, text: str | None) -> str | None:
         """'41.2 mJ/call (0.81× the reference's)' when the last profile of `uri` read its energy (NVML, a GPU) and
@@ -345,13 +344,15 @@ class ProfileFeature(Feature):
             return None
         return hashlib.sha256(f"{REMEMBERED}\0{job.content_hash}".encode()).hexdigest()
 
-    def _remember(self, uri: str, path: Path, reference: Path | None, text: str | None, result: Result) -> None:
+    async def _remember(self, path: Path, reference: Path | None, text: str | None, result: Result) -> None:
         """The kernels just profiled, added to those kept for the same text (profiling one kernel, then another,
         keeps both)."""
         disk = self._results.disk if self._results is not None else None
         report = result.metrics.get("profile") or {}
-        key = self._memory_key(path, reference, text) if disk is not None else None
-        if disk is None or key is None or not report.get("kernels"):
+        if disk is None or not report.get("kernels"):
+            return
+        key = await asyncio.to_thread(self._memory_key, path, reference, text)  # reads the files: off the loop
+        if key is None:
             return
         earlier = disk.get(key) or {}
         kept = {k["kernel"]: k for k in (earlier.get("report") or {}).get("kernels") or []

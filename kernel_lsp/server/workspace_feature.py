@@ -33,7 +33,7 @@ from kernel_lsp.config import cache_dir
 from kernel_lsp.findings import path_to_uri, uri_to_path
 from kernel_lsp.jobs.cache import ResultCache
 from kernel_lsp.jobs.disk_cache import DiskCache
-from kernel_lsp.paths import resolved
+from kernel_lsp.paths import read_regular_text, resolved
 from kernel_lsp.server.compile_feature import PRODUCER as COMPILE
 from kernel_lsp.server.compile_feature import CompileFeature
 from kernel_lsp.server.diagnostics import DiagnosticStore
@@ -55,7 +55,6 @@ from kernel_lsp.workspace.survey import (
     digest,
     exclude_patterns,
     kernel_names,
-    read_text,
     resources,
     results_file,
     survey,
@@ -333,7 +332,7 @@ class WorkspaceFeature(Feature):
                 continue
             text = texts.get(path)
             if text is None:
-                text = read_text(path)
+                text = read_regular_text(path)
             if text is None:  # gone
                 if path not in self._seen:
                     continue
@@ -474,7 +473,7 @@ class WorkspaceFeature(Feature):
         if known is not None and key is not None and known[0] == key:
             return known[1]
         if text is None:
-            text = read_text(path) or ""
+            text = read_regular_text(path) or ""
             key = digest(text)
         names = kernel_names(path, text)
         self._kernels[path] = (key, names)

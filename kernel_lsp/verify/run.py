@@ -146,10 +146,9 @@ def verify_candidate(reference: str, candidate: str, options: dict[str, Any] | N
     target = choose_device(opts.device)
     if isinstance(target, str):
         return {"verdict": "unavailable", "reason": target}
-    if target.type == "cpu" and uses_cute_dsl((files or {}).get(candidate, "")):
-        return {"verdict": "unavailable", "reason": CUTE_DSL_NEEDS_A_GPU}
-    if target.type == "cpu" and builds_cuda((files or {}).get(candidate, "")):
-        return {"verdict": "unavailable", "reason": CUDA_EXTENSION_NEEDS_A_GPU}
+    needs_a_gpu = gpu_only_reason((files or {}).get(candidate, "")) if target.type == "cpu" else None
+    if needs_a_gpu is not None:
+        return {"verdict": "unavailable", "reason": needs_a_gpu}
     PHASES.seconds.clear()
     with candidate_process(opts.allow_network, target.type) as host:
         judge = Judge(host, Exchange(host.exchange_folder, "judge"), target, Verdict(device=target.type))
@@ -173,14 +172,17 @@ CUDA_EXTENSION_NEEDS_A_GPU = ("this candidate builds CUDA (load_inline's cuda_so
                               "kernels' figures")
 
 
-def uses_cute_dsl(text: str) -> bool:
-    return bool(text) and bool(parse_python(text).cute_kernels)
-
-
-def builds_cuda(text: str) -> bool:
-    """A cpp_extension call with CUDA sources: a CPU build of torch cannot build it, nor a CPU run its kernels."""
-    return bool(text) and any(ext.cuda_sources or any(str(s).endswith((".cu", ".cuh")) for s in ext.source_files)
-                              for ext in parse_python(text).extensions)
+def gpu_only_reason(text: str) -> str | None:
+    """Why a candidate cannot be verified on the CPU (CuTe DSL kernels, CUDA sources); None if it can."""
+    if not text:
+        return None
+    model = parse_python(text)
+    if model.cute_kernels:
+        return CUTE_DSL_NEEDS_A_GPU
+    # a cpp_extension call with CUDA sources: a CPU build of torch cannot build it, nor a CPU run its kernels
+    builds_cuda = any(ext.cuda_sources or any(str(s).endswith((".cu", ".cuh")) for s in ext.source_files)
+                      for ext in model.extensions)
+    return CUDA_EXTENSION_NEEDS_A_GPU if builds_cuda else None
 
 
 def judge_candidate(judge: Judge, reference: str, candidate: str, trials: int, timed_calls: int, warmup: int,

@@ -61,7 +61,6 @@ def readable_ms(ms: float) -> str:
 
 
 CPU_TIMINGS = "run on the CPU: timings not comparable"
-CPU_BEST = "best: verified (CPU: timings not comparable)"
 
 
 def best_so_far(speedup_eager: float | None, verified: int = 0, cpu: bool = False) -> str | None:
@@ -71,8 +70,8 @@ def best_so_far(speedup_eager: float | None, verified: int = 0, cpu: bool = Fals
     if cpu:
         if not verified:
             return None
-        count = f"{verified} candidate{'s' if verified != 1 else ''} verified"
-        return f"{CPU_BEST[:-1]}; {count})"
+        plural = "s" if verified != 1 else ""
+        return f"best: verified (CPU: timings not comparable; {verified} candidate{plural} verified)"
     return f"best {speedup_eager:.3g}× eager" if speedup_eager is not None else None
 
 

@@ -46,7 +46,7 @@ def survey(roots: Iterable[Path], excludes: Sequence[str], include_dirs: Sequenc
         result = scan_folder(root, found.rules[root])
         found.truncated |= result.truncated
         for path in result.files:
-            text = read_text(path)
+            text = read_regular_text(path)
             if text is None:
                 continue
             found.digests[path] = digest(text)
@@ -69,11 +69,6 @@ def results_file(cache_root: Path, folders: Sequence[Path]) -> Path:
     return cache_root / "results" / f"{name}.msgpack"
 
 
-def read_text(path: Path) -> str | None:
-    """A regular file's text, or None (missing, unreadable, a loop, a pipe): kernel_lsp.paths.read_regular_text."""
-    return read_regular_text(path)
-
-
 def digest(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
@@ -84,7 +79,7 @@ def kernel_names(path: Path, text: str | None = None) -> list[str]:
     from kernel_lsp.sources import find_kernels, parse_python
 
     if text is None:
-        text = read_text(path) or ""
+        text = read_regular_text(path) or ""
     if path.suffix in (".cu", ".cuh"):
         return [k.name for k in find_kernels(text)]
     model = parse_python(text)

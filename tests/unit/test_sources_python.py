@@ -452,9 +452,12 @@ def test_large_file_parses():
 
 
 def test_builds_cuda_knows_a_cuda_extension_from_a_cpp_one():
-    """verify/run.builds_cuda: what makes a CPU verification say "needs a GPU" up front (a CPU torch cannot build
-    CUDA sources, nor run their kernels); C++-only extensions still run on the CPU."""
-    from kernel_lsp.verify.run import builds_cuda
+    """verify/run.gpu_only_reason: what makes a CPU verification say "needs a GPU" up front (a CPU torch cannot
+    build CUDA sources, nor run their kernels); C++-only extensions still run on the CPU."""
+    from kernel_lsp.verify.run import CUDA_EXTENSION_NEEDS_A_GPU, gpu_only_reason
+
+    def builds_cuda(text: str) -> bool:
+        return gpu_only_reason(text) == CUDA_EXTENSION_NEEDS_A_GPU
 
     head = "from torch.utils.cpp_extension import load, load_inline\n"
     assert builds_cuda(head + 'm = load_inline(name="a", cpp_sources="", cuda_sources="__global__ void k(){}")\n')
