@@ -51,6 +51,20 @@ async def started_server(root: Path) -> asyncio.subprocess.Process:
     return server
 
 
+async def shuts_down(server: asyncio.subprocess.Process, request_id: int, exit_timeout: float) -> None:
+    """shutdown answered with null, then exit ends the process with status 0."""
+    server.stdin.write(frame({"jsonrpc": "2.0", "id": request_id, "method": "shutdown"}))
+    assert (await answer(server.stdout, request_id))["result"] is None
+    server.stdin.write(frame({"jsonrpc": "2.0", "method": "exit"}))
+    assert await asyncio.wait_for(server.wait(), exit_timeout) == 0
+
+
+async def killed(server: asyncio.subprocess.Process) -> None:
+    if server.returncode is None:
+        server.kill()
+        await server.wait()
+
+
 async def test_requests_and_notifications_without_params_are_handled(tmp_path: Path) -> None:
     (tmp_path / "k.cu").write_text("__global__ void k(float* p) { p[0] = 1.0f; }\n")
     server = await started_server(tmp_path)
@@ -65,14 +79,9 @@ async def test_requests_and_notifications_without_params_are_handled(tmp_path: P
             await asyncio.sleep(0.05)
         assert [Path(f["path"]).name for f in summary["files"]] == ["k.cu"]
         assert summary["files"][0]["compile"] == "not checked" and summary["watching"] == "off"
-        send(frame({"jsonrpc": "2.0", "id": 100, "method": "shutdown"}))
-        assert (await answer(server.stdout, 100))["result"] is None
-        send(frame({"jsonrpc": "2.0", "method": "exit"}))
-        assert await asyncio.wait_for(server.wait(), 30) == 0
+        await shuts_down(server, 100, exit_timeout=30)
     finally:
-        if server.returncode is None:
-            server.kill()
-            await server.wait()
+        await killed(server)
 
 
 BAD_REQUESTS = [  # (method, params): wrong types and values a careless or buggy client sends
@@ -125,11 +134,6 @@ async def test_every_malformed_request_gets_a_reply_and_the_server_keeps_serving
         send(frame({"jsonrpc": "2.0", "id": 100, "method": "textDocument/hover", "params": {
             "textDocument": {"uri": uri}, "position": {"line": 0, "character": 17}}}))
         assert "result" in await answer(server.stdout, 100)
-        send(frame({"jsonrpc": "2.0", "id": 101, "method": "shutdown"}))
-        assert (await answer(server.stdout, 101))["result"] is None
-        send(frame({"jsonrpc": "2.0", "method": "exit"}))
-        assert await asyncio.wait_for(server.wait(), 20) == 0
+        await shuts_down(server, 101, exit_timeout=20)
     finally:
-        if server.returncode is None:
-            server.kill()
-            await server.wait()
+        await killed(server)
