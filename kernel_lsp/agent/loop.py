@@ -38,7 +38,7 @@ from kernel_lsp.agent.tools import WORKER_TOOLS, ToolResult, Workbench, candidat
 from kernel_lsp.agent.trajectory import TrajectoryWriter
 from kernel_lsp.compile.toolchain import cutlass_headers
 from kernel_lsp.kinds.options import to_config
-from kernel_lsp.verify.verdict import best_so_far
+from kernel_lsp.verify.verdict import CPU_TIMINGS, best_so_far
 from kernel_lsp.worker.client import WorkerUnavailable
 
 log = logging.getLogger(__name__)
@@ -580,14 +580,22 @@ def improvement(root: Node, best: Node | None) -> tuple[bool, str]:
         return False, "no candidate verified"
     best_ms = candidate_ms(best.evaluation)
     original_ms = candidate_ms(root.evaluation) if root.evaluation else None
+    report = best.evaluation.get("report") or {}
+    cpu = report.get("device") == "cpu"
     if original_ms is not None and best_ms is not None:
         faster = best_ms < original_ms * (1 - IMPROVEMENT_MARGIN)
+        if cpu:  # the interpreter's times rank candidates under it, but as figures they say nothing of a GPU
+            return faster, (f"#{best.id} verified and {'faster' if faster else 'no faster'} than the original under "
+                            f"the CPU interpreter ({CPU_TIMINGS}: verify it on a GPU to measure)")
         return faster, (f"#{best.id} takes {best_ms:.4g} ms against the original's {original_ms:.4g} ms "
                         f"({original_ms / best_ms:.3g}× {'faster' if faster else 'no real gain'})")
-    eager = ((best.evaluation.get("report") or {}).get("speedup") or {}).get("eager")
+    eager = (report.get("speedup") or {}).get("eager")
     if eager is None:
         return False, f"#{best.id} verified but was not timed against eager"
     faster = eager > 1.0
+    if cpu:
+        return faster, (f"#{best.id} verified, {'faster' if faster else 'no faster'} than PyTorch eager under the CPU "
+                        f"interpreter ({CPU_TIMINGS}; there was no verified original to beat)")
     return faster, f"#{best.id} runs at {eager:.3g}× PyTorch eager (there was no verified original to beat)"
 
 
