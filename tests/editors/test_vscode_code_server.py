@@ -6,8 +6,10 @@ server's card, Ctrl+. (Quick Fix...) offers "Profile this kernel", and Refactor.
 Triton candidate (which starts the local worker; a .cu's static profile runs in the server) turns the status bar
 item from "worker: not started" to the worker's state; connecting to a remote worker where none
 listens shows it disconnected, to the end (the local worker the server closes after the switch reports "stopped"
-late, which the extension does not show). "Optimize This Kernel" on a Triton candidate (an agent pass against a local
-fake Messages API, verified on the CPU worker under TRITON_INTERPRET=1) opens VS Code's refactor preview with the
+late, which the extension does not show). Without a key (code-server starts with none), "Optimize This Kernel" is
+disabled in Refactor... and its command says VS Code's remedy, the "Set Anthropic API Key" command; following it
+(a password box; the key kept in VS Code's secret storage, the server restarted with it) enables it. "Optimize This
+Kernel" on a Triton candidate (an agent pass against a local fake Messages API, verified on the CPU worker under TRITON_INTERPRET=1) opens VS Code's refactor preview with the
 change (unticked, as VS Code offers an edit that needs confirmation), the file on disk unchanged until the preview's
 Apply puts the optimized text in the editor (and VS Code saves it). "Show Workspace Summary" lists the workspace's
 kernel files in a quick pick (kernelLsp/workspaceSummary), broken.cu first with its errors, and picking it opens it.
@@ -156,10 +158,10 @@ def test_problems_hover_and_code_actions_in_code_server(code_server_dir: Path, t
         "editor.hover.delay": 200,
         "editor.hover.above": False,  # below the kernel's line, where the profile card has room
     }))
-    # the extension's server inherits code-server's environment: the key (as the extension passes its secret) and
-    # Triton's interpreter for the CPU worker; no key or endpoint from the developer's environment
+    # the extension's server inherits code-server's environment: Triton's interpreter for the CPU worker; no key
+    # (the driver sets one with the extension's command, as a new user does) or endpoint from the developer's
     env = {**{k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")},
-           "PATH": path, "ANTHROPIC_API_KEY": API_KEY, "TRITON_INTERPRET": "1"}
+           "PATH": path, "TRITON_INTERPRET": "1"}
     common = ["--user-data-dir", str(user_data), "--extensions-dir", str(extensions)]
     run_step(["node", str(entry), *common, "--install-extension", str(vsix)], tmp_path, env=env)
     assert any(p.name.startswith("kernel-lsp.kernel-lsp-") for p in extensions.iterdir()), "extension not installed"
@@ -182,7 +184,8 @@ def test_problems_hover_and_code_actions_in_code_server(code_server_dir: Path, t
                 "errorText": "undefined_value", "actionText": "Profile this kernel", "artifacts": str(ARTIFACTS),
                 "workerCommand": "kernel-lsp: Verify This Candidate", "workerFile": "relu.py", "workerToken": "relu_kernel", "remoteAddress": f"tcp:127.0.0.1:{_free_port()}",
                 "optimize": {"file": "relu.py", "kernel": "relu_kernel", "workspace": str(workspace),
-                             "command": "kernel-lsp: Optimize This Kernel", "marker": "4096", "appliedText": "BLOCK=4096"},
+                             "command": "kernel-lsp: Optimize This Kernel", "marker": "4096", "appliedText": "BLOCK=4096",
+                             "noKey": {"key": API_KEY, "keyCommand": "kernel-lsp: Set Anthropic API Key"}},
                 "summary": {"command": "kernel-lsp: Show Workspace Summary", "file": "broken.cu",
                             "until": {"relu.py": "verified"}},
                 "profileImport": {"command": "kernel-lsp: Import Nsight Compute Profile…", "file": "kernels.cu",
@@ -234,8 +237,17 @@ def test_problems_hover_and_code_actions_in_code_server(code_server_dir: Path, t
     assert re.fullmatch(r"worker: (disconnected|starting|restarting)", seen["finalStatus"]), seen["finalStatus"]
     written = json.loads((workspace / ".vscode" / "settings.json").read_text())
     assert written["kernelLsp.worker"].startswith("tcp:") and written["kernelLsp.verifyDevice"] == "cpu", written
-    # the optimize pass: the model reached with the key from the environment, the change previewed, not yet on disk
     optimized = seen["optimize"]
+    # without a key: Optimize disabled in Refactor..., and the command's message gives VS Code's remedy, not a
+    # setting the extension does not have nor an environment variable
+    no_key = optimized["noKey"]
+    no_key_rows = {row["text"]: row for row in no_key["menu"]}
+    assert no_key_rows["Optimize this kernel (relu_kernel)"]["disabled"] is True, no_key["menu"]
+    assert 'run "kernel-lsp: Set Anthropic API Key" from the Command Palette' in no_key["message"], no_key
+    assert "anthropicApiKey" not in no_key["message"] and "ANTHROPIC_API_KEY" not in no_key["message"], no_key
+    assert no_key["password"] == "password", no_key  # the key typed into a password box
+    # the optimize pass: the model reached with the key the command stored (in VS Code's secret storage, passed to
+    # the restarted server), the change previewed, not yet on disk
     assert api.requests and all(r.api_key == API_KEY for r in api.requests), [r.headers for r in api.requests]
     assert api.turns_left == 0, f"{api.turns_left} scripted turns not asked for"
     assert (workspace / "relu.kernel-lsp-best.py").read_text() == FAST
