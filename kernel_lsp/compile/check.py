@@ -22,6 +22,7 @@ from typing import AsyncIterator
 from kernel_lsp.compile.commands import device_command, host_command
 from kernel_lsp.compile.diagnostics import CompilerMessage, parse_compiler_output, source_column
 from kernel_lsp.compile.process import ProcessResult, run_process
+from kernel_lsp.compile.reuse import PRELIMINARY, Reuse, fast_text, header_stamps
 from kernel_lsp.compile.toolchain import Tool, ToolProblem, TorchHeaders, cutlass_headers, cutlass_problem, \
     find_host_compiler, find_nvcc, find_torch_headers
 from kernel_lsp.compile.units import CompileUnit, cuda_unit, is_cuda_document, is_python_document, \
@@ -72,7 +73,10 @@ class Scratch:
         return d
 
 
-async def check_document(doc: Document, settings: Settings, scratch: Scratch) -> AsyncIterator[StageReport]:
+async def check_document(doc: Document, settings: Settings, scratch: Scratch,
+                         reuse: Reuse | None = None) -> AsyncIterator[StageReport]:
+    """With `reuse` (compile/reuse.py): unit results from earlier checks, and preliminary kernel errors from a
+    fast compile without torch's headers while a load_inline unit's exact compile runs."""
     findings: list[Finding] = []
     units: list[CompileUnit] = []
     # parsing a large file takes a while: in a thread, so the server keeps answering meanwhile
@@ -91,17 +95,107 @@ async def check_document(doc: Document, settings: Settings, scratch: Scratch) ->
     findings += toolchain_findings
     runnable = [u for u in units if u.stage in tools]
     directory = scratch.directory(doc.uri)
-    tasks = [asyncio.ensure_future(_run_unit(doc, u, settings, tools, directory)) for u in runnable]
+    runs = [_UnitRun(doc, u, settings, tools, directory, reuse) for u in runnable]
+    for run in runs:
+        await run.plan()
+    pending: dict[asyncio.Future, tuple[str, _UnitRun]] = {}
+    for run in runs:
+        pending[asyncio.ensure_future(run.exact())] = ("exact", run)
+        if run.fast_text is not None and run.cached is None:
+            pending[asyncio.ensure_future(run.fast())] = ("fast", run)
     try:
-        for done in asyncio.as_completed(tasks):
-            stage, unit_findings = await done
-            findings += [_with_header_advice(f, settings, tools.get("torch")) for f in unit_findings]
-            if len(tasks) > 1:
-                yield StageReport(stage, _kept(findings, settings), final=False)
+        while pending:
+            done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for future in done:
+                kind, run = pending.pop(future)
+                if kind == "exact":
+                    findings += [_with_header_advice(f, settings, tools.get("torch")) for f in future.result()]
+                preliminary = [f for r in runs for f in r.preliminary()]
+                if preliminary if kind == "fast" else len(runs) > 1:  # the old result stays until news
+                    yield StageReport("fast" if kind == "fast" else run.unit.stage,
+                                      _kept(findings + preliminary, settings), final=False)
     finally:
-        for task in tasks:
-            task.cancel()
+        for future in pending:
+            future.cancel()
     yield StageReport("done", _kept(findings, settings), final=True)
+
+
+class _UnitRun:
+    """One unit's compile: its exact run (or the reused result of an identical one) and, for a load_inline CUDA
+    unit that includes torch, the fast run without torch's headers whose kernel errors show meanwhile."""
+
+    def __init__(self, doc: Document, unit: CompileUnit, settings: Settings, tools: dict, directory: Path,
+                 reuse: Reuse | None) -> None:
+        self.doc, self.unit, self.settings, self.directory, self.reuse = doc, unit, settings, directory, reuse
+        self.tool: Tool = tools[unit.stage]
+        self.torch: TorchHeaders | None = tools.get("torch")
+        self.argv = (device_command(self.tool.path, unit, settings, self.torch, os.devnull) if unit.stage == "device"
+                     else host_command(self.tool.path, unit, settings, self.torch))
+        self.fast_text = fast_text(unit) if reuse is not None else None
+        self.key: str | None = None
+        self.cached: ProcessResult | None = None
+        self._fast_messages: list[CompilerMessage] | None = None
+        self._exact_messages: list[CompilerMessage] | None = None
+
+    async def plan(self) -> None:
+        """Looks for an identical earlier run (reading the quoted includes' stamps: in a thread)."""
+        if self.reuse is None:
+            return
+        versions = [self.tool.version, *map(str, header_stamps(self.torch.include_dirs if self.torch else ()))]
+        self.key = await asyncio.to_thread(Reuse.unit_key, self.argv, self.unit, self.doc.path, versions)
+        self.cached = self.reuse.get(self.key)
+
+    async def exact(self) -> list[Finding]:
+        result = self.cached
+        if result is None:
+            (self.directory / self.unit.file_name).write_text(self.unit.text, encoding="utf-8", errors="replace")
+            try:
+                result = await run_process(self.argv, timeout_s=self.settings.compile_timeout_s,
+                                           cwd=str(self.directory))
+            except OSError as exc:
+                return [Finding(self.doc.uri, self.unit.fallback_range, Severity.ERROR, SOURCE, "compile-failed",
+                                f"{self.argv[0]} could not be started: {exc}")]
+            log.info("%s %s: exit %s in %.2fs", self.unit.stage, self.unit.label, result.returncode,
+                     result.duration_s)
+            if self.reuse is not None and self.key is not None:
+                self.reuse.put(self.key, result)
+        else:
+            log.info("%s %s: the result of an identical run (exit %s)", self.unit.stage, self.unit.label,
+                     result.returncode)
+        self._exact_messages = parse_compiler_output(result.stderr + "\n" + result.stdout)
+        self._calibrate()
+        return unit_findings(self.doc, self.unit, result, self.settings, self.directory, self._exact_messages)
+
+    async def fast(self) -> None:
+        """The unit without torch's includes, in its own folder (so the exact run's file stays as it is)."""
+        folder = self.directory / "fast"
+        folder.mkdir(exist_ok=True)
+        (folder / self.unit.file_name).write_text(self.fast_text, encoding="utf-8", errors="replace")
+        try:
+            result = await run_process(self.argv, timeout_s=self.settings.compile_timeout_s, cwd=str(folder))
+        except OSError:
+            return  # the exact run says why the compiler cannot start
+        log.info("fast %s: exit %s in %.2fs", self.unit.label, result.returncode, result.duration_s)
+        if not result.timed_out:
+            self._fast_messages = parse_compiler_output(result.stderr + "\n" + result.stdout)
+            self._calibrate()
+
+    def preliminary(self) -> list[Finding]:
+        """The fast run's kernel errors while the exact run is still going; none once it is done."""
+        if self.reuse is None or self._fast_messages is None or self._exact_messages is not None:
+            return []
+        folder = self.directory / "fast"
+        shown = []
+        for message in self.reuse.preliminary(self.doc.uri, self.unit, self._fast_messages):
+            finding = message_finding(self.doc, self.unit, message, folder)
+            if finding is not None:
+                shown.append(dataclasses.replace(finding, message=f"{finding.message} ({PRELIMINARY})",
+                                                 data={**(finding.data or {}), "preliminary": True}))
+        return shown
+
+    def _calibrate(self) -> None:
+        if self.reuse is not None and self._fast_messages is not None and self._exact_messages is not None:
+            self.reuse.calibrate(self.doc.uri, self.unit, self._exact_messages, self._fast_messages)
 
 
 def _cutlass_dirs(settings: Settings) -> tuple[str, ...]:
@@ -201,32 +295,14 @@ def _tool_finding(doc: Document, units: list[CompileUnit], message: str, code: s
                    data={"toolProblem": True})
 
 
-async def _run_unit(doc: Document, unit: CompileUnit, settings: Settings, tools: dict,
-                    directory: Path) -> tuple[str, list[Finding]]:
-    # an editor buffer may hold lone surrogates (from invalid UTF-8); the compiler sees U+FFFD there
-    (directory / unit.file_name).write_text(unit.text, encoding="utf-8", errors="replace")
-    tool: Tool = tools[unit.stage]
-    torch: TorchHeaders | None = tools.get("torch")
-    if unit.stage == "device":
-        argv = device_command(tool.path, unit, settings, torch, os.devnull)
-    else:
-        argv = host_command(tool.path, unit, settings, torch)
-    try:
-        result = await run_process(argv, timeout_s=settings.compile_timeout_s, cwd=str(directory))
-    except OSError as exc:
-        return unit.stage, [Finding(doc.uri, unit.fallback_range, Severity.ERROR, SOURCE, "compile-failed",
-                                    f"{argv[0]} could not be started: {exc}")]
-    log.info("%s %s: exit %s in %.2fs", unit.stage, unit.label, result.returncode, result.duration_s)
-    return unit.stage, unit_findings(doc, unit, result, settings, directory)
-
-
 def unit_findings(doc: Document, unit: CompileUnit, result: ProcessResult, settings: Settings,
-                  directory: Path) -> list[Finding]:
+                  directory: Path, messages: list[CompilerMessage] | None = None) -> list[Finding]:
     if result.timed_out:
         return [Finding(doc.uri, unit.fallback_range, Severity.ERROR, SOURCE, "compile-timeout",
                         f"{Path(result.argv[0]).name} did not finish {unit.label} within "
                         f"{settings.compile_timeout_s:g} s and was stopped (setting 'compileTimeoutS')")]
-    messages = parse_compiler_output(result.stderr + "\n" + result.stdout)
+    if messages is None:
+        messages = parse_compiler_output(result.stderr + "\n" + result.stdout)
     findings = _one_per_instantiation([f for m in messages
                                        if (f := message_finding(doc, unit, m, directory)) is not None])
     if unit.stage == "device" and settings.check_enabled("resourceUsage") and result.returncode == 0:

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
+import asyncio
 from typing import AsyncIterator
 
 from kernel_lsp.compile.check import Document, Scratch, StageReport, check_document
 from kernel_lsp.compile.toolchain import ToolProblem, find_host_compiler, find_nvcc, find_torch_headers
+from kernel_lsp.compile.reuse import Reuse, header_stamps, quoted_dependencies
 from kernel_lsp.config import Settings
 from kernel_lsp.jobs.cache import ResultCache, cache_key
-from kernel_lsp.paths import read_regular_text, resolved
 
-_QUOTED_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"\n]+)"', re.MULTILINE)
-_MAX_DEPENDENCIES = 256
 # results that say the run itself went wrong are not cached: the next save should try again
 _TRANSIENT_CODES = {"compile-timeout", "compile-failed", "nvcc-missing", "host-compiler-missing", "torch-missing"}
 CACHE_FORMAT = 1
@@ -23,6 +20,7 @@ class CompileService:
     def __init__(self, cache: ResultCache | None = None) -> None:
         self.cache = cache or ResultCache()
         self.scratch = Scratch()
+        self.reuse = Reuse(self.cache)  # unit results and fast-check calibrations (compile/reuse.py)
 
     async def run(self, doc: Document, settings: Settings) -> AsyncIterator[StageReport]:
         key = cache_key(CACHE_FORMAT, doc.uri, doc.text, settings.fingerprint(), settings.ignore,
@@ -32,7 +30,7 @@ class CompileService:
             yield StageReport("cache", cached, final=True)
             return
         last: StageReport | None = None
-        async for report in check_document(doc, settings, self.scratch):
+        async for report in check_document(doc, settings, self.scratch, self.reuse):
             last = report
             yield report
         if last is not None and not any(f.code in _TRANSIENT_CODES for f in last.findings):
@@ -47,30 +45,11 @@ async def _tool_fingerprint(doc: Document, settings: Settings) -> list[str]:
     parts = []
     for finder in finders:
         try:
-            parts.append(repr(await finder(settings)))
+            found = await finder(settings)
         except ToolProblem as exc:
             parts.append(str(exc))
+            continue
+        parts.append(repr(found))
+        if finder is find_torch_headers:  # an upgrade in place keeps the folders: their stamps change
+            parts.append(repr(await asyncio.to_thread(header_stamps, found.include_dirs)))
     return parts
-
-
-def quoted_dependencies(path: Path, text: str, include_dirs: tuple[str, ...]) -> list[Path]:
-    """Files reachable through #include "..." from the buffer, searched as the preprocessor would."""
-    found: list[Path] = []
-    seen: set[Path] = set()
-    pending = [(path.parent, text)]
-    while pending and len(found) < _MAX_DEPENDENCIES:
-        directory, source = pending.pop()
-        for name in _QUOTED_INCLUDE.findall(source):
-            for base in (directory, *map(Path, include_dirs)):
-                candidate = resolved(base / name)
-                if candidate.is_file():
-                    if candidate not in seen:
-                        seen.add(candidate)
-                        found.append(candidate)
-                        pending.append((candidate.parent, _read(candidate)))
-                    break
-    return found
-
-
-def _read(path: Path) -> str:
-    return read_regular_text(path) or ""
