@@ -320,17 +320,29 @@ class Keeper:
                 self._next_poll = 0.0
         return True
 
-    def _reap(self) -> None:
-        """Collects every child that ended: the program, and the orphans re-parented here."""
+    def _reap(self) -> int:
+        """Collects every child that ended: the program, and the orphans re-parented here; how many."""
+        reaped = 0
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
-                return
+                return reaped
             if pid == 0:
-                return
+                return reaped
+            reaped += 1
             if pid == self.child:
                 self.status = status
+
+    def _living(self) -> dict[int, tuple[int, str]]:
+        """The living descendants, or none once that is sure. One /proc listing is not proof of none: a process
+        that forks and exits while it is read (a new pid every few milliseconds) can be missed. But a process
+        whose ancestors here are all gone is the keeper's child, so its exit is reaped here: a listing with none
+        alive and no child reaped just after it has missed nobody."""
+        while True:
+            alive = descendants(self.me)
+            if self._reap() == 0 or alive:
+                return alive
 
     def _check_disk(self, final: bool) -> None:
         if self.disk_limit is None or (not final and time.monotonic() < self._next_poll):
@@ -345,7 +357,7 @@ class Keeper:
         deadline = time.monotonic() + self.grace_s
         while True:
             self._reap()
-            alive = descendants(self.me)
+            alive = self._living()
             if not alive or time.monotonic() >= deadline:
                 return alive
             time.sleep(LINGER_POLL_S)
@@ -362,7 +374,7 @@ class Keeper:
         pause = 0.001
         while True:
             self._reap()
-            alive = descendants(self.me)
+            alive = self._living()
             if self.status is None:
                 alive[self.child] = (0, alive.get(self.child, (0, ""))[1])  # also where there is no /proc
             if not alive or time.monotonic() >= deadline:
