@@ -292,11 +292,11 @@ class Keeper:
         """Ends what is left of the tree; the report's last line."""
         left: dict[int, tuple[int, str]] = {}
         if self.reason is None:  # the child ended by itself: what it started may finish, briefly
-            self._check_disk(final=True)
-            if self.reason is None:
-                left = self._linger()
+            left = self._linger()
+            self._check_disk(final=True, pids=left)
         named = _described(left)  # before they are killed: a dead process has no command line left to read
-        unkilled = self._kill_tree()
+        ended = self.reason is None and not left and self.status is not None
+        unkilled = {} if ended else self._kill_tree()  # nothing lives: no second look
         if self.reason == "lifeline":
             for path in self.remove:
                 shutil.rmtree(path, ignore_errors=True)
@@ -344,11 +344,11 @@ class Keeper:
             if self._reap() == 0 or alive:
                 return alive
 
-    def _check_disk(self, final: bool) -> None:
+    def _check_disk(self, final: bool, pids: Iterable[int] | None = None) -> None:
         if self.disk_limit is None or (not final and time.monotonic() < self._next_poll):
             return
         self._next_poll = time.monotonic() + DISK_POLL_S
-        used = disk_use(self.watch, [*descendants(self.me), self.child])
+        used = disk_use(self.watch, [*descendants(self.me), self.child] if pids is None else pids)
         self.disk_bytes = max(self.disk_bytes, used)
         if used > self.disk_limit:
             self.reason = "disk"
