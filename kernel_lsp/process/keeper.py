@@ -39,6 +39,7 @@ import selectors
 import shutil
 import signal
 import stat
+import subprocess
 import sys
 import time
 from collections.abc import Iterable
@@ -98,10 +99,10 @@ class KeeperLink:
         """The keeper's first line ({"child", "subreaper"}), waiting for it; None if it never came."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while not self.lines and not self._ended:
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return None
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             self._pull(remaining)
+            if remaining == 0.0:
+                break
         return self.lines[0] if self.lines and "child" in self.lines[0] else None
 
     def end(self) -> dict | None:
@@ -146,6 +147,25 @@ def processes_isolation(start: dict | None, signal_scoped: bool) -> str:
         return ("not isolated: it can kill its keeper (Landlock before ABI 6 cannot scope signals), and what it "
                 "started would then be out of reach")
     return "isolated: whatever it starts is killed with it, and named if left running"
+
+
+PROBE_PROGRAM = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\n"
+
+
+def probe(python: str = sys.executable) -> dict:
+    """A keeper over a program that leaves a process behind in a session of its own (kernel-lsp doctor's check):
+    the keeper's first and last lines, and the processes it named that still run after it (none, if it works)."""
+    link = KeeperLink()
+    try:
+        keeper = subprocess.Popen(keeper_command(python, [python, "-c", PROBE_PROGRAM], *link.child_fds, grace_s=0.1),
+                                  pass_fds=link.child_fds)
+    finally:
+        link.started()
+    keeper.wait()
+    start, end = link.start(0), link.end()
+    link.close()
+    named = [int(line.split()[0]) for line in (end or {}).get("left", [])]
+    return {"start": start, "end": end, "running": [pid for pid in named if _start_time(pid) is not None]}
 
 
 def _close(fd: int) -> None:
