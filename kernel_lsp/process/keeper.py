@@ -71,7 +71,7 @@ class KeeperLink:
         self._control_read, self._control = os.pipe()
         self._report, self._report_write = os.pipe()
         self._buffer = b""
-        self._ended = False
+        self._eof = False
         self.lines: list[dict] = []
 
     @property
@@ -98,7 +98,7 @@ class KeeperLink:
     def start(self, timeout_s: float | None = None) -> dict | None:
         """The keeper's first line ({"child", "subreaper"}), waiting for it; None if it never came."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while not self.lines and not self._ended:
+        while not self.lines and not self._eof and self._report >= 0:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             self._pull(remaining)
             if remaining == 0.0:
@@ -107,26 +107,26 @@ class KeeperLink:
 
     def end(self) -> dict | None:
         """The keeper's last line, read once the keeper has exited; None if it never wrote one (it was killed)."""
-        while not self._ended:
+        while self._report >= 0 and not self._eof and select.select([self._report], [], [], 0)[0]:
             self._pull(0)
-            if not select.select([self._report], [], [], 0)[0]:
-                break
-        _close(self._report)
-        self._ended = True
+        self._close_report()
         return next((line for line in reversed(self.lines) if "status" in line), None)
 
     def close(self) -> None:
         self.release()
-        if not self._ended:
-            self._ended = True
+        self._close_report()
+
+    def _close_report(self) -> None:
+        if self._report >= 0:
             _close(self._report)
+            self._report = -1
 
     def _pull(self, timeout_s: float | None) -> None:
         if not select.select([self._report], [], [], timeout_s)[0]:
             return
         data = os.read(self._report, 65536)
         if not data:
-            self._ended = True
+            self._eof = True
             return
         *complete, self._buffer = (self._buffer + data).split(b"\n")
         for line in complete:
@@ -159,6 +159,9 @@ def probe(python: str = sys.executable) -> dict:
     try:
         keeper = subprocess.Popen(keeper_command(python, [python, "-c", PROBE_PROGRAM], *link.child_fds, grace_s=0.1),
                                   pass_fds=link.child_fds)
+    except BaseException:
+        link.close()
+        raise
     finally:
         link.started()
     keeper.wait()
