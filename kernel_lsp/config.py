@@ -62,7 +62,7 @@ class Settings:
     baselines: tuple[str, ...] = _VERIFY.baselines
     allowed_kernels: tuple[str, ...] = _VERIFY.allowed_kernels  # stock kernels a candidate may also run
     verify_allow_network: bool = _VERIFY.allow_network  # a candidate's process may open sockets
-    hang_timeout_s: float = _VERIFY.hang_timeout_s  # plus 100x the reference's slowest call per forward: it hangs
+    hang_timeout_s: float = _VERIFY.hang_timeout_s  # plus 100x the reference's call per forward: it hangs
     agent_model: str = "claude-sonnet-4-5"
     agent_max_tokens: int = 8192  # per model turn
     agent_temperature: float | None = None  # None: the model's default (newer models refuse the parameter)

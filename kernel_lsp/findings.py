@@ -158,9 +158,10 @@ CODES: dict[str, CodeDoc] = {
     "compile-failed": CodeDoc("error", "the compiler failed without a message kernel-lsp could place",
                               "run the command from the server log by hand"),
     "internal-error": CodeDoc("error", "kernel-lsp itself failed on this file", "see the server log; report it as a bug"),
-    "run-timeout": CodeDoc("error", "the candidate hangs: a call did not return within `hangTimeoutS` plus 100 times the "
-                                    "reference's slowest call per forward, or its sandboxed run passed its wall time "
-                                    "(90% of `jobTimeoutS`); its processes were killed",
+    "run-timeout": CodeDoc("error", "the candidate hangs: a call did not return within `hangTimeoutS` plus, per forward, "
+                                    "100 times the reference's slowest call (10 times its own slowest forward if "
+                                    "longer), or its sandboxed run passed its wall time (90% of `jobTimeoutS`); its "
+                                    "processes were killed",
                            "look for a hang or an endless loop; raise `hangTimeoutS` for a long first compile or "
                            "autotuning, `jobTimeoutS` if the whole work is large"),
     "run-signal": CodeDoc("error", "the candidate's process died from a signal (e.g. a segfault)",

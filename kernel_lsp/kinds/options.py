@@ -45,7 +45,8 @@ class VerifyOptions:
     allowed_kernels: tuple[str, ...] = ()  # fnmatch patterns of stock kernels a candidate may also run
     timing: bool = True  # off: correctness and integrity only
     allow_network: bool = False  # the candidate's process may open sockets (off: refused by seccomp)
-    # a request to the candidate's process hangs after this plus 100x the reference's slowest call per forward
+    # a request to the candidate's process hangs after this plus, per forward, 100x the reference's slowest call
+    # (or 10x the candidate's own slowest forward, if longer): verify/run.py HangLimits
     hang_timeout_s: float = DEFAULT_HANG_TIMEOUT_S
     limits: dict[str, Any] = field(default_factory=lambda: verify_limits(DEFAULT_JOB_TIMEOUT_S))  # the sandbox's
 

@@ -13,9 +13,9 @@ replaced, threads left) it reports, and the judge records it as reported. Only a
 everything is timed: it times itself, and the judge's clock around that loop must agree with the sum it
 reports (integrity-timing-forged); the baselines are timed here, in the clean process.
 
-Every request after the reference's set-up has a time limit derived from the reference's own slowest call
-(HangLimits): a candidate that hangs is a `timeout` (run-timeout) within seconds, not when the sandbox or the
-client gives up. When the candidate's process has ended, anything it started and left running was killed by its
+Every request after the candidate's load (its import and build, bounded by the sandbox's wall time) has a time
+limit derived from the reference's own slowest call (HangLimits): a candidate that hangs is a `timeout`
+(run-timeout) within seconds, not when the sandbox or the client gives up. When the candidate's process has ended, anything it started and left running was killed by its
 keeper and is integrity-process-left.
 """
 
@@ -84,9 +84,11 @@ POISON_MIN_BYTES = 256 << 20
 JUDGE_FOOTPRINTS = 4
 KEEP_CACHE_FREE_FRACTION = 0.5  # between trials, the judge keeps its cached memory while this much is free
 TIMED_CALLS_RECORDED = 1  # timed calls run under a kernel recording instead (each costs a profiler start on CUDA)
-# a request to the candidate's process hangs after hangTimeoutS plus this many times the reference's slowest call
-# per forward it runs (the candidate's first call may compile, a CPU run interprets Triton: the floor covers those)
+# a request to the candidate's process hangs after hangTimeoutS plus, per forward it runs, this many times the
+# reference's slowest call (the candidate's first call may compile: the floor covers that) or OWN_FACTOR times the
+# candidate's own slowest forward so far, whichever is longer (Triton's interpreter on the CPU is that much slower)
 HANG_FACTOR = 100
+OWN_FACTOR = 10
 PROCESSES_LISTED = 3  # named in integrity-process-left
 # what each request to the candidate's process runs, as a hang's message names it
 ASKED = {"forward": "forward", "again": "forward (called again on new inputs)",
@@ -141,19 +143,23 @@ class Verdict:
 
 @dataclass
 class HangLimits:
-    """How long a request to the candidate's process may take: hangTimeoutS, plus HANG_FACTOR times the
-    reference's slowest call for each forward the request runs; no limit until the reference has run."""
+    """How long a request to the candidate's process may take: hangTimeoutS, plus for each forward the request
+    runs HANG_FACTOR times the reference's slowest call, or OWN_FACTOR times the candidate's slowest forward request
+    so far if that is longer; no limit until the reference has run."""
 
     floor_s: float
     reference_s: float | None = None
+    forward_s: float = 0.0  # the candidate's slowest forward request, by the judge's clock
 
     def limit(self, op: str, runs: int, extra_s: float = 0.0) -> CallLimit | None:
         if self.reference_s is None:
             return None
+        per_call = max(HANG_FACTOR * self.reference_s, OWN_FACTOR * self.forward_s)
         why = f"hangTimeoutS {self.floor_s:g} s"
         if runs:
-            why += f" + {HANG_FACTOR}× the reference's slowest call of {self.reference_s * 1e3:.3g} ms × {runs}"
-        return CallLimit(self.floor_s + HANG_FACTOR * self.reference_s * runs + extra_s, ASKED[op], why)
+            why += (f" + {runs} × {per_call * 1e3:.3g} ms, the longer of {HANG_FACTOR}× the reference's slowest call "
+                    f"and {OWN_FACTOR}× the candidate's slowest forward so far")
+        return CallLimit(self.floor_s + per_call * runs + extra_s, ASKED[op], why)
 
 
 @dataclass
@@ -171,7 +177,10 @@ class Judge:
 
     def ask(self, op: str, runs: int = 0, extra_s: float = 0.0, **fields: Any) -> dict[str, Any]:
         """A request to the candidate's process that runs forward `runs` times, under its HangLimits."""
-        return self.host.ask(op, self.hang.limit(op, runs, extra_s), **fields)
+        reply = self.host.ask(op, self.hang.limit(op, runs, extra_s), **fields)
+        if op == "forward":
+            self.hang.forward_s = max(self.hang.forward_s, self.host.wall_s[op])
+        return reply
 
 
 def verify_candidate(reference: str, candidate: str, options: dict[str, Any] | None = None,
@@ -393,8 +402,8 @@ def run_candidate(judge: Judge, inputs: tuple, poison: int, record: bool, own_co
         sent, shared = judge.exchange.share(clone_inputs(inputs))  # on CUDA the candidate writes into this memory
     with PHASES("candidate runs"):
         reply = judge.ask("forward", runs=1, inputs=sent, poison=poison, record=record, own_copy=own_copy,
-                               poison_bytes=max(POISON_MIN_BYTES, POISON_FOOTPRINTS * footprint),
-                               reserve=JUDGE_FOOTPRINTS * footprint)
+                          poison_bytes=max(POISON_MIN_BYTES, POISON_FOOTPRINTS * footprint),
+                          reserve=JUDGE_FOOTPRINTS * footprint)
         returned = judge.exchange.receive(reply["output"])
     note_candidate_phases(reply.get("seconds"))
     with PHASES("pending-work checks"):
@@ -574,8 +583,8 @@ def check_output_from_kernel(judge: Judge, get_inputs: Callable[[], list], seed:
     integrity-output-not-from-kernel. None when its own code could not be intercepted (no verdict then)."""
     inputs, others = (draw_inputs(get_inputs, seed + ABLATION_SEED + k, judge.target, "own") for k in (0, 1))
     with PHASES("output-from-kernel check"):
-        reply = judge.ask("ablate", runs=2, inputs=judge.exchange.send(inputs), others=judge.exchange.send(others),
-                               own=sorted(judge.own))
+        reply = judge.ask("ablate", runs=3, inputs=judge.exchange.send(inputs), others=judge.exchange.send(others),
+                          own=sorted(judge.own))
         release(judge)
     if not reply.get("destroyed"):
         return None

@@ -42,7 +42,6 @@ START_TIMEOUT_S = 120.0  # importing torch from a cold disk can take a minute
 EXIT_GRACE_S = 5.0  # a child that has replied only has to exit; tearing down a CUDA context takes a moment
 KEEPER_EXIT_S = EXIT_GRACE_S + KILL_WITHIN_S  # a keeper told to stop has killed the tree by then
 DEFAULT_DISK_BYTES = 4 * 2**30
-FOLDER_PREFIXES = ("kernel-lsp-home-", "kernel-lsp-task-")
 _OWNED_FOLDER = re.compile(r"^kernel-lsp-(?:home|task)-(?P<pid>\d+)\.(?P<namespace>\d+)-")
 EXIT_POLL_S = 0.01
 STDERR_TAIL_CHARS = 4000
