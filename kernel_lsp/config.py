@@ -17,7 +17,7 @@ from typing import Any, get_type_hints
 
 import cattrs
 
-from kernel_lsp.kinds.options import BASELINE_KINDS, VERIFY_DEVICES, VerifyOptions, camel, snake
+from kernel_lsp.kinds.options import BASELINE_KINDS, DEFAULT_JOB_TIMEOUT_S, VERIFY_DEVICES, VerifyOptions, camel, snake
 
 CHECK_NAMES = ("compile", "resourceUsage", "hostCompile", "pythonSyntax")
 RESOURCE_USAGE_MODES = ("diagnostic", "codeLens", "both", "off")
@@ -49,7 +49,7 @@ class Settings:
     ignore: tuple[str, ...] = ()  # finding codes (or code prefixes ending in '*') never reported
     worker: str = ""  # empty: a local worker started on the first job; or unix:PATH / tcp:HOST:PORT
     worker_token_file: str = ""  # token for a tcp worker (else $KERNEL_LSP_TOKEN)
-    job_timeout_s: float = 600.0
+    job_timeout_s: float = DEFAULT_JOB_TIMEOUT_S  # a verification's sandbox gets 90% (kinds.options.verify_limits)
     max_frame_mib: int = 64
     references: dict[str, str] = field(default_factory=dict)  # candidate path or glob -> reference, workspace-relative
     kernelbench_roots: tuple[str, ...] = ()  # folders holding level<N>/ problems, workspace-relative or absolute
@@ -62,6 +62,7 @@ class Settings:
     baselines: tuple[str, ...] = _VERIFY.baselines
     allowed_kernels: tuple[str, ...] = _VERIFY.allowed_kernels  # stock kernels a candidate may also run
     verify_allow_network: bool = _VERIFY.allow_network  # a candidate's process may open sockets
+    hang_timeout_s: float = _VERIFY.hang_timeout_s  # plus 100x the reference's call per forward: it hangs
     agent_model: str = "claude-sonnet-4-5"
     agent_max_tokens: int = 8192  # per model turn
     agent_temperature: float | None = None  # None: the model's default (newer models refuse the parameter)
@@ -219,6 +220,8 @@ def _convert(name: str, hint: Any, value: Any, current: Any) -> Any:
         raise ValueError(f"expected a list of {', '.join(BASELINE_KINDS)}, got {value!r}")
     if name == "arch" and (not converted or not all(_ARCH_RE.match(a) for a in converted)):
         raise ValueError(f"expected architectures like 'sm_90', got {value!r}")
+    if name == "hang_timeout_s" and not converted > 0:
+        raise ValueError(f"must be more than 0, got {value!r}")
     return {**current, **converted} if name in _MERGED else converted
 
 

@@ -158,8 +158,12 @@ CODES: dict[str, CodeDoc] = {
     "compile-failed": CodeDoc("error", "the compiler failed without a message kernel-lsp could place",
                               "run the command from the server log by hand"),
     "internal-error": CodeDoc("error", "kernel-lsp itself failed on this file", "see the server log; report it as a bug"),
-    "run-timeout": CodeDoc("error", "the candidate's sandboxed run passed its wall-time limit",
-                           "look for a hang or an endless loop; raise `jobTimeoutS` if the work is large"),
+    "run-timeout": CodeDoc("error", "the candidate hangs: a call did not return within `hangTimeoutS` plus, per forward, "
+                                    "100 times the reference's slowest call (10 times its own slowest forward if "
+                                    "longer), or its sandboxed run passed its wall time (90% of `jobTimeoutS`); its "
+                                    "processes were killed",
+                           "look for a hang or an endless loop; raise `hangTimeoutS` for a long first compile or "
+                           "autotuning, `jobTimeoutS` if the whole work is large"),
     "run-signal": CodeDoc("error", "the candidate's process died from a signal (e.g. a segfault)",
                           "look for out-of-bounds accesses in host code or the extension"),
     "run-out-of-memory": CodeDoc("error", "the run exceeded its host or GPU memory limit", "use less memory"),
@@ -169,6 +173,11 @@ CODES: dict[str, CodeDoc] = {
                                     "fix the exception"),
     "run-compile-error": CodeDoc("error", "building the candidate's extension or Triton kernel failed at run time",
                                  "read the compiler output in the message"),
+    "run-disk-limit": CodeDoc("error", "the run's files (its folders, and files its processes hold open after deleting "
+                                       "them) or one file grew past the disk limit; its processes were killed and its "
+                                       "files removed",
+                              "write less; raise the job's `limits.diskBytes` (4 GiB by default) if the files are "
+                              "needed"),
     "run-sandbox-error": CodeDoc("error", "the sandbox itself failed to run the candidate", "see the worker log"),
     "verify-mismatch": CodeDoc("error", "trials failed: values outside the tolerance (worst error, element, expected and actual value)",
                                "fix the kernel; if the difference is expected precision loss, set `tolerances`"),
@@ -195,6 +204,9 @@ CODES: dict[str, CodeDoc] = {
     "integrity-pending-work": CodeDoc("error", "the output still changed after `forward` returned and the stream was done",
                                       "finish all work on the current stream before returning"),
     "integrity-thread": CodeDoc("error", "a thread the candidate started is still alive", "do not start threads"),
+    "integrity-process-left": CodeDoc("error", "a process the candidate started still ran after the candidate's own "
+                                               "process ended (a daemon, a new session, a double fork); it was killed",
+                                      "wait for every process you start, and start none that outlives the call"),
     "integrity-timer-patched": CodeDoc("error", "a timing or synchronisation function was replaced", "do not patch timers"),
     "integrity-torch-patched": CodeDoc("error", "the candidate replaced a public torch callable or changed a global numerics flag",
                                        "leave torch and its global flags as they are"),

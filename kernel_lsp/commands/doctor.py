@@ -71,6 +71,7 @@ def gpu_checks() -> list[Check]:
 def isolation_checks() -> list[Check]:
     """What a candidate's process is kept from: its environment (filtered here), and its files and network, as
     a throw-away child confined the same way finds them (process/confine.py's probe)."""
+    from kernel_lsp.process.confine import SIGNAL_SCOPE_ABI
     from kernel_lsp.process.isolation import withheld
 
     names = withheld(os.environ)
@@ -92,7 +93,21 @@ def isolation_checks() -> list[Check]:
         held = status.startswith("isolated") and seen[tried] != "done"
         checks.append(Check("ok" if held else "missing", f"candidate {part}",
                             status if held else f"not isolated: {status} (a probe's {tried}: {seen[tried]})"))
-    return checks
+    return checks + [processes_check(confinement["files"].startswith("isolated") and seen["abi"] >= SIGNAL_SCOPE_ABI)]
+
+
+def processes_check(signal_scoped: bool) -> Check:
+    """Whether what a candidate starts ends with it: a keeper over a program that leaves a process behind in a
+    session of its own must name it and kill it (process/keeper.py's probe)."""
+    from kernel_lsp.process.keeper import probe, processes_isolation
+
+    seen = probe()
+    status = processes_isolation(seen["start"], signal_scoped)
+    if seen["end"] is None or not seen["end"]["leftCount"] or seen["running"]:
+        return Check("missing", "candidate processes",
+                     f"not isolated: a probe's detached process was {'left running' if seen['running'] else 'not seen'}"
+                     f" ({status})")
+    return Check("ok" if status.startswith("isolated") else "missing", "candidate processes", status)
 
 
 def profiler_checks() -> list[Check]:

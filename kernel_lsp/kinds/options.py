@@ -16,9 +16,19 @@ from typing import Any, TypeVar, get_type_hints
 
 VERIFY_DEVICES = ("auto", "cuda", "cpu")
 BASELINE_KINDS = ("eager", "compile")
-LIMIT_KEYS = frozenset({"wallTimeS", "hostMemoryBytes", "gpuMemoryFraction", "outputBytes"})  # SandboxLimits
+LIMIT_KEYS = frozenset({"wallTimeS", "hostMemoryBytes", "gpuMemoryFraction", "outputBytes",  # SandboxLimits
+                        "diskBytes"})
 DEFAULT_LAUNCH_COUNT = 8  # launches profiled: each is replayed once per section pass, so this bounds the time
 DEFAULT_JOB_LIMITS = {"wallTimeS": 900}  # a first run builds the extension (and measures the ceilings): minutes
+DEFAULT_JOB_TIMEOUT_S = 600.0  # the client's limit on a whole job (the setting jobTimeoutS)
+SANDBOX_SHARE_OF_JOB = 0.9  # the rest of a job's time: the warm-up, waiting for the GPU, starting a child
+DEFAULT_HANG_TIMEOUT_S = 60.0  # a first call may compile or autotune its kernels
+
+
+def verify_limits(job_timeout_s: float) -> dict[str, Any]:
+    """The sandbox's limits for a verification whose client waits `job_timeout_s`: its wall time ends first, so a
+    candidate whose build or import never ends is a run-timeout, not an "unavailable" job."""
+    return {"wallTimeS": round(job_timeout_s * SANDBOX_SHARE_OF_JOB, 3)}
 
 
 @dataclass(frozen=True)
@@ -35,7 +45,10 @@ class VerifyOptions:
     allowed_kernels: tuple[str, ...] = ()  # fnmatch patterns of stock kernels a candidate may also run
     timing: bool = True  # off: correctness and integrity only
     allow_network: bool = False  # the candidate's process may open sockets (off: refused by seccomp)
-    limits: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_JOB_LIMITS))  # the sandbox's limits
+    # a request to the candidate's process hangs after this plus, per forward, 100x the reference's slowest call
+    # (or 10x the candidate's own slowest forward, if longer): verify/run.py HangLimits
+    hang_timeout_s: float = DEFAULT_HANG_TIMEOUT_S
+    limits: dict[str, Any] = field(default_factory=lambda: verify_limits(DEFAULT_JOB_TIMEOUT_S))  # the sandbox's
 
     def __post_init__(self) -> None:
         problems = _type_problems(self)
@@ -46,6 +59,8 @@ class VerifyOptions:
         for name in ("trials", "timed_calls"):
             if isinstance(getattr(self, name), int) and getattr(self, name) < 1:
                 problems.append(f"{camel(name)}: must be at least 1, got {getattr(self, name)!r}")
+        if isinstance(self.hang_timeout_s, (int, float)) and not self.hang_timeout_s > 0:
+            problems.append(f"hangTimeoutS: must be more than 0, got {self.hang_timeout_s!r}")
         problems += _limit_problems(self.limits)
         if problems:
             raise ValueError(f"invalid verify options: {'; '.join(problems)}")
@@ -137,6 +152,8 @@ def _type_problems(options: Any) -> list[str]:
             ok = isinstance(value, dict)
         elif hint is int:
             ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        elif hint is float:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         elif hint is bool:
             ok = isinstance(value, bool)
         else:
@@ -156,4 +173,4 @@ def _limit_problems(limits: Any) -> list[str]:
 def _describe(hint: Any) -> str:
     origin = getattr(hint, "__origin__", hint)
     return {tuple: "a list of strings", dict: "an object", int: "a non-negative whole number", bool: "true or false",
-            str: "a string"}.get(origin, str(hint))
+            str: "a string", float: "a number"}.get(origin, str(hint))

@@ -20,7 +20,7 @@ from kernel_lsp.config import Settings
 from kernel_lsp.findings import Finding, Range, Severity, path_to_uri
 from kernel_lsp.jobs.cache import cache_key
 from kernel_lsp.kinds.files import JOB_KEYS, gather_files
-from kernel_lsp.kinds.options import VerifyOptions, coerce, from_config, to_config
+from kernel_lsp.kinds.options import VerifyOptions, coerce, from_config, to_config, verify_limits
 from kernel_lsp.verify.verdict import report_findings
 from kernel_lsp.verify.verdict import summary as verdict_summary
 from kernel_lsp.worker.jobs import SOURCE, JobContext, on_device, outcome_finding, sandbox_limits
@@ -31,10 +31,12 @@ KIND = "verify"
 
 
 def verify_options(settings: Settings, **overrides: Any) -> VerifyOptions:
-    """The settings' verify entries as the job's options (the one place their names map), then `overrides`."""
+    """The settings' verify entries as the job's options (the one place their names map), then `overrides`. The
+    sandbox's wall time is a share of jobTimeoutS, so that it, not the client, ends a run that never finishes."""
     options = VerifyOptions(device=settings.verify_device, trials=settings.trials, timed_calls=settings.timed_calls,
                             warmup=settings.warmup_calls, baselines=settings.baselines,
                             allowed_kernels=settings.allowed_kernels, allow_network=settings.verify_allow_network,
+                            hang_timeout_s=settings.hang_timeout_s, limits=verify_limits(settings.job_timeout_s),
                             tolerances={dtype: dict(t) for dtype, t in settings.tolerances.items()})
     return dataclasses.replace(options, **overrides)
 

@@ -10,7 +10,7 @@ torch starts threads: the file rules bind the calling thread and the threads it 
 - **Files**: Landlock (Linux 5.13) makes every write outside the given folders fail with EACCES: the user's
   workspace, the trusted caches (baseline timings, measured peaks, verdicts) and the rest of the home folder
   stay as they were. Reads are not restricted (the candidate reads its reference, Python and CUDA libraries).
-  From ABI 6 the process also cannot signal processes outside its domain (the judge).
+  From ABI 6 the process also cannot signal processes outside its domain (the judge, its keeper).
 
 Each part that is not available is said plainly in the returned `Confinement`, never pretended. Stdlib only:
 this runs before torch is imported.
@@ -49,6 +49,7 @@ WRITE_RIGHTS_BY_ABI = {
     3: 1 << 14,  # truncate
 }
 SCOPE_SIGNAL = 1 << 1
+SIGNAL_SCOPE_ABI = 6  # the first Landlock ABI that keeps a process from signalling outside its domain
 SUPPORTED_MACHINES = tuple(SECCOMP_NUMBERS)
 
 
@@ -129,8 +130,9 @@ def _restrict_writes(writable: list[str], abi: int) -> str:
     for version, rights in WRITE_RIGHTS_BY_ABI.items():
         if abi >= version:
             write_rights |= rights
-    scoped = SCOPE_SIGNAL if abi >= 6 else 0  # no signal to a process outside the domain: the judge stays up
-    attr = struct.pack("=QQQ", write_rights, 0, scoped)[: 24 if abi >= 6 else 16 if abi >= 4 else 8]
+    # no signal to a process outside the domain: the judge and the keepers stay up
+    scoped = SCOPE_SIGNAL if abi >= SIGNAL_SCOPE_ABI else 0
+    attr = struct.pack("=QQQ", write_rights, 0, scoped)[: 24 if abi >= SIGNAL_SCOPE_ABI else 16 if abi >= 4 else 8]
     libc = _libc()
     ruleset = libc.syscall(ctypes.c_long(SYS_LANDLOCK_CREATE_RULESET), ctypes.c_char_p(attr),
                            ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))

@@ -1,8 +1,9 @@
 """How an exception ended a run in a child process: its status (compile-error, out-of-memory, cuda-error,
-python-exception), its message and its frames, as msgpack values the parent can report."""
+disk-limit, python-exception), its message and its frames, as msgpack values the parent can report."""
 
 from __future__ import annotations
 
+import errno
 import subprocess
 import traceback
 from collections.abc import Iterable
@@ -32,7 +33,7 @@ def classify_exception(error: BaseException) -> tuple[str, BaseException]:
     """The status, and the exception in the chain (cause or context) that decided it."""
     chain = _exception_chain(error)
     for status, test in (("compile-error", _is_build_failure), ("out-of-memory", _is_out_of_memory),
-                         ("cuda-error", _is_cuda_error)):
+                         ("cuda-error", _is_cuda_error), ("disk-limit", _is_past_file_size_limit)):
         decisive = next((link for link in chain if test(link)), None)
         if decisive is not None:
             return status, decisive
@@ -73,6 +74,11 @@ def _is_cuda_error(error: BaseException) -> bool:
     return isinstance(error, RuntimeError) and _mentions(str(error), CUDA_ERROR_MARKERS)
 
 
+def _is_past_file_size_limit(error: BaseException) -> bool:
+    # Python ignores SIGXFSZ, so a write past RLIMIT_FSIZE (the run's disk limit) fails with EFBIG instead
+    return isinstance(error, OSError) and error.errno == errno.EFBIG
+
+
 def _mentions(text: str, markers: Iterable[str]) -> bool:
     lowered = text.lower()
     return any(marker in lowered for marker in markers)
@@ -81,6 +87,8 @@ def _mentions(text: str, markers: Iterable[str]) -> bool:
 def _message(status: str, error: BaseException) -> str:
     if status == "compile-error":
         return "the extension failed to build:\n" + _compiler_output(error)[-COMPILER_OUTPUT_TAIL_CHARS:]
+    if status == "disk-limit":
+        return f"a file grew past the run's disk limit (limits.diskBytes): {_type_name(error)}: {error}"
     text = str(error)
     return f"{_type_name(error)}: {text}" if text else _type_name(error)
 

@@ -4,7 +4,9 @@ child and the candidate's process answer their parent this way; stdout and stder
 from __future__ import annotations
 
 import os
+import select
 import struct
+import time
 from typing import Any
 
 import msgpack
@@ -22,18 +24,21 @@ def decode_frame_body(body: bytes) -> dict[str, Any]:
     return msgpack.unpackb(body, raw=False, strict_map_key=False)
 
 
-def read_frame(fd: int) -> dict[str, Any] | None:
-    """The next frame on a blocking pipe, or None at end of file."""
-    header = _read_exactly(fd, FRAME_HEADER.size)
+def read_frame(fd: int, deadline: float | None = None) -> dict[str, Any] | None:
+    """The next frame on a blocking pipe, or None at end of file. With a deadline (time.monotonic()), TimeoutError
+    once it passes before the whole frame came: a writer that sends half a frame and stops is no reply."""
+    header = _read_exactly(fd, FRAME_HEADER.size, deadline)
     if header is None:
         return None
-    body = _read_exactly(fd, FRAME_HEADER.unpack(header)[0])
+    body = _read_exactly(fd, FRAME_HEADER.unpack(header)[0], deadline)
     return None if body is None else decode_frame_body(body)
 
 
-def _read_exactly(fd: int, size: int) -> bytes | None:
+def _read_exactly(fd: int, size: int, deadline: float | None) -> bytes | None:
     data = bytearray()
     while len(data) < size:
+        if deadline is not None and not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            raise TimeoutError
         chunk = os.read(fd, size - len(data))
         if not chunk:
             return None

@@ -1,12 +1,16 @@
 """The judge's handle on the candidate's process (kernel_lsp.verify.host): start it, ask it, read its answers.
 
 The process is started at the very beginning of a verification, so that its imports overlap the reference's
-set-up. It stays in the sandbox child's process group (a timeout kills both). It gets a scratch folder of its
-own as HOME and TMPDIR, and may write only there, in the build caches, /dev and /proc (process/confine.py).
+set-up. It runs under a keeper of its own (process/keeper.py), a child of the judge: when it ends, whatever it
+started and left running (a daemon, a process in a new session, a double fork) is killed and named, and the judge
+rejects the candidate for it; when the judge dies, the keeper kills it all. It gets a scratch folder of its own as
+HOME and TMPDIR, and may write only there, in the build caches, /dev and /proc (process/confine.py).
 
-If it dies without answering (a segfault, an illegal address that aborts, the out-of-memory killer), the judge
-ends the same way (same signal or exit code, the candidate's own stderr already in the shared stderr), so the
-sandbox reports the candidate's crash exactly as it would have reported it in one process.
+A request may have a time limit (CallLimit, from the reference's own time: verify/run.py): past it, the candidate
+hangs, and its process and everything it started are killed (the run's `timeout`). If it dies without answering
+(a segfault, an illegal address that aborts, the out-of-memory killer), the judge ends the same way (same signal
+or exit code, the candidate's own stderr already in the shared stderr), so the sandbox reports the candidate's
+crash exactly as it would have reported it in one process.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -21,15 +26,21 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from kernel_lsp.process.confine import SIGNAL_SCOPE_ABI, landlock_abi
 from kernel_lsp.process.frames import read_frame, write_frame
 from kernel_lsp.process.isolation import build_cache_root, candidate_environment, with_package_on_path
+from kernel_lsp.process.keeper import KILL_WITHIN_S, KeeperLink, keeper_command, processes_isolation
 
 HOST_MODULE = "kernel_lsp.verify.host"
 BUILD_CACHE_VARIABLES = ("TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "CUDA_CACHE_PATH")
 ALWAYS_WRITABLE = ("/dev", "/proc")  # device nodes CUDA opens read-write; CUDA's driver writes under /proc/self
+LEFT_GRACE_S = 1.0  # what the candidate's process started may take this long to end after it
+CLOSE_S = 5.0  # the process exits by itself when asked; past this it is killed
+KEEPER_START_S = 30.0
 
 
 def candidate_launch(home: Path) -> tuple[dict[str, str], list[str]]:
@@ -75,6 +86,15 @@ class CandidateFailed(Exception):
         self.sandbox_failure = failure
 
 
+@dataclass(frozen=True)
+class CallLimit:
+    """How long one request may take before the candidate is said to hang: `what` it asked, `why` this long."""
+
+    seconds: float
+    what: str
+    why: str
+
+
 class CandidateProcess:
     def __init__(self, scratch: Path, allow_network: bool) -> None:
         self.scratch = scratch  # the caller removes it once the process is closed
@@ -85,68 +105,108 @@ class CandidateProcess:
         self.interpret = environment.get("TRITON_INTERPRET") == "1"  # Triton reads it once, at import
         request_read, self._requests = os.pipe()
         self._replies, reply_write = os.pipe()
+        self.link = KeeperLink()
         command = [sys.executable, "-P", "-m", HOST_MODULE, "--requests-fd", str(request_read),
                    "--replies-fd", str(reply_write), "--exchange", str(self.exchange_folder),
                    *(f"--writable={folder}" for folder in writable), *(["--allow-network"] if allow_network else [])]
         try:
-            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, env=environment,
-                                            pass_fds=(request_read, reply_write))
+            self.process = subprocess.Popen(  # the keeper, whose one child is the candidate's process
+                keeper_command(sys.executable, command, *self.link.child_fds, grace_s=LEFT_GRACE_S),
+                stdin=subprocess.DEVNULL, env=environment, pass_fds=(request_read, reply_write, *self.link.child_fds))
+        except BaseException:
+            self.link.close()
+            raise
         finally:
             os.close(request_read)
             os.close(reply_write)
+            self.link.started()
         self.confinement: dict[str, str] | None = None
+        self.kept: dict[str, Any] | None = None  # the keeper's last report, once closed (None: it was killed)
         self.wall_s: dict[str, float] = {}  # per op, the judge's clock from request to reply
 
     def ready(self) -> dict[str, str]:
-        """Waits for the process to be up and confined; how it is confined."""
+        """Waits for the process to be up and confined; how it is confined (files, network, processes)."""
         if self.confinement is None:
-            self.confinement = self._read()["confinement"]
+            confinement = dict(self._read(None)["confinement"])
+            scoped = confinement["files"].startswith("isolated") and landlock_abi() >= SIGNAL_SCOPE_ABI
+            confinement["processes"] = processes_isolation(self.link.start(KEEPER_START_S), scoped)
+            self.confinement = confinement
         return self.confinement
 
-    def ask(self, op: str, **fields: Any) -> dict[str, Any]:
-        """One request and its reply; raises CandidateFailed when the candidate raised."""
+    def inherit_limits(self) -> None:
+        """A process started ahead of its task gets the file size limit the task set in this process since (a
+        process started now inherits it)."""
+        start = self.link.start(KEEPER_START_S)
+        if start is not None:
+            resource.prlimit(start["child"], resource.RLIMIT_FSIZE, resource.getrlimit(resource.RLIMIT_FSIZE))
+
+    def ask(self, op: str, limit: CallLimit | None = None, **fields: Any) -> dict[str, Any]:
+        """One request and its reply; raises CandidateFailed when the candidate raised, or hung past `limit`."""
         self.ready()
         started = time.perf_counter()
+        deadline = None if limit is None else time.monotonic() + limit.seconds
         try:
             write_frame(self._requests, {"op": op, **fields})
         except BrokenPipeError:
             self._died()
-        reply = self._read()
+        try:
+            reply = self._read(deadline)
+        except TimeoutError:
+            self._hung(limit)
         self.wall_s[op] = time.perf_counter() - started
         if "error" in reply:
             raise CandidateFailed(reply["error"])
         return reply
 
+    def kill(self) -> None:
+        """The keeper kills the process and everything it started."""
+        self.link.release()
+
     def close(self) -> None:
+        """Asks the process to exit, and reads what its keeper found left running after it (then killed)."""
         try:
             write_frame(self._requests, {"op": "exit"})
         except OSError:
             pass
         try:
-            self.process.wait(5)
+            self.process.wait(CLOSE_S + LEFT_GRACE_S)
         except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+            self.kill()
+            try:
+                self.process.wait(KILL_WITHIN_S + CLOSE_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()  # the candidate's process dies with its keeper
+                self.process.wait()
+        self.kept = self.link.end()
+        self.link.close()
         for fd in (self._requests, self._replies):
             try:
                 os.close(fd)
             except OSError:
                 pass
 
-    def _read(self) -> dict[str, Any]:
-        reply = read_frame(self._replies)
+    def _read(self, deadline: float | None) -> dict[str, Any]:
+        reply = read_frame(self._replies, deadline)
         if reply is None:
             self._died()
         return reply
 
+    def _hung(self, limit: CallLimit) -> NoReturn:
+        self.kill()
+        self.process.wait()
+        raise CandidateFailed({"status": "timeout", "error_type": None, "frames": [],
+                               "message": f"{limit.what} did not return within {limit.seconds:.3g} s ({limit.why}): "
+                                          "the candidate hangs; its process and everything it started were killed"})
+
     def _died(self) -> NoReturn:
         """The candidate's process ended without answering: this process ends the same way."""
-        returncode = self.process.wait()
+        returncode = self.process.wait()  # the keeper's, which exits as the candidate's process did
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         faulthandler.disable()  # the candidate's own dump is the last one on stderr, as the sandbox expects
         if returncode < 0:
-            signal.signal(-returncode, signal.SIG_DFL)
+            if -returncode not in (signal.SIGKILL, signal.SIGSTOP):  # these two take no handler
+                signal.signal(-returncode, signal.SIG_DFL)
             os.kill(os.getpid(), -returncode)
             time.sleep(5)  # a signal that does not end a process by default (SIGCHLD...) falls through
         os._exit(returncode if returncode >= 0 else 1)

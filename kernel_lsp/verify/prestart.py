@@ -26,8 +26,8 @@ _waiting: CandidateProcess | None = CandidateProcess(Path(tempfile.mkdtemp(prefi
 
 
 def take(allow_network: bool, interpret: bool) -> CandidateProcess | None:
-    """The process started while waiting, if it suits the task (network, Triton's interpreter) and still lives;
-    at most once."""
+    """The process started while waiting, if it suits the task (network, Triton's interpreter) and still lives,
+    under the task's file size limit; at most once."""
     global _waiting
     waiting, _waiting = _waiting, None
     if waiting is None:
@@ -35,6 +35,7 @@ def take(allow_network: bool, interpret: bool) -> CandidateProcess | None:
     if allow_network or waiting.interpret != interpret or waiting.process.poll() is not None:
         waiting.close()
         return None
+    waiting.inherit_limits()
     return waiting
 
 
@@ -44,6 +45,6 @@ def discard() -> None:
     global _waiting
     waiting, _waiting = _waiting, None
     if waiting is not None:
-        waiting.process.kill()
+        waiting.kill()
         waiting.close()
         shutil.rmtree(waiting.scratch, ignore_errors=True)

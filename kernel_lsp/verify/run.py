@@ -12,6 +12,11 @@ memory it never wrote. What only the candidate's process can see (the kernels it
 replaced, threads left) it reports, and the judge records it as reported. Only a candidate that passed
 everything is timed: it times itself, and the judge's clock around that loop must agree with the sum it
 reports (integrity-timing-forged); the baselines are timed here, in the clean process.
+
+Every request after the candidate's load (its import and build, bounded by the sandbox's wall time) has a time
+limit derived from the reference's own slowest call (HangLimits): a candidate that hangs is a `timeout`
+(run-timeout) within seconds, not when the sandbox or the client gives up. When the candidate's process has ended, anything it started and left running was killed by its
+keeper and is integrity-process-left.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import torch
 from kernel_lsp.kinds.options import VerifyOptions, from_config
 from kernel_lsp.sources import parse_python
 from kernel_lsp.verify.baselines import BaselineCache, gpu_state
-from kernel_lsp.verify.candidate_process import CandidateProcess, candidate_process
+from kernel_lsp.verify.candidate_process import CallLimit, CandidateProcess, candidate_process
 from kernel_lsp.verify.compare import Comparison, Tolerance, chunks, compare_outputs, refused, tolerance_for
 from kernel_lsp.verify.exchange import Exchange
 from kernel_lsp.verify.models import WEIGHTS_SEED, load_module
@@ -79,6 +84,19 @@ POISON_MIN_BYTES = 256 << 20
 JUDGE_FOOTPRINTS = 4
 KEEP_CACHE_FREE_FRACTION = 0.5  # between trials, the judge keeps its cached memory while this much is free
 TIMED_CALLS_RECORDED = 1  # timed calls run under a kernel recording instead (each costs a profiler start on CUDA)
+# a request to the candidate's process hangs after hangTimeoutS plus, per forward it runs, this many times the
+# reference's slowest call (the candidate's first call may compile: the floor covers that) or OWN_FACTOR times the
+# candidate's own slowest forward so far, whichever is longer (Triton's interpreter on the CPU is that much slower)
+HANG_FACTOR = 100
+OWN_FACTOR = 10
+PROCESSES_LISTED = 3  # named in integrity-process-left
+# what each request to the candidate's process runs, as a hang's message names it
+ASKED = {"forward": "forward", "again": "forward (called again on new inputs)",
+         "settle": "the candidate's pending work (its threads, its device work)",
+         "ablate": "forward (the output-from-kernel check)", "time": "the candidate's timing loop",
+         "record": "the candidate's process (a kernel recording)",
+         "release": "the candidate's process (releasing a run's tensors)",
+         "report": "the candidate's process (its report on itself)"}
 
 
 class Phases:
@@ -124,6 +142,27 @@ class Verdict:
 
 
 @dataclass
+class HangLimits:
+    """How long a request to the candidate's process may take: hangTimeoutS, plus for each forward the request
+    runs HANG_FACTOR times the reference's slowest call, or OWN_FACTOR times the candidate's slowest forward request
+    so far if that is longer; no limit until the reference has run."""
+
+    floor_s: float
+    reference_s: float | None = None
+    forward_s: float = 0.0  # the candidate's slowest forward request, by the judge's clock
+
+    def limit(self, op: str, runs: int, extra_s: float = 0.0) -> CallLimit | None:
+        if self.reference_s is None:
+            return None
+        per_call = max(HANG_FACTOR * self.reference_s, OWN_FACTOR * self.forward_s)
+        why = f"hangTimeoutS {self.floor_s:g} s"
+        if runs:
+            why += (f" + {runs} × {per_call * 1e3:.3g} ms, the longer of {HANG_FACTOR}× the reference's slowest call "
+                    f"and {OWN_FACTOR}× the candidate's slowest forward so far")
+        return CallLimit(self.floor_s + per_call * runs + extra_s, ASKED[op], why)
+
+
+@dataclass
 class Judge:
     """What every step of one verification shares: the candidate's process, the exchange and the verdict."""
 
@@ -131,9 +170,17 @@ class Judge:
     exchange: Exchange
     target: torch.device
     verdict: Verdict
+    hang: HangLimits
     overrides: dict[str, Tolerance] = field(default_factory=dict)  # tolerances by dtype
     own: set[str] = field(default_factory=set)  # the candidate's own kernel names
     allowed: tuple[str, ...] = ()  # kernels the problem allows besides its own
+
+    def ask(self, op: str, runs: int = 0, extra_s: float = 0.0, **fields: Any) -> dict[str, Any]:
+        """A request to the candidate's process that runs forward `runs` times, under its HangLimits."""
+        reply = self.host.ask(op, self.hang.limit(op, runs, extra_s), **fields)
+        if op == "forward":
+            self.hang.forward_s = max(self.hang.forward_s, self.host.wall_s[op])
+        return reply
 
 
 def verify_candidate(reference: str, candidate: str, options: dict[str, Any] | None = None,
@@ -151,12 +198,15 @@ def verify_candidate(reference: str, candidate: str, options: dict[str, Any] | N
         return {"verdict": "unavailable", "reason": needs_a_gpu}
     PHASES.seconds.clear()
     with candidate_process(opts.allow_network, target.type) as host:
-        judge = Judge(host, Exchange(host.exchange_folder, "judge"), target, Verdict(device=target.type))
+        judge = Judge(host, Exchange(host.exchange_folder, "judge"), target, Verdict(device=target.type),
+                      HangLimits(opts.hang_timeout_s))
         report = judge_candidate(judge, reference, candidate, opts.trials, opts.timed_calls, opts.warmup, opts.seed,
                                  opts.tolerances, opts.baselines, opts.allowed_kernels, opts.timing, cache_dir,
                                  files or {})
         closing = time.perf_counter()
     PHASES.seconds["closing the candidate's process"] = time.perf_counter() - closing
+    if "verdict" in report and report["verdict"] != "unavailable":
+        note_processes_left(host.kept, judge.verdict, report)
     report["duration_s"] = time.perf_counter() - started
     report["phases_s"] = {name: round(seconds, 3) for name, seconds in PHASES.seconds.items()}
     return report
@@ -195,7 +245,8 @@ def judge_candidate(judge: Judge, reference: str, candidate: str, trials: int, t
     try:
         with PHASES("reference set-up"):
             reference_module, ref_model = build_reference(reference, target)
-            distributions = accepted_distributions(reference_module.get_inputs, ref_model, target, seed)
+            distributions, judge.hang.reference_s = accepted_distributions(reference_module.get_inputs, ref_model,
+                                                                           target, seed)
     except ReferenceFailed as exc:
         return {"verdict": "unavailable", "reason": str(exc)}
     gc.freeze()  # torch, the reference and the judge live until this process ends: collections skip them
@@ -217,7 +268,7 @@ def judge_candidate(judge: Judge, reference: str, candidate: str, trials: int, t
         kernels["output_from_kernel"] = check_output_from_kernel(judge, reference_module.get_inputs, seed,
                                                                  kernels["stock"])
     with PHASES("the candidate's process report"):
-        note_process_changes(judge.host.ask("report"), verdict)
+        note_process_changes(judge.ask("report"), verdict)
     report: dict[str, Any] = {"device": target.type, "correctness": trials_report, "integrity": verdict.integrity,
                               "kernels": trials_report.pop("kernels"), "timing": None,
                               "speedup": {"eager": None, "compile": None}, "gpu": None, "floor": None,
@@ -306,19 +357,27 @@ def finite(output: Any) -> bool:
 
 
 def accepted_distributions(get_inputs: Callable[[], list], model: torch.nn.Module, target: torch.device,
-                           seed: int) -> list[str]:
-    """The problem's own distribution, plus each other one on which the reference runs and stays finite."""
-    if not finite(run_reference(model, draw_inputs(get_inputs, seed, target, "own"))):
+                           seed: int) -> tuple[list[str], float]:
+    """The problem's own distribution, plus each other one on which the reference runs and stays finite; and the
+    slowest of those calls in seconds, its output checked (so a GPU's work has finished), the first one's lazy
+    set-up included: what the candidate's hang limits are made of."""
+    inputs = draw_inputs(get_inputs, seed, target, "own")
+    started = time.perf_counter()
+    if not finite(run_reference(model, inputs)):
         raise ReferenceFailed("the reference's output holds NaN or Inf on the problem's own inputs")
+    slowest = time.perf_counter() - started
     accepted = ["own"]
     for distribution in DISTRIBUTIONS[1:]:
+        inputs = draw_inputs(get_inputs, seed, target, distribution)
+        started = time.perf_counter()
         try:
-            output = run_reference(model, draw_inputs(get_inputs, seed, target, distribution))
+            output = run_reference(model, inputs)
         except ReferenceFailed:
             continue  # e.g. a log of a negative value raising: the problem's domain excludes this distribution
         if finite(output):
             accepted.append(distribution)
-    return accepted
+        slowest = max(slowest, time.perf_counter() - started)
+    return accepted, slowest
 
 
 def size_in_bytes(value: Any) -> int:
@@ -342,14 +401,14 @@ def run_candidate(judge: Judge, inputs: tuple, poison: int, record: bool, own_co
     with PHASES("sending inputs"):
         sent, shared = judge.exchange.share(clone_inputs(inputs))  # on CUDA the candidate writes into this memory
     with PHASES("candidate runs"):
-        reply = judge.host.ask("forward", inputs=sent, poison=poison, record=record, own_copy=own_copy,
-                               poison_bytes=max(POISON_MIN_BYTES, POISON_FOOTPRINTS * footprint),
-                               reserve=JUDGE_FOOTPRINTS * footprint)
+        reply = judge.ask("forward", runs=1, inputs=sent, poison=poison, record=record, own_copy=own_copy,
+                          poison_bytes=max(POISON_MIN_BYTES, POISON_FOOTPRINTS * footprint),
+                          reserve=JUDGE_FOOTPRINTS * footprint)
         returned = judge.exchange.receive(reply["output"])
     note_candidate_phases(reply.get("seconds"))
     with PHASES("pending-work checks"):
         first = input_snapshot(returned)  # a device copy where it fits, else a digest
-        settled = judge.host.ask("settle", join_s=THREAD_JOIN_S)
+        settled = judge.ask("settle", runs=1, join_s=THREAD_JOIN_S)
         output = judge.exchange.receive(settled["output"]) if "output" in settled else returned
         pending = bool(changed_since(first, output))
         del first
@@ -364,7 +423,7 @@ def release(judge: Judge, return_memory: bool = False) -> None:
     judge keeps its cached memory (no device allocation per trial for its inputs, reference outputs and copies)
     unless the device is short of free memory; the candidate's process empties its own after each run (its
     poison). With return_memory (before timing) both give everything back to the driver."""
-    judge.host.ask("release", return_memory=return_memory)
+    judge.ask("release", return_memory=return_memory)
     judge.exchange.forget()
     if return_memory or short_of_memory(judge.target):
         flush_allocator(judge.target)
@@ -420,7 +479,7 @@ def run_trials(judge: Judge, get_inputs: Callable[[], list], ref_model: torch.nn
     used: list[str] = []
     runs: list[CandidateRun] = []
     stale = stale_checks(trials)
-    judge.host.ask("record", on=True)
+    judge.ask("record", on=True)
     for index in range(trials):
         distribution = distributions[index % len(distributions)]
         used.append(distribution)
@@ -445,7 +504,7 @@ def run_trials(judge: Judge, get_inputs: Callable[[], list], ref_model: torch.nn
         run.shared = ()  # the inputs' shared copy may take GiBs: only the trial's facts are kept
         release(judge)
         runs.append(run)
-    recorded = judge.host.ask("record", on=False)
+    recorded = judge.ask("record", on=False)
     windows = [Window([KernelLaunch(*launch) for launch in window["launches"]], window["current_stream"])
                for window in recorded["windows"]]
     how = recorded["how"] if len(windows) == len(runs) else "none"
@@ -524,8 +583,8 @@ def check_output_from_kernel(judge: Judge, get_inputs: Callable[[], list], seed:
     integrity-output-not-from-kernel. None when its own code could not be intercepted (no verdict then)."""
     inputs, others = (draw_inputs(get_inputs, seed + ABLATION_SEED + k, judge.target, "own") for k in (0, 1))
     with PHASES("output-from-kernel check"):
-        reply = judge.host.ask("ablate", inputs=judge.exchange.send(inputs), others=judge.exchange.send(others),
-                               own=sorted(judge.own))
+        reply = judge.ask("ablate", runs=3, inputs=judge.exchange.send(inputs), others=judge.exchange.send(others),
+                          own=sorted(judge.own))
         release(judge)
     if not reply.get("destroyed"):
         return None
@@ -556,9 +615,9 @@ def check_stale(judge: Judge, run: CandidateRun, values: tuple, ref_model: torch
                 given.copy_(value)
             if judge.target.type == "cuda":
                 torch.cuda.synchronize(judge.target)
-            reply = judge.host.ask("again", how="objects")
+            reply = judge.ask("again", runs=1, how="objects")
         else:
-            reply = judge.host.ask("again", how="storage", inputs=judge.exchange.send(values))
+            reply = judge.ask("again", runs=1, how="storage", inputs=judge.exchange.send(values))
         output = judge.exchange.receive(reply["output"])
         comparison = compare_candidate(expected, output, bool(reply["plain"]), judge.overrides)
         del output, expected
@@ -575,6 +634,21 @@ def worse(a: Comparison, b: Comparison) -> bool:
     if a.ok != b.ok:
         return not a.ok
     return a.max_abs_error > b.max_abs_error
+
+
+def note_processes_left(kept: dict[str, Any] | None, verdict: Verdict, report: dict[str, Any]) -> None:
+    """What the candidate's process left running when it ended (its keeper's report): processes that kept
+    running, detached or not, are integrity-process-left, and so is a keeper killed before it could say."""
+    if kept is None:
+        verdict.reject("integrity-process-left", "the keeper of the candidate's process was killed before it could "
+                                                 "report: what the candidate started could not be accounted for")
+    elif kept.get("leftCount"):
+        listed = "; ".join(kept["left"][:PROCESSES_LISTED]) + ("; ..." if kept["leftCount"] > PROCESSES_LISTED else "")
+        verdict.reject("integrity-process-left", f"the candidate left {kept['leftCount']} process(es) running after "
+                                                 f"its own process ended (now killed): {listed}")
+    else:
+        return
+    report["verdict"] = "rejected"
 
 
 def note_process_changes(seen: dict[str, list[str]], verdict: Verdict) -> None:
@@ -620,8 +694,9 @@ def measure(report: dict[str, Any], judge: Judge, reference_module: Any, ref_mod
         before = gpu_state(target)
     with PHASES("timing the candidate"):
         sent = [judge.exchange.send(inputs) for inputs in input_sets]
-        reply = judge.host.ask("time", input_sets=sent, calls=calls, warmup=warmup, warmup_ms=WARMUP_MS,
-                               recorded_calls=TIMED_CALLS_RECORDED)
+        reply = judge.ask("time", runs=calls + warmup + TIMED_CALLS_RECORDED, extra_s=WARMUP_MS / 1e3,
+                          input_sets=sent, calls=calls, warmup=warmup, warmup_ms=WARMUP_MS,
+                          recorded_calls=TIMED_CALLS_RECORDED)
         candidate = Timing(**reply["timing"])
     with PHASES("checking timed calls"):
         recorded = reply["recorded"][:TIMED_CALLS_RECORDED]

@@ -128,7 +128,7 @@ def _prepare(task: dict[str, Any]) -> dict[str, Any]:
     _write_files(task["task_dir"], task["files"])
     for name in task["preload"]:
         importlib.import_module(name)
-    _apply_limits(task["host_memory_bytes"], task["gpu_memory_fraction"], uses_cuda)
+    _apply_limits(task["host_memory_bytes"], task["gpu_memory_fraction"], uses_cuda, task["disk_bytes"])
     os.chdir(task["task_dir"])
     sys.path.insert(0, task["task_dir"])
     return args
@@ -175,12 +175,15 @@ def _flush_output() -> None:
 # ---- limits ------------------------------------------------------------------------------------------------
 
 
-def _apply_limits(host_memory_bytes: int | None, gpu_memory_fraction: float | None, uses_cuda: bool) -> None:
+def _apply_limits(host_memory_bytes: int | None, gpu_memory_fraction: float | None, uses_cuda: bool,
+                  disk_bytes: int | None) -> None:
     torch = _torch_with_cuda(uses_cuda)
     if torch is not None and gpu_memory_fraction is not None:
         torch.cuda.set_per_process_memory_fraction(gpu_memory_fraction)  # the current device: the worker's GPU
     if host_memory_bytes is not None:
         _limit_host_memory(host_memory_bytes, uses_cuda or torch is not None or os.path.exists(CUDA_DRIVER_NODE))
+    if disk_bytes is not None:
+        _lower_limit(resource.RLIMIT_FSIZE, disk_bytes)  # one file; the keeper watches the sum
 
 
 def _torch_with_cuda(uses_cuda: bool) -> ModuleType | None:
@@ -194,7 +197,10 @@ def _torch_with_cuda(uses_cuda: bool) -> ModuleType | None:
 def _limit_host_memory(limit: int, cuda_possible: bool) -> None:
     # CUDA reserves far more virtual address space than memory, so RLIMIT_AS would make it fail to initialise;
     # RLIMIT_DATA (Linux >= 4.7) counts private writable mappings only: the heap and anonymous maps, real use.
-    which = resource.RLIMIT_DATA if cuda_possible else resource.RLIMIT_AS
+    _lower_limit(resource.RLIMIT_DATA if cuda_possible else resource.RLIMIT_AS, limit)
+
+
+def _lower_limit(which: int, limit: int) -> None:
     _, hard = resource.getrlimit(which)
     cap = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
     resource.setrlimit(which, (cap, cap))

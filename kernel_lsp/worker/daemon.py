@@ -22,7 +22,7 @@ from kernel_lsp.config import cache_dir
 from kernel_lsp.worker.environment import device_summary, package_version
 from kernel_lsp.worker.jobs import JOB_KINDS, Handler, JobContext
 from kernel_lsp.worker.protocol import ConnectionClosed, Job, ProtocolError, Result
-from kernel_lsp.worker.sandbox import Sandbox, SandboxStartError
+from kernel_lsp.worker.sandbox import Sandbox, SandboxStartError, sweep_stale_folders
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +107,9 @@ class WorkerDaemon:
         return self._build_locks.setdefault(key, asyncio.Lock())
 
     def start_warmup(self) -> None:
+        removed = sweep_stale_folders()  # a worker killed with its keepers left them: no one else removes them
+        if removed:
+            log.warning("removed %d folder(s) of sandboxes whose worker is gone: %s", len(removed), ", ".join(removed))
         if self._warm:
             self.warmup.start()
         asyncio.ensure_future(self._prestart_sandbox())

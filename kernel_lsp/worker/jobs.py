@@ -70,6 +70,7 @@ def sandbox_limits(raw: dict[str, Any]) -> SandboxLimits:
         host_memory_bytes=raw.get("hostMemoryBytes", defaults.host_memory_bytes),
         gpu_memory_fraction=raw.get("gpuMemoryFraction", defaults.gpu_memory_fraction),
         output_bytes=int(raw.get("outputBytes", defaults.output_bytes)),
+        disk_bytes=raw.get("diskBytes", defaults.disk_bytes),
     )
 
 

@@ -1,8 +1,12 @@
-"""Runs untrusted candidates, each in a fresh child process, with time, memory and output limits.
+"""Runs untrusted candidates, each in a fresh child process, with time, memory, disk and output limits.
 
 One child is started ahead of time and has imported the heavy modules before it is needed, so a run only
-sends its task. A spinning kernel cannot be interrupted, so a timeout (or a cancelled run) kills the child's
-whole process group. child.py is the other end of the task and result pipes.
+sends its task. Each child runs under a keeper (process/keeper.py) in a session of its own: a spinning kernel
+cannot be interrupted, so a timeout (or a cancelled run) has the keeper kill everything the child started, a
+process that left the session or double-forked included; a worker that dies (SIGKILL, SIGTERM) ends the keeper's
+lifeline, and the keeper kills the tree and removes the child's folders itself. The folders are named after the
+worker (pid and PID namespace), so a worker starting later removes those of a worker that is gone
+(`sweep_stale_folders`). child.py is the other end of the task and result pipes.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import logging
 import os
 import re
 import shutil
@@ -23,15 +28,21 @@ from typing import Any, Literal
 from kernel_lsp.process.isolation import build_cache_root, candidate_environment, with_package_on_path
 from kernel_lsp.process.failures import CUDA_ERROR_MARKERS, OUT_OF_MEMORY_MARKERS
 from kernel_lsp.process.frames import FRAME_HEADER, decode_frame_body, encode_frame
+from kernel_lsp.process.keeper import KILL_WITHIN_S, KeeperLink, keeper_command
 from kernel_lsp.worker.child import user_frames
 
+log = logging.getLogger(__name__)
+
 SandboxStatus = Literal["ok", "compile-error", "python-exception", "cuda-error", "out-of-memory", "timeout",
-                        "signal", "sandbox-error"]
+                        "signal", "disk-limit", "sandbox-error"]
 
 CHILD_MODULE = "kernel_lsp.worker.child"
 DEFAULT_OUTPUT_BYTES = 1 * 2**20
 START_TIMEOUT_S = 120.0  # importing torch from a cold disk can take a minute
 EXIT_GRACE_S = 5.0  # a child that has replied only has to exit; tearing down a CUDA context takes a moment
+KEEPER_EXIT_S = EXIT_GRACE_S + KILL_WITHIN_S  # a keeper told to stop has killed the tree by then
+DEFAULT_DISK_BYTES = 4 * 2**30
+_OWNED_FOLDER = re.compile(r"^kernel-lsp-(?:home|task)-(?P<pid>\d+)\.(?P<namespace>\d+)-")
 EXIT_POLL_S = 0.01
 STDERR_TAIL_CHARS = 4000
 READ_CHUNK_BYTES = 2**16
@@ -45,6 +56,8 @@ class SandboxLimits:
     host_memory_bytes: int | None = 16 * 2**30
     gpu_memory_fraction: float | None = 0.9  # of the device's memory, for torch's caching allocator
     output_bytes: int = DEFAULT_OUTPUT_BYTES  # each of stdout and stderr
+    # the run's folders, and files its processes hold open after deleting them (one file: RLIMIT_FSIZE)
+    disk_bytes: int | None = DEFAULT_DISK_BYTES
 
 
 @dataclass(frozen=True)
@@ -117,11 +130,12 @@ class Sandbox:
         if self._closed:
             raise RuntimeError("the sandbox is closed")
         self._preload = tuple(dict.fromkeys(self._preload + tuple(task.preload)))
-        task_dir = os.path.realpath(tempfile.mkdtemp(prefix="kernel-lsp-task-"))
+        task_dir = os.path.realpath(tempfile.mkdtemp(prefix=f"kernel-lsp-task-{owner_tag()}-"))
         try:
             task_frame = _task_frame(task, limits, task_dir)  # a task msgpack cannot carry fails before a child is used
             child = await self._take_child()
             self._prestart()  # the next child imports while this one runs, so back-to-back runs do not wait for it
+            child.guard(task_dir, limits.disk_bytes)
             return await _run_in(child, task_frame, limits, task_dir, task.origins)
         except SandboxStartError as failure:
             return _start_failure_outcome(str(failure))
@@ -166,7 +180,7 @@ class Sandbox:
                                     f"(importing {', '.join(self._preload) or 'nothing'})") from None
 
     async def _spawn(self) -> _Child:
-        home = tempfile.mkdtemp(prefix="kernel-lsp-home-")  # the child's HOME and TMPDIR, removed with it
+        home = tempfile.mkdtemp(prefix=f"kernel-lsp-home-{owner_tag()}-")  # its HOME and TMPDIR, removed with it
         try:
             child = await _Child.start(self._python, self._preload, _child_environment(self._env, home), home)
         except BaseException as error:
@@ -185,6 +199,49 @@ class Sandbox:
             raise SandboxStartError(f"the sandbox's child ended before it was ready (exit status "
                                     f"{child.process.returncode}): {_tail(child.stderr.text())}")
         return child
+
+
+def owner_tag() -> str:
+    """This worker in the name of its folders: its pid and PID namespace (a pid means nothing in another one)."""
+    return f"{os.getpid()}.{_pid_namespace()}"
+
+
+def _pid_namespace() -> int:
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+def sweep_stale_folders(folder: str | None = None) -> list[str]:
+    """Removes the sandbox folders (children's homes, task folders) in the temporary folder whose worker is gone:
+    those of a worker killed with its keepers, which nothing else removes. Only folders of this PID namespace
+    whose owner pid is no longer running; the removed paths."""
+    root = folder or tempfile.gettempdir()
+    namespace = _pid_namespace()
+    removed = []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return removed
+    for entry in entries:
+        owned = _OWNED_FOLDER.match(entry.name)
+        if owned is None or int(owned["namespace"]) != namespace or _running(int(owned["pid"])):
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.path)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process: its folders are not ours to judge
+    return True
 
 
 class SandboxStartError(Exception):
@@ -216,12 +273,15 @@ class _CappedOutput:
 
 
 class _Child:
-    """One started child process with its frame pipes and captured output; it serves exactly one task."""
+    """One started child process under its keeper, with its frame pipes and captured output; it serves exactly one
+    task. `process` is the keeper, which exits as the child did once nothing the child started is left."""
 
-    def __init__(self, process: asyncio.subprocess.Process, task_pipe: asyncio.WriteTransport,
+    def __init__(self, process: asyncio.subprocess.Process, link: KeeperLink, task_pipe: asyncio.WriteTransport,
                  results: asyncio.StreamReader, results_pipe: asyncio.ReadTransport, home: str) -> None:
         self.process = process
+        self.link = link
         self.home = home
+        self.kept: dict[str, Any] | None = None  # the keeper's last report, once it has exited
         self._task_pipe = task_pipe
         self._results = results
         self._results_pipe = results_pipe
@@ -232,37 +292,46 @@ class _Child:
     async def start(cls, python: str, preload: tuple[str, ...], env: dict[str, str], home: str) -> _Child:
         task_read, task_write = os.pipe()
         result_read, result_write = os.pipe()
+        link = KeeperLink()
+        child = [python, "-P", "-m", CHILD_MODULE, "--task-fd", str(task_read), "--result-fd", str(result_write),
+                 *(f"--preload={name}" for name in preload), f"--home={home}"]
         try:
             process = await asyncio.create_subprocess_exec(
-                python, "-P", "-m", CHILD_MODULE, "--task-fd", str(task_read), "--result-fd", str(result_write),
-                *(f"--preload={name}" for name in preload), f"--home={home}",
+                *keeper_command(python, child, *link.child_fds, new_session=True, remove=[home]),
                 stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                pass_fds=(task_read, result_write), env=env,
-                start_new_session=True,  # its own process group: a kill reaches whatever the candidate started
+                pass_fds=(task_read, result_write, *link.child_fds), env=env,
+                start_new_session=True,  # a signal to the worker's process group leaves the keeper to clean up
             )
         except BaseException:
             os.close(task_write)
             os.close(result_read)
+            link.close()
             raise
         finally:
             # only the child may hold its ends, so that end of file on the results means it is gone
             os.close(task_read)
             os.close(result_write)
+            link.started()
         try:
-            return await cls._connected(process, task_write, result_read, home)
+            return await cls._connected(process, link, task_write, result_read, home)
         except BaseException:
-            _kill_group(process.pid)
+            link.release()
             raise
 
     @classmethod
-    async def _connected(cls, process: asyncio.subprocess.Process, task_write: int, result_read: int,
-                         home: str) -> _Child:
+    async def _connected(cls, process: asyncio.subprocess.Process, link: KeeperLink, task_write: int,
+                         result_read: int, home: str) -> _Child:
         loop = asyncio.get_running_loop()
         task_pipe, _ = await loop.connect_write_pipe(asyncio.Protocol, os.fdopen(task_write, "wb", buffering=0))
         results = asyncio.StreamReader()
         results_pipe, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(results),
                                                        os.fdopen(result_read, "rb", buffering=0))
-        return cls(process, task_pipe, results, results_pipe, home)
+        return cls(process, link, task_pipe, results, results_pipe, home)
+
+    def guard(self, task_dir: str, disk_bytes: int | None) -> None:
+        """The run's folders (the home and the task folder) are the keeper's to watch and, should this worker die,
+        to remove; the disk limit applies from now on (not while the child waits)."""
+        self.link.send(watch=[self.home, task_dir], remove=[task_dir], diskBytes=disk_bytes)
 
     async def read_frame(self) -> dict[str, Any] | None:
         """The child's next frame, or None when it closed the pipe (it has ended) first."""
@@ -276,7 +345,7 @@ class _Child:
         self.stdout.cap = self.stderr.cap = output_bytes
 
     async def exchange(self, task_frame: bytes) -> dict[str, Any] | None:
-        """Sends the task; its reply, or None once the child has ended without one."""
+        """Sends the task; its reply, or None once the child (and all it started) has ended without one."""
         self._task_pipe.write(task_frame)
         self._task_pipe.close()  # after the buffered frame has gone out
         reply = await self.read_frame()
@@ -285,29 +354,58 @@ class _Child:
         return reply
 
     async def finish(self) -> None:
-        """After its reply the child exits by itself; whatever lingers past the grace time is killed."""
+        """After its reply the child exits by itself, and the keeper once what it started has ended or been
+        killed; whatever lingers past the grace time is killed."""
         await _exit_status(self.process, EXIT_GRACE_S)
         await self.stop()
 
     def kill(self) -> None:
-        _kill_group(self.process.pid)
+        """The keeper kills the child and everything it started."""
+        self.link.release()
 
     async def stop(self) -> None:
-        """Kills what is left of the process group, then collects the exit status and the output (bounded)."""
+        """Kills what is left, then collects the exit status, the keeper's report and the output (bounded)."""
         self.kill()
-        await _exit_status(self.process, EXIT_GRACE_S)
+        if await _exit_status(self.process, KEEPER_EXIT_S) is None:
+            self.process.kill()  # a keeper that does not end: the child dies with it (PR_SET_PDEATHSIG)
+            await _exit_status(self.process, EXIT_GRACE_S)
         drains = [self.stdout.done, self.stderr.done]
         await asyncio.wait(drains, timeout=EXIT_GRACE_S)
         for drain in drains:
-            drain.cancel()  # a grandchild that left the group may still hold a pipe open
+            drain.cancel()  # a process the keeper could not kill may still hold a pipe open
         if not self._task_pipe.is_closing():
             self._task_pipe.abort()
         self._results_pipe.close()
+        self.kept = self.link.end()
+        _log_keeper(self.link.lines, self.kept)
+        self.link.close()
         shutil.rmtree(self.home, ignore_errors=True)
 
     def ending(self) -> _Ending:
         return _Ending(self.process.returncode, self.stdout.text(), self.stderr.text(),
-                       self.stdout.truncated or self.stderr.truncated)
+                       self.stdout.truncated or self.stderr.truncated, self.kept)
+
+
+_said_keeper_problem = False
+
+
+def _log_keeper(lines: list[dict[str, Any]], kept: dict[str, Any] | None) -> None:
+    """What the keeper could not do, and what the child left behind, in the worker's log."""
+    global _said_keeper_problem
+    problem = next((line["subreaper"] for line in lines if line.get("subreaper")), None)
+    if problem and not _said_keeper_problem:
+        _said_keeper_problem = True
+        log.warning("sandbox: %s; a candidate's detached processes may outlive their run", problem)
+    if kept is None:
+        log.warning("sandbox: the keeper of a child was killed before it reported; what the child started may "
+                    "still run")
+        return
+    if kept.get("leftCount"):
+        log.warning("sandbox: a child left %d process(es) running, killed: %s", kept["leftCount"],
+                    "; ".join(kept["left"]))
+    if kept.get("unkilled"):
+        log.error("sandbox: process(es) would not die within %g s of SIGKILL: %s", KILL_WITHIN_S,
+                  "; ".join(kept["unkilled"]))
 
 
 @dataclass(frozen=True)
@@ -318,6 +416,7 @@ class _Ending:
     stdout: str
     stderr: str
     output_truncated: bool
+    kept: dict[str, Any] | None  # the keeper's last report
 
 
 async def _run_in(child: _Child, task_frame: bytes, limits: SandboxLimits, task_dir: str,
@@ -336,16 +435,25 @@ async def _run_in(child: _Child, task_frame: bytes, limits: SandboxLimits, task_
         child.kill()  # cancelled: a spinning kernel cannot be interrupted, only killed
         await asyncio.shield(child.stop())
         raise
+    ending = child.ending()
+    if ending.kept is not None and ending.kept.get("reason") == "disk":
+        return _outcome("disk-limit", _over_disk_limit(ending.kept), ending, duration_s)
     if reply is None:
-        return _outcome_from_exit(child.ending(), duration_s, task_dir, origins)
-    return _outcome_from_reply(reply, child.ending(), duration_s)
+        return _outcome_from_exit(ending, duration_s, task_dir, origins)
+    return _outcome_from_reply(reply, ending, duration_s)
+
+
+def _over_disk_limit(kept: dict[str, Any]) -> str:
+    return (f"took {kept['diskBytes'] / 2**20:.0f} MiB of disk in its folders, over the limit of "
+            f"{kept['diskLimit'] / 2**20:.0f} MiB (limits.diskBytes); its processes were killed and its files "
+            f"removed")
 
 
 def _task_frame(task: SandboxTask, limits: SandboxLimits, task_dir: str) -> bytes:
     return encode_frame({"entry": task.entry, "args": task.args, "files": task.files, "origins": task.origins,
                          "preload": list(task.preload), "task_dir": task_dir,
                          "host_memory_bytes": limits.host_memory_bytes,
-                         "gpu_memory_fraction": limits.gpu_memory_fraction})
+                         "gpu_memory_fraction": limits.gpu_memory_fraction, "disk_bytes": limits.disk_bytes})
 
 
 def _outcome(status: SandboxStatus, message: str, ending: _Ending, duration_s: float, *, value: Any = None,
@@ -380,6 +488,8 @@ def _classify_exit(returncode: int | None, stderr: str) -> tuple[SandboxStatus, 
     cuda_line = _line_with(stderr, CUDA_ERROR_MARKERS)
     if cuda_line and (signal_number == signal.SIGABRT or returncode > 0):
         return "cuda-error", f"ended ({_ending_words(returncode)}) after a CUDA error: {cuda_line}"
+    if signal_number == signal.SIGXFSZ:
+        return "disk-limit", "killed by SIGXFSZ: it wrote a file past the run's disk limit (limits.diskBytes)"
     if returncode < 0:
         return "signal", f"killed by {_signal_name(signal_number)}{_signal_hint(signal_number)}"
     said = f": {_tail(stderr)}" if stderr else ""
@@ -454,14 +564,10 @@ async def _exit_status(process: asyncio.subprocess.Process, timeout_s: float | N
     return process.returncode
 
 
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def _child_environment(env: dict[str, str], home: str) -> dict[str, str]:
-    """The child's environment: the allow-list of isolation.py (no secrets), HOME at its scratch folder, and this
-    kernel_lsp first on its path (the child must run the worker's own code)."""
-    return with_package_on_path(candidate_environment(env, home, build_cache_root()))
+    """The child's environment: the allow-list of isolation.py (no secrets), HOME and TMPDIR at its scratch folder
+    (so every file of the run, the candidate's process's included, is under the one folder its keeper removes),
+    and this kernel_lsp first on its path (the child must run the worker's own code)."""
+    environment = with_package_on_path(candidate_environment(env, home, build_cache_root()))
+    environment["TMPDIR"] = home
+    return environment

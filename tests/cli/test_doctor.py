@@ -24,11 +24,13 @@ def test_doctor_reports_each_item(tmp_path: Path):
     assert rows["ANTHROPIC_API_KEY"].startswith("ok") and "sk-test" not in result.stdout
     assert "ncu" in rows and "GPU" in result.stdout
     assert rows["candidate environment"].startswith("ok") and "ANTHROPIC_API_KEY" in rows["candidate environment"]
-    from kernel_lsp.process.confine import landlock_abi
+    from kernel_lsp.process.confine import SIGNAL_SCOPE_ABI, landlock_abi
 
     files_held = rows["candidate files"].startswith("ok")
     assert files_held == (landlock_abi() >= 1), rows["candidate files"]  # Landlock, where the kernel has it
     assert rows["candidate network"].startswith("ok"), rows["candidate network"]  # seccomp: on every Linux here
+    # a subreaper keeper on every Linux; a candidate kept from killing it from Landlock ABI 6
+    assert rows["candidate processes"].startswith("ok") == (landlock_abi() >= SIGNAL_SCOPE_ABI), rows
     assert result.returncode == (0 if shutil.which("nvcc") else 1)
 
 
