@@ -1,0 +1,240 @@
+"""The LSP connection: the client's bytes through FrameReader (framing.py) to pygls, over stdio or TCP, and a reply
+to every request that pygls would leave unanswered.
+
+pygls's own loop reads stdin with a reader that goes deaf on the first malformed frame (framing.py says how), so
+`serve_stdio` and `serve_tcp` replace `start_io` and `start_tcp`: the same protocol object and writer, our reader.
+On top of pygls, KernelProtocol answers what a client would otherwise wait on forever: a body that is not JSON
+(-32700, id null: none can be read), a message that is not a JSON-RPC request (-32600: a JSON array, a value that
+is not an object, `jsonrpc` missing or not "2.0", no `method`, a `method` or `id` of the wrong type; with the
+request's id when it has one, else null), and params that do not fit their method (-32602). Nothing a client sends
+ends the server: only `exit`, the end of the input, or a broken pipe does."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import queue
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, BinaryIO
+
+from lsprotocol import types
+from pygls.exceptions import (
+    JsonRpcException,
+    JsonRpcInternalError,
+    JsonRpcInvalidParams,
+    JsonRpcInvalidRequest,
+    JsonRpcParseError,
+)
+from pygls.io_ import StdoutWriter
+from pygls.protocol import LanguageServerProtocol
+from pygls.server import JsonRPCServer
+
+from kernel_lsp.server.framing import Event, FrameReader, Problem
+
+log = logging.getLogger(__name__)
+
+CHUNK = 256 * 1024  # the most one read asks for: a pipe gives at most what it holds (64 KiB on Linux)
+
+
+class _Answered:
+    """A request answered with an error while it was read (its params did not fit its method): nothing to handle."""
+
+    jsonrpc = "2.0"
+
+
+ANSWERED = _Answered()
+
+
+class KernelProtocol(LanguageServerProtocol):
+    """JSON-RPC lets a request or notification leave `params` out; pygls's fallback message type for methods
+    outside the LSP (kernelLsp/workspaceSummary) needs it, and would drop such a request unanswered.
+
+    A request whose params do not fit its method's types (a position given as a string, a negative line, a
+    diagnostic without a range) is answered -32602 with what did not fit; pygls only logs it, and the client
+    would wait forever."""
+
+    def receive(self, event: Event) -> None:
+        """One event of the FrameReader. A Problem is logged (a body that is not JSON also answered -32700); a
+        message that is not a request, notification or response is answered -32600 (`invalid_requests`); the
+        rest goes to pygls as its own reader would hand it over."""
+        if isinstance(event, Problem):
+            log.warning("LSP input: %s", event.text)
+            if event.parse_error:
+                self._send_error(None, JsonRpcParseError.CODE, f"parse error: {event.text}")
+            return
+        invalid = invalid_requests(event.value)
+        for request_id, why in invalid:
+            log.warning("LSP input: an invalid request (id %s): %s", json.dumps(request_id), why)
+            self._send_error(request_id, JsonRpcInvalidRequest.CODE, f"invalid request: {why}")
+        if invalid:
+            return
+        try:
+            self.handle_message(self.structure_message(event.value))
+        except Exception as exc:  # as pygls's loop: logged and reported, and the next message is read
+            log.exception("could not handle a message")
+            self._server._report_server_error(exc, JsonRpcException)
+
+    def _send_error(self, request_id: Any, code: int, message: str) -> None:
+        """An error reply built by hand: the id is echoed as sent, even one of a type LSP does not allow."""
+        self._send_data({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}})
+
+    def structure_message(self, data: dict[str, Any]):
+        if isinstance(data, dict) and "method" in data and "params" not in data:
+            data = {**data, "params": None}
+        try:
+            return super().structure_message(data)
+        except (JsonRpcInvalidParams, JsonRpcInternalError) as exc:
+            request_id = data.get("id") if isinstance(data, dict) else None
+            if "method" not in data or not isinstance(request_id, int | str) or isinstance(request_id, bool):
+                raise  # a notification or a response: there is no one to answer
+            cause = str(exc.__cause__ or exc).strip().splitlines()
+            log.warning("invalid params for %s (id %s): %s", data["method"], request_id, " ".join(cause)[:500])
+            self._send_response(request_id, error=types.ResponseError(
+                code=JsonRpcInvalidParams.CODE,
+                message=f"invalid params for {data['method']}: {cause[0] if cause else type(exc).__name__}"))
+            return ANSWERED
+
+    def handle_message(self, message: Any) -> Any:
+        if message is ANSWERED:
+            return None
+        return super().handle_message(message)
+
+    def _execute_handler(self, msg_id: Any, handler: Any, callback: Any, args: Any = None, kwargs: Any = None):
+        """pygls keeps each handler's future under its message id until a request's answer removes it; the futures
+        of notifications (every didChange) and of the steps of its generator handlers are never removed, some KiB
+        per keystroke for good. A finished future leaves the table here (a cancel only needs an unstarted one)."""
+        super()._execute_handler(msg_id, handler, callback, args, kwargs)
+        future = self._request_futures.get(msg_id)
+        if future is not None:
+            future.add_done_callback(lambda done, key=msg_id: self._forget_future(key, done))
+
+    def _forget_future(self, key: Any, done: Any) -> None:
+        if self._request_futures.get(key) is done:
+            del self._request_futures[key]
+
+
+def invalid_requests(value: Any) -> list[tuple[Any, str]]:
+    """(id, what is wrong) for each -32600 reply that a JSON value read from the client needs; [] for a request,
+    a notification or a response (a response is never answered: it has no `method`, and `result` or `error`).
+    A batch (a JSON array; LSP has none) gets one reply per request in it, or one with id null."""
+    if isinstance(value, list):
+        ids = [m["id"] for m in value if isinstance(m, dict) and "id" in m and "method" in m]
+        return [(request_id, "a batch (a JSON array): LSP has none") for request_id in ids] or \
+            [(None, "a batch (a JSON array): LSP has none")]
+    if not isinstance(value, dict):
+        return [(None, f"a JSON {type(value).__name__} instead of an object")]
+    request_id = value.get("id")
+    if "method" not in value and "id" in value and ("result" in value or "error" in value):
+        return [] if value.get("jsonrpc") == "2.0" else [(None, 'a response without "jsonrpc": "2.0"')]
+    if value.get("jsonrpc") != "2.0":
+        why = f'"jsonrpc" is {json.dumps(value["jsonrpc"])}, not "2.0"' if "jsonrpc" in value else 'no "jsonrpc"'
+    elif "method" not in value:
+        why = 'no "method"'
+    elif not isinstance(value["method"], str):
+        why = f'"method" is {json.dumps(value["method"])}, not a string'
+    elif "id" in value and (not isinstance(request_id, int | str) or isinstance(request_id, bool)):
+        why = f'"id" is {json.dumps(request_id)}, neither an integer nor a string'
+    else:
+        return []
+    return [(request_id, why)]
+
+
+async def serve_chunks(read: Callable[[], Awaitable[bytes]], protocol: KernelProtocol) -> int:
+    """Hand each message of the input to the protocol until the input ends (b""); then the exit status: 1 when it
+    ended inside a message (logged), else 0. `exit` ends the process before that (SystemExit from pygls)."""
+    frames = FrameReader()
+    while chunk := await read():
+        for event in frames.feed(chunk):
+            protocol.receive(event)
+    cut_off = frames.close()
+    for event in cut_off:
+        protocol.receive(event)
+    log.info("the client closed the connection%s", "; exiting with status 1" if cut_off else "")
+    return 1 if cut_off else 0
+
+
+class DescriptorChunks:
+    """Reads a file descriptor in a daemon thread, one chunk when asked: the event loop never blocks on it, and a
+    read still waiting when `exit` ends the process does not hold the process up (an executor's thread is joined
+    at exit). os.read, not the BufferedReader of sys.stdin, whose lock a waiting daemon thread would hold while
+    the interpreter closes it at exit (a fatal error)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._asks: queue.SimpleQueue[tuple[asyncio.AbstractEventLoop, asyncio.Future[bytes]]] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name=f"kernel-lsp-read-fd{fd}", daemon=True)
+
+    async def read(self) -> bytes:
+        """The next bytes available, b"" at the end of the input."""
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[bytes] = loop.create_future()
+        self._asks.put((loop, answer))
+        if not self._thread.is_alive():
+            self._thread.start()
+        return await answer
+
+    def _serve(self) -> None:
+        while True:
+            loop, answer = self._asks.get()
+            try:
+                data = os.read(self._fd, CHUNK)
+            except OSError as exc:
+                loop.call_soon_threadsafe(_settle, answer, b"", exc)
+                return
+            loop.call_soon_threadsafe(_settle, answer, data, None)
+            if not data:
+                return
+
+
+def _settle(answer: asyncio.Future[bytes], data: bytes, error: BaseException | None) -> None:
+    if answer.done():
+        return
+    if error is not None:
+        answer.set_exception(error)
+    else:
+        answer.set_result(data)
+
+
+def serve_stdio(server: JsonRPCServer, stdin: int, stdout: BinaryIO) -> int:
+    """Serve the client on these (stdin: a file descriptor) until `exit` or the end of the input; the exit status
+    (`exit`: 0 after `shutdown`, else 1, as LSP asks)."""
+    server.protocol.set_writer(StdoutWriter(stdout))
+    return _run(server, serve_chunks(DescriptorChunks(stdin).read, server.protocol))
+
+
+def serve_tcp(server: JsonRPCServer, host: str, port: int) -> int:
+    """Serve the first client that connects to host:port, as serve_stdio serves its one client."""
+    async def serve() -> int:
+        status: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            if status.done():
+                writer.close()
+                return
+            server.protocol.set_writer(writer)
+            try:
+                status.set_result(await serve_chunks(lambda: reader.read(CHUNK), server.protocol))
+            except OSError as exc:
+                status.set_exception(exc)
+
+        listening = await asyncio.start_server(connection, host, port)
+        log.info("serving on %s:%s", host, port)
+        async with listening:
+            return await status
+
+    return _run(server, serve())
+
+
+def _run(server: JsonRPCServer, serving: Coroutine[Any, Any, int]) -> int:
+    try:
+        return asyncio.run(serving)
+    except SystemExit as exc:  # pygls's `exit` handler
+        return exc.code if isinstance(exc.code, int) else 1
+    except OSError as exc:  # a broken pipe, a reset connection, an input that cannot be read
+        log.error("the connection to the client failed: %s", exc)
+        return 1
+    finally:
+        server.shutdown()
