@@ -37,6 +37,7 @@ from kernel_lsp.server.framing import Event, FrameReader, Problem
 log = logging.getLogger(__name__)
 
 CHUNK = 256 * 1024  # the most one read asks for: a pipe gives at most what it holds (64 KiB on Linux)
+EXIT_GRACE_S = 5.0  # how long the tasks still running when the server ends may take to stop
 
 
 class _Answered:
@@ -202,7 +203,7 @@ def serve_stdio(server: JsonRPCServer, stdin: int, stdout: BinaryIO) -> int:
     """Serve the client on these (stdin: a file descriptor) until `exit` or the end of the input; the exit status
     (`exit`: 0 after `shutdown`, else 1, as LSP asks)."""
     server.protocol.set_writer(StdoutWriter(stdout))
-    return _run(server, serve_chunks(DescriptorChunks(stdin).read, server.protocol))
+    return run_server(server, serve_chunks(DescriptorChunks(stdin).read, server.protocol))
 
 
 def serve_tcp(server: JsonRPCServer, host: str, port: int) -> int:
@@ -225,16 +226,39 @@ def serve_tcp(server: JsonRPCServer, host: str, port: int) -> int:
         async with listening:
             return await status
 
-    return _run(server, serve())
+    return run_server(server, serve())
 
 
-def _run(server: JsonRPCServer, serving: Coroutine[Any, Any, int]) -> int:
+def run_server(server: JsonRPCServer, serving: Coroutine[Any, Any, int]) -> int:
+    """Run `serving` to its exit status, as asyncio.run would, but the tasks still running at the end get
+    EXIT_GRACE_S to finish their cancellation, not for ever: on CPython 3.11 a subprocess cancelled while its
+    pipes are being connected (a compile started just before `exit`) never finishes its `_wait`, and asyncio.run
+    would leave the process alive after `exit`. Then the server's own shutdown (pygls: its thread pool)."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
     try:
-        return asyncio.run(serving)
+        return loop.run_until_complete(serving)
     except SystemExit as exc:  # pygls's `exit` handler
         return exc.code if isinstance(exc.code, int) else 1
     except OSError as exc:  # a broken pipe, a reset connection, an input that cannot be read
         log.error("the connection to the client failed: %s", exc)
         return 1
     finally:
-        server.shutdown()
+        try:
+            _wind_down(loop)
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+            server.shutdown()
+
+
+def _wind_down(loop: asyncio.AbstractEventLoop) -> None:
+    tasks = asyncio.all_tasks(loop)
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        _, pending = loop.run_until_complete(asyncio.wait(tasks, timeout=EXIT_GRACE_S))
+        if pending:
+            log.warning("exiting with %d task(s) that did not stop within %g s: %s", len(pending), EXIT_GRACE_S,
+                        ", ".join(sorted(task.get_coro().__qualname__ for task in pending)))
+    loop.run_until_complete(loop.shutdown_asyncgens())

@@ -217,12 +217,12 @@ class FrameReader:
         end = self._header_line(before=len(buffer))
         if end >= 0:
             parsed, value = _json(buffer[:end])
-            self._settle(end, parsed, value)
+            self._settle(end, parsed, value, "up to the next header")
             return True
         if _ends_a_value(buffer):
             parsed, value = _json(buffer)
             if parsed:
-                self._settle(len(buffer), parsed, value)
+                self._settle(len(buffer), parsed, value, "to its end")
                 return True
         if len(buffer) > self._max_body:
             self._events.append(Problem(f"{self._why(len(buffer))}, and no header after {len(buffer)} bytes; "
@@ -231,11 +231,11 @@ class FrameReader:
             return True
         return False
 
-    def _settle(self, end: int, parsed: bool, value: Any) -> None:
+    def _settle(self, end: int, parsed: bool, value: Any, how: str) -> None:
         """The body read by its extent ends at `end`: its message, or -32700 unless that was answered already."""
         why = self._why(end)
         if parsed:
-            self._events.append(Problem(f"{why}; the message was read up to the next header"))
+            self._events.append(Problem(f"{why}; the message was read {how}"))
             self._message(end, value)
             return
         if not self._reported:
