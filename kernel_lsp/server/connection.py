@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import queue
+import select
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, BinaryIO
@@ -37,6 +38,8 @@ from kernel_lsp.server.framing import Event, FrameReader, Problem
 log = logging.getLogger(__name__)
 
 CHUNK = 256 * 1024  # the most one read asks for: a pipe gives at most what it holds (64 KiB on Linux)
+DRAIN = 16 * 1024 * 1024  # the most one ask of DescriptorChunks takes from a pipe that keeps having more
+PAUSE_S = 0.05  # how long DescriptorChunks waits for the rest of a body before it hands over what came
 EXIT_GRACE_S = 5.0  # how long the tasks still running when the server ends may take to stop
 
 
@@ -143,12 +146,17 @@ def invalid_requests(value: Any) -> list[tuple[Any, str]]:
     return [(request_id, why)]
 
 
-async def serve_chunks(read: Callable[[], Awaitable[bytes]], protocol: KernelProtocol) -> int:
-    """Hand each message of the input to the protocol until the input ends (b""); then the exit status: 1 when it
-    ended inside a message (logged), else 0. `exit` ends the process before that (SystemExit from pygls)."""
+async def serve_chunks(read: Callable[[int], Awaitable[tuple[bytes, bool]]], protocol: KernelProtocol) -> int:
+    """Hand each message of the input to the protocol until the input ends; then the exit status: 1 when it ended
+    inside a message (logged), else 0. `exit` ends the process before that (SystemExit from pygls). `read(n)`
+    gives the next bytes (b"" at the end; `n` the reader wants, if it can wait for them: DescriptorChunks) and
+    whether the input has paused (FrameReader.feed)."""
     frames = FrameReader()
-    while chunk := await read():
-        for event in frames.feed(chunk):
+    while True:
+        chunk, paused = await read(frames.wanted)
+        if not chunk:
+            break
+        for event in frames.feed(chunk, paused):
             protocol.receive(event)
     cut_off = frames.close()
     for event in cut_off:
@@ -158,45 +166,61 @@ async def serve_chunks(read: Callable[[], Awaitable[bytes]], protocol: KernelPro
 
 
 class DescriptorChunks:
-    """Reads a file descriptor in a daemon thread, one chunk when asked: the event loop never blocks on it, and a
-    read still waiting when `exit` ends the process does not hold the process up (an executor's thread is joined
-    at exit). os.read, not the BufferedReader of sys.stdin, whose lock a waiting daemon thread would hold while
-    the interpreter closes it at exit (a fatal error)."""
+    """Reads a file descriptor in a daemon thread when asked: the event loop never blocks on it, and a read still
+    waiting when `exit` ends the process does not hold the process up (an executor's thread is joined at exit).
+    os.read, not the BufferedReader of sys.stdin, whose lock a waiting daemon thread would hold while the
+    interpreter closes it at exit (a fatal error).
+
+    One ask waits for the first bytes, then takes what follows: all the pipe holds, and while fewer bytes than
+    wanted (the rest of a body) have come, what the writer sends without pausing for PAUSE_S. So a large message
+    costs a hop or two between threads, as pygls's `read(n)` does, not one per 64 KiB; a Content-Length that
+    overshoots its body only delays the answer by PAUSE_S (FrameReader then parses the body early)."""
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
-        self._asks: queue.SimpleQueue[tuple[asyncio.AbstractEventLoop, asyncio.Future[bytes]]] = queue.SimpleQueue()
+        self._asks: queue.SimpleQueue[tuple[int, asyncio.AbstractEventLoop, asyncio.Future[tuple[bytes, bool]]]] = \
+            queue.SimpleQueue()
         self._thread = threading.Thread(target=self._serve, name=f"kernel-lsp-read-fd{fd}", daemon=True)
 
-    async def read(self) -> bytes:
-        """The next bytes available, b"" at the end of the input."""
+    async def read(self, wanted: int = 0) -> tuple[bytes, bool]:
+        """The next bytes (b"" at the end of the input), and whether the input paused after them."""
         loop = asyncio.get_running_loop()
-        answer: asyncio.Future[bytes] = loop.create_future()
-        self._asks.put((loop, answer))
+        answer: asyncio.Future[tuple[bytes, bool]] = loop.create_future()
+        self._asks.put((wanted, loop, answer))
         if not self._thread.is_alive():
             self._thread.start()
         return await answer
 
     def _serve(self) -> None:
+        waiting = select.poll()
+        waiting.register(self._fd, select.POLLIN)
         while True:
-            loop, answer = self._asks.get()
+            wanted, loop, answer = self._asks.get()
+            data = bytearray(max(CHUNK, min(wanted, DRAIN)))  # read into, not chunks joined: one copy less
             try:
-                data = os.read(self._fd, CHUNK)
+                with memoryview(data) as free:
+                    size = last = os.readv(self._fd, [free])
+                    while last and size < len(data) and waiting.poll(PAUSE_S * 1000 if size < wanted else 0):
+                        last = os.readv(self._fd, [free[size:]])
+                        size += last
+                paused = not last or not waiting.poll(0)
             except OSError as exc:
-                loop.call_soon_threadsafe(_settle, answer, b"", exc)
+                loop.call_soon_threadsafe(_settle, answer, None, exc)
                 return
-            loop.call_soon_threadsafe(_settle, answer, data, None)
-            if not data:
+            del data[size:]
+            loop.call_soon_threadsafe(_settle, answer, (data, paused), None)
+            if not size:
                 return
 
 
-def _settle(answer: asyncio.Future[bytes], data: bytes, error: BaseException | None) -> None:
+def _settle(answer: asyncio.Future[tuple[bytes, bool]], read: tuple[bytes, bool] | None,
+            error: BaseException | None) -> None:
     if answer.done():
         return
     if error is not None:
         answer.set_exception(error)
     else:
-        answer.set_result(data)
+        answer.set_result(read)
 
 
 def serve_stdio(server: JsonRPCServer, stdin: int, stdout: BinaryIO) -> int:
@@ -217,7 +241,7 @@ def serve_tcp(server: JsonRPCServer, host: str, port: int) -> int:
                 return
             server.protocol.set_writer(writer)
             try:
-                status.set_result(await serve_chunks(lambda: reader.read(CHUNK), server.protocol))
+                status.set_result(await serve_chunks(lambda _: _paused(reader.read(CHUNK)), server.protocol))
             except OSError as exc:
                 status.set_exception(exc)
 
@@ -227,6 +251,11 @@ def serve_tcp(server: JsonRPCServer, host: str, port: int) -> int:
             return await status
 
     return run_server(server, serve())
+
+
+async def _paused(read: Awaitable[bytes]) -> tuple[bytes, bool]:
+    """A StreamReader's bytes, taken as a pause each time: asyncio does not say whether more is waiting."""
+    return await read, True
 
 
 def run_server(server: JsonRPCServer, serving: Coroutine[Any, Any, int]) -> int:

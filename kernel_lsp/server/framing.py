@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 MAX_BODY = 256 * 1024 * 1024  # a Content-Length above this is not believed (nor is a body without one that big)
+EAGER_PARSE = 1024 * 1024  # a body up to this size is parsed early on every pause, a larger one when it doubled
 MAX_LINE = 512  # a header line, or a header block without its blank line, is never longer than this
 
 HEADER_LINE = re.compile(rb'content-(?:length|type)[ \t]*:[^"\r\n]*\r?\n', re.IGNORECASE)
@@ -82,19 +83,31 @@ class FrameReader:
         self._length: int | None = None  # the Content-Length of the body being read, when it had a usable one
         self._problem = ""  # UNFRAMED: why the body is read by its extent
         self._reported = False  # UNFRAMED: the body was already answered -32700 (nothing followed it yet)
+        self._paused = True  # the input has nothing more for now (see feed)
+        self._tried = 0  # the size of the body when it was last parsed early (see _whole_so_far)
         self._overrun: tuple[int, int] | None = None  # (Content-Length, bytes of it left) after an early message
         self._skipped = bytearray()  # SKIPPING: the first bytes skipped, for the log line ...
         self._skipped_size = 0  # ... and how many
         self._scanned = 0  # the buffer up to here has been searched for header lines ...
         self._line_start = 0  # ... and the line being searched starts here
 
-    def feed(self, data: bytes) -> list[Event]:
-        """The messages and problems that the bytes so far complete."""
-        self._buffer += data
+    def feed(self, data: bytes | bytearray, paused: bool = True) -> list[Event]:
+        """The messages and problems that the bytes so far complete. `paused`: nothing more is waiting to be read
+        (False when the caller knows more is: a body that is not complete yet is then not parsed early)."""
+        if self._buffer or not isinstance(data, bytearray):
+            self._buffer += data
+        else:  # the caller's buffer becomes ours, uncopied
+            self._buffer = data
+        self._paused = paused
         while self._advance():
             pass
         events, self._events = self._events, []
         return events
+
+    @property
+    def wanted(self) -> int:
+        """How many more bytes the body being read needs, by its Content-Length (0 between messages)."""
+        return max(0, self._length - len(self._buffer)) if self._state == BODY and self._length is not None else 0
 
     def close(self) -> list[Event]:
         """At the end of the input: a Problem for a message cut off there (or bytes that were not one), else []."""
@@ -199,7 +212,7 @@ class FrameReader:
                 return True
             self._read_unframed(length, "", reported=header_next is None)
             return True
-        if _ends_a_value(buffer):
+        if self._whole_so_far():
             parsed, value = _json(buffer)
             if parsed:
                 self._overrun = (length, length - len(buffer))
@@ -219,7 +232,7 @@ class FrameReader:
             parsed, value = _json(buffer[:end])
             self._settle(end, parsed, value, "up to the next header")
             return True
-        if _ends_a_value(buffer):
+        if self._whole_so_far():
             parsed, value = _json(buffer)
             if parsed:
                 self._settle(len(buffer), parsed, value, "to its end")
@@ -286,7 +299,18 @@ class FrameReader:
         self._scanned = max(0, self._scanned - size)
 
     def _rescan(self) -> None:
-        self._scanned = self._line_start = 0
+        self._scanned = self._line_start = self._tried = 0
+
+    def _whole_so_far(self) -> bool:
+        """Whether to parse the body's bytes so far before its end is known: only when the input has paused (a
+        client waiting for an answer), they end where a message can (`}` or `]`), and they grew since the last try;
+        above EAGER_PARSE bytes, doubled, so that a large body arriving slowly costs at most one more parse."""
+        size = len(self._buffer)
+        if not self._paused or size <= self._tried or size > EAGER_PARSE and size < 2 * self._tried \
+                or not _ends_a_value(self._buffer):
+            return False
+        self._tried = len(self._buffer)
+        return True
 
     def _header_line(self, before: int) -> int:
         """Where the first header line that starts before `before` starts, or -1. Only lines with a real line end
@@ -320,12 +344,17 @@ def _json(body: bytes | bytearray) -> tuple[bool, Any]:
 
 
 def _ends_a_value(buffer: bytearray) -> bool:
-    """Whether the last byte that is not whitespace closes an object or array: only then can the bytes so far be
-    a whole message, so only then is parsing them early worth it."""
+    """Whether the bytes can end a JSON object or array: closing brackets (and whitespace) after what ends a
+    value (`"`, a digit, true, false, null) or opens an empty one. Every complete message passes; a body cut
+    inside a string of code mostly does not (`; }`, `\\n}`), so it is not parsed in vain."""
     at = len(buffer) - 1
     while at >= 0 and buffer[at] in SPACE:
         at -= 1
-    return at >= 0 and buffer[at] in b"}]"
+    if at < 0 or buffer[at] not in b"}]":
+        return False
+    while at >= 0 and buffer[at] in b"}] \t\r\n":
+        at -= 1
+    return at >= 0 and buffer[at] in b'"0123456789el{['
 
 
 def _skip_space(buffer: bytearray, at: int) -> int:
