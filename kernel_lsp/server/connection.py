@@ -146,17 +146,23 @@ def invalid_requests(value: Any) -> list[tuple[Any, str]]:
     return [(request_id, why)]
 
 
-async def serve_chunks(read: Callable[[int], Awaitable[tuple[bytes, bool]]], protocol: KernelProtocol) -> int:
+async def serve_chunks(read: Callable[[int, bytearray], Awaitable[tuple[bytearray, bool]]],
+                       protocol: KernelProtocol) -> int:
     """Hand each message of the input to the protocol until the input ends; then the exit status: 1 when it ended
-    inside a message (logged), else 0. `exit` ends the process before that (SystemExit from pygls). `read(n)`
-    gives the next bytes (b"" at the end; `n` the reader wants, if it can wait for them: DescriptorChunks) and
-    whether the input has paused (FrameReader.feed)."""
+    inside a message (logged), else 0. `exit` ends the process before that (SystemExit from pygls).
+    `read(wanted, unread)` gives the reader's unread bytes and the next ones after them (no more at the end of
+    the input; `wanted`: what the body being read still needs, for a reader that can wait for it) and whether the
+    input has paused (FrameReader.feed)."""
     frames = FrameReader()
     while True:
-        chunk, paused = await read(frames.wanted)
-        if not chunk:
+        wanted = frames.wanted
+        unread = frames.unread()
+        size = len(unread)
+        data, paused = await read(wanted, unread)
+        if len(data) == size:
+            frames.feed(data)
             break
-        for event in frames.feed(chunk, paused):
+        for event in frames.feed(data, paused):
             protocol.receive(event)
     cut_off = frames.close()
     for event in cut_off:
@@ -178,15 +184,16 @@ class DescriptorChunks:
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
-        self._asks: queue.SimpleQueue[tuple[int, asyncio.AbstractEventLoop, asyncio.Future[tuple[bytes, bool]]]] = \
-            queue.SimpleQueue()
+        self._asks: queue.SimpleQueue[tuple[int, bytearray, asyncio.AbstractEventLoop,
+                                            asyncio.Future[tuple[bytearray, bool]]]] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._serve, name=f"kernel-lsp-read-fd{fd}", daemon=True)
 
-    async def read(self, wanted: int = 0) -> tuple[bytes, bool]:
-        """The next bytes (b"" at the end of the input), and whether the input paused after them."""
+    async def read(self, wanted: int, unread: bytearray) -> tuple[bytearray, bool]:
+        """`unread` and the next bytes after it (only `unread` at the end of the input), and whether the input
+        paused after them."""
         loop = asyncio.get_running_loop()
-        answer: asyncio.Future[tuple[bytes, bool]] = loop.create_future()
-        self._asks.put((wanted, loop, answer))
+        answer: asyncio.Future[tuple[bytearray, bool]] = loop.create_future()
+        self._asks.put((wanted, unread, loop, answer))
         if not self._thread.is_alive():
             self._thread.start()
         return await answer
@@ -195,25 +202,26 @@ class DescriptorChunks:
         waiting = select.poll()
         waiting.register(self._fd, select.POLLIN)
         while True:
-            wanted, loop, answer = self._asks.get()
-            data = bytearray(max(CHUNK, min(wanted, DRAIN)))  # read into, not chunks joined: one copy less
+            wanted, unread, loop, answer = self._asks.get()
+            data = bytearray(len(unread) + max(CHUNK, min(wanted, DRAIN)))
+            data[:len(unread)] = unread  # the start of a body; its rest is read in behind it, where it is parsed
             try:
-                with memoryview(data) as free:
+                with memoryview(data)[len(unread):] as free:
                     size = last = os.readv(self._fd, [free])
-                    while last and size < len(data) and waiting.poll(PAUSE_S * 1000 if size < wanted else 0):
+                    while last and size < len(free) and waiting.poll(PAUSE_S * 1000 if size < wanted else 0):
                         last = os.readv(self._fd, [free[size:]])
                         size += last
                 paused = not last or not waiting.poll(0)
             except OSError as exc:
                 loop.call_soon_threadsafe(_settle, answer, None, exc)
                 return
-            del data[size:]
+            del data[len(unread) + size:]
             loop.call_soon_threadsafe(_settle, answer, (data, paused), None)
             if not size:
                 return
 
 
-def _settle(answer: asyncio.Future[tuple[bytes, bool]], read: tuple[bytes, bool] | None,
+def _settle(answer: asyncio.Future[tuple[bytearray, bool]], read: tuple[bytearray, bool] | None,
             error: BaseException | None) -> None:
     if answer.done():
         return
@@ -241,7 +249,8 @@ def serve_tcp(server: JsonRPCServer, host: str, port: int) -> int:
                 return
             server.protocol.set_writer(writer)
             try:
-                status.set_result(await serve_chunks(lambda _: _paused(reader.read(CHUNK)), server.protocol))
+                status.set_result(await serve_chunks(lambda _, unread: _after(unread, reader.read(CHUNK)),
+                                                     server.protocol))
             except OSError as exc:
                 status.set_exception(exc)
 
@@ -253,9 +262,11 @@ def serve_tcp(server: JsonRPCServer, host: str, port: int) -> int:
     return run_server(server, serve())
 
 
-async def _paused(read: Awaitable[bytes]) -> tuple[bytes, bool]:
-    """A StreamReader's bytes, taken as a pause each time: asyncio does not say whether more is waiting."""
-    return await read, True
+async def _after(unread: bytearray, read: Awaitable[bytes]) -> tuple[bytearray, bool]:
+    """A StreamReader's bytes after the unread ones, taken as a pause each time: asyncio does not say whether more
+    is waiting."""
+    unread += await read
+    return unread, True
 
 
 def run_server(server: JsonRPCServer, serving: Coroutine[Any, Any, int]) -> int:

@@ -104,6 +104,13 @@ class FrameReader:
         events, self._events = self._events, []
         return events
 
+    def unread(self) -> bytearray:
+        """The bytes not yet read into a message, handed over: the next `feed` must start with them. A caller that
+        reads into memory of its own (DescriptorChunks) lays the rest of a large body behind its start this way,
+        and `feed` takes that memory as it is, uncopied."""
+        unread, self._buffer = self._buffer, bytearray()
+        return unread
+
     @property
     def wanted(self) -> int:
         """How many more bytes the body being read needs, by its Content-Length (0 between messages)."""
