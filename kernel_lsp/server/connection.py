@@ -154,15 +154,14 @@ async def serve_chunks(read: Callable[[int, bytearray], Awaitable[tuple[bytearra
     the input; `wanted`: what the body being read still needs, for a reader that can wait for it) and whether the
     input has paused (FrameReader.feed)."""
     frames = FrameReader()
-    while True:
+    ended = False
+    while not ended:
         wanted = frames.wanted
         unread = frames.unread()
-        size = len(unread)
+        size = len(unread)  # `read` may extend `unread` itself
         data, paused = await read(wanted, unread)
-        if len(data) == size:
-            frames.feed(data)
-            break
-        for event in frames.feed(data, paused):
+        ended = len(data) == size
+        for event in frames.feed(data, paused or ended):
             protocol.receive(event)
     cut_off = frames.close()
     for event in cut_off:
@@ -242,9 +241,12 @@ def serve_tcp(server: JsonRPCServer, host: str, port: int) -> int:
     """Serve the first client that connects to host:port, as serve_stdio serves its one client."""
     async def serve() -> int:
         status: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        clients: list[asyncio.StreamWriter] = []
 
         async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            if status.done():
+            clients.append(writer)
+            if len(clients) > 1:  # one client, one protocol: a second one would take over its replies
+                log.warning("a second client connected; it is not served")
                 writer.close()
                 return
             server.protocol.set_writer(writer)

@@ -22,15 +22,18 @@ same result. FrameReader is liberal in what it accepts and resynchronises on wha
     body runs to the next header, or to the end of the bytes so far as soon as they parse as one JSON value;
   - no Content-Length, one that is not a number, or one above `MAX_BODY`, or no header at all (a `{` where a
     header should be): read the same way.
-  A body that has fully arrived is handled before its Content-Length is reached (when the bytes so far end in
-  `}` or `]` and parse), so a request whose length overshoots is still answered without waiting for more input.
-- Bytes that are neither a header nor a body (a stray line, a header block without its blank line) are skipped up
-  to the next header line and logged with their size and first bytes.
+  A body that has fully arrived is handled before its Content-Length is reached: when the input has paused (the
+  client waits for an answer) and the bytes so far can end a JSON value (`_ends_a_value`) and parse. So a
+  request whose length overshoots is answered without waiting for more input, and a large body arriving in
+  pieces is not parsed in vain each time (above EAGER_PARSE, only once it doubled: one more parse at most).
+- Bytes that are neither a header nor a body (a stray line, a header block with a line that is no field) are
+  skipped up to the next header line and logged with their size and first bytes.
 
 Every problem is one `Problem` event (the server logs it as a warning, and answers -32700 for a body that is not
 JSON); a message that was read despite its framing comes as a `Problem` saying so, then its `Message`. No input
-leaves the reader waiting for bytes it does not need. The reader does no I/O: `feed` it what arrives and `close`
-it at the end of the input, which reports a message cut off there."""
+leaves the reader waiting for bytes it does not need. The reader does no I/O: `feed` it what arrives (and
+whether the input paused) and `close` it at the end of the input, which reports a message cut off there;
+`wanted` and `unread` let a caller that fills memory of its own read the rest of a large body in place."""
 
 from __future__ import annotations
 
