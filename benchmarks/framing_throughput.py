@@ -150,7 +150,7 @@ async def open_to_answer(command: list[str], root: Path) -> float:
 
 
 def ms(seconds: float) -> str:
-    return f"{seconds * 1000:.2f} ms"
+    return f"{seconds * 1000:.2f} ms" if seconds >= 0.001 else f"{seconds * 1e6:.1f} µs"
 
 
 def ratio_row(label: str, pygls: float, ours: float, verdict: bool) -> tuple[str, str, str, str]:
