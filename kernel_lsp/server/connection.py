@@ -58,7 +58,7 @@ class KernelProtocol(LanguageServerProtocol):
 
     A request whose params do not fit its method's types (a position given as a string, a negative line, a
     diagnostic without a range) is answered -32602 with what did not fit; pygls only logs it, and the client
-    would wait forever."""
+    would wait forever. `receive` takes what FrameReader read: -32700 and -32600 are answered there."""
 
     def receive(self, event: Event) -> None:
         """One event of the FrameReader. A Problem is logged (a body that is not JSON also answered -32700); a
@@ -122,14 +122,15 @@ class KernelProtocol(LanguageServerProtocol):
 
 def invalid_requests(value: Any) -> list[tuple[Any, str]]:
     """(id, what is wrong) for each -32600 reply that a JSON value read from the client needs; [] for a request,
-    a notification or a response (a response is never answered: it has no `method`, and `result` or `error`).
-    A batch (a JSON array; LSP has none) gets one reply per request in it, or one with id null."""
+    a notification or a response (no `method`, and `result` or `error`). A response without `"jsonrpc": "2.0"`
+    is answered with id null, never its own: that id names one of the server's requests. A batch (a JSON array;
+    LSP has none) gets one reply per request in it, or one with id null."""
     if isinstance(value, list):
         ids = [m["id"] for m in value if isinstance(m, dict) and "id" in m and "method" in m]
         return [(request_id, "a batch (a JSON array): LSP has none") for request_id in ids] or \
             [(None, "a batch (a JSON array): LSP has none")]
     if not isinstance(value, dict):
-        return [(None, f"a JSON {type(value).__name__} instead of an object")]
+        return [(None, f"{json.dumps(value)[:40]} instead of an object")]
     request_id = value.get("id")
     if "method" not in value and "id" in value and ("result" in value or "error" in value):
         return [] if value.get("jsonrpc") == "2.0" else [(None, 'a response without "jsonrpc": "2.0"')]

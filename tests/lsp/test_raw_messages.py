@@ -220,16 +220,20 @@ async def test_a_client_counting_characters_instead_of_bytes_is_answered(tmp_pat
     try:
         server.stdin.write(counted(document))
         server.stdin.write(counted(request))
-        assert "result" in await answer(server.stdout, 10)
 
-        async def published() -> dict:
-            while (message := await read_message(server.stdout)).get("method") != "textDocument/publishDiagnostics" \
-                    or not message["params"]["diagnostics"]:
-                pass
-            return message["params"]
-        diagnostics = await asyncio.wait_for(published(), 30)
-        assert diagnostics["uri"] == path_to_uri(path)
-        assert [d["code"] for d in diagnostics["diagnostics"]] == ["python-syntax"]
+        async def hover_and_diagnostics() -> tuple[dict, dict]:
+            """The hover's answer and the document's first diagnostics, in whichever order they come."""
+            hovered = published = None
+            while hovered is None or published is None:
+                message = await read_message(server.stdout)
+                if message.get("id") == 10 and "method" not in message:
+                    hovered = message
+                elif message.get("method") == "textDocument/publishDiagnostics" and message["params"]["diagnostics"]:
+                    published = message["params"]
+            return hovered, published
+        hovered, published = await asyncio.wait_for(hover_and_diagnostics(), 30)
+        assert "result" in hovered and published["uri"] == path_to_uri(path)
+        assert [d["code"] for d in published["diagnostics"]] == ["python-syntax"]
         await shuts_down(server, 11, exit_timeout=20)
     finally:
         await killed(server)
