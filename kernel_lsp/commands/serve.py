@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from kernel_lsp.commands.shared import EXIT_OK, EXIT_USAGE, private_stdout
+from kernel_lsp.commands.shared import EXIT_USAGE, private_stdout
 
 
 def add_parser(sub: Any) -> None:
@@ -17,6 +17,9 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """The exit status is the server's: 0 after shutdown and exit, or at the end of the input; 1 after exit
+    without shutdown, or when the input ended inside a message (kernel_lsp/server/connection.py)."""
+    from kernel_lsp.server.connection import serve_stdio, serve_tcp
     from kernel_lsp.server.setup import create_server
 
     server = create_server()
@@ -25,7 +28,5 @@ def run(args: argparse.Namespace) -> int:
         if not host or not port.isdigit():
             print(f"kernel-lsp: --tcp expects HOST:PORT, got {args.tcp!r}", file=sys.stderr)
             return EXIT_USAGE
-        server.start_tcp(host, int(port))
-        return EXIT_OK
-    server.start_io(sys.stdin.buffer, private_stdout())
-    return EXIT_OK
+        return serve_tcp(server, host, int(port))
+    return serve_stdio(server, sys.stdin.fileno(), private_stdout())

@@ -10,78 +10,23 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import json
 import logging
 from urllib.parse import unquote
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from lsprotocol import types
-from pygls.exceptions import JsonRpcInternalError, JsonRpcInvalidParams, JsonRpcParseError
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol
 
 from kernel_lsp import __version__
 from kernel_lsp.jobs.cache import ResultCache
+from kernel_lsp.server.connection import KernelProtocol
 from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.feature import Feature
 from kernel_lsp.server.settings import SECTION, SettingsManager
 
 log = logging.getLogger(__name__)
 F = TypeVar("F", bound=Feature)
-
-
-class _Answered:
-    """A request answered with an error while it was read (its params did not fit its method): nothing to handle."""
-
-    jsonrpc = "2.0"
-
-
-ANSWERED = _Answered()
-
-
-class KernelProtocol(LanguageServerProtocol):
-    """JSON-RPC lets a request or notification leave `params` out; pygls's fallback message type for methods
-    outside the LSP (kernelLsp/workspaceSummary) needs it, and would drop such a request unanswered.
-
-    A request whose params do not fit its method's types (a position given as a string, a negative line, a
-    diagnostic without a range) is answered -32602 with what did not fit; pygls only logs it, and the client
-    would wait forever."""
-
-    def structure_message(self, data: dict[str, Any]):
-        if isinstance(data, dict) and "method" in data and "params" not in data:
-            data = {**data, "params": None}
-        try:
-            return super().structure_message(data)
-        except (JsonRpcInvalidParams, JsonRpcInternalError) as exc:
-            request_id = data.get("id") if isinstance(data, dict) else None
-            if "method" not in data or not isinstance(request_id, int | str) or isinstance(request_id, bool):
-                raise  # a notification or a response: there is no one to answer
-            cause = str(exc.__cause__ or exc).strip().splitlines()
-            log.warning("invalid params for %s (id %s): %s", data["method"], request_id, " ".join(cause)[:500])
-            self._send_response(request_id, error=types.ResponseError(
-                code=JsonRpcInvalidParams.CODE,
-                message=f"invalid params for {data['method']}: {cause[0] if cause else type(exc).__name__}"))
-            return ANSWERED
-
-    def handle_message(self, message: Any) -> Any:
-        if message is ANSWERED:
-            return None
-        return super().handle_message(message)
-
-    def _execute_handler(self, msg_id: Any, handler: Any, callback: Any, args: Any = None, kwargs: Any = None):
-        """pygls keeps each handler's future under its message id until a request's answer removes it; the futures
-        of notifications (every didChange) and of the steps of its generator handlers are never removed, some KiB
-        per keystroke for good. A finished future leaves the table here (a cancel only needs an unstarted one)."""
-        super()._execute_handler(msg_id, handler, callback, args, kwargs)
-        future = self._request_futures.get(msg_id)
-        if future is not None:
-            future.add_done_callback(lambda done, key=msg_id: self._forget_future(key, done))
-
-    def _forget_future(self, key: Any, done: Any) -> None:
-        if self._request_futures.get(key) is done:
-            del self._request_futures[key]
-
 
 FEATURE_MODULES = (  # set up in this order: each may use those above it; document hooks run in this order too
     "kernel_lsp.server.compile_feature",
@@ -138,16 +83,6 @@ class KernelLanguageServer(LanguageServer):
         from kernel_lsp.server.compile_feature import CompileFeature
 
         return self.get_feature(CompileFeature).visible(finding)
-
-    def report_server_error(self, error: Exception, source: Any) -> None:
-        """A message that is not JSON gets JSON-RPC's parse error (-32700, id null), and a log line; no pop-up for
-        each (pygls's default shows one). Other errors as pygls reports them."""
-        if isinstance(error, json.JSONDecodeError):
-            log.warning("a message that is not JSON: %s", error)
-            self.protocol._send_data(types.ResponseErrorMessage(
-                id=None, error=types.ResponseError(code=JsonRpcParseError.CODE, message=f"parse error: {error}")))
-            return
-        super().report_server_error(error, source)
 
     def show(self, message: str, kind: types.MessageType) -> None:
         log.warning("%s", message)
