@@ -117,7 +117,8 @@ class KernelLanguageServer(LanguageServer):
         super().__init__("kernel-lsp", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
                          protocol_cls=KernelProtocol)
         self.settings = SettingsManager(warn=lambda m: self.show(m, types.MessageType.Warning))
-        self.diagnostics = DiagnosticStore(self.text_document_publish_diagnostics, visible=self._visible)
+        self.diagnostics = DiagnosticStore(self.text_document_publish_diagnostics, visible=self._visible,
+                                           limit=lambda: self.settings.settings.max_diagnostics_per_file)
         self.results = ResultCache()
         self.features: list[Feature] = []
         for name in FEATURE_MODULES:

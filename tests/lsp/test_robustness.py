@@ -103,6 +103,27 @@ async def test_five_megabyte_file(client: LanguageClient, workspace: Path):
 
 
 @needs_nvcc
+async def test_thousands_of_diagnostics_are_capped_errors_first_with_one_counting_the_rest(client: LanguageClient,
+                                                                                         workspace: Path):
+    """Generated garbage: 1,500 `#warning` lines, then 5 errors at the very end. The editor gets the default cap of
+    500: the 5 errors (which come last in the file), the first 494 warnings, and one last diagnostic counting the
+    1,006 warnings left out and naming the command that prints them all."""
+    text = "".join(f"#warning generated {i}\n" for i in range(1500)) + "".join(f"int e{i} = ;\n" for i in range(5))
+    path = workspace / "garbage.cu"
+    uri = open_document(client, path, text)
+    params = await wait_for_publish(client, uri, lambda p: bool(p.diagnostics))
+    *shown, last = params.diagnostics
+    assert len(params.diagnostics) == 500
+    errors = [d for d in shown if d.severity == types.DiagnosticSeverity.Error]
+    assert [d.range.start.line for d in errors] == list(range(1500, 1505))
+    warnings = [d for d in shown if d.severity == types.DiagnosticSeverity.Warning]
+    assert [d.range.start.line for d in warnings] == list(range(494))  # in the file's order
+    assert last.code == "diagnostics-left-out" and last.severity == types.DiagnosticSeverity.Warning
+    assert last.message.startswith("1006 more diagnostics not shown (1006 warnings): 499 of 1505 are"), last.message
+    assert f"`kernel-lsp check {path}`" in last.message
+
+
+@needs_nvcc
 async def test_file_deleted_between_change_and_compile(client: LanguageClient, workspace: Path):
     folder = workspace / "gone"
     folder.mkdir()
