@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from kernel_lsp.commands.shared import EXIT_OK, EXIT_USAGE, private_stdout
@@ -25,7 +28,28 @@ def run(args: argparse.Namespace) -> int:
         if not host or not port.isdigit():
             print(f"kernel-lsp: --tcp expects HOST:PORT, got {args.tcp!r}", file=sys.stderr)
             return EXIT_USAGE
-        server.start_tcp(host, int(port))
+        with _interrupts_told():
+            server.start_tcp(host, int(port))
         return EXIT_OK
-    server.start_io(sys.stdin.buffer, private_stdout())
+    with _interrupts_told():
+        server.start_io(sys.stdin.buffer, private_stdout())
     return EXIT_OK
+
+
+@contextlib.contextmanager
+def _interrupts_told() -> Iterator[None]:
+    """pygls ends its loop quietly on Ctrl-C (it catches KeyboardInterrupt); raised again once it has, so that
+    `serve` ends as every command does (cli.main: one line, 130) and not as a clean exit."""
+    interrupted = []
+
+    def on_interrupt(signum: int, frame: Any) -> None:
+        interrupted.append(signum)
+        signal.default_int_handler(signum, frame)
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if interrupted:
+        raise KeyboardInterrupt
