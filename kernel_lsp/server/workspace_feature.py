@@ -6,7 +6,8 @@ checks of closed files, the on-disk result cache and the workspace summary.
   check at the lowest priority (`workspaceCheck`). With the on-disk cache (`persistentCache`) a restart answers
   these from disk without compiling.
 - Changes on disk come from the client's workspace/didChangeWatchedFiles where it offers dynamic registration,
-  else from a watchdog observer (`watch`), never both. Either feeds one Coalescer: a burst is one batch, each path
+  else from the server's own watcher (`watch`; inotify on Linux, one watch per folder that is not ignored, else a
+  watchdog observer), never both. Either feeds one Coalescer: a burst is one batch, each path
   once. A batch updates the graph, clears the diagnostics of deleted files, and re-checks each changed kernel
   file and every dependent (transitively, open or not) once; dependents that are verification candidates are
   verified again (closed ones when `verifyClosedFiles`).
@@ -60,6 +61,8 @@ from kernel_lsp.workspace.survey import (
     survey,
     top_hint,
 )
+from kernel_lsp.workspace.inotify import InotifyWatcher
+from kernel_lsp.workspace.inotify import available as inotify_available
 from kernel_lsp.workspace.watch import CREATED, DELETED, Coalescer, FolderWatcher
 
 if TYPE_CHECKING:
@@ -122,7 +125,7 @@ class WorkspaceFeature(Feature):
         self._in_flight: set[Path] = set()
         self._early: list[tuple[Path, str]] = []  # events that came before the scan ended
         self._coalescer = Coalescer(self._apply)
-        self._watcher: FolderWatcher | None = None
+        self._watcher: InotifyWatcher | FolderWatcher | None = None
         self._disk: DiskCache | None = None
         self._flusher: asyncio.Task | None = None
         self.active: str | None = None
@@ -246,7 +249,8 @@ class WorkspaceFeature(Feature):
         if mode == "client":
             self.state.watch_problem = "the client does not offer workspace/didChangeWatchedFiles"
             return
-        self._watcher = FolderWatcher(roots, self._ignored, self._watch_event, asyncio.get_running_loop())
+        watcher = InotifyWatcher if inotify_available() else FolderWatcher  # inotify: no watch on ignored folders
+        self._watcher = watcher(roots, self._ignored, self._watch_event, asyncio.get_running_loop())
         problem = await asyncio.to_thread(self._watcher.start)
         if problem:
             self._watcher = None
@@ -383,8 +387,13 @@ class WorkspaceFeature(Feature):
             self.verify.file_deleted(path_to_uri(path))
 
     def _rules_changed(self) -> None:
+        """A .gitignore changed: new rules, and the watched folders made to match them (in a thread: a walk)."""
         excludes = exclude_patterns(self.settings.settings.workspace_exclude)
         self._rules = {root: IgnoreRules.for_folder(root, excludes) for root in self._rules}
+        if self._watcher is not None:
+            task = asyncio.ensure_future(asyncio.to_thread(self._watcher.refresh))
+            task.add_done_callback(lambda t: t.cancelled() or t.exception() is None or log.error(
+                "watching the folders the new rules keep failed", exc_info=t.exception()))
 
     def _rules_for(self, path: Path) -> IgnoreRules | None:
         return next((rules for root, rules in self._rules.items() if path.is_relative_to(root)), None)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -288,5 +289,58 @@ async def test_with_workspace_check_off_closed_files_are_listed_not_compiled(set
         state = await wait_idle(client)
         assert state["batches"] >= 1 and state["closedChecks"] == 0
         assert compiles(setup.log) == [] and not published_for(client, path_to_uri(kernel))
+    finally:
+        await client.shutdown_session()
+
+
+def inotify_watches(pid: int) -> int:
+    """The inotify watches a process holds, as the kernel counts them (/proc/PID/fdinfo of its inotify descriptors)."""
+    count = 0
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            if os.readlink(fd) == "anon_inode:inotify":
+                info = Path(f"/proc/{pid}/fdinfo/{fd.name}").read_text()
+                count += sum(line.startswith("inotify wd:") for line in info.splitlines())
+        except OSError:  # a descriptor closed meanwhile
+            continue
+    return count
+
+
+async def watches_become(pid: int, expected: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while inotify_watches(pid) != expected and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert inotify_watches(pid) == expected
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's")
+async def test_ignored_folders_get_no_inotify_watch_now_later_or_after_the_rules_change(setup: Setup) -> None:
+    """600 ignored folders (.git, node_modules, build, *.egg-info and one a .gitignore names) and 5 kept ones: 5
+    watches. A folder made later gets one only when kept (its new file is checked); after the .gitignore stops
+    naming `data/`, its 121 folders are watched, and no longer once it names it again."""
+    ws = setup.workspace
+    (ws / ".gitignore").write_text("data/\n")
+    kept = [ws, ws / "src", ws / "src" / "a", ws / "src" / "b", ws / "include"]
+    for folder in kept:
+        folder.mkdir(parents=True, exist_ok=True)
+    for ignored in (".git", "node_modules", "build", "data", "pkg.egg-info"):
+        for i in range(60):
+            (ws / ignored / f"d{i}" / "deeper").mkdir(parents=True)
+    client = await start(setup)
+    try:
+        assert (await wait_idle(client))["watching"] == "watchdog"
+        pid = client._server.pid
+        assert inotify_watches(pid) == len(kept)
+        (ws / "node_modules" / "new" / "deep").mkdir(parents=True)
+        (ws / "src" / "fresh").mkdir()
+        fresh = ws / "src" / "fresh" / "k.cu"
+        fresh.write_text("__global__ void k(int* p) { p[0] = missing; }\n")
+        params = await wait_for_publish(client, path_to_uri(fresh), lambda p: "nvcc-error" in codes(p), timeout=60)
+        assert "missing" in params.diagnostics[0].message
+        assert inotify_watches(pid) == len(kept) + 1  # src/fresh; nothing in node_modules
+        (ws / ".gitignore").write_text("# data is source now\n")
+        await watches_become(pid, len(kept) + 1 + 1 + 60 * 2)
+        (ws / ".gitignore").write_text("data/\n")
+        await watches_become(pid, len(kept) + 1)
     finally:
         await client.shutdown_session()
