@@ -28,12 +28,28 @@ def run(args: argparse.Namespace) -> int:
         if not host or not port.isdigit():
             print(f"kernel-lsp: --tcp expects HOST:PORT, got {args.tcp!r}", file=sys.stderr)
             return EXIT_USAGE
-        with _interrupts_told():
+        with _interrupts_told(), _big_parses_in_a_process():
             server.start_tcp(host, int(port))
         return EXIT_OK
-    with _interrupts_told():
+    with _interrupts_told(), _big_parses_in_a_process():
         server.start_io(sys.stdin.buffer, private_stdout())
     return EXIT_OK
+
+
+@contextlib.contextmanager
+def _big_parses_in_a_process() -> Iterator[None]:
+    """Every big Python parse of the server, on its loop or in its threads, goes to a child process
+    (kernel_lsp/server/parsing.py says why)."""
+    from kernel_lsp.server.parsing import ParseProcess
+    from kernel_lsp.sources import offload_large_parses
+
+    process = ParseProcess()
+    offload_large_parses(process.parse)
+    try:
+        yield
+    finally:
+        offload_large_parses(None)
+        process.close()
 
 
 @contextlib.contextmanager

@@ -25,6 +25,7 @@ from kernel_lsp import __version__
 from kernel_lsp.jobs.cache import ResultCache
 from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.feature import Feature
+from kernel_lsp.server.parsing import DocumentEvent, DocumentEvents
 from kernel_lsp.server.settings import SECTION, SettingsManager
 
 log = logging.getLogger(__name__)
@@ -123,6 +124,23 @@ class KernelLanguageServer(LanguageServer):
         self.features: list[Feature] = []
         for name in FEATURE_MODULES:
             self.features.append(importlib.import_module(name).setup(self))
+        self.document_events = DocumentEvents(self._hand_on, self._text_of)
+
+    def _hand_on(self, event: DocumentEvent) -> None:
+        """One document notification to every feature, in list order (`document_active` first, for those that say
+        where the user is)."""
+        if event.kind in ("open", "change"):
+            for feature in self.features:
+                feature.document_active(event.uri)
+        for feature in self.features:
+            if event.kind == "close":
+                feature.document_close(event.uri)
+            else:
+                getattr(feature, f"document_{event.kind}")(event.uri, event.version, event.text)
+
+    def _text_of(self, uri: str) -> str | None:
+        document = self.open_documents().get(uri)
+        return document.source if document is not None else None
 
     def open_documents(self) -> OpenDocuments:
         """What the features read as their `documents`: the open documents by the client's URI."""
@@ -247,39 +265,35 @@ def create_server() -> KernelLanguageServer:
             ls.settings.set_client_config(params.settings)
             ls.settings_changed()
 
+    # document notifications reach the features through DocumentEvents (in order, a big text parsed first), and
+    # requests on a document wait there until its text is parsed: the loop never parses a big file itself
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: KernelLanguageServer, params: types.DidOpenTextDocumentParams) -> None:
         doc = params.text_document
-        for feature in features:
-            feature.document_active(doc.uri)
-        for feature in features:
-            feature.document_open(doc.uri, doc.version, doc.text)
+        ls.document_events.add(DocumentEvent("open", doc.uri, doc.version, doc.text))
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: KernelLanguageServer, params: types.DidChangeTextDocumentParams) -> None:
         doc = ls.workspace.get_text_document(params.text_document.uri)
-        for feature in features:
-            feature.document_active(doc.uri)
-        for feature in features:
-            feature.document_change(doc.uri, params.text_document.version, doc.source)
+        ls.document_events.add(DocumentEvent("change", doc.uri, params.text_document.version, doc.source))
 
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE, types.SaveOptions(include_text=False))
     def did_save(ls: KernelLanguageServer, params: types.DidSaveTextDocumentParams) -> None:
         doc = ls.workspace.get_text_document(params.text_document.uri)
-        for feature in features:
-            feature.document_save(doc.uri, doc.version, doc.source)
+        ls.document_events.add(DocumentEvent("save", doc.uri, doc.version, doc.source))
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: KernelLanguageServer, params: types.DidCloseTextDocumentParams) -> None:
-        for feature in features:
-            feature.document_close(params.text_document.uri)
+        ls.document_events.add(DocumentEvent("close", params.text_document.uri))
 
     @server.feature(types.TEXT_DOCUMENT_CODE_LENS)
-    def code_lens(ls: KernelLanguageServer, params: types.CodeLensParams) -> list[types.CodeLens]:
+    async def code_lens(ls: KernelLanguageServer, params: types.CodeLensParams) -> list[types.CodeLens]:
+        await ls.document_events.settled(params.text_document.uri)
         return [lens for feature in features for lens in feature.code_lenses(params.text_document.uri)]
 
     @server.feature(types.TEXT_DOCUMENT_HOVER)
-    def hover(ls: KernelLanguageServer, params: types.HoverParams) -> types.Hover | None:
+    async def hover(ls: KernelLanguageServer, params: types.HoverParams) -> types.Hover | None:
+        await ls.document_events.settled(params.text_document.uri)
         for feature in features:
             feature.document_active(params.text_document.uri)
         return next((h for f in features if (h := f.hover(params.text_document.uri, params.position)) is not None),
@@ -288,8 +302,9 @@ def create_server() -> KernelLanguageServer:
     kinds = [kind for feature in features for kind in feature.code_action_kinds]
 
     @server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(code_action_kinds=kinds))
-    def code_action(ls: KernelLanguageServer, params: types.CodeActionParams) -> list[types.CodeAction]:
+    async def code_action(ls: KernelLanguageServer, params: types.CodeActionParams) -> list[types.CodeAction]:
         uri, span, only = params.text_document.uri, params.range, params.context.only
+        await ls.document_events.settled(uri)
         return [action for feature in features for action in feature.code_actions(uri, span, only)]
 
     for feature in features:
@@ -300,6 +315,7 @@ def create_server() -> KernelLanguageServer:
 
     @server.feature(types.SHUTDOWN)
     async def shutdown(ls: KernelLanguageServer, params: None) -> None:
+        await ls.document_events.close()
         for feature in reversed(features):
             await feature.shutdown()
 
