@@ -344,3 +344,31 @@ async def test_ignored_folders_get_no_inotify_watch_now_later_or_after_the_rules
         await watches_become(pid, len(kept) + 1)
     finally:
         await client.shutdown_session()
+
+
+async def test_a_batch_is_read_and_parsed_while_the_server_answers(setup: Setup) -> None:
+    """A 50,000-line candidate that builds with cpp_extension.load, written while the server watches: reading it and
+    parsing it for its edges take seconds, and a summary asked for meanwhile is answered with the batch handed on
+    but not applied yet (with the batch read on the loop, no answer could fall between the two). Then it is
+    applied; a named pipe written beside it blocks nothing."""
+    client = await start(setup)
+    try:
+        before = await wait_idle(client)
+        lines = ["from torch.utils.cpp_extension import load", "ext = load(name='k', sources=['k.cu'])"]
+        lines += [f"def f{i}(x):\n    return x + {i}\n" for i in range(17_000)]
+        big = setup.workspace / "big_load.py"
+        big.write_text("\n".join(lines) + "\n")
+        os.mkfifo(setup.workspace / "late.cu")
+        between = applied = None
+        deadline = time.monotonic() + 120
+        while applied is None and time.monotonic() < deadline:
+            state = await summary(client)
+            if state["batches"] > before["batches"] and state["scanned"] == before["scanned"]:
+                between = state
+            if state["scanned"] == before["scanned"] + 1:
+                applied = state
+            await asyncio.sleep(0.02)
+        assert between is not None, "no answer came between the batch's flush and its application"
+        assert applied is not None and applied["watching"] == "watchdog"
+    finally:
+        await asyncio.wait_for(client.shutdown_session(), 60)
