@@ -13,7 +13,10 @@ models of 6,250 kernels kept).
 `DocumentEvents` hands each document's notifications (open, change, save, close) to the features in the order they
 came. One whose text is big and not parsed yet waits for that parse in a thread (the loop goes on answering), and the
 notifications after it wait behind it; a change followed by another change is dropped (the next carries the newer
-text), so typing in a big file never parses more than the text in flight and the newest. A request on a document
+text), so typing in a big file never parses more than the text in flight and the newest. Meanwhile the features see
+the document as they were last told of it (`waiting`, through the server's OpenDocuments): not open yet, or its
+earlier text, so none parses the waiting text on the loop (a settings change republishing every open document, a
+save verifying the candidates open beside it). A request on a document
 (hover, code lens, code action) waits until its notifications are handed on and the text it holds now is parsed, so
 an answer never comes from a text older than the last one sent. A document whose text is small goes straight through,
 as before.
@@ -34,7 +37,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from kernel_lsp.process.frames import read_frame, write_frame
 from kernel_lsp.process.isolation import with_package_on_path
@@ -119,6 +122,14 @@ class DocumentEvent:
     text: str | None = None  # None for close
 
 
+@dataclass(frozen=True)
+class HandedDocument:
+    """A document as its last notification handed on told the features (what they see while the next ones wait)."""
+    uri: str
+    version: int | None
+    source: str
+
+
 def needs_parse(uri: str, text: str | None) -> bool:
     """A big .py text whose model is not kept yet: the features would parse it where they stand."""
     return (text is not None and len(text) >= LARGE_PARSE and urlparse(uri).path.endswith(".py")
@@ -127,23 +138,37 @@ def needs_parse(uri: str, text: str | None) -> bool:
 
 class DocumentEvents:
     """Hands document notifications on (`hand_on(event)`), per document in order, each once its text is parsed;
-    `text_of(uri)` is the document's text now (None when it is not open)."""
+    `text_of(uri)` is the document's text now (None when it is not open). `waiting` holds, by percent-decoded URI,
+    each document whose notifications wait, as the features were last told of it (None: not opened yet)."""
 
     def __init__(self, hand_on: Callable[[DocumentEvent], None], text_of: Callable[[str], str | None]) -> None:
         self._hand_on = hand_on
         self._text_of = text_of
         self._queues: dict[str, deque[DocumentEvent]] = {}
         self._drains: dict[str, asyncio.Task] = {}
+        self._handed: dict[str, HandedDocument] = {}  # every open document, as last handed on
+        self.waiting: dict[str, HandedDocument | None] = {}
 
     def add(self, event: DocumentEvent) -> None:
         queue = self._queues.get(event.uri)
         if queue is None:
             if not needs_parse(event.uri, event.text):
-                self._hand_on(event)  # nothing waits: at once, as the notification is read
+                self._hand(event)  # nothing waits: at once, as the notification is read
                 return
             queue = self._queues[event.uri] = deque()
+            self.waiting[unquote(event.uri)] = self._handed.get(unquote(event.uri))
             self._drains[event.uri] = asyncio.ensure_future(self._drain(event.uri, queue))
         queue.append(event)
+
+    def _hand(self, event: DocumentEvent) -> None:
+        key = unquote(event.uri)
+        if event.kind == "close":
+            self._handed.pop(key, None)
+        elif event.text is not None:
+            self._handed[key] = HandedDocument(event.uri, event.version, event.text)
+        if key in self.waiting:
+            self.waiting[key] = self._handed.get(key)
+        self._hand_on(event)
 
     async def settled(self, uri: str) -> None:
         """Returns once the document's notifications are handed on and the text it holds now is parsed."""
@@ -167,13 +192,14 @@ class DocumentEvents:
                         await asyncio.to_thread(parse_python, event.text)
                     if not _superseded(queue):  # a newer change may have come during the parse
                         try:
-                            self._hand_on(event)
+                            self._hand(event)
                         except Exception:  # a feature's bug costs this notification, not the ones after it
                             log.exception("handing %s of %s to the features failed", event.kind, uri)
                 queue.popleft()
         finally:
             self._queues.pop(uri, None)
             self._drains.pop(uri, None)
+            self.waiting.pop(unquote(uri), None)
 
 
 def _superseded(queue: deque[DocumentEvent]) -> bool:

@@ -98,19 +98,32 @@ FEATURE_MODULES = (  # set up in this order: each may use those above it; docume
 class OpenDocuments(Mapping[str, Any]):
     """The open documents by URI. pygls keeps them under the percent-decoded URI; the features look them up by the
     URI the client sends (`file:///a%20b.cu`): a URI finds its document however it is percent-encoded, and iterating
-    gives each document's URI as the client opened it."""
+    gives each document's URI as the client opened it.
 
-    def __init__(self, documents: Mapping[str, Any]) -> None:
+    A document whose notifications wait for a parse (`waiting`, by percent-decoded URI) is what the features were
+    last handed: not open yet, or its text before the change that waits; so no feature parses a big text on the loop
+    because pygls already holds it."""
+
+    def __init__(self, documents: Mapping[str, Any], waiting: Mapping[str, Any] | None = None) -> None:
         self._documents = documents
+        self._waiting = waiting or {}
 
     def __getitem__(self, uri: str) -> Any:
-        return self._documents[unquote(uri)]
+        key = unquote(uri)
+        if key in self._waiting:
+            shown = self._waiting[key]
+            if shown is None:
+                raise KeyError(uri)
+            return shown
+        return self._documents[key]
 
     def __iter__(self) -> Iterator[str]:
-        return iter([document.uri for document in self._documents.values()])
+        keys = [*self._documents, *(key for key in self._waiting if key not in self._documents)]
+        shown = [self._waiting[key] if key in self._waiting else self._documents[key] for key in keys]
+        return iter([document.uri for document in shown if document is not None])
 
     def __len__(self) -> int:
-        return len(self._documents)
+        return len(list(iter(self)))
 
 
 class KernelLanguageServer(LanguageServer):
@@ -143,8 +156,8 @@ class KernelLanguageServer(LanguageServer):
         return document.source if document is not None else None
 
     def open_documents(self) -> OpenDocuments:
-        """What the features read as their `documents`: the open documents by the client's URI."""
-        return OpenDocuments(self.workspace.text_documents)
+        """What the features read as their `documents`: the open documents by the client's URI, as handed to them."""
+        return OpenDocuments(self.workspace.text_documents, self.document_events.waiting)
 
     def get_feature(self, kind: type[F]) -> F:
         """The feature of this class, set up before the one asking."""

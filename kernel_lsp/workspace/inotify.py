@@ -73,6 +73,7 @@ class InotifyWatcher:
         self._wake: tuple[int, int] | None = None  # a pipe whose write end stops the reading thread
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # the table: the reading thread and refresh() both change it
+        self._refreshing = threading.Lock()  # one refresh at a time, each with the rules as they are when it runs
         self._folders: dict[int, Path] = {}  # watch descriptor -> the folder it watches
         self._full = False  # the watch limit was met after the start (said once)
 
@@ -110,14 +111,15 @@ class InotifyWatcher:
     def refresh(self) -> None:
         """The ignore rules changed: folders they now keep are watched, those they now ignore no longer (a walk of
         the kept folders, as the scan's; call it from a worker thread)."""
-        if self._fd < 0:
-            return
-        kept = set(self._watch_tree_each(self._roots))
-        with self._lock:
-            dropped = [wd for wd, folder in self._folders.items() if folder not in kept]
-            for wd in dropped:
-                _LIBC.inotify_rm_watch(self._fd, wd)
-                del self._folders[wd]
+        with self._refreshing:  # a .gitignore saved twice: the second walk must not end before the first
+            if self._fd < 0:
+                return
+            kept = set(self._watch_tree_each(self._roots))
+            with self._lock:
+                dropped = [wd for wd, folder in self._folders.items() if folder not in kept]
+                for wd in dropped:
+                    _LIBC.inotify_rm_watch(self._fd, wd)
+                    del self._folders[wd]
 
     # --- the table ------------------------------------------------------------------------------------------
 
