@@ -16,10 +16,9 @@ notifications after it wait behind it; a change followed by another change is dr
 text), so typing in a big file never parses more than the text in flight and the newest. Meanwhile the features see
 the document as they were last told of it (`waiting`, through the server's OpenDocuments): not open yet, or its
 earlier text, so none parses the waiting text on the loop (a settings change republishing every open document, a
-save verifying the candidates open beside it). A request on a document
-(hover, code lens, code action) waits until its notifications are handed on and the text it holds now is parsed, so
-an answer never comes from a text older than the last one sent. A document whose text is small goes straight through,
-as before.
+save verifying the candidates open beside it). A request on a document (hover, code lens, code action) waits until
+its notifications are handed on and the text it holds now is parsed, so an answer never comes from a text older than
+the last one sent. A document whose text is small goes straight through, as before.
 """
 
 from __future__ import annotations
@@ -44,6 +43,7 @@ from kernel_lsp.process.isolation import with_package_on_path
 from kernel_lsp.sources import LARGE_PARSE, PythonModel, parse_python, parsed, python_model
 
 log = logging.getLogger(__name__)
+
 
 class ParseProcess:
     """One child process, started on the first big parse, in a session of its own (a Ctrl-C at the terminal is the
@@ -138,8 +138,9 @@ def needs_parse(uri: str, text: str | None) -> bool:
 
 class DocumentEvents:
     """Hands document notifications on (`hand_on(event)`), per document in order, each once its text is parsed;
-    `text_of(uri)` is the document's text now (None when it is not open). `waiting` holds, by percent-decoded URI,
-    each document whose notifications wait, as the features were last told of it (None: not opened yet)."""
+    `text_of(uri)` is the document's text now (None when it is not open). Documents are keyed by percent-decoded
+    URI, as pygls keys them; `waiting` holds each whose notifications wait, as the features were last told of it
+    (None: not opened yet)."""
 
     def __init__(self, hand_on: Callable[[DocumentEvent], None], text_of: Callable[[str], str | None]) -> None:
         self._hand_on = hand_on
@@ -150,14 +151,15 @@ class DocumentEvents:
         self.waiting: dict[str, HandedDocument | None] = {}
 
     def add(self, event: DocumentEvent) -> None:
-        queue = self._queues.get(event.uri)
+        key = unquote(event.uri)
+        queue = self._queues.get(key)
         if queue is None:
             if not needs_parse(event.uri, event.text):
                 self._hand(event)  # nothing waits: at once, as the notification is read
                 return
-            queue = self._queues[event.uri] = deque()
-            self.waiting[unquote(event.uri)] = self._handed.get(unquote(event.uri))
-            self._drains[event.uri] = asyncio.ensure_future(self._drain(event.uri, queue))
+            queue = self._queues[key] = deque()
+            self.waiting[key] = self._handed.get(key)
+            self._drains[key] = asyncio.ensure_future(self._drain(key, queue))
         queue.append(event)
 
     def _hand(self, event: DocumentEvent) -> None:
@@ -172,34 +174,36 @@ class DocumentEvents:
 
     async def settled(self, uri: str) -> None:
         """Returns once the document's notifications are handed on and the text it holds now is parsed."""
-        while (drain := self._drains.get(uri)) is not None:
+        while (drain := self._drains.get(unquote(uri))) is not None:
             await asyncio.shield(drain)  # a cancelled request leaves the notifications going
         text = self._text_of(uri)
         if needs_parse(uri, text):
             await asyncio.to_thread(parse_python, text)
 
     async def close(self) -> None:
-        for drain in list(self._drains.values()):
+        """Shutdown: the notifications still waiting are dropped."""
+        drains = list(self._drains.values())
+        for drain in drains:
             drain.cancel()
-        await asyncio.gather(*self._drains.values(), return_exceptions=True)
+        await asyncio.gather(*drains, return_exceptions=True)
 
-    async def _drain(self, uri: str, queue: deque[DocumentEvent]) -> None:
+    async def _drain(self, key: str, queue: deque[DocumentEvent]) -> None:
         try:
             while queue:
                 if not _superseded(queue):
                     event = queue[0]
-                    if needs_parse(uri, event.text):
+                    if needs_parse(event.uri, event.text):
                         await asyncio.to_thread(parse_python, event.text)
                     if not _superseded(queue):  # a newer change may have come during the parse
                         try:
                             self._hand(event)
                         except Exception:  # a feature's bug costs this notification, not the ones after it
-                            log.exception("handing %s of %s to the features failed", event.kind, uri)
+                            log.exception("handing %s of %s to the features failed", event.kind, event.uri)
                 queue.popleft()
         finally:
-            self._queues.pop(uri, None)
-            self._drains.pop(uri, None)
-            self.waiting.pop(unquote(uri), None)
+            self._queues.pop(key, None)
+            self._drains.pop(key, None)
+            self.waiting.pop(key, None)
 
 
 def _superseded(queue: deque[DocumentEvent]) -> bool:
