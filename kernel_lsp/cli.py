@@ -9,19 +9,25 @@ import sys
 
 from kernel_lsp import __version__
 from kernel_lsp.commands import bench, campaign, check, doctor, optimize, profile, serve, verify, worker
-from kernel_lsp.commands.shared import EXIT_USAGE
+from kernel_lsp.commands.shared import EXIT_INTERRUPTED, EXIT_USAGE
 
 COMMANDS = (serve, check, worker, doctor, verify, bench, profile, optimize, campaign)  # in help order
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Runs the command asked for; Ctrl-C ends any of them with one line and 130, never a traceback (the command's
+    own clean-up, a worker shut down included, has run by then: asyncio.run cancels the work and waits for it)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     setup_logging(args.log_level, getattr(args, "log_file", None))
     if getattr(args, "run", None) is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    return args.run(args)
+    try:
+        return args.run(args)
+    except KeyboardInterrupt:
+        print(f"kernel-lsp {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 def build_parser() -> argparse.ArgumentParser:

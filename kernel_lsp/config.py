@@ -47,6 +47,7 @@ class Settings:
     resource_usage: str = "codeLens"  # a lens per kernel; "both" adds an Information diagnostic
     checks: dict[str, bool] = field(default_factory=lambda: {name: True for name in CHECK_NAMES})
     ignore: tuple[str, ...] = ()  # finding codes (or code prefixes ending in '*') never reported
+    max_diagnostics_per_file: int = 500  # at most this many per file: the most severe, one counting the rest; 0: all
     worker: str = ""  # empty: a local worker started on the first job; or unix:PATH / tcp:HOST:PORT
     worker_token_file: str = ""  # token for a tcp worker (else $KERNEL_LSP_TOKEN)
     job_timeout_s: float = DEFAULT_JOB_TIMEOUT_S  # a verification's sandbox gets 90% (kinds.options.verify_limits)

@@ -157,6 +157,9 @@ CODES: dict[str, CodeDoc] = {
                                "raise `compileTimeoutS`, or simplify the translation unit"),
     "compile-failed": CodeDoc("error", "the compiler failed without a message kernel-lsp could place",
                               "run the command from the server log by hand"),
+    "diagnostics-left-out": CodeDoc("warning", "one file has more diagnostics than `maxDiagnosticsPerFile`: the "
+                                    "most severe are shown, this one counts the rest (as severe as the worst of them)",
+                                    "`kernel-lsp check FILE` prints every compile diagnostic; or raise the setting"),
     "internal-error": CodeDoc("error", "kernel-lsp itself failed on this file", "see the server log; report it as a bug"),
     "run-timeout": CodeDoc("error", "the candidate hangs: a call did not return within `hangTimeoutS` plus, per forward, "
                                     "100 times the reference's slowest call (10 times its own slowest forward if "

@@ -4,7 +4,7 @@ torch.compile, geometric-mean speedups, cost) and keeps everything under OUT (ke
 
 Exit 0 when every problem's pass ended, 1 when some were left for a resume (a total budget spent, a pass stopped
 by a model API error), 2 for usage and environment errors (no problems, no API key, a key the API refuses, no
-worker).
+worker), 130 after Ctrl-C (the passes in flight ended; a resume runs them again).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from kernel_lsp.agent.budget import Budget
 from kernel_lsp.agent.setup import API_KEY_ENV, UnpricedModel, check_priced
 from kernel_lsp.commands.optimize import BUDGET_OPTIONS, add_pass_options, budget_of
 from kernel_lsp.commands.shared import (
+    EXIT_INTERRUPTED,
     EXIT_USAGE,
     CommandUsageError,
     add_verify_options,
@@ -91,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # the passes in flight ended their trajectories; the next run reads them back
         print(f"kernel-lsp campaign: interrupted; run the same command again to resume (state {campaign.state.path})",
               file=sys.stderr)
-        return EXIT_LEFT
+        return EXIT_INTERRUPTED
     _print(args.format, campaign, report)
     if report.aborted:
         print(f"kernel-lsp campaign: stopped: {report.aborted}", file=sys.stderr)

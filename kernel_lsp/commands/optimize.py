@@ -3,7 +3,8 @@
 Exit 0 when a verified improvement was found (kernel_lsp.agent.loop: faster than the original candidate's verified
 time by more than its margin; when the original does not verify or the file has no ModelNew, faster than PyTorch
 eager), 1 when none was, 2 for usage or environment errors: no API key (the message names ANTHROPIC_API_KEY), a key
-the API refuses, a model API that stays unavailable, no worker, no reference.
+the API refuses, a model API that stays unavailable, no worker, no reference; 130 after Ctrl-C (the pass's outcome
+so far printed first, its best candidate written).
 """
 
 from __future__ import annotations
@@ -101,9 +102,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         outcome = asyncio.run(_run_pass(optimizer))
     except KeyboardInterrupt:
-        outcome = optimizer.outcome
-        if outcome is None:
-            raise
+        if optimizer.outcome is not None:  # the pass ended: its best so far is written, and shown before the exit
+            _print_outcome(args.format, file, optimizer.outcome)
+        raise
     _print_outcome(args.format, file, outcome)
     if outcome.error_kind is not None:
         print(f"kernel-lsp optimize: {outcome.stop_reason}", file=sys.stderr)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from kernel_lsp.commands.shared import EXIT_USAGE, private_stdout
@@ -28,5 +30,23 @@ def run(args: argparse.Namespace) -> int:
         if not host or not port.isdigit():
             print(f"kernel-lsp: --tcp expects HOST:PORT, got {args.tcp!r}", file=sys.stderr)
             return EXIT_USAGE
-        return serve_tcp(server, host, int(port))
-    return serve_stdio(server, sys.stdin.fileno(), private_stdout())
+        with _big_parses_in_a_process():
+            return serve_tcp(server, host, int(port))
+    with _big_parses_in_a_process():
+        return serve_stdio(server, sys.stdin.fileno(), private_stdout())
+
+
+@contextlib.contextmanager
+def _big_parses_in_a_process() -> Iterator[None]:
+    """Every big Python parse of the server, on its loop or in its threads, goes to a child process
+    (kernel_lsp/server/parsing.py says why)."""
+    from kernel_lsp.server.parsing import ParseProcess
+    from kernel_lsp.sources import offload_large_parses
+
+    process = ParseProcess()
+    offload_large_parses(process.parse)
+    try:
+        yield
+    finally:
+        offload_large_parses(None)
+        process.close()

@@ -11,7 +11,6 @@ Stdlib and kernel_lsp.sources only: the server, the CLI and the agent build jobs
 
 from __future__ import annotations
 
-import ast
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -87,24 +86,13 @@ def local_imports(candidate: Path, text: str, source: Texts | None = None) -> se
     """The .py files of modules and packages beside the candidate that it imports: the job must carry them, or
     the candidate fails to import on the worker."""
     source = source or Texts()
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        return set()
     folder = candidate.resolve().parent
     found: set[Path] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            tops = [alias.name.split(".")[0] for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            tops = [node.module.split(".")[0]]
-        else:
-            continue
-        for top in tops:
-            if source.exists(folder / f"{top}.py"):
-                found.add((folder / f"{top}.py").resolve())
-            elif source.exists(folder / top / "__init__.py"):
-                found.update(path.resolve() for path in (folder / top).rglob("*.py"))
+    for top in sorted(parse_python(text).imported):  # the parse the other parts use (kept; a big one elsewhere)
+        if source.exists(folder / f"{top}.py"):
+            found.add((folder / f"{top}.py").resolve())
+        elif source.exists(folder / top / "__init__.py"):
+            found.update(path.resolve() for path in (folder / top).rglob("*.py"))
     found.discard(candidate.resolve())
     return found
 

@@ -23,6 +23,7 @@ from kernel_lsp.jobs.cache import ResultCache
 from kernel_lsp.server.connection import KernelProtocol
 from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.feature import Feature
+from kernel_lsp.server.parsing import DocumentEvent, DocumentEvents
 from kernel_lsp.server.settings import SECTION, SettingsManager
 
 log = logging.getLogger(__name__)
@@ -42,19 +43,32 @@ FEATURE_MODULES = (  # set up in this order: each may use those above it; docume
 class OpenDocuments(Mapping[str, Any]):
     """The open documents by URI. pygls keeps them under the percent-decoded URI; the features look them up by the
     URI the client sends (`file:///a%20b.cu`): a URI finds its document however it is percent-encoded, and iterating
-    gives each document's URI as the client opened it."""
+    gives each document's URI as the client opened it.
 
-    def __init__(self, documents: Mapping[str, Any]) -> None:
+    A document whose notifications wait for a parse (`waiting`, by percent-decoded URI) is what the features were
+    last handed: not open yet, or its text before the change that waits; so no feature parses a big text on the loop
+    because pygls already holds it."""
+
+    def __init__(self, documents: Mapping[str, Any], waiting: Mapping[str, Any] | None = None) -> None:
         self._documents = documents
+        self._waiting = waiting or {}
 
     def __getitem__(self, uri: str) -> Any:
-        return self._documents[unquote(uri)]
+        key = unquote(uri)
+        if key in self._waiting:
+            shown = self._waiting[key]
+            if shown is None:
+                raise KeyError(uri)
+            return shown
+        return self._documents[key]
 
     def __iter__(self) -> Iterator[str]:
-        return iter([document.uri for document in self._documents.values()])
+        keys = [*self._documents, *(key for key in self._waiting if key not in self._documents)]
+        shown = [self._waiting[key] if key in self._waiting else self._documents[key] for key in keys]
+        return iter([document.uri for document in shown if document is not None])
 
     def __len__(self) -> int:
-        return len(self._documents)
+        return len(list(iter(self)))
 
 
 class KernelLanguageServer(LanguageServer):
@@ -62,15 +76,33 @@ class KernelLanguageServer(LanguageServer):
         super().__init__("kernel-lsp", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
                          protocol_cls=KernelProtocol)
         self.settings = SettingsManager(warn=lambda m: self.show(m, types.MessageType.Warning))
-        self.diagnostics = DiagnosticStore(self.text_document_publish_diagnostics, visible=self._visible)
+        self.diagnostics = DiagnosticStore(self.text_document_publish_diagnostics, visible=self._visible,
+                                           limit=lambda: self.settings.settings.max_diagnostics_per_file)
         self.results = ResultCache()
         self.features: list[Feature] = []
         for name in FEATURE_MODULES:
             self.features.append(importlib.import_module(name).setup(self))
+        self.document_events = DocumentEvents(self._hand_on, self._text_of)
+
+    def _hand_on(self, event: DocumentEvent) -> None:
+        """One document notification to every feature, in list order (`document_active` first, for those that say
+        where the user is)."""
+        if event.kind in ("open", "change"):
+            for feature in self.features:
+                feature.document_active(event.uri)
+        for feature in self.features:
+            if event.kind == "close":
+                feature.document_close(event.uri)
+            else:
+                getattr(feature, f"document_{event.kind}")(event.uri, event.version, event.text)
+
+    def _text_of(self, uri: str) -> str | None:
+        document = self.open_documents().get(uri)
+        return document.source if document is not None else None
 
     def open_documents(self) -> OpenDocuments:
-        """What the features read as their `documents`: the open documents by the client's URI."""
-        return OpenDocuments(self.workspace.text_documents)
+        """What the features read as their `documents`: the open documents by the client's URI, as handed to them."""
+        return OpenDocuments(self.workspace.text_documents, self.document_events.waiting)
 
     def get_feature(self, kind: type[F]) -> F:
         """The feature of this class, set up before the one asking."""
@@ -181,39 +213,35 @@ def create_server() -> KernelLanguageServer:
             ls.settings.set_client_config(params.settings)
             ls.settings_changed()
 
+    # document notifications reach the features through DocumentEvents (in order, a big text parsed first), and
+    # requests on a document wait there until its text is parsed: the loop never parses a big file itself
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: KernelLanguageServer, params: types.DidOpenTextDocumentParams) -> None:
         doc = params.text_document
-        for feature in features:
-            feature.document_active(doc.uri)
-        for feature in features:
-            feature.document_open(doc.uri, doc.version, doc.text)
+        ls.document_events.add(DocumentEvent("open", doc.uri, doc.version, doc.text))
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: KernelLanguageServer, params: types.DidChangeTextDocumentParams) -> None:
         doc = ls.workspace.get_text_document(params.text_document.uri)
-        for feature in features:
-            feature.document_active(doc.uri)
-        for feature in features:
-            feature.document_change(doc.uri, params.text_document.version, doc.source)
+        ls.document_events.add(DocumentEvent("change", doc.uri, params.text_document.version, doc.source))
 
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE, types.SaveOptions(include_text=False))
     def did_save(ls: KernelLanguageServer, params: types.DidSaveTextDocumentParams) -> None:
         doc = ls.workspace.get_text_document(params.text_document.uri)
-        for feature in features:
-            feature.document_save(doc.uri, doc.version, doc.source)
+        ls.document_events.add(DocumentEvent("save", doc.uri, doc.version, doc.source))
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: KernelLanguageServer, params: types.DidCloseTextDocumentParams) -> None:
-        for feature in features:
-            feature.document_close(params.text_document.uri)
+        ls.document_events.add(DocumentEvent("close", params.text_document.uri))
 
     @server.feature(types.TEXT_DOCUMENT_CODE_LENS)
-    def code_lens(ls: KernelLanguageServer, params: types.CodeLensParams) -> list[types.CodeLens]:
+    async def code_lens(ls: KernelLanguageServer, params: types.CodeLensParams) -> list[types.CodeLens]:
+        await ls.document_events.settled(params.text_document.uri)
         return [lens for feature in features for lens in feature.code_lenses(params.text_document.uri)]
 
     @server.feature(types.TEXT_DOCUMENT_HOVER)
-    def hover(ls: KernelLanguageServer, params: types.HoverParams) -> types.Hover | None:
+    async def hover(ls: KernelLanguageServer, params: types.HoverParams) -> types.Hover | None:
+        await ls.document_events.settled(params.text_document.uri)
         for feature in features:
             feature.document_active(params.text_document.uri)
         return next((h for f in features if (h := f.hover(params.text_document.uri, params.position)) is not None),
@@ -222,8 +250,9 @@ def create_server() -> KernelLanguageServer:
     kinds = [kind for feature in features for kind in feature.code_action_kinds]
 
     @server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(code_action_kinds=kinds))
-    def code_action(ls: KernelLanguageServer, params: types.CodeActionParams) -> list[types.CodeAction]:
+    async def code_action(ls: KernelLanguageServer, params: types.CodeActionParams) -> list[types.CodeAction]:
         uri, span, only = params.text_document.uri, params.range, params.context.only
+        await ls.document_events.settled(uri)
         return [action for feature in features for action in feature.code_actions(uri, span, only)]
 
     for feature in features:
@@ -234,6 +263,7 @@ def create_server() -> KernelLanguageServer:
 
     @server.feature(types.SHUTDOWN)
     async def shutdown(ls: KernelLanguageServer, params: None) -> None:
+        await ls.document_events.close()
         for feature in reversed(features):
             await feature.shutdown()
 

@@ -226,10 +226,11 @@ class VerifyFeature(Feature):
 
     # --- the workspace --------------------------------------------------------------------------------------
 
-    def dependencies_changed(self, paths: list[Path], closed: bool, open_too: bool = True) -> int:
+    def dependencies_changed(self, paths: list[Path], closed: Mapping[Path, str | None] | None,
+                             open_too: bool = True) -> int:
         """Files changed on disk, or files depending on them: each that is a candidate is verified again (open ones
-        when `open_too`, as a save of theirs would; closed ones when `closed`, in the background). How many
-        started."""
+        when `open_too`, as a save of theirs would; closed ones in the background, when `closed` holds their texts,
+        which the caller read off the loop; None: closed files are not verified). How many started."""
         if not self.settings.settings.verify_on_save:
             return 0
         open_docs = self._uris_by_path()
@@ -246,9 +247,9 @@ class VerifyFeature(Feature):
                         self._start(uri, found)
                         started += 1
                 continue
-            if not closed:
+            if closed is None:
                 continue
-            text = _read(path)
+            text = closed.get(path)
             uri = path_to_uri(path)
             found = self._pair(uri, text) if text is not None else None
             if isinstance(found, Pairing):

@@ -6,12 +6,16 @@ checks of closed files, the on-disk result cache and the workspace summary.
   check at the lowest priority (`workspaceCheck`). With the on-disk cache (`persistentCache`) a restart answers
   these from disk without compiling.
 - Changes on disk come from the client's workspace/didChangeWatchedFiles where it offers dynamic registration,
-  else from a watchdog observer (`watch`), never both. Either feeds one Coalescer: a burst is one batch, each path
+  else from the server's own watcher (`watch`; inotify on Linux, one watch per folder that is not ignored, else a
+  watchdog observer), never both. Either feeds one Coalescer: a burst is one batch, each path
   once. A batch updates the graph, clears the diagnostics of deleted files, and re-checks each changed kernel
   file and every dependent (transitively, open or not) once; dependents that are verification candidates are
   verified again (closed ones when `verifyClosedFiles`).
 - A save in the editor goes through the same path; the disk event that follows it carries the same text and is
   dropped (`_seen`: the last text handled per file), so nothing runs twice.
+- A batch's files are read (and parsed for their edges) in a thread, then applied on the loop, one batch at a time
+  in the order they came; so are the closed candidates it verifies again, and a folder that appears is scanned in a
+  thread too.
 - Background checks wait in a bounded queue (`maxQueuedChecks`) and are fed to the compile scheduler a few at a
   time, where open documents always go first.
 """
@@ -41,7 +45,8 @@ from kernel_lsp.server.feature import Feature
 from kernel_lsp.server.profile_feature import PRODUCER as PROFILE
 from kernel_lsp.server.settings import SettingsManager
 from kernel_lsp.server.verify_feature import VerifyFeature
-from kernel_lsp.workspace.graph import DependencyGraph
+from kernel_lsp.sources import parse_python
+from kernel_lsp.workspace.graph import DependencyGraph, Edge
 from kernel_lsp.workspace.scan import (
     DEPENDENCY_SUFFIXES,
     KERNEL_SUFFIXES,
@@ -60,6 +65,8 @@ from kernel_lsp.workspace.survey import (
     survey,
     top_hint,
 )
+from kernel_lsp.workspace.inotify import InotifyWatcher
+from kernel_lsp.workspace.inotify import available as inotify_available
 from kernel_lsp.workspace.watch import CREATED, DELETED, Coalescer, FolderWatcher
 
 if TYPE_CHECKING:
@@ -80,6 +87,15 @@ class OpenDocument(Protocol):
     uri: str
     version: int | None
     source: str
+
+
+@dataclass(frozen=True)
+class _Read:
+    """One path of a batch as read in a thread: gone (no digest), or its new text's digest, edges and kind."""
+    path: Path
+    digest: str | None = None
+    edges: frozenset[Edge] = frozenset()
+    kernel: bool = False
 
 
 @dataclass
@@ -121,8 +137,10 @@ class WorkspaceFeature(Feature):
         self._queue: OrderedDict[Path, None] = OrderedDict()
         self._in_flight: set[Path] = set()
         self._early: list[tuple[Path, str]] = []  # events that came before the scan ended
-        self._coalescer = Coalescer(self._apply)
-        self._watcher: FolderWatcher | None = None
+        self._coalescer = Coalescer(self._apply_soon)
+        self._turn = asyncio.Lock()  # one batch applied at a time, in the order they came
+        self._applying: set[asyncio.Task] = set()
+        self._watcher: InotifyWatcher | FolderWatcher | None = None
         self._disk: DiskCache | None = None
         self._flusher: asyncio.Task | None = None
         self.active: str | None = None
@@ -246,7 +264,8 @@ class WorkspaceFeature(Feature):
         if mode == "client":
             self.state.watch_problem = "the client does not offer workspace/didChangeWatchedFiles"
             return
-        self._watcher = FolderWatcher(roots, self._ignored, self._watch_event, asyncio.get_running_loop())
+        watcher = InotifyWatcher if inotify_available() else FolderWatcher  # inotify: no watch on ignored folders
+        self._watcher = watcher(roots, self._ignored, self._watch_event, asyncio.get_running_loop())
         problem = await asyncio.to_thread(self._watcher.start)
         if problem:
             self._watcher = None
@@ -298,7 +317,7 @@ class WorkspaceFeature(Feature):
             return
         if not self.state.ready:
             return
-        self._apply({path: "changed"}, texts={path: text})
+        self._apply_soon({path: "changed"}, texts={path: text})
 
     def _watch_event(self, path: Path, kind: str, is_dir: bool) -> None:
         if path.name == ".gitignore":
@@ -308,12 +327,27 @@ class WorkspaceFeature(Feature):
             if kind == DELETED:
                 for known in [p for p in self._seen if p.is_relative_to(path)]:
                     self._add(known, DELETED)
-            elif kind == CREATED and path.is_dir():
-                rules = self._rules_for(path)
-                for found in scan_folder(path, rules).files:  # a folder moved or copied in
-                    self._add(found, CREATED)
+            elif kind == CREATED:
+                self._track(self._folder_created(path))
             return
         self._add(path, kind)
+
+    async def _folder_created(self, path: Path) -> None:
+        """A folder moved or copied in: its files, found in a thread, as created."""
+        rules = self._rules_for(path)
+        found = await asyncio.to_thread(lambda: scan_folder(path, rules).files if path.is_dir() else [])
+        for file in found:
+            self._add(file, CREATED)
+
+    def _track(self, work: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._applying.add(task)
+        task.add_done_callback(self._done_applying)
+
+    def _done_applying(self, task: asyncio.Task) -> None:
+        self._applying.discard(task)
+        if not task.cancelled() and task.exception() is not None:  # a bug in a batch must not stop watching
+            log.error("handling changed files failed", exc_info=task.exception())
 
     def _add(self, path: Path, kind: str) -> None:
         if not self.state.ready:
@@ -321,12 +355,32 @@ class WorkspaceFeature(Feature):
         else:
             self._coalescer.add(path, kind)
 
-    def _apply(self, batch: dict[Path, str], texts: dict[Path, str] | None = None) -> None:
+    def _apply_soon(self, batch: dict[Path, str], texts: dict[Path, str] | None = None) -> None:
+        """A batch from the Coalescer, or a save (`texts`: the editor's, read nowhere): applied after those before
+        it."""
+        self._track(self._apply(batch, texts or {}))
+
+    async def _apply(self, batch: dict[Path, str], texts: dict[Path, str]) -> None:
         """One batch: the graph updated, deleted files cleared, changed kernel files and all dependents checked."""
-        texts = texts or {}
-        open_docs = self._open_by_path()
-        changed: set[Path] = set()
-        for raw, _kind in batch.items():
+        async with self._turn:  # what the thread compares with (_seen) changes only here
+            reads = await asyncio.to_thread(self._read, list(batch), texts)
+            changed, dependents = self._update(reads, texts)
+            if not changed:
+                return
+            candidates = sorted((changed - set(texts)) | dependents)
+            closed = None
+            if self.settings.settings.verify_on_save and self.settings.settings.verify_closed_files:
+                open_paths = set(self._open_by_path())
+                closed = await asyncio.to_thread(_closed_texts, [p for p in candidates if p not in open_paths])
+            self.verify.dependencies_changed(candidates, closed)
+            self.state.files = len(self._seen)
+            self.state.kernel_files = len(self.state.kernel_paths)
+
+    def _read(self, paths: list[Path], texts: dict[Path, str]) -> list[_Read]:
+        """In a thread: each path resolved and read (or the editor's text taken) and, when its text is new, parsed
+        for its edges; a text handled already (the editor's save, a touch without a change) is left out."""
+        reads = []
+        for raw in paths:
             path = resolved(raw) if raw.is_absolute() else raw
             if path.suffix not in KERNEL_SUFFIXES and path.suffix not in DEPENDENCY_SUFFIXES:
                 continue
@@ -334,25 +388,35 @@ class WorkspaceFeature(Feature):
             if text is None:
                 text = read_regular_text(path)
             if text is None:  # gone
-                if path not in self._seen:
-                    continue
-                self._forget(path, open_docs)
-                changed.add(path)
+                reads.append(_Read(path))
                 continue
             text_digest = digest(text)
-            if self._seen.get(path) == text_digest:
-                continue  # what was handled already (the editor's save, or a touch without a change)
-            self._seen[path] = text_digest
-            self.graph.update(path, text)
+            if self._seen.get(path) != text_digest:
+                reads.append(_Read(path, text_digest, self.graph.edges_of(path, text),
+                                   path.suffix in KERNEL_SUFFIXES and is_kernel_file(path, text)))
+        return reads
+
+    def _update(self, reads: list[_Read], texts: dict[Path, str]) -> tuple[set[Path], set[Path]]:
+        """On the loop: what was read put in the graph and the state; changed kernel files queued, open dependents
+        checked again with their buffers. The changed files and their dependents."""
+        open_docs = self._open_by_path()
+        changed: set[Path] = set()
+        for read in reads:
+            path = read.path
+            if read.digest is None:
+                if path in self._seen:
+                    self._forget(path, open_docs)
+                    changed.add(path)
+                continue
+            self._seen[path] = read.digest
+            self.graph.set_edges(path, read.edges)
             changed.add(path)
-            if path.suffix in KERNEL_SUFFIXES and is_kernel_file(path, text):
+            if read.kernel:
                 self.state.kernel_paths.add(path)
                 if path not in open_docs and path not in texts and self._checked_alone(path):
                     self._enqueue(path)
             else:
                 self.state.kernel_paths.discard(path)
-        if not changed:
-            return
         dependents: set[Path] = set()
         for path in changed:
             dependents |= self.graph.dependents(path)
@@ -363,11 +427,7 @@ class WorkspaceFeature(Feature):
                 self.compile.recheck(document.uri, document.version, document.source)
             elif path in self.state.kernel_paths and self._checked_alone(path):
                 self._enqueue(path)
-        saved_in_editor = set(texts)
-        self.verify.dependencies_changed(sorted((changed - saved_in_editor) | dependents),
-                                         closed=self.settings.settings.verify_closed_files)
-        self.state.files = len(self._seen)
-        self.state.kernel_files = len(self.state.kernel_paths)
+        return changed, dependents
 
     def _checked_alone(self, path: Path) -> bool:
         return checked_alone(path, self.graph)
@@ -383,8 +443,13 @@ class WorkspaceFeature(Feature):
             self.verify.file_deleted(path_to_uri(path))
 
     def _rules_changed(self) -> None:
+        """A .gitignore changed: new rules, and the watched folders made to match them (in a thread: a walk)."""
         excludes = exclude_patterns(self.settings.settings.workspace_exclude)
         self._rules = {root: IgnoreRules.for_folder(root, excludes) for root in self._rules}
+        if self._watcher is not None:
+            task = asyncio.ensure_future(asyncio.to_thread(self._watcher.refresh))
+            task.add_done_callback(lambda t: t.cancelled() or t.exception() is None or log.error(
+                "watching the folders the new rules keep failed", exc_info=t.exception()))
 
     def _rules_for(self, path: Path) -> IgnoreRules | None:
         return next((rules for root, rules in self._rules.items() if path.is_relative_to(root)), None)
@@ -427,8 +492,8 @@ class WorkspaceFeature(Feature):
         return len(self._queue) + len(self._in_flight)
 
     async def idle(self) -> None:
-        """Waits until the background queue is empty (tests and benchmarks)."""
-        while self.queued or not self.state.ready:
+        """Waits until the background queue is empty and no batch is being applied (tests and benchmarks)."""
+        while self.queued or self._applying or not self.state.ready:
             await asyncio.sleep(0.05)
 
     # --- the summary --------------------------------------------------------------------------------------
@@ -487,6 +552,16 @@ class WorkspaceFeature(Feature):
             except ValueError:
                 continue
         return found
+
+
+def _closed_texts(paths: list[Path]) -> dict[Path, str | None]:
+    """In a thread: the texts of closed files that may be candidates, each .py parsed (pairing them next, on the
+    loop, finds the parse kept)."""
+    texts = {path: read_regular_text(path) for path in paths if path.suffix == ".py"}
+    for text in texts.values():
+        if text is not None:
+            parse_python(text)
+    return texts
 
 
 def _prune(folder: Path, keep: str) -> None:

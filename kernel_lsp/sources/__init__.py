@@ -6,6 +6,7 @@ Pure standard library (ast, re): the server parses documents without importing t
 from kernel_lsp.sources.cuda import CudaKernel, Include, find_includes, find_kernels
 from kernel_lsp.sources.extensions import InlineExtension, SourceString, assemble_load_inline
 from kernel_lsp.sources.python import (
+    LARGE_PARSE,
     ClassInfo,
     CuteKernel,
     FuncInfo,
@@ -13,11 +14,15 @@ from kernel_lsp.sources.python import (
     PythonModel,
     SyntaxErrorInfo,
     TritonKernel,
+    offload_large_parses,
     parse_python,
+    parsed,
+    python_model,
 )
 from kernel_lsp.sources.sourcemap import CharPositions, GeneratedFile, Segment, SourceMap
 
 __all__ = [
+    "LARGE_PARSE",
     "CharPositions",
     "ClassInfo",
     "CudaKernel",
@@ -36,5 +41,8 @@ __all__ = [
     "assemble_load_inline",
     "find_includes",
     "find_kernels",
+    "offload_large_parses",
     "parse_python",
+    "parsed",
+    "python_model",
 ]

@@ -89,8 +89,10 @@ class Imports:
 
     def __init__(self, tree: ast.Module) -> None:
         self._origins: dict[str, str] = {}
+        self.modules: set[str] = set()  # the top package of each absolute import (`a` of `import a.b`)
         for node in all_statements(tree):
             if isinstance(node, ast.Import):
+                self.modules.update(alias.name.split(".")[0] for alias in node.names)
                 for alias in node.names:
                     if alias.asname:
                         self._origins[alias.asname] = alias.name
@@ -98,6 +100,7 @@ class Imports:
                         top = alias.name.split(".")[0]
                         self._origins[top] = top
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                self.modules.add(node.module.split(".")[0])
                 for alias in node.names:
                     if alias.name != "*":
                         self._origins[alias.asname or alias.name] = f"{node.module}.{alias.name}"

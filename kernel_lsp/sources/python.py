@@ -3,13 +3,21 @@ KernelBench parts.
 
 A file with a syntax error is parsed again with the offending lines blanked (a bounded number of times), so a
 broken `forward` still leaves the kernels and extension sources in the rest of the file visible.
+
+The same text is parsed once: its hover, lenses, code actions, pairing and compile check all ask for it, so the
+models of the latest texts are kept (shared: a model is never changed by whoever reads it). A big text is parsed
+in another process where one is offered (`offload_large_parses`): ast.parse holds the GIL for the whole parse, a
+second and more for a 50,000-line file, which a thread of the server would take from its event loop.
 """
 
 from __future__ import annotations
 
 import ast
 import re
+import threading
 import warnings
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kernel_lsp.findings import Position, Range
@@ -27,6 +35,8 @@ _LARGE_FILE = 1_000_000
 _DEF_NAME = re.compile(r"(?:async\s+)?def\s+(\w+)")
 _CLASS_NAME = re.compile(r"class\s+(\w+)")
 _INDENTED_BLOCK_AFTER = re.compile(r"expected an indented block after .* on line (\d+)")
+LARGE_PARSE = 32_000  # characters (some 800 lines, tens of ms to parse): from here on a text is a big parse
+_KEPT = 16  # models kept, the latest texts parsed (each open document's, a few on disk)
 
 
 @dataclass(frozen=True)
@@ -82,31 +92,70 @@ class KernelBenchParts:
     get_init_inputs: FuncInfo | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class PythonModel:
-    triton_kernels: list[TritonKernel] = field(default_factory=list)
-    cute_kernels: list[CuteKernel] = field(default_factory=list)
-    extensions: list[InlineExtension] = field(default_factory=list)
+    triton_kernels: tuple[TritonKernel, ...] = ()
+    cute_kernels: tuple[CuteKernel, ...] = ()
+    extensions: tuple[InlineExtension, ...] = ()
     kernelbench: KernelBenchParts = field(default_factory=KernelBenchParts)
     syntax_error: SyntaxErrorInfo | None = None  # the first one; the rest of the model comes from what parsed
+    imported: frozenset[str] = frozenset()  # the top package of every absolute import, wherever it is
+
+
+_kept: OrderedDict[str, PythonModel] = OrderedDict()  # text -> its model, the latest last
+_kept_lock = threading.Lock()  # the server's loop and its threads all parse
+_offload: Callable[[str], PythonModel] | None = None
 
 
 def parse_python(text: str) -> PythonModel:
-    """Never raises: a file that does not parse gives its syntax error and whatever the recovered parse found."""
+    """Never raises: a file that does not parse gives its syntax error and whatever the recovered parse found. The
+    model of a text parsed lately is the one kept; a big text goes to the parsing process, if one is offered."""
+    model = parsed(text)
+    if model is None:
+        model = _offload(text) if _offload is not None and len(text) >= LARGE_PARSE else python_model(text)
+        _keep(text, model)
+    return model
+
+
+def parsed(text: str) -> PythonModel | None:
+    """The model kept for this text, if it was parsed lately (nothing is parsed here)."""
+    with _kept_lock:
+        model = _kept.get(text)
+        if model is not None:
+            _kept.move_to_end(text)
+        return model
+
+
+def _keep(text: str, model: PythonModel) -> None:
+    with _kept_lock:
+        _kept[text] = model
+        _kept.move_to_end(text)
+        while len(_kept) > _KEPT:
+            _kept.popitem(last=False)
+
+
+def offload_large_parses(parse: Callable[[str], PythonModel] | None) -> None:
+    """From now on a text of LARGE_PARSE characters or more is parsed by `parse` (which blocks its caller until
+    the model is back; the server's sends it to a process); None: here again."""
+    global _offload
+    _offload = parse
+
+
+def python_model(text: str) -> PythonModel:
+    """The parse itself, here and now (what the parsing process runs)."""
     lines = split_lines(text.replace("\0", " "))  # a null byte is one character wide either way
     tree, syntax_error = _parse_recovering(lines)
     if "\0" in text:
         syntax_error = _null_byte_error(text)
-    model = PythonModel(syntax_error=syntax_error)
     if tree is None:
-        return model
+        return PythonModel(syntax_error=syntax_error)
     source = SourceLines(lines)
     imports = Imports(tree)
-    model.triton_kernels = find_triton_kernels(tree, source, imports)
-    model.cute_kernels = find_cute_kernels(tree, source, imports)
-    model.extensions = find_extensions(tree, source, imports)
-    model.kernelbench = find_kernelbench_parts(tree, source)
-    return model
+    return PythonModel(triton_kernels=tuple(find_triton_kernels(tree, source, imports)),
+                       cute_kernels=tuple(find_cute_kernels(tree, source, imports)),
+                       extensions=tuple(find_extensions(tree, source, imports)),
+                       kernelbench=find_kernelbench_parts(tree, source), syntax_error=syntax_error,
+                       imported=frozenset(imports.modules))
 
 
 def _parse_recovering(lines: list[str]) -> tuple[ast.Module | None, SyntaxErrorInfo | None]:

@@ -168,9 +168,11 @@ class WorkerClient:
     async def _open(self) -> _Connection:
         process = None
         if not self.address:
+            # its own session: a terminal's Ctrl-C stops the command, which shuts its worker down (close); a
+            # command that dies instead leaves the worker its stdin's end, and the worker exits
             process = await asyncio.create_subprocess_exec(
-                self.python, "-m", "kernel_lsp", "worker", "--stdio",
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=2**20)
+                self.python, "-m", "kernel_lsp", "worker", "--stdio", stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE, limit=2**20, start_new_session=True)
             reader, writer = process.stdout, process.stdin
         elif self.address.startswith("unix:"):
             reader, writer = await asyncio.open_unix_connection(self.address[5:], limit=2**20)

@@ -1,7 +1,8 @@
 """Which files depend on which: #include, cpp_extension.load(sources=[...]), and a candidate's reference.
 
 A change to a file re-checks its dependents (the transitive reverse closure). Paths are absolute and resolved. Pure
-standard library plus kernel_lsp.sources; not thread-safe (the server uses it from its asyncio loop).
+standard library plus kernel_lsp.sources. Not thread-safe, but for edges_of, which only reads (the server makes a
+file's edges in a thread, which reads and parses, and sets them from its asyncio loop).
 """
 
 from __future__ import annotations
@@ -43,8 +44,15 @@ class DependencyGraph:
 
     def update(self, path: Path, text: str) -> set[Path]:
         """Parse one file's outgoing edges again, replacing the old ones; returns its direct dependencies."""
+        return self.set_edges(path, self.edges_of(path, text))
+
+    def edges_of(self, path: Path, text: str) -> frozenset[Edge]:
+        """The file's outgoing edges as its text has them (files looked for on disk, a .py parsed); changes nothing."""
+        return frozenset(self._parse(resolved(path), text))
+
+    def set_edges(self, path: Path, edges: frozenset[Edge]) -> set[Path]:
+        """The file's outgoing edges (edges_of's) in place of the old ones; returns its direct dependencies."""
         path = resolved(path)
-        edges = frozenset(self._parse(path, text))
         old = self._out.get(path, frozenset())
         if edges != old:
             old_targets = {edge.target for edge in old}

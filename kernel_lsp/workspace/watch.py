@@ -1,7 +1,8 @@
-"""Changes on disk: a watchdog observer over the workspace folders, and the coalescing both it and the client's
-workspace/didChangeWatchedFiles feed, so that a burst (a `git checkout` of 500 files) becomes one batch.
+"""Changes on disk: the server's own watcher of the workspace folders (inotify.py on Linux, else a watchdog
+observer), and the coalescing both it and the client's workspace/didChangeWatchedFiles feed, so that a burst (a
+`git checkout` of 500 files) becomes one batch.
 
-Observer threads never touch the server's state: each event is handed to the asyncio loop with
+Watching threads never touch the server's state: each event is handed to the asyncio loop with
 call_soon_threadsafe, and the Coalescer there merges events per path (the last kind wins, except that a file
 created and then deleted inside one batch is simply gone).
 """
@@ -70,7 +71,11 @@ class Coalescer:
 
 
 class FolderWatcher:
-    """A watchdog observer over `roots` (recursive); events on ignored paths are dropped in the observer thread."""
+    """A watchdog observer over `roots` (recursive); events on ignored paths are dropped in the observer thread.
+
+    Where watches are per folder (inotify) watchdog adds one to every folder, ignored ones too, so the server uses
+    this only where inotify.py cannot run; FSEvents (macOS) and ReadDirectoryChangesW (Windows) watch a tree as
+    one."""
 
     def __init__(self, roots: Sequence[Path], ignored: Callable[[Path, bool], bool],
                  on_event: Callable[[Path, str, bool], None], loop: asyncio.AbstractEventLoop) -> None:
@@ -103,6 +108,10 @@ class FolderWatcher:
             return f"cannot watch the workspace ({exc}); files changed outside the editor are not seen"
         self._observer = observer
         return None
+
+    def refresh(self) -> None:
+        """The ignore rules changed: nothing to redo, the observer watches every folder and the rules filter the
+        events as they come."""
 
     def stop(self) -> None:
         if self._observer is not None:

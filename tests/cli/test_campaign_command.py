@@ -198,7 +198,7 @@ def test_ctrl_c_stops_the_campaign_cleanly_and_a_resume_finishes_it(tmp_path: Pa
     def ctrl_c(process: subprocess.Popen) -> str:
         process.send_signal(signal.SIGINT)
         err = process.communicate(timeout=60)[1].decode()
-        assert process.returncode == 1, err
+        assert process.returncode == 130, err
         return err
 
     err, _ = _stopped_mid_pass(folder, out, ctrl_c)

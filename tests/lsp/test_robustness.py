@@ -103,6 +103,27 @@ async def test_five_megabyte_file(client: LanguageClient, workspace: Path):
 
 
 @needs_nvcc
+async def test_thousands_of_diagnostics_are_capped_errors_first_with_one_counting_the_rest(client: LanguageClient,
+                                                                                         workspace: Path):
+    """Generated garbage: 1,500 `#warning` lines, then 5 errors at the very end. The editor gets the default cap of
+    500: the 5 errors (which come last in the file), the first 494 warnings, and one last diagnostic counting the
+    1,006 warnings left out and naming the command that prints them all."""
+    text = "".join(f"#warning generated {i}\n" for i in range(1500)) + "".join(f"int e{i} = ;\n" for i in range(5))
+    path = workspace / "garbage.cu"
+    uri = open_document(client, path, text)
+    params = await wait_for_publish(client, uri, lambda p: bool(p.diagnostics))
+    *shown, last = params.diagnostics
+    assert len(params.diagnostics) == 500
+    errors = [d for d in shown if d.severity == types.DiagnosticSeverity.Error]
+    assert [d.range.start.line for d in errors] == list(range(1500, 1505))
+    warnings = [d for d in shown if d.severity == types.DiagnosticSeverity.Warning]
+    assert [d.range.start.line for d in warnings] == list(range(494))  # in the file's order
+    assert last.code == "diagnostics-left-out" and last.severity == types.DiagnosticSeverity.Warning
+    assert last.message.startswith("1006 more diagnostics not shown (1006 warnings): 499 of 1505 are"), last.message
+    assert f"`kernel-lsp check {path}`" in last.message
+
+
+@needs_nvcc
 async def test_file_deleted_between_change_and_compile(client: LanguageClient, workspace: Path):
     folder = workspace / "gone"
     folder.mkdir()
@@ -160,3 +181,53 @@ async def test_a_named_pipe_and_a_symlink_loop_cost_only_themselves(workspace: P
         await still_serving(client, workspace)
     finally:
         await asyncio.wait_for(client.shutdown_session(), 30)
+
+
+def big_python(name: str = "kernel", kernels: int = 6_250) -> str:
+    """A 50,000-line Triton file, 8 lines a kernel: `@triton.jit` on line 8k+3, `def {name}_{k}` on line 8k+4."""
+    lines = ["import triton", "import triton.language as tl", ""]
+    for k in range(kernels):
+        lines += ["@triton.jit", f"def {name}_{k}(x_ptr, y_ptr, n, BLOCK: tl.constexpr):",
+                  "    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)", "    mask = offs < n",
+                  "    x = tl.load(x_ptr + offs, mask=mask)", "    tl.store(y_ptr + offs, x * 2, mask=mask)", "    return",
+                  ""]
+    return "\n".join(lines) + "\n"
+
+
+def hover_at(client: LanguageClient, uri: str, line: int, character: int) -> asyncio.Task:
+    """The hover request as a task: sent when the task starts, so tasks made in turn send in turn."""
+    return asyncio.ensure_future(client.text_document_hover_async(types.HoverParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=character))))
+
+
+async def test_a_50000_line_python_file_is_parsed_while_other_requests_are_answered(client: LanguageClient,
+                                                                                   workspace: Path):
+    """A hover on the big file waits for its parse; a hover on a small document sent after it is answered first
+    (with every parse on the loop, requests are answered in the order they came). The big file's answer then comes
+    from its own text: its first kernel's card."""
+    text = big_python()
+    assert len(text.splitlines()) >= 50_000
+    small = open_document(client, workspace / "small.cu", OK_KERNEL)
+    big = open_document(client, workspace / "big.py", text)
+    answered: list[str] = []
+    on_big, on_small = hover_at(client, big, 4, 6), hover_at(client, small, 0, 17)
+    on_big.add_done_callback(lambda _: answered.append("big"))
+    on_small.add_done_callback(lambda _: answered.append("small"))
+    big_card, _ = await asyncio.gather(on_big, on_small)
+    assert answered == ["small", "big"]
+    assert big_card is not None and "kernel_0" in big_card.contents.value, big_card
+    await wait_for_publish(client, big, lambda p: p.version == 1)
+    await still_serving(client, workspace)
+
+
+async def test_typing_in_a_50000_line_file_answers_from_the_newest_text_and_checks_no_text_in_between(
+        client: LanguageClient, workspace: Path):
+    """Three changes come while the opened text is parsed: the two that the next change replaces are never handed
+    on (never checked, never published); a hover sent meanwhile is answered from the newest text."""
+    big = open_document(client, workspace / "big.py", big_python("opened"))
+    for version, name in ((2, "typed"), (3, "retyped"), (4, "newest")):
+        replace_document(client, big, big_python(name), version)
+    card = await hover_at(client, big, 4, 6)
+    assert card is not None and "newest_0" in card.contents.value, card
+    await wait_for_publish(client, big, lambda p: p.version == 4)
+    assert {p.version for _, p in client.published if p.uri == big} <= {1, 4}

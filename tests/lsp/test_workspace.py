@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -290,3 +291,84 @@ async def test_with_workspace_check_off_closed_files_are_listed_not_compiled(set
         assert compiles(setup.log) == [] and not published_for(client, path_to_uri(kernel))
     finally:
         await client.shutdown_session()
+
+
+def inotify_watches(pid: int) -> int:
+    """The inotify watches a process holds, as the kernel counts them (/proc/PID/fdinfo of its inotify descriptors)."""
+    count = 0
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            if os.readlink(fd) == "anon_inode:inotify":
+                info = Path(f"/proc/{pid}/fdinfo/{fd.name}").read_text()
+                count += sum(line.startswith("inotify wd:") for line in info.splitlines())
+        except OSError:  # a descriptor closed meanwhile
+            continue
+    return count
+
+
+async def watches_become(pid: int, expected: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while inotify_watches(pid) != expected and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert inotify_watches(pid) == expected
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's")
+async def test_ignored_folders_get_no_inotify_watch_now_later_or_after_the_rules_change(setup: Setup) -> None:
+    """600 ignored folders (.git, node_modules, build, *.egg-info and one a .gitignore names) and 5 kept ones: 5
+    watches. A folder made later gets one only when kept (its new file is checked); after the .gitignore stops
+    naming `data/`, its 121 folders are watched, and no longer once it names it again."""
+    ws = setup.workspace
+    (ws / ".gitignore").write_text("data/\n")
+    kept = [ws, ws / "src", ws / "src" / "a", ws / "src" / "b", ws / "include"]
+    for folder in kept:
+        folder.mkdir(parents=True, exist_ok=True)
+    for ignored in (".git", "node_modules", "build", "data", "pkg.egg-info"):
+        for i in range(60):
+            (ws / ignored / f"d{i}" / "deeper").mkdir(parents=True)
+    client = await start(setup)
+    try:
+        assert (await wait_idle(client))["watching"] == "watchdog"
+        pid = client._server.pid
+        assert inotify_watches(pid) == len(kept)
+        (ws / "node_modules" / "new" / "deep").mkdir(parents=True)
+        (ws / "src" / "fresh").mkdir()
+        fresh = ws / "src" / "fresh" / "k.cu"
+        fresh.write_text("__global__ void k(int* p) { p[0] = missing; }\n")
+        params = await wait_for_publish(client, path_to_uri(fresh), lambda p: "nvcc-error" in codes(p), timeout=60)
+        assert "missing" in params.diagnostics[0].message
+        assert inotify_watches(pid) == len(kept) + 1  # src/fresh; nothing in node_modules
+        (ws / ".gitignore").write_text("# data is source now\n")
+        await watches_become(pid, len(kept) + 1 + 1 + 60 * 2)
+        (ws / ".gitignore").write_text("data/\n")
+        await watches_become(pid, len(kept) + 1)
+    finally:
+        await client.shutdown_session()
+
+
+async def test_a_batch_is_read_and_parsed_while_the_server_answers(setup: Setup) -> None:
+    """A 50,000-line candidate that builds with cpp_extension.load, written while the server watches: reading it and
+    parsing it for its edges take seconds, and a summary asked for meanwhile is answered with the batch handed on
+    but not applied yet (with the batch read on the loop, no answer could fall between the two). Then it is
+    applied; a named pipe written beside it blocks nothing."""
+    client = await start(setup)
+    try:
+        before = await wait_idle(client)
+        lines = ["from torch.utils.cpp_extension import load", "ext = load(name='k', sources=['k.cu'])"]
+        lines += [f"def f{i}(x):\n    return x + {i}\n" for i in range(17_000)]
+        big = setup.workspace / "big_load.py"
+        big.write_text("\n".join(lines) + "\n")
+        os.mkfifo(setup.workspace / "late.cu")
+        between = applied = None
+        deadline = time.monotonic() + 120
+        while applied is None and time.monotonic() < deadline:
+            state = await summary(client)
+            if state["batches"] > before["batches"] and state["scanned"] == before["scanned"]:
+                between = state
+            if state["scanned"] == before["scanned"] + 1:
+                applied = state
+            await asyncio.sleep(0.02)
+        assert between is not None, "no answer came between the batch's flush and its application"
+        assert applied is not None and applied["watching"] == "watchdog"
+    finally:
+        await asyncio.wait_for(client.shutdown_session(), 60)
