@@ -105,10 +105,12 @@ def test_a_lost_lifeline_kills_the_tree_and_removes_the_folders(tmp_path: Path, 
     marker = f"kernel-lsp-test-{uuid.uuid4().hex}"
     folder = tmp_path / "kernel-lsp-home-x"
     (folder / "inside").mkdir(parents=True)
-    program = sleeper(marker, "double-fork") + f"import time\ntime.sleep(600)  # {marker}\n"
+    ready = tmp_path / "ready"  # written once the detached process exists (its parent has exited and been waited)
+    program = (sleeper(marker, "double-fork") + f"open({str(ready)!r}, 'w').close()\n"
+               f"import time\ntime.sleep(600)  # {marker}\n")
     if end_it == "close the lifeline":
         keeper, link = start(program, remove=(str(folder),))
-        until(lambda: len(marked(marker)) == 2, "the program and its detached process started")
+        until(ready.exists, "the program and its detached process started")
         link.release()
         assert keeper.wait(WAIT_S) == -signal.SIGKILL
         assert link.end()["reason"] == "lifeline"
@@ -122,7 +124,7 @@ def test_a_lost_lifeline_kills_the_tree_and_removes_the_folders(tmp_path: Path, 
             f" new_session=True, remove=[{str(folder)!r}]), pass_fds=link.child_fds, start_new_session=True)\n"
             "link.started()\n"
             "time.sleep(600)\n")], env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
-        until(lambda: len(marked(marker)) == 2, "the program and its detached process started")
+        until(ready.exists, "the program and its detached process started")
         parent.kill()
         parent.wait()
     until(lambda: not marked(marker), "the tree was killed")
