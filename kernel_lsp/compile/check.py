@@ -21,14 +21,16 @@ from typing import AsyncIterator
 
 from kernel_lsp.compile.commands import device_command, host_command
 from kernel_lsp.compile.diagnostics import CompilerMessage, parse_compiler_output, source_column
-from kernel_lsp.compile.process import ProcessResult, run_process
-from kernel_lsp.compile.reuse import PRELIMINARY, Reuse, fast_text, header_stamps
+from kernel_lsp.compile.process import ProcessResult, run_blocking, run_process
+from kernel_lsp.compile.reuse import PRELIMINARY, Reuse, header_stamps
+from kernel_lsp.compile.split import output_of, quoted_names, split_text, tokens_of, torch_prologue
 from kernel_lsp.compile.toolchain import Tool, ToolProblem, TorchHeaders, cutlass_headers, cutlass_problem, \
     find_host_compiler, find_nvcc, find_torch_headers
 from kernel_lsp.compile.units import CompileUnit, cuda_unit, is_cuda_document, is_python_document, \
     load_inline_units
 from kernel_lsp.config import Settings
 from kernel_lsp.findings import Finding, Range, Related, Severity, path_to_uri
+from kernel_lsp.jobs.cache import cache_key
 from kernel_lsp.sources import parse_python
 from profilers.ptxas import KernelResources, base_name_of, demangle, parse_ptxas_verbose
 
@@ -110,10 +112,11 @@ async def check_document(doc: Document, settings: Settings, scratch: Scratch,
                 kind, run = pending.pop(future)
                 if kind == "exact":
                     findings += [_with_header_advice(f, settings, tools.get("torch")) for f in future.result()]
-                preliminary = [f for r in runs for f in r.preliminary()]
-                if preliminary if kind == "fast" else len(runs) > 1:  # the old result stays until news
+                interim = {r: r.interim() for r in runs}
+                shown = [f for found in interim.values() if found is not None for f in found]
+                if interim[run] is not None if kind == "fast" else len(runs) > 1:  # the old result stays until news
                     yield StageReport("fast" if kind == "fast" else run.unit.stage,
-                                      _kept(findings + preliminary, settings), final=False)
+                                      _kept(findings + shown, settings), final=False)
     finally:
         for future in pending:
             future.cancel()
@@ -122,7 +125,8 @@ async def check_document(doc: Document, settings: Settings, scratch: Scratch,
 
 class _UnitRun:
     """One unit's compile: its exact run (or the reused result of an identical one) and, for a load_inline CUDA
-    unit that includes torch, the fast run without torch's headers whose kernel errors show meanwhile."""
+    unit that includes torch, the split run without torch (compile/split.py) whose result shows meanwhile: as the
+    unit's full result when a certificate says it stands for the exact one, else its kernel errors, preliminary."""
 
     def __init__(self, doc: Document, unit: CompileUnit, settings: Settings, tools: dict, directory: Path,
                  reuse: Reuse | None) -> None:
@@ -131,19 +135,24 @@ class _UnitRun:
         self.torch: TorchHeaders | None = tools.get("torch")
         self.argv = (device_command(self.tool.path, unit, settings, self.torch, os.devnull) if unit.stage == "device"
                      else host_command(self.tool.path, unit, settings, self.torch))
-        self.fast_text = fast_text(unit) if reuse is not None else None
+        self.fast_text = split_text(unit) if reuse is not None else None
         self.key: str | None = None
         self.cached: ProcessResult | None = None
-        self._fast_messages: list[CompilerMessage] | None = None
-        self._exact_messages: list[CompilerMessage] | None = None
+        self.composable = False  # the split result stands for the exact one (a certificate holds)
+        self._versions: list[str] = []
+        self._fast: tuple[ProcessResult, list[CompilerMessage]] | None = None
+        self._exact: tuple[ProcessResult, list[CompilerMessage]] | None = None
+        self._composed_shown = False
 
     async def plan(self) -> None:
         """Looks for an identical earlier run (reading the quoted includes' stamps: in a thread)."""
         if self.reuse is None:
             return
-        versions = [self.tool.version, *map(str, header_stamps(self.torch.include_dirs if self.torch else ()))]
-        self.key = await asyncio.to_thread(Reuse.unit_key, self.argv, self.unit, self.doc.path, versions)
+        self._versions = [self.tool.version, *map(str, header_stamps(self.torch.include_dirs if self.torch else ()))]
+        self.key = await asyncio.to_thread(Reuse.unit_key, self.argv, self.unit, self.doc.path, self._versions)
         self.cached = self.reuse.get(self.key)
+        if self.fast_text is not None:
+            self.composable = self.reuse.composable(self.doc.uri, self.unit, self.argv)
 
     async def exact(self) -> list[Finding]:
         result = self.cached
@@ -162,12 +171,13 @@ class _UnitRun:
         else:
             log.info("%s %s: the result of an identical run (exit %s)", self.unit.stage, self.unit.label,
                      result.returncode)
-        self._exact_messages = parse_compiler_output(result.stderr + "\n" + result.stdout)
-        self._calibrate()
-        return unit_findings(self.doc, self.unit, result, self.settings, self.directory, self._exact_messages)
+        messages = parse_compiler_output(result.stderr + "\n" + result.stdout)
+        self._exact = (result, messages)
+        self._settle()
+        return unit_findings(self.doc, self.unit, result, self.settings, self.directory, messages)
 
     async def fast(self) -> None:
-        """The unit without torch's includes, in its own folder (so the exact run's file stays as it is)."""
+        """The split unit, in its own folder (so the exact run's file stays as it is)."""
         folder = self.directory / "fast"
         folder.mkdir(exist_ok=True)
         (folder / self.unit.file_name).write_text(self.fast_text, encoding="utf-8", errors="replace")
@@ -175,27 +185,80 @@ class _UnitRun:
             result = await run_process(self.argv, timeout_s=self.settings.compile_timeout_s, cwd=str(folder))
         except OSError:
             return  # the exact run says why the compiler cannot start
-        log.info("fast %s: exit %s in %.2fs", self.unit.label, result.returncode, result.duration_s)
+        log.info("split %s: exit %s in %.2fs", self.unit.label, result.returncode, result.duration_s)
         if not result.timed_out:
-            self._fast_messages = parse_compiler_output(result.stderr + "\n" + result.stdout)
-            self._calibrate()
+            self._fast = (result, parse_compiler_output(result.stderr + "\n" + result.stdout))
+            self._settle()
 
-    def preliminary(self) -> list[Finding]:
-        """The fast run's kernel errors while the exact run is still going; none once it is done."""
-        if self.reuse is None or self._fast_messages is None or self._exact_messages is not None:
-            return []
+    def interim(self) -> list[Finding] | None:
+        """While the exact run is going, what the split run says: the unit's full result when it stands for the
+        exact one, else its kernel errors marked preliminary (None: nothing to show)."""
+        if self.reuse is None or self._fast is None or self._exact is not None:
+            return None
+        result, messages = self._fast
         folder = self.directory / "fast"
+        if self._stands_for_exact(messages):
+            if not self._composed_shown:
+                self._composed_shown = True
+                self.reuse.composed += 1
+            return [dataclasses.replace(f, data={**(f.data or {}), "composed": True})
+                    for f in unit_findings(self.doc, self.unit, result, self.settings, folder, messages)]
         shown = []
-        for message in self.reuse.preliminary(self.doc.uri, self.unit, self._fast_messages):
+        for message in self.reuse.preliminary(self.doc.uri, self.unit, messages):
             finding = message_finding(self.doc, self.unit, message, folder)
             if finding is not None:
                 shown.append(dataclasses.replace(finding, message=f"{finding.message} ({PRELIMINARY})",
                                                  data={**(finding.data or {}), "preliminary": True}))
-        return shown
+        return shown or None
 
-    def _calibrate(self) -> None:
-        if self.reuse is not None and self._fast_messages is not None and self._exact_messages is not None:
-            self.reuse.calibrate(self.doc.uri, self.unit, self._exact_messages, self._fast_messages)
+    def _stands_for_exact(self, messages: list[CompilerMessage]) -> bool:
+        if not self.composable:
+            return False
+        names = quoted_names(messages)
+        if not names:
+            return True
+        tokens = self.reuse.torch_tokens(self._tokens_key())
+        return tokens is not None and not names & tokens
+
+    def _settle(self) -> None:
+        """Once both runs of a version are in: the calibration of preliminary errors, and the certificate."""
+        if self.reuse is None or self._fast is None or self._exact is None:
+            return
+        (exact, exact_messages), (fast, fast_messages) = self._exact, self._fast
+        self.reuse.calibrate(self.doc.uri, self.unit, exact_messages, fast_messages)
+        agree = self.reuse.certify(self.doc.uri, self.unit, self.argv,
+                                   output_of(exact.returncode, exact.stderr + "\n" + exact.stdout, exact_messages),
+                                   output_of(fast.returncode, fast.stderr + "\n" + fast.stdout, fast_messages))
+        if self._composed_shown and not agree:
+            self.reuse.disagreements += 1
+            log.warning("%s: the split compile's result, shown before the exact one, differed from it; the split "
+                        "is not trusted for this document until the two agree again", self.unit.label)
+        if agree:
+            self.reuse.learn_torch_tokens(self._tokens_key(), self._preprocess_torch)
+
+    def _tokens_key(self) -> str:
+        return cache_key("torch-tokens", self.argv, torch_prologue(self.unit), self._versions)
+
+    def _preprocess_torch(self) -> frozenset[str] | None:
+        """Every identifier and macro name of torch's headers as this unit includes them (`nvcc -E -dD`, flags as
+        the exact run). Blocking: Reuse runs it in a thread; the process dies with ours."""
+        folder = self.directory / "tokens"
+        folder.mkdir(exist_ok=True)
+        (folder / "torch_prologue.cu").write_text(torch_prologue(self.unit), encoding="utf-8")
+        argv = list(self.argv)
+        argv[argv.index("-fatbin"):argv.index("-fatbin") + 1] = ["-E", "-Xcompiler", "-dD"]  # macros' names too
+        argv[argv.index("-o") + 1] = "torch_prologue.i"
+        del argv[argv.index("-Xptxas"):argv.index("-Xptxas") + 2]
+        argv[-1] = "torch_prologue.cu"
+        try:
+            done = run_blocking(argv, timeout_s=self.settings.compile_timeout_s, cwd=str(folder))
+        except OSError as exc:
+            log.info("torch's names for the split check could not be listed: %s", exc)
+            return None
+        if done.returncode != 0:
+            log.info("torch's names for the split check could not be listed (exit %s)", done.returncode)
+            return None
+        return tokens_of((folder / "torch_prologue.i").read_text("utf-8", "replace"))
 
 
 def _cutlass_dirs(settings: Settings) -> tuple[str, ...]:

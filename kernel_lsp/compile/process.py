@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
 import signal
+import subprocess
 import time
 from dataclasses import dataclass
 
@@ -57,7 +59,33 @@ async def _read_capped(proc: asyncio.subprocess.Process) -> tuple[bytes, bytes]:
     return await asyncio.gather(drain(proc.stdout), drain(proc.stderr))
 
 
-def _kill_group(proc: asyncio.subprocess.Process) -> None:
+_running: set[subprocess.Popen] = set()
+
+
+def run_blocking(argv: list[str], *, timeout_s: float, cwd: str | None = None) -> subprocess.CompletedProcess:
+    """The same for a thread: output discarded, killed (with its children) past its time or when this process
+    exits. Raises OSError when the program cannot be started."""
+    proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    _running.add(proc)
+    try:
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            proc.wait()
+        return subprocess.CompletedProcess(argv, proc.returncode)
+    finally:
+        _running.discard(proc)
+
+
+@atexit.register
+def _kill_running() -> None:
+    for proc in list(_running):
+        _kill_group(proc)
+
+
+def _kill_group(proc: asyncio.subprocess.Process | subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

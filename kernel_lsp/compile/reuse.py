@@ -12,24 +12,30 @@ compiler on its unchanged `main.cpp` (17 s of a 18 s check on the 2-core machine
 and 0.2 s on the same source with its torch includes blanked. nvcc has no precompiled headers; cicc's EDG front end
 carries `--create_pch`/`--use_pch`, but using a precompiled header (with ASLR off, as its fixed mapping needs)
 segfaults even for a two-line header, and the host compiler's PCH does nothing for the device side. So while the
-exact compile runs, the same CUDA source with its torch includes blanked (line numbers kept) is compiled too, and
-its errors inside kernel bodies are shown at once, marked preliminary; the exact result replaces them when it
-lands. Blanking torch breaks the wrappers that use it, and can break a kernel that names a torch type: the
-errors the blanked compile gives on a version whose exact compile had no error in its kernels are the document's
-calibration, and a preliminary error with one of those messages is never shown. Until a document has a
-calibration (its first check), no preliminary errors are shown.
+exact compile runs, the unit split from torch (compile/split.py: its torch includes, wrappers and host functions
+blanked, lines kept) is compiled too. When a certificate says its result stands for the exact one (an earlier
+version where both agreed, and an edit inside kernel bodies only), it is shown as the unit's full result;
+otherwise its errors inside kernel bodies are shown, marked preliminary. Either way the exact result replaces it
+when it lands. The split can break a kernel that names a torch type: the errors it gives on a version whose exact
+compile had no error in its kernels are the document's calibration, and a preliminary error with one of those
+messages is never shown. Until a document has a calibration (its first check), no preliminary errors are shown.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
+import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kernel_lsp.compile.diagnostics import CompilerMessage
 from kernel_lsp.compile.process import ProcessResult
+from kernel_lsp.compile.split import Output, skeleton
 from kernel_lsp.compile.units import CompileUnit
 from kernel_lsp.jobs.cache import cache_key, stamp
 from kernel_lsp.paths import read_regular_text, resolved
@@ -37,12 +43,11 @@ from kernel_lsp.paths import read_regular_text, resolved
 if TYPE_CHECKING:
     from kernel_lsp.jobs.cache import ResultCache
 
+log = logging.getLogger(__name__)
+
 UNIT_FORMAT = 1  # bump when what a unit result holds changes
 _QUOTED_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"\n]+)"', re.MULTILINE)
 _MAX_DEPENDENCIES = 256
-# the includes a fast check blanks: torch's, and what only torch's wrappers need (pybind11, Python)
-_TORCH_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](?:(?:torch|ATen|c10|caffe2|pybind11)/[^>"\n]*'
-                            r'|Python\.h)[>"][^\n]*', re.MULTILINE)
 # files whose stamps stand for the version of torch's headers (a reinstall rewrites them)
 _TORCH_VERSION_FILES = ("torch/headeronly/version.h", "torch/csrc/api/include/torch/version.h")
 PRELIMINARY = "preliminary: nvcc without torch's headers; the full check follows"
@@ -76,20 +81,18 @@ def header_stamps(include_dirs: tuple[str, ...]) -> list[tuple]:
     return stamps
 
 
-def fast_text(unit: CompileUnit) -> str | None:
-    """The unit's text with its torch includes blanked (lines kept), for a device unit that has kernels and
-    includes torch; else None (nothing to gain)."""
-    if unit.stage != "device" or not unit.torch_flags or not unit.kernels or not _TORCH_INCLUDE.search(unit.text):
-        return None
-    return _TORCH_INCLUDE.sub("", unit.text)
-
-
 def kernel_body_errors(unit: CompileUnit, messages: list[CompilerMessage]) -> list[CompilerMessage]:
     """The errors on lines inside the unit's kernel bodies (unit positions; the unit's own file only)."""
     bodies = [(k.body_range.start.line, k.body_range.end.line) for k, _ in unit.kernels if k.body_range]
     return [m for m in messages if m.severity in ("error", "fatal") and m.line is not None
             and m.file is not None and Path(m.file).name == unit.file_name
             and any(first <= m.line - 1 <= last for first, last in bodies)]
+
+
+@dataclass(frozen=True)
+class _Certificate:
+    argv: tuple[str, ...]
+    skeleton: str  # compile/split.py: the certified version with its kernel bodies emptied
 
 
 @dataclass
@@ -105,7 +108,12 @@ class Reuse:
         self._results: OrderedDict[str, ProcessResult] = OrderedDict()
         self._max = max_entries
         self._calibrations: dict[tuple[str, str], _Calibration] = {}
+        self._certificates: dict[tuple[str, str], _Certificate] = {}
+        self._torch_tokens: dict[str, frozenset[str]] = {}
+        self._learning: dict[str, threading.Thread] = {}
         self.hits = 0
+        self.composed = 0  # split results shown as a unit's full result
+        self.disagreements = 0  # of those, how many the exact compile then contradicted
 
     # --- unit results ---------------------------------------------------------------------------------------
 
@@ -159,9 +167,58 @@ class Reuse:
             return []
         return [m for m in kernel_body_errors(unit, fast) if m.message not in calibration.messages]
 
+    # --- split certificates (compile/split.py) ----------------------------------------------------------------
+
+    def certify(self, uri: str, unit: CompileUnit, argv: list[str], exact: Output, split: Output) -> bool:
+        """After both compiles of one version: equal outputs of a version that compiled (so that ptxas's figures
+        were compared too) earn the document's unit a certificate, different ones lose it. Returns whether they
+        were equal."""
+        key = (uri, unit.file_name)
+        if exact != split:
+            self._certificates.pop(key, None)
+            return False
+        if exact.returncode == 0:
+            self._certificates[key] = _Certificate(tuple(argv), skeleton(unit))
+        return True
+
+    def composable(self, uri: str, unit: CompileUnit, argv: list[str]) -> bool:
+        """Whether the split compile of this version stands for its exact one: a certificate from a version with
+        the same skeleton and command line."""
+        certificate = self._certificates.get((uri, unit.file_name))
+        return certificate is not None and certificate.argv == tuple(argv) and certificate.skeleton == skeleton(unit)
+
+    def torch_tokens(self, key: str) -> frozenset[str] | None:
+        return self._torch_tokens.get(key)
+
+    def learn_torch_tokens(self, key: str, learn: Callable[[], frozenset[str] | None]) -> None:
+        """Lists torch's names for `key` once, in a daemon thread of its own (`learn` blocks: it runs a process).
+        Not an asyncio subprocess: the check that asks does not wait, so the listing may still be starting when a
+        CLI run ends, and asyncio.run hangs on a subprocess cancelled while it starts (CPython 3.11)."""
+        if key in self._torch_tokens or key in self._learning:
+            return
+
+        def run() -> None:
+            try:
+                tokens = learn()
+                if tokens is not None:
+                    self._torch_tokens[key] = tokens
+            except Exception:  # noqa: BLE001 - without the names, split errors stay preliminary
+                log.exception("listing torch's names failed")
+            finally:
+                self._learning.pop(key, None)
+
+        thread = self._learning[key] = threading.Thread(target=run, name="kernel-lsp torch names", daemon=True)
+        thread.start()
+
+    async def settled(self) -> None:
+        """Returns once the names being listed in the background are listed (tests, benchmarks)."""
+        while self._learning:
+            await asyncio.sleep(0.05)
+
     def forget(self, uri: str) -> None:
-        for key in [k for k in self._calibrations if k[0] == uri]:
-            del self._calibrations[key]
+        for table in (self._calibrations, self._certificates):
+            for key in [k for k in table if k[0] == uri]:
+                del table[key]
 
 
 def _from_disk(value: dict | None) -> ProcessResult | None:

@@ -14,7 +14,8 @@ import pytest
 from kernel_lsp.compile.check import Document
 from kernel_lsp.compile.diagnostics import parse_compiler_output
 from kernel_lsp.compile.process import ProcessResult
-from kernel_lsp.compile.reuse import PRELIMINARY, Reuse, fast_text, header_stamps
+from kernel_lsp.compile.reuse import PRELIMINARY, Reuse, header_stamps
+from kernel_lsp.compile.split import split_text
 from kernel_lsp.compile.service import CompileService
 from kernel_lsp.compile.units import load_inline_units
 from kernel_lsp.config import Settings
@@ -47,6 +48,9 @@ ext = load_inline(name="relu_ext", cpp_sources="torch::Tensor relu_cuda(torch::T
 '''
 KERNEL_LINE = "    if (i < n) out[i] = x[i] > 0.f ? x[i] : 0.f;"
 TYPO = SOURCE.replace(KERNEL_LINE, "    if (i < n) out[i] = xx[i] > 0.f ? x[i] : 0.f;")
+# the wrapper changes too: the split result cannot stand for the exact one (compile/split.py), its errors are
+# preliminary
+TYPO_AND_WRAPPER = TYPO.replace("torch::empty_like(x)", "torch::zeros_like(x)")
 # a kernel that names a torch type: without torch's headers it fails, which is the blanking's doing
 TORCH_TYPED = SOURCE.replace(KERNEL_LINE, "    if (i < n) out[i] = (float)c10::Half(x[i] > 0.f ? x[i] : 0.f);")
 
@@ -68,16 +72,16 @@ def _shown(findings) -> list[tuple]:
     return sorted((f.range.start.line, f.range.start.character, f.code, f.message) for f in findings)
 
 
-def test_the_fast_text_blanks_torch_includes_and_keeps_every_line(tmp_path: Path):
+def test_the_split_text_blanks_torch_includes_and_keeps_every_line(tmp_path: Path):
     text = SOURCE.replace('cuda_src = r"""\n', 'cuda_src = r"""\n#include <torch/extension.h>\n#include "mine.cuh"\n'
                           '#include <ATen/cuda/CUDAContext.h>\n#include <cuda_fp16.h>\n')
     device = next(u for u in _units(text, tmp_path) if u.stage == "device")
-    fast = fast_text(device)
-    assert fast is not None and fast.count("\n") == device.text.count("\n")
-    assert "torch/" not in fast and "ATen/" not in fast
-    assert '#include "mine.cuh"' in fast and "#include <cuda_fp16.h>" in fast and "relu_kernel" in fast
+    split = split_text(device)
+    assert split is not None and split.count("\n") == device.text.count("\n")
+    assert "torch/" not in split and "ATen/" not in split
+    assert '#include "mine.cuh"' in split and "#include <cuda_fp16.h>" in split and "relu_kernel" in split
     host = next(u for u in _units(text, tmp_path) if u.stage == "host")
-    assert fast_text(host) is None  # main.cpp is the host compiler's: nothing to blank
+    assert split_text(host) is None  # main.cpp is the host compiler's: nothing to split
 
 
 def test_a_torch_reinstall_in_place_changes_the_header_stamps(tmp_path: Path):
@@ -135,7 +139,7 @@ def test_calibration_hides_what_the_blanking_breaks_and_keeps_new_errors(tmp_pat
 @pytest.mark.slow
 @no_nvcc
 @no_torch
-async def test_an_edit_in_a_kernel_shows_its_error_first_and_ends_as_a_scratch_compile_does(tmp_path: Path):
+async def test_an_edit_in_a_kernel_and_its_wrapper_shows_its_error_first_and_ends_as_a_scratch_compile_does(tmp_path: Path):
     path = tmp_path / "candidate.py"
     service = CompileService()
     first = await _reports(service, path, SOURCE, 1)
@@ -143,19 +147,19 @@ async def test_an_edit_in_a_kernel_shows_its_error_first_and_ends_as_a_scratch_c
     assert not any((f.data or {}).get("preliminary") for r in first for f in r.findings)  # not calibrated yet
 
     hits = service.reuse.hits
-    edited = await _reports(service, path, TYPO, 2)
+    edited = await _reports(service, path, TYPO_AND_WRAPPER, 2)
     assert service.reuse.hits == hits + 1  # main.cpp did not change: the host compiler's result was reused
     stages = [r.stage for r in edited]
     assert "fast" in stages and stages.index("fast") < len(stages) - 1, stages
     early = next(r for r in edited if r.stage == "fast")
     preliminary = [f for f in early.findings if (f.data or {}).get("preliminary")]
     assert [f.message for f in preliminary] == [f'identifier "xx" is undefined ({PRELIMINARY})'], early.findings
-    row = TYPO.split("\n").index("    if (i < n) out[i] = xx[i] > 0.f ? x[i] : 0.f;")
+    row = TYPO_AND_WRAPPER.split("\n").index("    if (i < n) out[i] = xx[i] > 0.f ? x[i] : 0.f;")
     assert preliminary[0].range.start.line == row
     final = edited[-1]
     assert final.final and not any((f.data or {}).get("preliminary") for f in final.findings)
     # the same findings as a compile from scratch (no reuse, no cache)
-    scratch = await _reports(CompileService(), path, TYPO, 2)
+    scratch = await _reports(CompileService(), path, TYPO_AND_WRAPPER, 2)
     assert _shown(final.findings) == _shown(scratch[-1].findings)
     assert 'identifier "xx" is undefined' in [f.message for f in final.findings]
 

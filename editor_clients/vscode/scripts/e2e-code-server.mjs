@@ -35,9 +35,21 @@ async function step(name, body) {
 
 /** Runs a workbench command through the command palette. */
 async function palette(page, command) {
-  await page.keyboard.press("F1");
   const input = page.locator(".quick-input-widget input");
-  await input.waitFor({ state: "visible", timeout: WAIT_MS });
+  // a key press can be lost while the workbench settles (a server restart, a closing input box): F1 again, after
+  // Escape, until the palette shows
+  const deadline = Date.now() + WAIT_MS;
+  for (;;) {
+    await page.keyboard.press("F1");
+    const shown = await input.waitFor({ state: "visible", timeout: 5000 }).then(() => true, () => false);
+    if (shown) {
+      break;
+    }
+    if (Date.now() > deadline) {
+      throw new Error(`the command palette did not open (F1) within ${WAIT_MS} ms`);
+    }
+    await page.keyboard.press("Escape");
+  }
   await input.fill(`>${command}`);
   await page.locator(".quick-input-widget .monaco-list-row", { hasText: command }).first()
     .waitFor({ state: "visible", timeout: WAIT_MS });
