@@ -137,6 +137,8 @@ class CompileFeature(Feature):
             self._tell_tool_problems(report.findings)
             if report.final:
                 log.info("%s v%s: %d findings (%s)", doc.path.name, doc.version, len(report.findings), report.stage)
+            elif any((f.data or {}).get("composed") for f in report.findings):
+                self._refresh_lenses()  # the split compile's ptxas figures, seconds before the exact ones
         self._refresh_lenses()
 
     def visible(self, f: Finding) -> bool:
