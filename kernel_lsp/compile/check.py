@@ -152,7 +152,7 @@ class _UnitRun:
         self.key = await asyncio.to_thread(Reuse.unit_key, self.argv, self.unit, self.doc.path, self._versions)
         self.cached = self.reuse.get(self.key)
         if self.fast_text is not None:
-            self.composable = self.reuse.composable(self.doc.uri, self.unit, self.argv)
+            self.composable = self.reuse.composable(self.doc.uri, self.unit, self.argv + self._versions)
 
     async def exact(self) -> list[Finding]:
         result = self.cached
@@ -226,7 +226,7 @@ class _UnitRun:
             return
         (exact, exact_messages), (fast, fast_messages) = self._exact, self._fast
         self.reuse.calibrate(self.doc.uri, self.unit, exact_messages, fast_messages)
-        agree = self.reuse.certify(self.doc.uri, self.unit, self.argv,
+        agree = self.reuse.certify(self.doc.uri, self.unit, self.argv + self._versions,  # a torch upgrade: none
                                    output_of(exact.returncode, exact.stderr + "\n" + exact.stdout, exact_messages),
                                    output_of(fast.returncode, fast.stderr + "\n" + fast.stdout, fast_messages))
         if self._composed_shown and not agree:
@@ -237,7 +237,7 @@ class _UnitRun:
             self.reuse.learn_torch_tokens(self._tokens_key(), self._preprocess_torch)
 
     def _tokens_key(self) -> str:
-        return cache_key("torch-tokens", self.argv, torch_prologue(self.unit), self._versions)
+        return cache_key("torch_tokens", self.argv, torch_prologue(self.unit), self._versions)
 
     def _preprocess_torch(self) -> frozenset[str] | None:
         """Every identifier and macro name of torch's headers as this unit includes them (`nvcc -E -dD`, flags as

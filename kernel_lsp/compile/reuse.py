@@ -91,7 +91,7 @@ def kernel_body_errors(unit: CompileUnit, messages: list[CompilerMessage]) -> li
 
 @dataclass(frozen=True)
 class _Certificate:
-    argv: tuple[str, ...]
+    argv: tuple[str, ...]  # the command line, and the versions of the tools and torch's headers
     skeleton: str  # compile/split.py: the certified version with its kernel bodies emptied
 
 
