@@ -37,6 +37,7 @@ class Settings:
     extra_flags: tuple[str, ...] = ()
     include_dirs: tuple[str, ...] = ()
     host_compiler: str = ""  # empty: $CXX, then c++, then g++
+    clangd: str = ""  # the first squiggle in plain .cu files; empty: clangd or clangd-NN on PATH; "off": never
     python_path: str = ""  # interpreter whose torch headers load_inline sources compile against
     torch_include_dirs: tuple[str, ...] = ()
     cutlass_include: str = ""  # empty: $CUTLASS_PATH/include, else the nvidia-cutlass package's headers

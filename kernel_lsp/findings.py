@@ -130,6 +130,9 @@ class CodeDoc:
 CODES: dict[str, CodeDoc] = {
     "nvcc-error": CodeDoc("error", "nvcc's front end (EDG) or nvcc itself; the EDG number (e.g. `#177-D`) ends the message",
                           "fix the source at the marked position"),
+    "clang-error": CodeDoc("error", "clangd's error on a plain `.cu`, shown (marked preliminary) while nvcc runs, once "
+                                    "clang and nvcc agreed on an earlier version of the file; nvcc's result replaces it",
+                           "fix the source, or set `clangd` to `off` if clang's wording or strictness gets in the way"),
     "nvcc-warning": CodeDoc("warning", "a warning of nvcc's front end or of nvcc", "fix it, or add the code to `ignore`"),
     "nvcc-remark": CodeDoc("information", "a remark of nvcc's front end", "none needed; `ignore` hides it"),
     "host-error": CodeDoc("error", "the host C++ compiler on `load_inline`'s `main.cpp`", "fix the `cpp_sources` text"),

@@ -1,10 +1,12 @@
 #!/bin/sh
 # The system tools the editor tests drive (README's test command runs this first): Neovim 0.7+ and tmux from
-# Debian's packages. Installs them with apt-get when they are missing and this runs as root; otherwise says what
+# Debian's packages, and clangd (the first squiggle in plain .cu files, kernel_lsp/compile/clangd.py). Installs them with apt-get when they are missing and this runs as root; otherwise says what
 # to install and goes on (the editor tests then skip with that reason, or fail in CI, where CI is set).
 missing=""
 command -v nvim >/dev/null 2>&1 || missing="$missing neovim"
 command -v tmux >/dev/null 2>&1 || missing="$missing tmux"
+{ command -v clangd || command -v clangd-14 || command -v clangd-16 || command -v clangd-19; } >/dev/null 2>&1 \
+    || missing="$missing clangd-14"
 [ -z "$missing" ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     export DEBIAN_FRONTEND=noninteractive

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import AsyncIterator
 
+from kernel_lsp.compile.clangd import ClangdPass
 from kernel_lsp.compile.commands import device_command, host_command
 from kernel_lsp.compile.diagnostics import CompilerMessage, parse_compiler_output, source_column
 from kernel_lsp.compile.process import ProcessResult, run_blocking, run_process
@@ -76,20 +77,27 @@ class Scratch:
 
 
 async def check_document(doc: Document, settings: Settings, scratch: Scratch,
-                         reuse: Reuse | None = None) -> AsyncIterator[StageReport]:
-    """With `reuse` (compile/reuse.py): unit results from earlier checks, and preliminary kernel errors from a
-    fast compile without torch's headers while a load_inline unit's exact compile runs."""
+                         reuse: Reuse | None = None, first_pass: ClangdPass | None = None
+                         ) -> AsyncIterator[StageReport]:
+    """With `reuse` (compile/reuse.py): unit results from earlier checks, and the split compile's result while a
+    load_inline unit's exact compile runs. With `first_pass` (compile/clangd.py): clangd's errors on a plain `.cu`
+    while nvcc runs."""
     findings: list[Finding] = []
     units: list[CompileUnit] = []
+    clang: asyncio.Future | None = None
     # parsing a large file takes a while: in a thread, so the server keeps answering meanwhile
     if is_python_document(doc.path):
         findings, units = await asyncio.to_thread(_python_findings_and_units, doc, settings)
         yield StageReport("python", _kept(findings, settings), final=False)
     elif is_cuda_document(doc.path):
+        # clangd first: its answer is the one racing the clock (compile/clangd.py)
+        clang = asyncio.ensure_future(first_pass.errors(doc.path, doc.text)) if first_pass is not None else None
         units = [await asyncio.to_thread(cuda_unit, doc.path, doc.text, settings.include_dirs, settings.extra_flags,
                                          _cutlass_dirs(settings))]
     units = [u for u in units if settings.check_enabled("hostCompile" if u.stage == "host" else "compile")]
     if not units:
+        if clang is not None:
+            clang.cancel()
         yield StageReport("done", _kept(findings, settings), final=True)
         return
 
@@ -105,11 +113,22 @@ async def check_document(doc: Document, settings: Settings, scratch: Scratch,
         pending[asyncio.ensure_future(run.exact())] = ("exact", run)
         if run.fast_text is not None and run.cached is None:
             pending[asyncio.ensure_future(run.fast())] = ("fast", run)
+    if clang is not None and len(runs) == 1:
+        pending[clang] = ("clang", runs[0])
+    elif clang is not None:  # no nvcc to compare it with
+        clang.cancel()
+        clang = None
+    completed = False
     try:
-        while pending:
+        while any(kind != "clang" for kind, _ in pending.values()):
             done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             for future in done:
                 kind, run = pending.pop(future)
+                if kind == "clang":
+                    early = first_pass.findings(doc.uri, (None if future.exception() else future.result()) or [])
+                    if early:
+                        yield StageReport("fast", _kept(findings + early, settings), final=False)
+                    continue
                 if kind == "exact":
                     findings += [_with_header_advice(f, settings, tools.get("torch")) for f in future.result()]
                 interim = {r: r.interim() for r in runs}
@@ -117,9 +136,15 @@ async def check_document(doc: Document, settings: Settings, scratch: Scratch,
                 if interim[run] is not None if kind == "fast" else len(runs) > 1:  # the old result stays until news
                     yield StageReport("fast" if kind == "fast" else run.unit.stage,
                                       _kept(findings + shown, settings), final=False)
+        completed = True
     finally:
         for future in pending:
-            future.cancel()
+            if future is not clang or not completed:
+                future.cancel()
+    if clang is not None:  # whether clang agreed with nvcc on this version, once clangd has answered
+        nvcc_errors = sum(f.severity == Severity.ERROR for f in findings)
+        clang.add_done_callback(lambda answered: first_pass.judge(
+            doc.uri, None if answered.cancelled() or answered.exception() else answered.result(), nvcc_errors))
     yield StageReport("done", _kept(findings, settings), final=True)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import AsyncIterator
 
+from kernel_lsp.compile.clangd import ClangdPass, cuda_home_for, fallback_flags, find_clangd
 from kernel_lsp.compile.check import Document, Scratch, StageReport, check_document
 from kernel_lsp.compile.toolchain import ToolProblem, find_host_compiler, find_nvcc, find_torch_headers
 from kernel_lsp.compile.reuse import Reuse, header_stamps, quoted_dependencies
@@ -17,10 +18,36 @@ CACHE_FORMAT = 1
 
 
 class CompileService:
-    def __init__(self, cache: ResultCache | None = None) -> None:
+    def __init__(self, cache: ResultCache | None = None, first_pass: bool = False) -> None:
+        """`first_pass`: use clangd's first squiggle on plain `.cu` files when the `clangd` setting finds one (the
+        server; a CLI run checks each file once, where clang has not yet agreed with nvcc on anything)."""
         self.cache = cache or ResultCache()
         self.scratch = Scratch()
         self.reuse = Reuse(self.cache)  # unit results and fast-check calibrations (compile/reuse.py)
+        self._first_pass_wanted = first_pass
+        self._first_pass: tuple[tuple, ClangdPass] | None = None
+
+    async def _clangd(self, settings: Settings) -> ClangdPass | None:
+        """The clangd child for these settings (a new one when they change what it is or its flags)."""
+        if not self._first_pass_wanted:
+            return None
+        clangd = find_clangd(settings.clangd)
+        if clangd is None:
+            return None
+        try:
+            nvcc = await find_nvcc(settings)
+        except ToolProblem:
+            return None
+        identity = (clangd, tuple(fallback_flags(cuda_home_for(nvcc.path), settings.include_dirs)))
+        if self._first_pass is None or self._first_pass[0] != identity:
+            if self._first_pass is not None:
+                await self._first_pass[1].close()
+            self._first_pass = (identity, ClangdPass(clangd, list(identity[1])))
+        return self._first_pass[1]
+
+    async def close(self) -> None:
+        if self._first_pass is not None:
+            await self._first_pass[1].close()
 
     async def run(self, doc: Document, settings: Settings) -> AsyncIterator[StageReport]:
         key = cache_key(CACHE_FORMAT, doc.uri, doc.text, settings.fingerprint(), settings.ignore,
@@ -30,7 +57,8 @@ class CompileService:
             yield StageReport("cache", cached, final=True)
             return
         last: StageReport | None = None
-        async for report in check_document(doc, settings, self.scratch, self.reuse):
+        first_pass = await self._clangd(settings) if doc.path.suffix == ".cu" else None
+        async for report in check_document(doc, settings, self.scratch, self.reuse, first_pass):
             last = report
             yield report
         if last is not None and not any(f.code in _TRANSIENT_CODES for f in last.findings):

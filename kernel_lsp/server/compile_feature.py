@@ -141,6 +141,9 @@ class CompileFeature(Feature):
                 self._refresh_lenses()  # the split compile's ptxas figures, seconds before the exact ones
         self._refresh_lenses()
 
+    async def shutdown(self) -> None:
+        await self.service.close()  # its clangd child, if it started one
+
     def visible(self, f: Finding) -> bool:
         """Whether a finding shows as a diagnostic (resources may be meant for code lenses only)."""
         return f.code != "ptxas-resources" or self.settings.settings.resource_usage in ("diagnostic", "both")
@@ -155,7 +158,7 @@ class CompileFeature(Feature):
 def setup(server: KernelLanguageServer) -> CompileFeature:
     from kernel_lsp.server.workspace_feature import WorkspaceFeature
 
-    return CompileFeature(server.diagnostics, server.settings, CompileService(server.results),
+    return CompileFeature(server.diagnostics, server.settings, CompileService(server.results, first_pass=True),
                           tell_user=lambda m: server.show(m, types.MessageType.Error),
                           refresh_lenses=server.refresh_code_lenses,
                           priority_of=lambda uri: server.get_feature(WorkspaceFeature).priority_of(uri),
