@@ -9,6 +9,8 @@ edits as didChange (kernel-lsp with compileOnChange on, debounceMs 0 and resourc
     (the first squiggle; target: kernel-lsp <= 1.0x clangd);
   - an edit that fixes it: to kernel-lsp's publish with ptxas figures and no error (the full result), against
     bare nvcc on the same text (target <= 1.05x).
+kernel-lsp's first squiggle is its own clangd's when clangd is installed (compile/clangd.py; run with `--sync`, so
+without the debounce an editor's clangd applies), nvcc's otherwise.
 clangd 14 from Debian (`apt install clangd-14`), with `-xcuda --no-cuda-version-check` and sm_86 (the newest GPU
 clang 14 knows; the headers and the diagnostics are the same) in compile_flags.txt.
 --record appends the table to benchmarks/RESULTS.md.

@@ -151,8 +151,10 @@ class ClangdPass:
             if self._deaths >= 2:
                 return False
         try:
+            # --sync: each change is parsed as it comes, without the debounce an editor's clangd waits (50 ms or
+            # more) for the typing to pause; the check asks once per version, after its own debounce
             self._process = await asyncio.create_subprocess_exec(
-                self.clangd, "--log=error", "--background-index=false", "--pch-storage=memory",
+                self.clangd, "--log=error", "--background-index=false", "--pch-storage=memory", "--sync",
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
         except OSError as exc:
             log.warning("clangd could not be started: %s", exc)
