@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from kernel_lsp.process.keeper import KeeperLink, disk_use, keeper_command
+from tests.processes import marked
 
 WAIT_S = 30.0  # a bound on waiting for what must happen (never a measured time)
 
@@ -26,20 +27,6 @@ def start(program: str, *, grace_s: float = 0.2, remove: tuple[str, ...] = ()) -
                               pass_fds=link.child_fds)
     link.started()
     return keeper, link
-
-
-def marked(marker: str) -> list[int]:
-    """Living processes whose command line holds `marker`."""
-    found = []
-    for name in os.listdir("/proc"):
-        try:
-            command = Path(f"/proc/{name}/cmdline").read_bytes()
-            state = Path(f"/proc/{name}/stat").read_text().rpartition(")")[2].split()[0]
-        except (OSError, ValueError):
-            continue
-        if marker.encode() in command and (state != "Z" or len(os.listdir(f"/proc/{name}/task")) > 1):
-            found.append(int(name))
-    return found
 
 
 def until(condition, what: str) -> None:

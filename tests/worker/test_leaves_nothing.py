@@ -22,6 +22,7 @@ from kernel_lsp.kinds.options import VerifyOptions
 from kernel_lsp.kinds.verify import VerifyOutcome, verify_job
 from kernel_lsp.worker.client import WorkerClient
 from tests.problems import relu_problem, triton_relu
+from tests.processes import marked
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(600)]
 
@@ -33,20 +34,6 @@ DISK_LIMIT = 32 * 2**20
 def marker() -> str:
     """A number no other process on this machine has on its command line: `sleep MARKER` sleeps for years."""
     return f"7{random.randrange(10**9):09d}"
-
-
-def marked(mark: str) -> list[int]:
-    """Living processes whose command line holds `mark`."""
-    found = []
-    for name in os.listdir("/proc"):
-        try:
-            command = Path(f"/proc/{name}/cmdline").read_bytes()
-            state = Path(f"/proc/{name}/stat").read_text().rpartition(")")[2].split()[0]
-        except (OSError, ValueError):
-            continue
-        if mark.encode() in command and state != "Z":
-            found.append(int(name))
-    return found
 
 
 def process_tree(root: int) -> dict[int, str]:
