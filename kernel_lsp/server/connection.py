@@ -213,12 +213,22 @@ class DescriptorChunks:
                         size += last
                 paused = not last or not waiting.poll(0)
             except OSError as exc:
-                loop.call_soon_threadsafe(_settle, answer, None, exc)
+                _post(loop, answer, None, exc)
                 return
             del data[len(unread) + size:]
-            loop.call_soon_threadsafe(_settle, answer, (data, paused), None)
-            if not size:
+            if not _post(loop, answer, (data, paused), None) or not size:
                 return
+
+
+def _post(loop: asyncio.AbstractEventLoop, answer: asyncio.Future[tuple[bytearray, bool]],
+          read: tuple[bytearray, bool] | None, error: BaseException | None) -> bool:
+    """Hands a read to the loop; False when the loop is closed (the server is ending, after Ctrl-C say): nobody
+    is waiting for it then."""
+    try:
+        loop.call_soon_threadsafe(_settle, answer, read, error)
+    except RuntimeError:  # "Event loop is closed"
+        return False
+    return True
 
 
 def _settle(answer: asyncio.Future[tuple[bytearray, bool]], read: tuple[bytearray, bool] | None,

@@ -36,24 +36,25 @@ async function step(name, body) {
 /** Runs a workbench command through the command palette. */
 async function palette(page, command) {
   const input = page.locator(".quick-input-widget input");
-  // a key press can be lost while the workbench settles (a server restart, a closing input box): F1 again, after
-  // Escape, until the palette shows
+  // a key press can be lost, or the palette closed under us, while the workbench settles (the server restarting
+  // after the key was set takes the focus once): F1 again, after Escape, until the command is chosen
   const deadline = Date.now() + WAIT_MS;
   for (;;) {
-    await page.keyboard.press("F1");
-    const shown = await input.waitFor({ state: "visible", timeout: 5000 }).then(() => true, () => false);
-    if (shown) {
-      break;
+    try {
+      await page.keyboard.press("F1");
+      await input.waitFor({ state: "visible", timeout: 5000 });
+      await input.fill(`>${command}`, { timeout: 5000 });
+      await page.locator(".quick-input-widget .monaco-list-row", { hasText: command }).first()
+        .waitFor({ state: "visible", timeout: 5000 });
+      await page.keyboard.press("Enter");
+      return;
+    } catch (error) {
+      if (Date.now() > deadline) {
+        throw new Error(`the command palette did not run "${command}" within ${WAIT_MS} ms: ${error}`);
+      }
+      await page.keyboard.press("Escape");
     }
-    if (Date.now() > deadline) {
-      throw new Error(`the command palette did not open (F1) within ${WAIT_MS} ms`);
-    }
-    await page.keyboard.press("Escape");
   }
-  await input.fill(`>${command}`);
-  await page.locator(".quick-input-widget .monaco-list-row", { hasText: command }).first()
-    .waitFor({ state: "visible", timeout: WAIT_MS });
-  await page.keyboard.press("Enter");
 }
 
 /**
@@ -67,8 +68,10 @@ async function refactorMenu(page, token, shotName) {
   await palette(page, "Refactor...");
   const menu = page.locator(".action-widget").first();
   const none = page.getByText("No refactorings available").first();  // e.g. a server that is still starting
-  await menu.locator(".monaco-list-row").first().or(none).waitFor({ state: "visible", timeout: WAIT_MS });
-  if (await none.isVisible()) {
+  const firstRow = menu.locator(".monaco-list-row").first();
+  // either may show, or both for a moment (the message of the menu before fading as this one opens)
+  await firstRow.or(none).first().waitFor({ state: "visible", timeout: WAIT_MS });
+  if (!(await firstRow.isVisible()) && await none.isVisible()) {
     await page.keyboard.press("Escape");
     return [];
   }
