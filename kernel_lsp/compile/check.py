@@ -196,7 +196,7 @@ class _UnitRun:
         else:
             log.info("%s %s: the result of an identical run (exit %s)", self.unit.stage, self.unit.label,
                      result.returncode)
-        messages = parse_compiler_output(result.stderr + "\n" + result.stdout)
+        messages = parse_compiler_output(result.output)
         self._exact = (result, messages)
         self._settle()
         return unit_findings(self.doc, self.unit, result, self.settings, self.directory, messages)
@@ -212,7 +212,7 @@ class _UnitRun:
             return  # the exact run says why the compiler cannot start
         log.info("split %s: exit %s in %.2fs", self.unit.label, result.returncode, result.duration_s)
         if not result.timed_out:
-            self._fast = (result, parse_compiler_output(result.stderr + "\n" + result.stdout))
+            self._fast = (result, parse_compiler_output(result.output))
             self._settle()
 
     def interim(self) -> list[Finding] | None:
@@ -252,8 +252,8 @@ class _UnitRun:
         (exact, exact_messages), (fast, fast_messages) = self._exact, self._fast
         self.reuse.calibrate(self.doc.uri, self.unit, exact_messages, fast_messages)
         agree = self.reuse.certify(self.doc.uri, self.unit, self.argv + self._versions,  # a torch upgrade: none
-                                   output_of(exact.returncode, exact.stderr + "\n" + exact.stdout, exact_messages),
-                                   output_of(fast.returncode, fast.stderr + "\n" + fast.stdout, fast_messages))
+                                   output_of(exact.returncode, exact.output, exact_messages),
+                                   output_of(fast.returncode, fast.output, fast_messages))
         if self._composed_shown and not agree:
             self.reuse.disagreements += 1
             log.warning("%s: the split compile's result, shown before the exact one, differed from it; the split "
@@ -390,11 +390,11 @@ def unit_findings(doc: Document, unit: CompileUnit, result: ProcessResult, setti
                         f"{Path(result.argv[0]).name} did not finish {unit.label} within "
                         f"{settings.compile_timeout_s:g} s and was stopped (setting 'compileTimeoutS')")]
     if messages is None:
-        messages = parse_compiler_output(result.stderr + "\n" + result.stdout)
+        messages = parse_compiler_output(result.output)
     findings = _one_per_instantiation([f for m in messages
                                        if (f := message_finding(doc, unit, m, directory)) is not None])
     if unit.stage == "device" and settings.check_enabled("resourceUsage") and result.returncode == 0:
-        findings += resource_findings(doc, unit, parse_ptxas_verbose(result.stderr + "\n" + result.stdout))
+        findings += resource_findings(doc, unit, parse_ptxas_verbose(result.output))
     if result.returncode != 0 and not any(f.severity == Severity.ERROR for f in findings):
         tail = (result.stderr.strip() or result.stdout.strip())[-800:]
         findings.append(Finding(doc.uri, unit.fallback_range, Severity.ERROR, SOURCE, "compile-failed",

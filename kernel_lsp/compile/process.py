@@ -22,6 +22,11 @@ class ProcessResult:
     timed_out: bool
     duration_s: float
 
+    @property
+    def output(self) -> str:
+        """stderr, then stdout: what the compiler-output parsers read."""
+        return self.stderr + "\n" + self.stdout
+
 
 async def run_process(argv: list[str], *, timeout_s: float, cwd: str | None = None,
                       env: dict[str, str] | None = None) -> ProcessResult:

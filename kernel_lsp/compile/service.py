@@ -25,28 +25,29 @@ class CompileService:
         self.scratch = Scratch()
         self.reuse = Reuse(self.cache)  # unit results and fast-check calibrations (compile/reuse.py)
         self._first_pass_wanted = first_pass
-        self._first_pass: tuple[tuple, ClangdPass] | None = None
+        self._first_pass: tuple[tuple, ClangdPass | None] | None = None  # (what it was made for, the pass)
 
     async def _clangd(self, settings: Settings) -> ClangdPass | None:
-        """The clangd child for these settings (a new one when they change what it is or its flags)."""
+        """The clangd child for these settings: looked for (PATH, the CUDA folder) once per setting, nvcc and
+        include folders, not on every check; a new one when they change."""
         if not self._first_pass_wanted:
-            return None
-        clangd = find_clangd(settings.clangd)
-        if clangd is None:
             return None
         try:
             nvcc = await find_nvcc(settings)
         except ToolProblem:
             return None
-        identity = (clangd, tuple(fallback_flags(cuda_home_for(nvcc.path), settings.include_dirs)))
-        if self._first_pass is None or self._first_pass[0] != identity:
-            if self._first_pass is not None:
-                await self._first_pass[1].close()
-            self._first_pass = (identity, ClangdPass(clangd, list(identity[1])))
-        return self._first_pass[1]
+        wanted = (settings.clangd, nvcc.path, settings.include_dirs)
+        if self._first_pass is not None and self._first_pass[0] == wanted:
+            return self._first_pass[1]
+        await self.close()
+        clangd = find_clangd(settings.clangd)
+        first_pass = (ClangdPass(clangd, fallback_flags(cuda_home_for(nvcc.path), settings.include_dirs))
+                      if clangd is not None else None)
+        self._first_pass = (wanted, first_pass)
+        return first_pass
 
     async def close(self) -> None:
-        if self._first_pass is not None:
+        if self._first_pass is not None and self._first_pass[1] is not None:
             await self._first_pass[1].close()
 
     async def run(self, doc: Document, settings: Settings) -> AsyncIterator[StageReport]:

@@ -120,7 +120,7 @@ async def unit_profiles(placed: PlacedUnit, nvcc: Tool, torch: TorchHeaders | No
         why = "timed out" if result.timed_out else f"exit status {result.returncode}"
         problems.append(f"nvcc could not compile {unit.label} ({why}): {CHECK_POINTER.format(path=placed.path)}")
         return []
-    resources = [r for r in parse_ptxas_verbose(result.stderr + "\n" + result.stdout) if r.is_entry]
+    resources = [r for r in parse_ptxas_verbose(result.output) if r.is_entry]
     try:
         stats = {s.mangled: s for s in await asyncio.to_thread(sass_stats_for_cubin, cubin)}
     except (SassToolMissing, SassToolFailed) as exc:
