@@ -1,0 +1,166 @@
+"""Records compute-sanitizer's output on the GPU machine (issue 22): each tool over the candidates of
+tests/gpu/sanitizer_candidates.py run by the profile driver, a standalone program, and (--bench, after the rest,
+until the deadline) the time of each tool on the KernelBench ReLU and matmul candidates.
+
+    python3 tests/gpu/record_sanitizer.py --out "$OUT/sanitizer" [--bench] [--deadline-s 540]
+
+Writes <name>.<tool>[.<variant>].log (compute-sanitizer's --log-file), .out (the program's stdout and stderr) and
+runs.json (argv, exit code, wall time of each run); prints a table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tests.gpu.sanitizer_candidates import CANDIDATES, STANDALONE  # noqa: E402
+
+TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
+BASE = {"memcheck": ["--leak-check", "no"], "racecheck": [], "initcheck": [], "synccheck": []}
+START = time.monotonic()
+
+
+def sanitizer() -> str:
+    found = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
+    return found
+
+
+def run(argv: list[str], out: Path, env: dict[str, str], timeout: float, cwd: Path | None = None) -> dict:
+    t0 = time.monotonic()
+    try:
+        done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, timeout=timeout,
+                              cwd=cwd)
+        code, text = done.returncode, done.stdout
+    except subprocess.TimeoutExpired as exc:
+        code, text = "timeout", exc.stdout or b""
+    out.write_bytes(text)
+    return {"argv": argv, "rc": code, "wall_s": round(time.monotonic() - t0, 2)}
+
+
+def environment(work: Path, caching: bool = False) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(PYTHONPATH=f"{ROOT}:{env.get('PYTHONPATH', '')}", TORCH_EXTENSIONS_DIR=str(work / "ext"),
+               NVCC_APPEND_FLAGS="-lineinfo", MAX_JOBS="4")
+    if not caching:
+        env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
+    return env
+
+
+def driver(candidate: Path, reference: Path | None = None, warmup: int = 0, calls: int = 1) -> list[str]:
+    argv = [sys.executable, "-P", "-m", "kernel_lsp.profile.driver", "--candidate", str(candidate),
+            "--warmup", str(warmup), "--calls", str(calls)]
+    return argv + (["--reference", str(reference)] if reference else [])
+
+
+def sanitized(tool: str, log: Path, program: list[str], extra: list[str] = ()) -> list[str]:
+    return [sanitizer(), "--tool", tool, *BASE[tool], *extra, "--target-processes", "application-only",
+            "--log-file", str(log), *program]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--bench", action="store_true")
+    parser.add_argument("--deadline-s", type=float, default=540)
+    parser.add_argument("--tool-timeout-s", type=float, default=150)
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path("/tmp/kernel-lsp-sanitize")
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    runs: dict[str, dict] = {}
+    cs = sanitizer()
+    for name, argv in {"version": [cs, "--version"], "help": [cs, "--help"],
+                       "nvidia-smi": ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"]
+                       }.items():
+        runs[name] = run(argv, out / f"{name}.txt", dict(os.environ), 60)
+
+    files = {}
+    for name, text in CANDIDATES.items():
+        files[name] = work / f"{name}.py"
+        files[name].write_text(text)
+        (out / f"{name}.py").write_text(text)
+    # build every extension once, with -lineinfo, outside the sanitizer
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        built = {name: pool.submit(run, driver(path, warmup=1, calls=0), out / f"{name}.build.out",
+                                   environment(work), 400) for name, path in files.items()}
+        for name, future in built.items():
+            runs[f"{name}.build"] = future.result()
+
+    plan: list[tuple[str, str, list[str], bool, str]] = []  # (candidate, tool, extra options, caching, variant)
+    for name in ("clean", "oob", "race", "uninit_shared", "sync"):
+        plan += [(name, tool, [], False, "") for tool in TOOLS]
+    plan += [("many", "memcheck", [], False, ""), ("library", "initcheck", [], False, ""),
+             ("library", "memcheck", [], False, ""), ("library", "racecheck", [], False, ""),
+             ("oob", "memcheck", [], True, "caching"), ("oob", "memcheck", ["--padding", "64"], False, "padding"),
+             ("oob", "memcheck", ["--show-backtrace", "no"], False, "nobacktrace"),
+             ("race", "racecheck", ["--racecheck-report", "hazard"], False, "hazard"),
+             ("uninit_shared", "racecheck", ["--racecheck-report", "hazard"], False, "hazard"),
+             ("many", "memcheck", ["--print-limit", "5"], False, "limit5")]
+
+    def one(item: tuple[str, str, list[str], bool, str]) -> tuple[str, dict]:
+        name, tool, extra, caching, variant = item
+        stem = ".".join(filter(None, (name, tool, variant)))
+        argv = sanitized(tool, out / f"{stem}.log", driver(files[name]), extra)
+        return stem, run(argv, out / f"{stem}.out", environment(work, caching), args.tool_timeout_s)
+
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        for stem, record in pool.map(one, plan):
+            runs[stem] = record
+
+    # the standalone program
+    program = work / "standalone.cu"
+    program.write_text(STANDALONE)
+    (out / "standalone.cu").write_text(STANDALONE)
+    binary = work / "standalone"
+    runs["standalone.build"] = run(["nvcc", "-O2", "-lineinfo", "-o", str(binary), str(program)],
+                                   out / "standalone.build.out", dict(os.environ), 120)
+    runs["standalone.plain"] = run([str(binary), "1048576"], out / "standalone.plain.out", dict(os.environ), 60)
+    for tool in TOOLS:
+        runs[f"standalone.{tool}"] = run(sanitized(tool, out / f"standalone.{tool}.log", [str(binary), "1048576"]),
+                                         out / f"standalone.{tool}.out", dict(os.environ), 120)
+
+    if args.bench:
+        bench(out, work, runs, args)
+    (out / "runs.json").write_text(json.dumps(runs, indent=1))
+    print(f"{'run':40} {'rc':>8} {'wall s':>8}")
+    for stem, record in runs.items():
+        print(f"{stem:40} {str(record['rc']):>8} {record['wall_s']:8.1f}")
+    return 0
+
+
+def bench(out: Path, work: Path, runs: dict, args: argparse.Namespace) -> None:
+    from tests.gpu.candidates import HONEST_MATMUL, HONEST_RELU, MATMUL_PROBLEM, RELU_PROBLEM
+
+    kernelbench = ROOT / "tests" / "fixtures" / "kernelbench"
+    problems = {"relu": (HONEST_RELU, kernelbench / RELU_PROBLEM), "matmul": (HONEST_MATMUL, kernelbench / MATMUL_PROBLEM)}
+    for name, (text, reference) in problems.items():
+        candidate = work / f"bench_{name}.py"
+        candidate.write_text(text)
+        runs[f"bench.{name}.build"] = run(driver(candidate, reference, warmup=1, calls=0),
+                                          out / f"bench.{name}.build.out", environment(work), 400)
+        runs[f"bench.{name}.plain"] = run(driver(candidate, reference), out / f"bench.{name}.plain.out",
+                                          environment(work), 300)
+        for tool in TOOLS:
+            left = args.deadline_s - (time.monotonic() - START)
+            if left < 20:
+                runs[f"bench.{name}.{tool}"] = {"argv": [], "rc": "not run (deadline)", "wall_s": 0.0}
+                continue
+            stem = f"bench.{name}.{tool}"
+            argv = sanitized(tool, out / f"{stem}.log", driver(candidate, reference))
+            runs[stem] = run(argv, out / f"{stem}.out", environment(work), min(args.tool_timeout_s, left - 5))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
