@@ -8,10 +8,10 @@ import logging
 import sys
 
 from kernel_lsp import __version__
-from kernel_lsp.commands import bench, campaign, check, doctor, optimize, profile, serve, verify, worker
+from kernel_lsp.commands import bench, campaign, check, doctor, optimize, profile, sanitize, serve, verify, worker
 from kernel_lsp.commands.shared import EXIT_INTERRUPTED, EXIT_USAGE
 
-COMMANDS = (serve, check, worker, doctor, verify, bench, profile, optimize, campaign)  # in help order
+COMMANDS = (serve, check, worker, doctor, verify, bench, profile, sanitize, optimize, campaign)  # in help order
 
 
 def main(argv: list[str] | None = None) -> int:

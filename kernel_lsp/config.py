@@ -25,6 +25,7 @@ WATCH_MODES = ("auto", "client", "watchdog", "off")
 BACKENDS = ("local", "ray")
 AGENT_OBJECTIVES = ("speed", "energy")
 AGENT_TARGETS = ("auto", "cuda", "triton", "cute", "cute-dsl")  # what the agent writes kernels in
+SANITIZER_TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")  # compute-sanitizer's (profilers.sanitizer)
 SECRET_SETTINGS = frozenset({"anthropic_api_key"})  # never echoed in messages or logs
 _VERIFY = VerifyOptions()  # the verify settings' defaults are the verify job's
 _ARCH_RE = re.compile(r"^(sm|compute)_\d+[a-z]?$")
@@ -65,6 +66,9 @@ class Settings:
     allowed_kernels: tuple[str, ...] = _VERIFY.allowed_kernels  # stock kernels a candidate may also run
     verify_allow_network: bool = _VERIFY.allow_network  # a candidate's process may open sockets
     hang_timeout_s: float = _VERIFY.hang_timeout_s  # plus 100x the reference's call per forward: it hangs
+    sanitize_after_verify: bool = False  # compute-sanitizer after a candidate's first verified run of new content
+    sanitize_tools: tuple[str, ...] = SANITIZER_TOOLS  # the tools a sanitize job runs, in this order
+    sanitize_timeout_s: float = 300.0  # per tool: a sanitized forward call is 10-100x slower than a plain one
     agent_model: str = "claude-sonnet-4-5"
     agent_max_tokens: int = 8192  # per model turn
     agent_temperature: float | None = None  # None: the model's default (newer models refuse the parameter)
@@ -222,8 +226,10 @@ def _convert(name: str, hint: Any, value: Any, current: Any) -> Any:
         raise ValueError(f"expected a list of {', '.join(BASELINE_KINDS)}, got {value!r}")
     if name == "arch" and (not converted or not all(_ARCH_RE.match(a) for a in converted)):
         raise ValueError(f"expected architectures like 'sm_90', got {value!r}")
-    if name == "hang_timeout_s" and not converted > 0:
+    if name in ("hang_timeout_s", "sanitize_timeout_s") and not converted > 0:
         raise ValueError(f"must be more than 0, got {value!r}")
+    if name == "sanitize_tools" and (not converted or not set(converted) <= set(SANITIZER_TOOLS)):
+        raise ValueError(f"expected a list of {', '.join(SANITIZER_TOOLS)}, got {value!r}")
     return {**current, **converted} if name in _MERGED else converted
 
 

@@ -239,6 +239,26 @@ CODES: dict[str, CodeDoc] = {
                                   "cheaper arithmetic: tensor cores, lower precision, fewer instructions per element"),
     "hint-latency-bound": CodeDoc("information", "the kernel is latency bound",
                                   "more blocks or warps in flight, more independent work per thread"),
+    "sanitizer-memcheck": CodeDoc("error", "compute-sanitizer's memcheck: an out-of-bounds or misaligned access in the "
+                                  "candidate's kernel, on the line of the access, with the thread, block and the "
+                                  "address's place relative to the nearest allocation",
+                                  "fix the index or the bound check; the kernel may pass its trials and still read "
+                                  "past its input on another size, GPU or driver"),
+    "sanitizer-racecheck": CodeDoc("error", "compute-sanitizer's racecheck: two threads access the same shared memory "
+                                   "without a barrier between them (a warning for hazards racecheck rates lower); "
+                                   "the other access is the related location",
+                                   "add the missing `__syncthreads()` (or `__syncwarp()`) between the write and the "
+                                   "read"),
+    "sanitizer-initcheck": CodeDoc("error", "compute-sanitizer's initcheck: the kernel reads global memory nothing "
+                                   "wrote (e.g. a `torch.empty` buffer)",
+                                   "write the memory first, or allocate it with `torch.zeros`"),
+    "sanitizer-synccheck": CodeDoc("error", "compute-sanitizer's synccheck: a barrier reached by only part of a "
+                                   "block or warp (a `__syncthreads()` in divergent code)",
+                                   "move the barrier out of the condition, so every thread reaches it"),
+    "sanitizer-library": CodeDoc("information", "compute-sanitizer errors in kernels that are not the candidate's "
+                                 "(PyTorch's or a library's), listed apart and never placed on the user's lines",
+                                 "check what the candidate passes to those operations (e.g. an uninitialised "
+                                 "buffer)"),
     "hint-small-grid": CodeDoc("information", "fewer blocks than SMs; gain: the share of idle SMs",
                                "at least one block per SM: smaller blocks, or a grid-stride loop"),
     "hint-block-size-not-multiple-of-32": CodeDoc("information", "threads per block not a multiple of 32",

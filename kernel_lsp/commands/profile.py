@@ -114,7 +114,7 @@ async def _worker_report(args: argparse.Namespace) -> dict[str, Any]:
     from kernel_lsp.worker.client import WorkerUnavailable
 
     settings = nearest_settings(args.file.parent, "profile")[1]
-    reference = _reference(args, settings)
+    reference = reference_for(args, settings)
     client = worker_client(args, settings)
     job = profile_job(args.file, reference,
                       profile_options(settings, **({"kernels": tuple(args.kernel)} if args.kernel else {})))
@@ -131,7 +131,7 @@ async def _worker_report(args: argparse.Namespace) -> dict[str, Any]:
     return {**outcome.report, "problems": outcome.run_failures() + list(outcome.report.get("problems") or [])}
 
 
-def _reference(args: argparse.Namespace, settings: Settings) -> Path | None:
+def reference_for(args: argparse.Namespace, settings: Settings) -> Path | None:
     """--reference, else the reference verify would use, else None (the candidate must define get_inputs)."""
     from kernel_lsp.verify.pairing import Pairing, find_reference
 

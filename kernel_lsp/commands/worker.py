@@ -44,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
 
 def job_handlers() -> dict:
     """The job kinds this worker runs: its own, and the candidate's kinds of kernel_lsp/kinds (one line per kind)."""
-    from kernel_lsp.kinds import cute_dsl, profile, verify
+    from kernel_lsp.kinds import cute_dsl, profile, sanitize, verify
     from kernel_lsp.worker.jobs import JOB_KINDS
 
-    return {**JOB_KINDS, verify.KIND: verify.handle, profile.KIND: profile.handle, cute_dsl.KIND: cute_dsl.handle}
+    return {**JOB_KINDS, verify.KIND: verify.handle, profile.KIND: profile.handle, cute_dsl.KIND: cute_dsl.handle,
+            sanitize.KIND: sanitize.handle}

@@ -1,0 +1,320 @@
+"""The "sanitize" job's work in the worker: a candidate under compute-sanitizer, tool by tool, its errors as
+findings on the user's lines. Its handler is kernel_lsp.kinds.sanitize.handle.
+
+The candidate runs in the profile driver (kernel_lsp/profile/driver.py), started and confined as the program ncu
+profiles is (verify/candidate_process.py), with three changes that make the sanitizer's answers exact:
+- its extensions are built with -lineinfo (nvcc reads NVCC_APPEND_FLAGS), into a build cache of their own, so an
+  error names its source line and a lineinfo build never stands in for the verifier's;
+- PyTorch's caching allocator is off (PYTORCH_NO_CUDA_MEMORY_CACHING=1): each tensor is its own cudaMalloc, so
+  a read one element past a tensor is past an allocation (inside the allocator's pooled segment it is not), and
+  memory no kernel wrote is fresh for initcheck;
+- one warm call first, outside the sanitizer (it builds the extension, loads it, autotunes), then, per tool, one
+  forward call under compute-sanitizer.
+
+An error inside a file of the job (a load_inline extension's generated cuda.cu maps back into the `.py` string)
+or in a kernel the candidate defines is the user's, a finding `sanitizer-<tool>` on that line. Any other (a
+PyTorch kernel reading memory nobody wrote, say) is listed apart and shown once, as information, never on a line
+of the user's.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kernel_lsp.compile.process import run_process
+from kernel_lsp.findings import Finding, Range, Related, Severity, path_to_uri
+from kernel_lsp.profile.ncu_run import output_tail, write_files
+from kernel_lsp.sources import assemble_load_inline, parse_python
+from kernel_lsp.verify.candidate_process import candidate_launch
+from kernel_lsp.verify.kernels import own_kernel_names
+from profilers.sanitizer import (
+    TOOLS,
+    SanitizerError,
+    SanitizerNotFound,
+    SanitizerReport,
+    find_sanitizer,
+    parse_report,
+    sanitizer_command,
+)
+
+SOURCE = "kernel-lsp"
+LINEINFO_CACHE = "sanitize-extensions"  # under the worker's cache folder: builds with -lineinfo
+DEFAULT_TOOL_TIMEOUT_S = 300.0
+WARM_TIMEOUT_S = 900.0  # the warm call builds the extension: minutes for a CUTLASS one
+BUILD_FAILED = re.compile(r"Error building extension|ninja: build stopped|CalledProcessError.*ninja")
+NO_GPU = ("compute-sanitizer needs a GPU and the worker has none visible: connect a GPU worker "
+          "(the `worker` setting) to check memory safety")
+
+
+@dataclass(frozen=True)
+class SanitizePlan:
+    candidate: str  # job file names, relative to the folder the files are written to
+    reference: str | None
+    tools: tuple[str, ...] = TOOLS
+    tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
+    warm_timeout_s: float = WARM_TIMEOUT_S
+    print_limit: int = 100
+    allow_network: bool = False
+
+
+@dataclass
+class ToolRun:
+    tool: str
+    report: SanitizerReport | None
+    wall_s: float
+    timed_out: bool = False
+    problem: str | None = None  # the run could not be read (no log, the sanitizer failed)
+
+    def to_dict(self) -> dict[str, Any]:
+        report = self.report
+        return {"tool": self.tool, "wallS": round(self.wall_s, 2), "timedOut": self.timed_out,
+                "problem": self.problem, "complete": bool(report and report.complete),
+                "reported": report.reported if report else None,
+                "notPrinted": bool(report and report.not_printed),
+                "errors": [e.to_dict() for e in report.errors] if report else []}
+
+
+@dataclass
+class SanitizeRun:
+    runs: list[ToolRun] = field(default_factory=list)
+    warm: dict[str, Any] | None = None  # the warm call: exit code, wall time, output tail
+    problems: list[str] = field(default_factory=list)
+
+
+def driver_argv(plan: SanitizePlan, writable: Sequence[str], warmup: int, calls: int) -> list[str]:
+    import sys
+
+    argv = [sys.executable, "-P", "-m", "kernel_lsp.profile.driver", "--candidate", plan.candidate,
+            "--warmup", str(warmup), "--calls", str(calls)]
+    argv += ["--reference", plan.reference] if plan.reference else []
+    argv += [f"--writable={folder}" for folder in writable]
+    return argv + (["--allow-network"] if writable and plan.allow_network else [])
+
+
+def sanitize_environment(home: Path, cache_dir: Path) -> tuple[dict[str, str], list[str]]:
+    """The candidate's launch (candidate_launch) with the extension cache for -lineinfo builds, the caching
+    allocator off and -lineinfo on every nvcc command."""
+    environment, writable = candidate_launch(home)
+    cache = cache_dir / LINEINFO_CACHE
+    cache.mkdir(parents=True, exist_ok=True)
+    environment["TORCH_EXTENSIONS_DIR"] = str(cache)
+    environment["NVCC_APPEND_FLAGS"] = " ".join(filter(None, (environment.get("NVCC_APPEND_FLAGS"), "-lineinfo")))
+    environment["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
+    return environment, [*writable, str(cache)]
+
+
+async def run_sanitizer(plan: SanitizePlan, files: dict[str, str], cache_dir: Path,
+                        progress: Any = None) -> SanitizeRun:
+    """The warm call, then each tool; problems (no sanitizer, a build that failed, a tool that ran too long) are
+    said in the SanitizeRun, never raised."""
+    outcome = SanitizeRun()
+    try:
+        sanitizer = find_sanitizer()
+    except SanitizerNotFound as exc:
+        outcome.problems.append(str(exc))
+        return outcome
+    with tempfile.TemporaryDirectory(prefix="kernel-lsp-sanitize-") as directory:
+        folder = Path(directory)
+        write_files(folder / "task", files)
+        home = folder / "home"
+        home.mkdir()
+        environment, writable = sanitize_environment(home, cache_dir)
+        if progress:
+            await progress(f"building {plan.candidate} with -lineinfo and running it once")
+        started = time.monotonic()
+        warm = await run_process(driver_argv(plan, writable, 1, 0), timeout_s=plan.warm_timeout_s,
+                                 cwd=str(folder / "task"), env=environment)
+        outcome.warm = {"exitCode": warm.returncode, "timedOut": warm.timed_out,
+                        "wallS": round(time.monotonic() - started, 2), "tail": output_tail(warm.output)}
+        if warm.timed_out:
+            outcome.problems.append(f"the candidate's warm call (build, load, one forward) ran past "
+                                    f"{plan.warm_timeout_s:.0f} s: nothing was sanitized")
+            return outcome
+        if warm.returncode and BUILD_FAILED.search(warm.output):
+            outcome.problems.append(f"the candidate's extension did not build: {output_tail(warm.output)}")
+            return outcome
+        if warm.returncode:  # a crash in the warm call is what memcheck explains: go on
+            outcome.problems.append(f"the candidate's warm call failed (exit {warm.returncode}): "
+                                    f"{output_tail(warm.output)}")
+        for index, tool in enumerate(plan.tools):
+            if progress:
+                await progress(f"compute-sanitizer --tool {tool} on {plan.candidate}", index / len(plan.tools))
+            outcome.runs.append(await _one_tool(plan, tool, sanitizer, folder, environment, writable))
+    return outcome
+
+
+async def _one_tool(plan: SanitizePlan, tool: str, sanitizer: str, folder: Path, environment: dict[str, str],
+                    writable: list[str]) -> ToolRun:
+    log = folder / f"{tool}.log"  # written by compute-sanitizer itself, outside the driver's reach
+    argv = sanitizer_command(tool, driver_argv(plan, writable, 0, 1), log, sanitizer, plan.print_limit)
+    started = time.monotonic()
+    try:
+        result = await run_process(argv, timeout_s=plan.tool_timeout_s, cwd=str(folder / "task"), env=environment)
+    except OSError as exc:
+        return ToolRun(tool, None, 0.0, problem=f"cannot run {sanitizer}: {exc}")
+    wall = time.monotonic() - started
+    text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
+    if not text.strip():
+        text = result.output  # it failed before opening its log: its complaint is on the terminal
+    report = parse_report(text, tool)
+    run = ToolRun(tool, report, wall, timed_out=result.timed_out)
+    if result.timed_out:
+        run.problem = (f"{tool} ran past {plan.tool_timeout_s:.0f} s and was stopped: "
+                       f"{len(report.errors)} errors printed before that are shown (raise sanitizeTimeoutS)")
+    elif not report.complete:
+        run.problem = f"{tool} printed no summary (exit {result.returncode}): {output_tail(result.output)}"
+    return run
+
+
+# --- findings --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ExtensionSource:
+    path: str  # the user's file
+    generated: Any  # GeneratedFile of load_inline's cuda.cu
+
+
+def user_line(file: str | None, line: int | None, files: dict[str, str], origins: dict[str, str],
+              extensions: dict[str, ExtensionSource]) -> tuple[str, int] | None:
+    """(user's path, 0-based line) of a sanitizer site's FILE:LINE: a file of the job by its path under the
+    task folder, or load_inline's cuda.cu of an extension (its build folder is named after the extension)."""
+    if not file or not line:
+        return None
+    path = Path(file)
+    if path.name == "cuda.cu":
+        ext = extensions.get(path.parent.name) or extensions.get(re.sub(r"_v\d+$", "", path.parent.name))
+        if ext is not None:
+            mapped = _generated_line(ext.generated, line)
+            return (ext.path, mapped) if mapped is not None else None
+    parts = path.parts
+    for name in files:
+        name_parts = Path(name).parts
+        if tuple(parts[-len(name_parts):]) == name_parts and "task" in parts[:len(parts) - len(name_parts)]:
+            return origins.get(name, name), line - 1
+    return None
+
+
+def _generated_line(generated: Any, line: int) -> int | None:
+    lines = generated.text.splitlines()
+    text = lines[line - 1] if 0 < line <= len(lines) else ""
+    for column in (len(text) - len(text.lstrip()), 0):
+        mapped = generated.map.to_original(line - 1, column)
+        if mapped is not None:
+            return mapped[0]
+    return None
+
+
+def inline_extensions(files: dict[str, str], origins: dict[str, str]) -> dict[str, ExtensionSource]:
+    found: dict[str, ExtensionSource] = {}
+    for name, text in files.items():
+        if not name.endswith(".py"):
+            continue
+        for ext in parse_python(text).extensions:
+            if ext.kind != "load_inline" or not ext.cuda_sources or not ext.name:
+                continue
+            cuda, _ = assemble_load_inline(ext)
+            if cuda is not None:
+                found.setdefault(ext.name, ExtensionSource(origins.get(name, name), cuda))
+    return found
+
+
+def sanitize_findings(run: SanitizeRun, files: dict[str, str], own_files: dict[str, str], origins: dict[str, str],
+                      candidate: str) -> tuple[list[Finding], list[dict[str, Any]]]:
+    """(findings on the user's lines, one per distinct error site and tool; the errors in others' kernels)."""
+    extensions = inline_extensions(own_files, origins)
+    own = {name.rsplit("::", 1)[-1] for name in own_kernel_names(own_files)}
+    grouped: dict[tuple, list[SanitizerError]] = {}
+    library: list[dict[str, Any]] = []
+    placed: dict[tuple, tuple[str, int]] = {}
+    for tool_run in run.runs:
+        for error in tool_run.report.errors if tool_run.report else []:
+            site = error.site
+            where = user_line(site.file, site.line, files, origins, extensions) if site else None
+            if where is None and site is not None and site.kernel in own:
+                where = _kernel_line(site.kernel, own_files, origins)
+            if where is None:
+                library.append({**error.to_dict(), "tool": tool_run.tool})
+                continue
+            other = error.other
+            other_where = user_line(other.file, other.line, files, origins, extensions) if other else None
+            key = (tool_run.tool, error.kind, where, other_where)
+            grouped.setdefault(key, []).append(error)
+            placed[key] = where
+    findings = [_finding(key[0], errors, placed[key], key[3]) for key, errors in grouped.items()]
+    if library:
+        findings.append(_library_finding(library, files, origins, candidate))
+    return findings, library
+
+
+def _finding(tool: str, errors: list[SanitizerError], where: tuple[str, int],
+             other: tuple[str, int] | None) -> Finding:
+    first = errors[0]
+    message = f"compute-sanitizer {tool}: {first.describe()}"
+    if len(errors) > 1:
+        message += f" (and {len(errors) - 1} more like it)"
+    severity = Severity.WARNING if first.severity != "error" else Severity.ERROR
+    related = ()
+    if other is not None and other != where:
+        related = (Related(path_to_uri(other[0]), Range.line(other[1]),
+                           f"the other access of the race ({first.other_access or 'access'})"),)
+    return Finding(path_to_uri(where[0]), Range.line(where[1]), severity, SOURCE, f"sanitizer-{tool}", message,
+                   related, data={"tool": tool, "kind": first.kind, "count": len(errors),
+                                  "errors": [e.to_dict() for e in errors[:5]]})
+
+
+def _library_finding(library: list[dict[str, Any]], files: dict[str, str], origins: dict[str, str],
+                     candidate: str) -> Finding:
+    kernels = sorted({(e.get("site") or {}).get("kernel") or "an unnamed kernel" for e in library})
+    tools = sorted({e["tool"] for e in library})
+    line = _model_line(files.get(candidate, ""))
+    message = (f"compute-sanitizer ({', '.join(tools)}) found {len(library)} errors in kernels that are not the "
+               f"candidate's own ({', '.join(kernels[:3])}{', ...' if len(kernels) > 3 else ''}): PyTorch's or a "
+               "library's, shown apart; the inputs the candidate gives them may be the cause")
+    return Finding(path_to_uri(origins.get(candidate, candidate)), Range.line(line), Severity.INFORMATION, SOURCE,
+                   "sanitizer-library", message, data={"errors": library[:20]})
+
+
+def _model_line(text: str) -> int:
+    for number, line in enumerate(text.splitlines()):
+        if line.startswith("class ModelNew"):
+            return number
+    return 0
+
+
+def _kernel_line(kernel: str, own_files: dict[str, str], origins: dict[str, str]) -> tuple[str, int] | None:
+    from kernel_lsp.profile.locations import kernel_locations
+
+    location = kernel_locations(own_files, origins).get(kernel)
+    return (location.file, location.range.start.line) if location else None
+
+
+def summary_line(run: SanitizeRun, findings: Sequence[Finding], library: Sequence[dict[str, Any]]) -> str:
+    """`memcheck 1 · racecheck 0 · initcheck 0 · synccheck 0` errors of the candidate's, then what is apart."""
+    if not run.runs:
+        return "not sanitized: " + ("; ".join(run.problems) or "no tool ran")
+    own = {tool_run.tool: 0 for tool_run in run.runs}
+    for finding in findings:
+        if finding.code.startswith("sanitizer-") and finding.code != "sanitizer-library":
+            own[finding.code.removeprefix("sanitizer-")] += (finding.data or {}).get("count", 1)
+    parts = []
+    for tool_run in run.runs:
+        mark = " (stopped)" if tool_run.timed_out else " (incomplete)" if tool_run.problem else ""
+        parts.append(f"{tool_run.tool} {own[tool_run.tool]}{mark}")
+    verdict = "clean" if not any(own.values()) and all(not r.problem for r in run.runs) else (
+        "errors found" if any(own.values()) else "incomplete")
+    tail = f" · {len(library)} in others' kernels" if library else ""
+    return f"{verdict}: " + " · ".join(parts) + tail
+
+
+def sanitize_report(run: SanitizeRun, findings: Sequence[Finding], library: list[dict[str, Any]]) -> dict[str, Any]:
+    own_errors = sum((f.data or {}).get("count", 1) for f in findings
+                     if f.code.startswith("sanitizer-") and f.code != "sanitizer-library")
+    return {"tools": [r.to_dict() for r in run.runs], "warm": run.warm, "problems": list(run.problems),
+            "library": library, "errors": own_errors,
+            "clean": bool(run.runs) and own_errors == 0 and not any(r.problem for r in run.runs)}
