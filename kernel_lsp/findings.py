@@ -255,6 +255,10 @@ CODES: dict[str, CodeDoc] = {
     "sanitizer-synccheck": CodeDoc("error", "compute-sanitizer's synccheck: a barrier reached by only part of a "
                                    "block or warp (a `__syncthreads()` in divergent code)",
                                    "move the barrier out of the condition, so every thread reaches it"),
+    "program-error": CodeDoc("error", "a standalone `.cu` program (its own `main()`) run by the worker failed: a "
+                             "non-zero exit, a signal, a timeout or a CUDA error it printed; on the `FILE:LINE` it "
+                             "printed, else on `main`",
+                             "read the message; `kernel-lsp sanitize FILE.cu` finds the access that failed"),
     "sanitizer-library": CodeDoc("information", "compute-sanitizer errors in kernels that are not the candidate's "
                                  "(PyTorch's or a library's), listed apart and never placed on the user's lines",
                                  "check what the candidate passes to those operations (e.g. an uninitialised "

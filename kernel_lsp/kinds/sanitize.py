@@ -100,8 +100,8 @@ class SanitizeOutcome:
 
     @property
     def user_errors(self) -> list[Finding]:
-        """The errors on the user's own lines (what makes a candidate unsafe)."""
-        return [f for f in self.findings if f.code in SANITIZER_CODES and f.severity == 1]
+        """The errors on the user's own lines (what makes a candidate unsafe; a standalone program's failed run)."""
+        return [f for f in self.findings if f.code in (*SANITIZER_CODES, "program-error") and f.severity == 1]
 
     @property
     def clean(self) -> bool:
@@ -127,7 +127,7 @@ async def sanitize_result(job: Job, options: SanitizeOptions, context: JobContex
     plan = SanitizePlan(candidate=candidate, reference=config.get("reference"), tools=options.tools,
                         tool_timeout_s=float(options.timeout_s), print_limit=options.print_limit,
                         warm_timeout_s=float(options.limits.get("wallTimeS", WARM_TIMEOUT_S)),
-                        allow_network=options.allow_network)
+                        allow_network=options.allow_network, origins=origins)
     run = await run_sanitizer(plan, job.source_files, context.cache_dir, context.progress)
     own_files = candidate_files(job)
     findings, library = sanitize_findings(run, job.source_files, own_files, origins, candidate)

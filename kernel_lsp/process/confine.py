@@ -187,5 +187,27 @@ def _try(action) -> str:
     return "done"
 
 
+def exec_confined(argv: list[str]) -> int:
+    """`python -m kernel_lsp.process.confine [--writable DIR ...] [--allow-network] -- PROGRAM ARGS...`: this
+    process confined, then replaced by PROGRAM (Landlock's rules and the seccomp filter stay across execve). How a
+    standalone program of the user's is run by the worker, under ncu and compute-sanitizer too."""
+    if "--" not in argv:
+        print("usage: python -m kernel_lsp.process.confine [--writable DIR ...] [--allow-network] -- PROGRAM ...",
+              file=sys.stderr)
+        return 2
+    split = argv.index("--")
+    options, program = argv[:split], argv[split + 1:]
+    writable = [value.split("=", 1)[1] for value in options if value.startswith("--writable=")]
+    confinement = confine(writable, "--allow-network" in options)
+    if not confinement.isolated:
+        print(f"kernel-lsp: the program runs without full isolation: files {confinement.files}; network "
+              f"{confinement.network}", file=sys.stderr)
+    sys.stdout.flush()
+    os.execv(program[0], program)
+    return 127  # execv does not return
+
+
 if __name__ == "__main__" and sys.argv[1:] == ["--probe"]:
     print(json.dumps(probe()))
+elif __name__ == "__main__":
+    sys.exit(exec_confined(sys.argv[1:]))

@@ -90,6 +90,20 @@ async def profile_launches(plan: NcuPlan, files: dict[str, str]) -> list[KernelL
     return with_raw(parse_details_csv(details), parse_raw_csv(raw))
 
 
+async def profile_program(plan: NcuPlan, program: Sequence[str], folder: Path, environment: dict[str, str]
+                          ) -> list[KernelLaunch]:
+    """A standalone program's own kernels (plan.kernels) under ncu, from its start: each launch with its details
+    and raw metrics. `program` is its confined launch (kernel_lsp/profile/program.py), run in `folder`/task."""
+    ncu = find_ncu()
+    report = folder / "program.ncu-rep"
+    argv = ncu_command(program, (), plan.sections, ncu=ncu, report=report, launch_count=plan.launch_count)
+    argv = argv[:1] + kernel_name_filter(plan.kernels) + argv[1:]
+    await run_ncu_async(argv, plan.timeout_s, folder / "task", environment)
+    details = await run_ncu_async(import_command(report, "details", ncu=ncu), IMPORT_TIMEOUT_S, folder)
+    raw = await run_ncu_async(import_command(report, "raw", ncu=ncu), IMPORT_TIMEOUT_S, folder)
+    return with_raw(parse_details_csv(details), parse_raw_csv(raw))
+
+
 async def run_ncu_async(argv: list[str], timeout_s: float, cwd: Path, environment: dict[str, str] | None = None) -> str:
     """profilers.ncu.run_ncu as an asyncio subprocess: a cancelled job kills ncu and the program it runs.
     Without an environment, the worker's own (the report imports run no candidate code)."""

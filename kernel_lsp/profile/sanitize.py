@@ -29,7 +29,15 @@ from typing import Any
 
 from kernel_lsp.compile.process import run_process
 from kernel_lsp.findings import Finding, Range, Related, Severity, path_to_uri
+from kernel_lsp.compile.units import CUDA_SUFFIXES
 from kernel_lsp.profile.ncu_run import output_tail, write_files
+from kernel_lsp.profile.program import (
+    build_program,
+    confined_launch,
+    program_header,
+    run_program,
+    runtime_findings,
+)
 from kernel_lsp.sources import assemble_load_inline, parse_python
 from kernel_lsp.verify.candidate_process import candidate_launch
 from kernel_lsp.verify.kernels import own_kernel_names
@@ -61,6 +69,7 @@ class SanitizePlan:
     warm_timeout_s: float = WARM_TIMEOUT_S
     print_limit: int = 100
     allow_network: bool = False
+    origins: dict[str, str] = field(default_factory=dict)  # job file name -> the user's path
 
 
 @dataclass
@@ -85,6 +94,7 @@ class SanitizeRun:
     runs: list[ToolRun] = field(default_factory=list)
     warm: dict[str, Any] | None = None  # the warm call: exit code, wall time, output tail
     problems: list[str] = field(default_factory=list)
+    runtime: list[Finding] = field(default_factory=list)  # a standalone program's plain run: its errors
 
 
 def driver_argv(plan: SanitizePlan, writable: Sequence[str], warmup: int, calls: int) -> list[str]:
@@ -112,7 +122,8 @@ def sanitize_environment(home: Path, cache_dir: Path) -> tuple[dict[str, str], l
 async def run_sanitizer(plan: SanitizePlan, files: dict[str, str], cache_dir: Path,
                         progress: Any = None) -> SanitizeRun:
     """The warm call, then each tool; problems (no sanitizer, a build that failed, a tool that ran too long) are
-    said in the SanitizeRun, never raised."""
+    said in the SanitizeRun, never raised. A `.cu` candidate is a standalone program (kernel_lsp/profile/program.py):
+    built with nvcc, run once plainly, then once per tool."""
     outcome = SanitizeRun()
     try:
         sanitizer = find_sanitizer()
@@ -124,35 +135,73 @@ async def run_sanitizer(plan: SanitizePlan, files: dict[str, str], cache_dir: Pa
         write_files(folder / "task", files)
         home = folder / "home"
         home.mkdir()
-        environment, writable = sanitize_environment(home, cache_dir)
-        if progress:
-            await progress(f"building {plan.candidate} with -lineinfo and running it once")
-        started = time.monotonic()
-        warm = await run_process(driver_argv(plan, writable, 1, 0), timeout_s=plan.warm_timeout_s,
-                                 cwd=str(folder / "task"), env=environment)
-        outcome.warm = {"exitCode": warm.returncode, "timedOut": warm.timed_out,
-                        "wallS": round(time.monotonic() - started, 2), "tail": output_tail(warm.output)}
-        if warm.timed_out:
-            outcome.problems.append(f"the candidate's warm call (build, load, one forward) ran past "
-                                    f"{plan.warm_timeout_s:.0f} s: nothing was sanitized")
+        if plan.candidate.endswith(CUDA_SUFFIXES):
+            program, environment = await _warm_program(plan, files, folder, home, outcome, progress)
+        else:
+            environment, writable = sanitize_environment(home, cache_dir)
+            program = await _warm_candidate(plan, folder, environment, writable, outcome, progress)
+        if program is None:
             return outcome
-        if warm.returncode and BUILD_FAILED.search(warm.output):
-            outcome.problems.append(f"the candidate's extension did not build: {output_tail(warm.output)}")
-            return outcome
-        if warm.returncode:  # a crash in the warm call is what memcheck explains: go on
-            outcome.problems.append(f"the candidate's warm call failed (exit {warm.returncode}): "
-                                    f"{output_tail(warm.output)}")
         for index, tool in enumerate(plan.tools):
             if progress:
                 await progress(f"compute-sanitizer --tool {tool} on {plan.candidate}", index / len(plan.tools))
-            outcome.runs.append(await _one_tool(plan, tool, sanitizer, folder, environment, writable))
+            outcome.runs.append(await _one_tool(plan, tool, sanitizer, folder, program, environment))
     return outcome
 
 
-async def _one_tool(plan: SanitizePlan, tool: str, sanitizer: str, folder: Path, environment: dict[str, str],
-                    writable: list[str]) -> ToolRun:
+async def _warm_candidate(plan: SanitizePlan, folder: Path, environment: dict[str, str], writable: list[str],
+                          outcome: SanitizeRun, progress: Any) -> list[str] | None:
+    """The driver's warm call (build with -lineinfo, load, one forward); the argv each tool then runs, or None."""
+    if progress:
+        await progress(f"building {plan.candidate} with -lineinfo and running it once")
+    started = time.monotonic()
+    warm = await run_process(driver_argv(plan, writable, 1, 0), timeout_s=plan.warm_timeout_s,
+                             cwd=str(folder / "task"), env=environment)
+    outcome.warm = {"exitCode": warm.returncode, "timedOut": warm.timed_out,
+                    "wallS": round(time.monotonic() - started, 2), "tail": output_tail(warm.output)}
+    if warm.timed_out:
+        outcome.problems.append(f"the candidate's warm call (build, load, one forward) ran past "
+                                f"{plan.warm_timeout_s:.0f} s: nothing was sanitized")
+        return None
+    if warm.returncode and BUILD_FAILED.search(warm.output):
+        outcome.problems.append(f"the candidate's extension did not build: {output_tail(warm.output)}")
+        return None
+    if warm.returncode:  # a crash in the warm call is what memcheck explains: go on
+        outcome.problems.append(f"the candidate's warm call failed (exit {warm.returncode}): "
+                                f"{output_tail(warm.output)}")
+    return driver_argv(plan, writable, 0, 1)
+
+
+async def _warm_program(plan: SanitizePlan, files: dict[str, str], folder: Path, home: Path, outcome: SanitizeRun,
+                        progress: Any) -> tuple[list[str] | None, dict[str, str] | None]:
+    """A standalone program built (-lineinfo) and run once, confined; (the argv each tool then runs, or None; its
+    environment)."""
+    source = folder / "task" / plan.candidate
+    header = program_header(files[plan.candidate])
+    outcome.problems += header.problems
+    if progress:
+        await progress(f"building {plan.candidate} with nvcc -lineinfo and running it once")
+    built = await build_program(source, header, folder / "program")
+    if not built.built:
+        outcome.problems += built.problems
+        return None, None
+    argv, environment = confined_launch([str(folder / "program"), *header.run], home, plan.allow_network)
+    started = time.monotonic()
+    result = await run_program(argv, folder / "task", environment, timeout_s=plan.warm_timeout_s)
+    outcome.warm = {"exitCode": result.returncode, "timedOut": result.timed_out,
+                    "wallS": round(time.monotonic() - started, 2), "tail": output_tail(result.output)}
+    outcome.runtime = runtime_findings(result, plan.origins.get(plan.candidate, plan.candidate),
+                                       files[plan.candidate], Path(plan.candidate).name, plan.warm_timeout_s)
+    if result.timed_out:
+        outcome.problems.append(f"the program ran past {plan.warm_timeout_s:.0f} s: nothing was sanitized")
+        return None, None
+    return argv, environment
+
+
+async def _one_tool(plan: SanitizePlan, tool: str, sanitizer: str, folder: Path, program: list[str],
+                    environment: dict[str, str] | None) -> ToolRun:
     log = folder / f"{tool}.log"  # written by compute-sanitizer itself, outside the driver's reach
-    argv = sanitizer_command(tool, driver_argv(plan, writable, 0, 1), log, sanitizer, plan.print_limit)
+    argv = sanitizer_command(tool, program, log, sanitizer, plan.print_limit)
     started = time.monotonic()
     try:
         result = await run_process(argv, timeout_s=plan.tool_timeout_s, cwd=str(folder / "task"), env=environment)
@@ -246,7 +295,7 @@ def sanitize_findings(run: SanitizeRun, files: dict[str, str], own_files: dict[s
             key = (tool_run.tool, error.kind, where, other_where)
             grouped.setdefault(key, []).append(error)
             placed[key] = where
-    findings = [_finding(key[0], errors, placed[key], key[3]) for key, errors in grouped.items()]
+    findings = [*run.runtime, *(_finding(key[0], errors, placed[key], key[3]) for key, errors in grouped.items())]
     if library:
         findings.append(_library_finding(library, files, origins, candidate))
     return findings, library
@@ -306,8 +355,9 @@ def summary_line(run: SanitizeRun, findings: Sequence[Finding], library: Sequenc
     for tool_run in run.runs:
         mark = " (stopped)" if tool_run.timed_out else " (incomplete)" if tool_run.problem else ""
         parts.append(f"{tool_run.tool} {own[tool_run.tool]}{mark}")
-    verdict = "clean" if not any(own.values()) and all(not r.problem for r in run.runs) else (
-        "errors found" if any(own.values()) else "incomplete")
+    failed = bool(run.runtime)  # a standalone program's own run failed
+    verdict = "clean" if not any(own.values()) and not failed and all(not r.problem for r in run.runs) else (
+        "errors found" if any(own.values()) or failed else "incomplete")
     tail = f" · {len(library)} in others' kernels" if library else ""
     return f"{verdict}: " + " · ".join(parts) + tail
 
@@ -317,4 +367,5 @@ def sanitize_report(run: SanitizeRun, findings: Sequence[Finding], library: list
                      if f.code.startswith("sanitizer-") and f.code != "sanitizer-library")
     return {"tools": [r.to_dict() for r in run.runs], "warm": run.warm, "problems": list(run.problems),
             "library": library, "errors": own_errors,
-            "clean": bool(run.runs) and own_errors == 0 and not any(r.problem for r in run.runs)}
+            "runtime": [f.message for f in run.runtime],
+            "clean": bool(run.runs) and own_errors == 0 and not run.runtime and not any(r.problem for r in run.runs)}

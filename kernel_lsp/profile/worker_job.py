@@ -10,13 +10,25 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+from kernel_lsp.compile.units import CUDA_SUFFIXES
 from kernel_lsp.config import Settings
+from kernel_lsp.findings import Finding
 from kernel_lsp.kinds.options import DEFAULT_JOB_LIMITS, ProfileOptions
 from kernel_lsp.profile.locations import kernel_locations
-from kernel_lsp.profile.ncu_run import NcuPlan, profile_launches
+from kernel_lsp.profile.ncu_run import NcuPlan, profile_launches, profile_program, write_files
+from kernel_lsp.profile.program import (
+    build_program,
+    confined_launch,
+    has_main,
+    program_header,
+    run_program,
+    runtime_findings,
+)
 from kernel_lsp.profile.report import (
     launch_profile,
     ncu_ceilings,
@@ -47,6 +59,8 @@ NO_GPU_PLAIN = ("no GPU visible to the worker: ncu and energy need one; this is 
 ON_CPU = ("asked for on the CPU (device cpu): this is the static profile (ptxas resources and SASS) of the "
           "candidate's CUDA")
 STATIC_STANDS_IN = "ncu profiled no kernel: the static profile (ptxas and SASS) stands in"
+CUDA_FILE_NO_MAIN = ("a .cu file without main() is profiled statically (ptxas resources and SASS): a program with "
+                     "its own main() is built and profiled live under ncu on a GPU worker")
 CUDA_FILE = ("a .cu file is profiled statically, by the server (ptxas resources and SASS, no GPU run); ncu profiles "
              "the kernels of a .py candidate (ModelNew) on a GPU worker")
 
@@ -58,7 +72,60 @@ async def profile_result(job: Job, options: ProfileOptions, context: JobContext,
         await context.progress(f"no GPU: static profile of {candidate}")
         no_gpu = NO_GPU if config.get("reference") else NO_GPU_PLAIN
         return await static_result(job, options.kernels, ON_CPU if options.device == "cpu" else no_gpu)
+    if candidate.endswith(CUDA_SUFFIXES):
+        return await program_profile(job, options, context)
     return await gpu_profile(job, options, context)
+
+
+async def program_profile(job: Job, options: ProfileOptions, context: JobContext) -> Result:
+    """A standalone `.cu` program (its own main()) on the GPU: built with nvcc -lineinfo, run once (its failures
+    are findings), then its own kernels under ncu, with the SASS rules from its binary; the static profile when
+    it has no main() or ncu profiled nothing."""
+    config = job.config
+    candidate = config["candidate"]
+    origins = config.get("origins") or {}
+    text = job.source_files[candidate]
+    if not has_main(text):
+        return await static_result(job, options.kernels, CUDA_FILE_NO_MAIN)
+    header = program_header(text)
+    problems = list(header.problems)
+    runtime: list[Finding] = []
+    launches: list[KernelLaunch] = []
+    sass: dict[str, SassStats] = {}
+    with tempfile.TemporaryDirectory(prefix="kernel-lsp-program-") as directory:
+        folder = Path(directory)
+        write_files(folder / "task", job.source_files)
+        await context.progress(f"building {candidate} with nvcc")
+        built = await build_program(folder / "task" / candidate, header, folder / "program")
+        if not built.built:
+            problems += built.problems
+        else:
+            await context.progress(f"running {candidate}")
+            home = folder / "home"
+            home.mkdir()
+            argv, environment = confined_launch([str(folder / "program"), *header.run], home, options.allow_network)
+            result = await run_program(argv, folder / "task", environment)
+            runtime = runtime_findings(result, origins.get(candidate, candidate), text, Path(candidate).name)
+            plan = ncu_plan(job, options)
+            await context.progress(f"profiling {candidate} under ncu")
+            try:
+                launches = await profile_program(plan, argv, folder, environment)
+            except NcuError as exc:
+                problems.append(str(exc))
+            sass = await extension_sass([str(folder / "program")], problems)
+    ceilings = ncu_ceilings(launches, None)
+    kernels = [launch_profile(launch, ceilings, {}, sass.get(launch.base_name)) for launch in launches]
+    if options.kernels:
+        kernels = [k for k in kernels if k["kernel"] in options.kernels]
+    report = profile_report("ncu", kernels, gpu=ceilings.gpu if ceilings else None, ceilings=ceilings,
+                            problems=problems)
+    if not report["kernels"]:
+        static = await static_profile(job.source_files, candidate, origins, options.kernels)
+        report.update(source="static", kernels=static["kernels"])
+        report["problems"] += [STATIC_STANDS_IN] + static["problems"]
+    result = profile_job_result(report, job, roofline_artifacts(ceilings, launches))
+    result.findings[:0] = [f.to_dict() for f in runtime]
+    return result
 
 
 async def static_result(job: Job, kernels: Sequence[str], note: str, settings: Settings | None = None) -> Result:

@@ -131,6 +131,15 @@ def main() -> int:
         runs[f"standalone.{tool}"] = run(sanitized(tool, out / f"standalone.{tool}.log", [str(binary), "1048576"]),
                                          out / f"standalone.{tool}.out", dict(os.environ), 120)
 
+    # the worker's way: confined by kernel_lsp.process.confine, which execs the program (ncu and the sanitizer follow)
+    confined = [sys.executable, "-P", "-m", "kernel_lsp.process.confine", f"--writable={work}", "--", str(binary),
+                "1048576"]
+    runs["standalone.memcheck.confined"] = run(sanitized("memcheck", out / "standalone.memcheck.confined.log", confined),
+                                               out / "standalone.memcheck.confined.out", environment(work), 120)
+    ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
+    runs["standalone.ncu.confined"] = run([ncu, "--clock-control", "none", "--launch-count", "1", "--section",
+                                           "SpeedOfLight", *confined], out / "standalone.ncu.confined.out",
+                                          environment(work), 120)
     if args.bench:
         bench(out, work, runs, args)
     (out / "runs.json").write_text(json.dumps(runs, indent=1))
