@@ -1,7 +1,8 @@
 """`kernel-lsp profile FILE` and `kernel-lsp profile --import-csv FILE`: what limits each kernel, with numbers.
 
 FILE.py runs the "profile" job through the worker (ncu on a GPU; the static ptxas + SASS profile without one);
-FILE.cu is profiled statically here, no worker needed; --import-csv reads an `ncu --csv --page details` export
+FILE.cu is profiled statically here, no worker needed, unless it is a program with its own main(): the worker
+builds, runs and profiles that live under ncu when it has a GPU (statically without one); --import-csv reads an `ncu --csv --page details` export
 made elsewhere. Exit 0 on success, 2 for usage or environment errors (and when nothing could be profiled).
 """
 
@@ -26,6 +27,7 @@ from kernel_lsp.commands.shared import (
     worker_client,
 )
 from kernel_lsp.config import Settings
+from kernel_lsp.profile.program import has_main
 from kernel_lsp.profile.report import (
     finding_severity,
     gain_text,
@@ -65,8 +67,10 @@ def run(args: argparse.Namespace) -> int:
         return _import_csv(args)
     if not args.file.is_file():
         raise CommandUsageError(f"not a file: {args.file}")
-    if args.file.suffix in CUDA_SUFFIXES:
+    if args.file.suffix in CUDA_SUFFIXES and not has_main(_read(args.file, "FILE")):
         report = asyncio.run(_static_cuda_report(args.file, args.kernel or ()))
+    elif args.file.suffix in CUDA_SUFFIXES:  # a program: built, run and profiled live by a GPU worker
+        report = asyncio.run(_worker_report(args, program=True))
     elif args.file.suffix == ".py":
         report = asyncio.run(_worker_report(args))
     else:
@@ -109,12 +113,12 @@ async def _static_cuda_report(path: Path, kernels: tuple[str, ...] | list[str]) 
                                 kernels, nearest_settings(path.parent, "profile")[1])
 
 
-async def _worker_report(args: argparse.Namespace) -> dict[str, Any]:
+async def _worker_report(args: argparse.Namespace, program: bool = False) -> dict[str, Any]:
     from kernel_lsp.kinds.profile import ProfileOutcome, profile_job, profile_options
     from kernel_lsp.worker.client import WorkerUnavailable
 
     settings = nearest_settings(args.file.parent, "profile")[1]
-    reference = reference_for(args, settings)
+    reference = None if program else reference_for(args, settings)
     client = worker_client(args, settings)
     job = profile_job(args.file, reference,
                       profile_options(settings, **({"kernels": tuple(args.kernel)} if args.kernel else {})))

@@ -68,6 +68,9 @@ def gather_files(candidate: Path, reference: Path | None, texts: Mapping[Path, s
                 names.setdefault(loaded, name)
                 for header in sorted(local_headers(loaded, folder, source)):
                     names.setdefault(header, _inside(header, folder))
+    elif candidate.suffix in (".cu", ".cuh"):  # a standalone program: its own headers build with it
+        for header in sorted(local_headers(candidate, folder, source)):
+            names.setdefault(header, _inside(header, folder))
     return CarriedFiles(texts={name: source.read(path) for path, name in names.items()},
                         origins={name: str(path) for path, name in names.items()},
                         candidate=names[candidate],

@@ -34,7 +34,8 @@ from kernel_lsp.kinds.profile import profile_job, profile_options
 from kernel_lsp.profile.locations import Location, kernel_locations
 from kernel_lsp.profile.report import profile_findings, summary_line
 from kernel_lsp.profile.static import CHECK_POINTER
-from kernel_lsp.profile.worker_job import CUDA_FILE, NO_GPU, NO_GPU_PLAIN, ON_CPU, static_result
+from kernel_lsp.profile.program import has_main
+from kernel_lsp.profile.worker_job import CUDA_FILE, CUDA_FILE_NO_MAIN, NO_GPU, NO_GPU_PLAIN, ON_CPU, static_result
 from kernel_lsp.server import compile_feature
 from kernel_lsp.server.convert import STALE, ago, command_action, kind_requested, lsp_range
 from kernel_lsp.server.diagnostics import DiagnosticStore
@@ -216,7 +217,7 @@ class ProfileFeature(Feature):
             return {"uri": uri, "status": "error", "message": f"cannot profile {uri}: {exc}"}
         token = await self._progress.begin("profile", f"Profiling {kernel or path.name}", path.name)
         try:
-            if path.suffix in CUDA_SUFFIXES:
+            if path.suffix in CUDA_SUFFIXES and not has_main(job.source_files[job.config["candidate"]]):
                 result = await self._static_here(uri, job, kernel, token)
             else:
                 result = await self.worker.client(self.settings.settings).run(
@@ -237,7 +238,8 @@ class ProfileFeature(Feature):
 
     async def _static_here(self, uri: str, job: Job, kernel: str | None, token: str | None) -> Result:
         """A `.cu` file's static profile, run by the server (nvcc, nvdisasm) in a compile slot: the worker would
-        do the same with no GPU, after seconds of starting; with one, ncu has no ModelNew of a `.cu` to run."""
+        do the same with no GPU, after seconds of starting; with one, ncu has no ModelNew of a `.cu` to run. A
+        `.cu` with its own main() goes to the worker, which builds and profiles it live on a GPU."""
         self._progress.report(token, "static profile: nvcc and nvdisasm", None)
         async with self._compile_slot(uri):
             return await static_result(job, (kernel,) if kernel else (), CUDA_FILE, self.settings.settings)
@@ -481,7 +483,7 @@ def _path_of(uri: str) -> Path | None:
         return None
 
 
-DEVICE_NOTES = frozenset({NO_GPU, NO_GPU_PLAIN, ON_CPU, CUDA_FILE})
+DEVICE_NOTES = frozenset({NO_GPU, NO_GPU_PLAIN, ON_CPU, CUDA_FILE, CUDA_FILE_NO_MAIN})
 _CHECK_POINTER = re.compile(re.escape(CHECK_POINTER).replace(re.escape("{path}"), ".+?") + "$")
 
 
