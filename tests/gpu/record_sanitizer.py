@@ -49,7 +49,9 @@ def run(argv: list[str], out: Path, env: dict[str, str], timeout: float, cwd: Pa
 
 def environment(work: Path, caching: bool = False) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(PYTHONPATH=f"{ROOT}:{env.get('PYTHONPATH', '')}", TORCH_EXTENSIONS_DIR=str(work / "ext"),
+    # the worker's own -lineinfo build cache (kernel_lsp/profile/sanitize.py), so the GPU tests after this reuse them
+    cache = Path(env.get("KERNEL_LSP_CACHE_DIR") or Path.home() / ".cache" / "kernel-lsp") / "sanitize-extensions"
+    env.update(PYTHONPATH=f"{ROOT}:{env.get('PYTHONPATH', '')}", TORCH_EXTENSIONS_DIR=str(cache),
                NVCC_APPEND_FLAGS="-lineinfo", MAX_JOBS="4")
     if not caching:
         env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
