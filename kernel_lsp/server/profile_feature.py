@@ -217,7 +217,7 @@ class ProfileFeature(Feature):
             return {"uri": uri, "status": "error", "message": f"cannot profile {uri}: {exc}"}
         token = await self._progress.begin("profile", f"Profiling {kernel or path.name}", path.name)
         try:
-            if path.suffix in CUDA_SUFFIXES and not has_main(job.source_files[job.config["candidate"]]):
+            if path.suffix in CUDA_SUFFIXES and not self._live_program(job.source_files[job.config["candidate"]]):
                 result = await self._static_here(uri, job, kernel, token)
             else:
                 result = await self.worker.client(self.settings.settings).run(
@@ -241,8 +241,15 @@ class ProfileFeature(Feature):
         do the same with no GPU, after seconds of starting; with one, ncu has no ModelNew of a `.cu` to run. A
         `.cu` with its own main() goes to the worker, which builds and profiles it live on a GPU."""
         self._progress.report(token, "static profile: nvcc and nvdisasm", None)
+        note = PROGRAM_STATIC if has_main(job.source_files[job.config["candidate"]]) else CUDA_FILE
         async with self._compile_slot(uri):
-            return await static_result(job, (kernel,) if kernel else (), CUDA_FILE, self.settings.settings)
+            return await static_result(job, (kernel,) if kernel else (), note, self.settings.settings)
+
+    def _live_program(self, text: str) -> bool:
+        """A program (its own main()) goes to the worker when it is known to be connected to a GPU; otherwise the
+        server profiles it statically (starting a local worker only to learn it has no GPU took 8-11 s)."""
+        status = self.worker.known_status
+        return has_main(text) and status is not None and status.state == "connected" and bool(status.gpu)
 
     def energy_note(self, uri: str, text: str | None) -> str | None:
         """'41.2 mJ/call (0.81× the reference's)' when the last profile of `uri` read its energy (NVML, a GPU) and
@@ -483,7 +490,9 @@ def _path_of(uri: str) -> Path | None:
         return None
 
 
-DEVICE_NOTES = frozenset({NO_GPU, NO_GPU_PLAIN, ON_CPU, CUDA_FILE, CUDA_FILE_NO_MAIN})
+PROGRAM_STATIC = (f"{CUDA_FILE}; this one is a program (its own main()): a worker connected to a GPU builds, runs and "
+                  "profiles it live under ncu, and none is connected yet")
+DEVICE_NOTES = frozenset({NO_GPU, NO_GPU_PLAIN, ON_CPU, CUDA_FILE, CUDA_FILE_NO_MAIN, PROGRAM_STATIC})
 _CHECK_POINTER = re.compile(re.escape(CHECK_POINTER).replace(re.escape("{path}"), ".+?") + "$")
 
 

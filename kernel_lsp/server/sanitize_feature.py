@@ -1,10 +1,12 @@
 """Memory safety in the editor: the "Check memory safety (compute-sanitizer)" action on a kernel of a `.py`
 candidate (`kernel-lsp.sanitize` [uri]), and, with `sanitizeAfterVerify`, the same check after a verification that
-passed, for content not checked before. Both run the worker's "sanitize" job (kernel_lsp/kinds/sanitize.py) on the
-files as the editor shows them, with $/progress, and publish its `sanitizer-*` findings on the candidate's files
-under a producer of their own: a new check replaces the previous check's findings and nothing else.
+passed, for content not checked before. Both run the worker's "sanitize" job (kernel_lsp/kinds/sanitize.py), the
+action on the files as the editor shows them, the check after verification on the texts verified, with $/progress,
+and publish its `sanitizer-*` findings on the candidate's files under a producer of their own: a new check replaces
+the previous check's findings and nothing else.
 
-A check takes minutes: a file edited meanwhile gets none of its findings (their lines are the old text's), and the
+A check takes minutes: a file the editor shows with another text than the one checked (edited meanwhile, or unsaved
+when a check after verification read the disk) gets none of its findings, their lines being the old text's, and the
 user is told. A check that could not sanitize anything (no GPU, no compute-sanitizer) is said in a message and
 publishes nothing; after verification, each such reason (the missing GPU first of all) is said once per session.
 """
@@ -317,8 +319,8 @@ class SanitizeFeature(Feature):
                                                        self._published.get(uri, set()), self._documents())
         if held:
             files = ", ".join(path.name for path in edited)
-            self._tell_user(f"kernel-lsp: {files} changed while compute-sanitizer ran: {len(held)} of its findings "
-                            "are not shown, their lines were the older text's; check again to see them")
+            self._tell_user(f"kernel-lsp: {files} shows another text than compute-sanitizer checked: {len(held)} of "
+                            "its findings are not shown, their lines are the checked text's; check again to see them")
         return len(placed), len(held)
 
     def _say_not_sanitized(self, name: str, reason: str, once: bool) -> None:

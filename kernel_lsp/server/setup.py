@@ -35,6 +35,7 @@ FEATURE_MODULES = (  # set up in this order: each may use those above it; docume
     "kernel_lsp.server.verify_feature",
     "kernel_lsp.server.cute_dsl_feature",
     "kernel_lsp.server.profile_feature",
+    "kernel_lsp.server.sanitize_feature",
     "kernel_lsp.server.optimize_feature",
     "kernel_lsp.server.workspace_feature",
 )

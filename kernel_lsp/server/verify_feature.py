@@ -136,6 +136,8 @@ class VerifyFeature(Feature):
         self._background_turn = asyncio.Lock()
         # the energy per call a profile of the same text read, for the lens (set by ProfileFeature's setup)
         self.energy_note: Callable[[str, str | None], str | None] = lambda _uri, _text: None
+        # told of each run that verified a candidate, with its job (SanitizeFeature's setup: sanitizeAfterVerify)
+        self.verified: Callable[[str, Pairing, Job], None] = lambda _uri, _pairing, _job: None
 
     # --- document hooks -------------------------------------------------------------------------------------
 
@@ -357,11 +359,11 @@ class VerifyFeature(Feature):
                     await self._wait_for_open_runs(uri)
                     log.info("verifying %s (closed) against %s (%s)", pairing.candidate.name, pairing.reference,
                              pairing.how)
-                    key, text, state, summary, findings = await self._outcome(uri, pairing, None, texts)
+                    key, text, state, summary, findings, verified = await self._outcome(uri, pairing, None, texts)
             else:
                 log.info("verifying %s against %s (%s)", pairing.candidate.name, pairing.reference, pairing.how)
                 progress = await self._begin_progress(pairing)
-                key, text, state, summary, findings = await self._outcome(uri, pairing, progress, texts)
+                key, text, state, summary, findings, verified = await self._outcome(uri, pairing, progress, texts)
         except asyncio.CancelledError:
             self._end_progress(progress, "cancelled")
             if self._tasks.get(uri) is asyncio.current_task():  # cancelled by the user, not replaced by a newer run
@@ -383,6 +385,8 @@ class VerifyFeature(Feature):
             findings = [unavailable_finding(uri, summary)]
         self._publish(uri, findings)
         self._refresh_lenses()
+        if verified is not None:
+            self.verified(uri, pairing, verified)
         log.info("%s: %s", pairing.candidate.name, summary)
         return {**outcome, "findings": len(findings)}
 
@@ -394,8 +398,9 @@ class VerifyFeature(Feature):
             await asyncio.sleep(0.1)
 
     async def _outcome(self, uri: str, pairing: Pairing, progress: str | None, texts: Mapping[Path, str] | None
-                       ) -> tuple[str | None, str | None, str, str, list[Finding]]:
-        """(the job's cache key, candidate text verified, state, summary or message, findings)."""
+                       ) -> tuple[str | None, str | None, str, str, list[Finding], Job | None]:
+        """(the job's cache key, candidate text verified, state, summary or message, findings, the job when its
+        verdict is "verified")."""
         key = text = None
         try:
             job = candidate_job(pairing, self.settings.settings, texts)
@@ -403,13 +408,15 @@ class VerifyFeature(Feature):
             client = self.worker.client(self.settings.settings)
             result = await client.run(job, progress=lambda m, f: self._report_progress(progress, m, f))
         except WorkerUnavailable as exc:
-            return key, text, "unavailable", str(exc), []
+            return key, text, "unavailable", str(exc), [], None
         except OSError as exc:
-            return key, text, "unavailable", f"cannot read the files to verify: {exc}", []
+            return key, text, "unavailable", f"cannot read the files to verify: {exc}", [], None
         except Exception as exc:  # a bug here becomes a diagnostic, not a lens stuck on "verifying…"
             log.exception("verifying %s failed", uri)
-            return key, text, "unavailable", f"kernel-lsp could not verify this file ({type(exc).__name__}: {exc})", []
-        return (key, text, *outcome_of(result))
+            return (key, text, "unavailable", f"kernel-lsp could not verify this file ({type(exc).__name__}: {exc})",
+                    [], None)
+        verified = job if VerifyOutcome.of(result).verdict == "verified" else None
+        return (key, text, *outcome_of(result), verified)
 
     # --- verdicts across restarts ---------------------------------------------------------------------------
 

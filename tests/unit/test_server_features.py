@@ -21,7 +21,7 @@ def test_every_feature_module_sets_up_one_feature_and_what_it_declares_is_served
     assert VERIFY_COMMAND in declared and set(manager.commands) == declared
     assert {SUMMARY_REQUEST, VISIBLE_NOTIFICATION} <= set(manager.features)
     kinds = manager.feature_options[types.TEXT_DOCUMENT_CODE_ACTION].code_action_kinds
-    assert kinds == [kind for f in server.features for kind in f.code_action_kinds] and len(kinds) == 2
+    assert kinds == [kind for f in server.features for kind in f.code_action_kinds] and len(kinds) == 3
     assert server.get_feature(VerifyFeature) is next(f for f in server.features if isinstance(f, VerifyFeature))
 
 

@@ -1,0 +1,216 @@
+"""Memory safety in the editor through a real LSP client: the "Check memory safety (compute-sanitizer)" action on a
+kernel of a `.py` candidate, and the check after verification (sanitizeAfterVerify). This machine has no GPU: the
+worker says so, the server tells the user (once, after verifications) and keeps answering."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+from typing import Union
+
+import pytest_lsp
+from lsprotocol import types
+from pytest_lsp import ClientServerConfig, LanguageClient
+
+from kernel_lsp.profile.sanitize import NO_GPU
+from tests.lsp.helpers import (
+    SERVER,
+    initialize_params,
+    open_document,
+    recording_client,
+    replace_document,
+    save_document,
+)
+
+ACTION_KIND = "refactor.inspect.sanitizeKernel"
+
+REFERENCE = '''\
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(64, 33)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+LOAD_INLINE_CANDIDATE = '''\
+# kernel-lsp: reference=relu.py
+import torch
+from torch.utils.cpp_extension import load_inline
+
+cuda_source = """
+__global__ void relu_kernel(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] > 0.f ? x[i] : 0.f;
+}
+
+torch::Tensor relu(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    int n = x.numel();
+    relu_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
+    return y;
+}
+"""
+ext = load_inline(name="relu_ext", cpp_sources="torch::Tensor relu(torch::Tensor x);", cuda_sources=cuda_source,
+                  functions=["relu"])
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return ext.relu(x.contiguous())
+'''
+
+TRITON_CANDIDATE = '''\
+# kernel-lsp: reference=relu.py
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, tl.maximum(x, 0.0), mask=mask)
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        n = x.numel()
+        relu_kernel[(triton.cdiv(n, 256),)](x, out, n, BLOCK=256)
+        return out
+'''
+
+CPU_VERIFY = {"debounceMs": 50, "compileOnChange": False, "verifyDevice": "cpu", "trials": 2, "timedCalls": 5,
+              "warmupCalls": 1, "baselines": ["eager"]}
+
+
+def code_action_client() -> LanguageClient:
+    """The recording client, reading a CodeAction (whose `command` is an object) as one, not as a Command."""
+    client = recording_client()
+    converter = client.protocol._converter
+    converter.register_structure_hook(
+        Union[types.Command, types.CodeAction],
+        lambda obj, _: converter.structure(obj, types.Command if isinstance(obj.get("command"), str)
+                                           else types.CodeAction))
+    return client
+
+
+def config(env: dict[str, str] | None = None) -> ClientServerConfig:
+    return ClientServerConfig(server_command=SERVER, client_factory=code_action_client,
+                              server_env={**os.environ, **(env or {})})
+
+
+@pytest_lsp.fixture(config=config())
+async def client(lsp_client: LanguageClient, workspace: Path):
+    await lsp_client.initialize_session(initialize_params(workspace, {"debounceMs": 50, "compileOnChange": False}))
+    yield
+    await lsp_client.shutdown_session()
+
+
+@pytest_lsp.fixture(config=config({"TRITON_INTERPRET": "1"}))
+async def after_verify(lsp_client: LanguageClient, workspace: Path):
+    """A server whose local worker verifies Triton on the CPU, checking memory safety after each verification."""
+    await lsp_client.initialize_session(initialize_params(workspace, {**CPU_VERIFY, "sanitizeAfterVerify": True}))
+    yield
+    await lsp_client.shutdown_session()
+
+
+async def sanitize_actions(client: LanguageClient, uri: str, line: int) -> list[types.CodeAction]:
+    at = types.Position(line=line, character=0)
+    found = await client.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), range=types.Range(start=at, end=at),
+        context=types.CodeActionContext(diagnostics=[])))
+    return [a for a in found or [] if a.kind == ACTION_KIND]
+
+
+def no_gpu_messages(client: LanguageClient) -> list[types.ShowMessageParams]:
+    return [m for m in client.messages if NO_GPU in m.message]
+
+
+def sanitizer_diagnostics(client: LanguageClient) -> list[types.Diagnostic]:
+    return [d for _, p in client.published for d in p.diagnostics if str(d.code).startswith("sanitizer-")]
+
+
+async def wait_until(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout} s: {what}")
+        await asyncio.sleep(0.1)
+
+
+async def test_the_action_is_offered_on_a_kernel_and_without_a_gpu_says_so(client: LanguageClient, workspace: Path):
+    (workspace / "relu.py").write_text(REFERENCE)
+    path = workspace / "relu_new.py"
+    path.write_text(LOAD_INLINE_CANDIDATE)
+    uri = open_document(client, path, LOAD_INLINE_CANDIDATE)
+    lines = LOAD_INLINE_CANDIDATE.splitlines()
+    kernel_line = next(i for i, text in enumerate(lines) if "void relu_kernel(" in text)
+
+    [action] = await sanitize_actions(client, uri, kernel_line)
+    assert action.title == "Check memory safety (compute-sanitizer)" and action.disabled is None
+    assert action.command.command == "kernel-lsp.sanitize" and list(action.command.arguments) == [uri]
+    assert not await sanitize_actions(client, uri, lines.index("class ModelNew(torch.nn.Module):"))  # no kernel
+
+    helper = workspace / "helper.py"  # a kernel, but no reference and no ModelNew: listed disabled, saying why
+    helper_text = LOAD_INLINE_CANDIDATE.replace("# kernel-lsp: reference=relu.py", "#").replace("ModelNew", "Other")
+    helper_uri = open_document(client, helper, helper_text)
+    [disabled] = await sanitize_actions(client, helper_uri, kernel_line)
+    assert disabled.disabled is not None and disabled.disabled.reason.startswith("not a candidate")
+
+    answer = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command=action.command.command, arguments=action.command.arguments))
+    assert answer == {"uri": uri, "status": "unavailable", "message": NO_GPU}, answer
+    [said] = no_gpu_messages(client)
+    assert said.type == types.MessageType.Warning and said.message.startswith("kernel-lsp: relu_new.py not checked")
+    reports = [r for token, r in client.progress_reports.items() if str(token).startswith("kernel-lsp/sanitize/")]
+    assert reports and isinstance(reports[0][-1], types.WorkDoneProgressEnd) and NO_GPU in reports[0][-1].message
+    assert not sanitizer_diagnostics(client)
+
+    # the server keeps answering: the worker is known to have no GPU now, and the menu says so before a click
+    [after] = await sanitize_actions(client, uri, kernel_line)
+    assert after.disabled is not None and after.disabled.reason == NO_GPU
+    hover = await client.text_document_hover_async(types.HoverParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=kernel_line, character=18)))
+    assert hover is not None and "relu_kernel" in hover.contents.value
+
+
+async def test_after_verification_a_missing_gpu_is_said_once(after_verify: LanguageClient, workspace: Path):
+    client = after_verify
+    (workspace / "relu.py").write_text(REFERENCE)
+    path = workspace / "relu_new.py"
+    path.write_text(TRITON_CANDIDATE)
+    uri = open_document(client, path, TRITON_CANDIDATE)
+
+    def verifications_ended() -> int:
+        return sum(1 for token, reports in client.progress_reports.items()
+                   if str(token).startswith("kernel-lsp/verify/") and isinstance(reports[-1], types.WorkDoneProgressEnd)
+                   and reports[-1].message.startswith("correct"))
+
+    save_document(client, uri)
+    await wait_until(lambda: verifications_ended() == 1, 240, "the first verification")
+    await wait_until(lambda: no_gpu_messages(client), 60, "the warning that compute-sanitizer needs a GPU")
+
+    edited = TRITON_CANDIDATE + "\n# saved again: new content\n"
+    path.write_text(edited)
+    replace_document(client, uri, edited, version=2)
+    save_document(client, uri)
+    await wait_until(lambda: verifications_ended() == 2, 240, "the second verification")
+    await asyncio.sleep(2.0)  # a check after it would have said so by now
+    [said] = no_gpu_messages(client)
+    assert said.type == types.MessageType.Warning
+    assert not sanitizer_diagnostics(client)
