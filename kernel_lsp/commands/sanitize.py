@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -76,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
 
 async def _sanitize(args: argparse.Namespace) -> Any:
     from kernel_lsp.commands.profile import reference_for
-    from kernel_lsp.kinds.sanitize import SanitizeOutcome, sanitize_job, sanitize_options
+    from kernel_lsp.kinds.sanitize import SanitizeOutcome, client_timeout_s, sanitize_job, sanitize_options
     from kernel_lsp.worker.client import WorkerUnavailable
 
     settings = nearest_settings(args.file.parent, "sanitize")[1]
@@ -88,8 +89,9 @@ async def _sanitize(args: argparse.Namespace) -> Any:
             raise CommandUsageError("--timeout-s: must be more than 0")
         overrides["timeout_s"] = args.timeout_s
     reference = reference_for(args, settings) if args.file.suffix == ".py" else None
-    job = sanitize_job(args.file, reference, sanitize_options(settings, **overrides))
-    client = worker_client(args, settings)
+    options = sanitize_options(settings, **overrides)
+    job = sanitize_job(args.file, reference, options)
+    client = worker_client(args, dataclasses.replace(settings, job_timeout_s=client_timeout_s(options, settings)))
     print(f"kernel-lsp sanitize: {args.file}" + (f" with reference {reference}" if reference else ""),
           file=sys.stderr)
     try:

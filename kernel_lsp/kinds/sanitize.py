@@ -67,6 +67,13 @@ def sanitize_options(settings: Settings, **overrides: Any) -> SanitizeOptions:
     return SanitizeOptions(**{**values, **overrides})
 
 
+def client_timeout_s(options: SanitizeOptions, settings: Settings) -> float:
+    """A client's limit on a whole sanitize job: the worker's own (the warm call's, then each tool's), never less
+    than jobTimeoutS. Four tools at their default 300 s each are past the 600 s of a verification."""
+    warm = float(options.limits.get("wallTimeS", WARM_TIMEOUT_S))
+    return max(settings.job_timeout_s, warm + len(options.tools) * float(options.timeout_s) + 60.0)
+
+
 def sanitize_job(candidate: Path, reference: Path | None, options: SanitizeOptions | Mapping[str, Any],
                  texts: Mapping[Path, str] | None = None) -> Job:
     """The "sanitize" job: the candidate's files, its reference's (for get_inputs; None: the candidate defines

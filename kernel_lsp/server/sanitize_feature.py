@@ -22,11 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 
-from kernel_lsp.config import Settings
 from kernel_lsp.findings import Finding, uri_to_path
-from kernel_lsp.kinds.sanitize import SanitizeOptions, SanitizeOutcome, sanitize_job, sanitize_options
+from kernel_lsp.kinds.sanitize import (
+    SanitizeOutcome,
+    client_timeout_s,
+    sanitize_job,
+    sanitize_options,
+)
 from kernel_lsp.profile.locations import kernel_locations
-from kernel_lsp.profile.sanitize import NO_GPU, WARM_TIMEOUT_S
+from kernel_lsp.profile.sanitize import NO_GPU
 from kernel_lsp.server.convert import OpenDocument, command_action, kind_requested, open_texts
 from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.feature import Feature
@@ -112,13 +116,6 @@ def verified_files(job: Job) -> tuple[Path, Path | None, dict[Path, str]]:
     reference = job.config.get("reference")
     own = reference is None or reference == job.config["candidate"]
     return candidate_of(job), None if own else Path(origins.get(reference, reference)), job_texts(job)
-
-
-def client_timeout_s(options: SanitizeOptions, settings: Settings) -> float:
-    """The client's limit on a whole check: the worker's own (the warm call's, then each tool's), never less than
-    jobTimeoutS. Four tools at their default 300 s each are past the 600 s of a verification."""
-    warm = float(options.limits.get("wallTimeS", WARM_TIMEOUT_S))
-    return max(settings.job_timeout_s, warm + len(options.tools) * float(options.timeout_s) + 60.0)
 
 
 def not_sanitized_reason(error: str) -> str:

@@ -11,14 +11,13 @@ from types import SimpleNamespace
 
 from kernel_lsp.config import resolve_settings
 from kernel_lsp.findings import Finding, Range, Severity, path_to_uri
-from kernel_lsp.kinds.sanitize import sanitize_job, sanitize_options
+from kernel_lsp.kinds.sanitize import client_timeout_s, sanitize_job, sanitize_options
 from kernel_lsp.kinds.verify import verify_job, verify_options
 from kernel_lsp.profile.sanitize import NO_GPU
 from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.sanitize_feature import (
     RecentKeys,
     SanitizeFeature,
-    client_timeout_s,
     job_texts,
     not_sanitized_reason,
     placeable,
