@@ -35,6 +35,11 @@ from pathlib import Path
 from profilers.ptxas import base_name_of
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
+# Bytes memcheck adds after each allocation. Without it, a read one element past a tensor lands in the next
+# tensor's allocation when the two are adjacent, and memcheck sees nothing wrong: recorded on the H100 with
+# PyTorch's caching allocator off (tests/fixtures/sanitizer/oob.memcheck.log, 0 errors, where the input and the
+# output were allocated back to back).
+MEMCHECK_PADDING = 4096
 PREFIX = re.compile(r"^=+ ?(?:\[\d+\] ?)?")  # "========= ", with the process id where several are checked
 SITE = re.compile(r"^(?P<symbol>.+?)(?:\+(?P<offset>0x[0-9a-fA-F]+))?(?: in (?P<file>.+?):(?P<line>\d+))?\s*$")
 THREAD_BLOCK = re.compile(r"by thread \((?P<thread>[\d, ]+)\) in block \((?P<block>[\d, ]+)\)")
@@ -163,6 +168,10 @@ def parse_report(text: str, tool: str) -> SanitizerReport:
             continue
         if body == stripped:  # the left margin: an error, a summary, a note
             in_frames = False
+            if NOT_PRINTED.search(stripped):  # "ERROR SUMMARY: 924 errors were not printed. Use --print-limit ..."
+                not_printed = True
+                current = None
+                continue
             summary = SUMMARY.match(stripped)
             if summary:
                 current = None
@@ -172,9 +181,6 @@ def parse_report(text: str, tool: str) -> SanitizerReport:
                     counts = RACE_COUNTS.search(summary.group("race") or "")
                     reported = int(counts.group(2)) if counts else 0
                     warnings = int(counts.group(3)) if counts else 0
-                continue
-            if NOT_PRINTED.search(stripped):
-                not_printed = True
                 continue
             if stripped.startswith(BANNER) or _is_note(stripped):
                 notes.append(stripped)
@@ -252,13 +258,13 @@ def _detail(error: SanitizerError, line: str) -> None:
         return
     relation = RELATION.search(line)
     if relation:
-        error.relation = _relation(relation)
+        error.relation = _relation(relation, error.size)
         error.kind = "out-of-bounds" if error.kind in ("invalid-access", "other") else error.kind
         return
-    address = re.search(r"(?:Access at|Address) (0x[0-9a-fA-F]+)", line)
+    address = re.search(r"(?:Access (?:at|to)|Address) (0x[0-9a-fA-F]+)", line)
     if address:
         error.address = address.group(1)
-        if "out of bounds" in line and error.kind == "invalid-access":
+        if "out of bounds" in line and error.kind in ("invalid-access", "other"):
             error.kind = "out-of-bounds"
         elif "misaligned" in line and error.kind == "invalid-access":
             error.kind = "misaligned"
@@ -266,11 +272,16 @@ def _detail(error: SanitizerError, line: str) -> None:
         error.details.append(line)
 
 
-def _relation(match: re.Match[str]) -> str:
+def _relation(match: re.Match[str], access: int | None) -> str:
+    """compute-sanitizer counts "after" from the allocation's last byte: "1 bytes after" is the first byte past
+    its end (recorded: an access at base+72 of a 72-byte allocation)."""
     distance, size = int(match.group("bytes")), int(match.group("size"))
+    what = f"{access} bytes" if access else "the access"
     if match.group("where") == "before":
-        return f"{distance} bytes before the start of a {size}-byte allocation"
-    return f"{distance} bytes past the end of a {size}-byte allocation"
+        return f"{what} {distance} bytes before the start of a {size}-byte allocation"
+    beyond = distance - 1
+    where = "just past the end" if beyond <= 0 else f"{beyond} bytes past the end"
+    return f"{what} {where} of a {size}-byte allocation"
 
 
 def parse_site(text: str) -> Site:
@@ -321,10 +332,10 @@ def find_sanitizer(cuda_home: str | None = None) -> str:
 def sanitizer_command(tool: str, program: Sequence[str], log: Path, sanitizer: str = "compute-sanitizer",
                       print_limit: int = 100) -> list[str]:
     """One tool over `program`, its report in `log` (the program's own output stays on its stdout and stderr).
-    memcheck runs without its leak check (the process's exit is not the candidate's); only the program itself is
-    checked, not the processes it starts."""
+    memcheck runs without its leak check (the process's exit is not the candidate's) and with MEMCHECK_PADDING
+    bytes after each allocation; only the program itself is checked, not the processes it starts."""
     if tool not in TOOLS:
         raise ValueError(f"unknown compute-sanitizer tool {tool!r} (known: {', '.join(TOOLS)})")
-    options = ["--leak-check", "no"] if tool == "memcheck" else []
+    options = ["--leak-check", "no", "--padding", str(MEMCHECK_PADDING)] if tool == "memcheck" else []
     return [sanitizer, "--tool", tool, *options, "--print-limit", str(print_limit),
             "--target-processes", "application-only", "--log-file", str(log), *program]

@@ -38,7 +38,7 @@ from kernel_lsp.profile.program import (
     run_program,
     runtime_findings,
 )
-from kernel_lsp.sources import assemble_load_inline, parse_python
+from kernel_lsp.sources import assemble_load_inline, find_kernels, parse_python
 from kernel_lsp.verify.candidate_process import candidate_launch
 from kernel_lsp.verify.kernels import own_kernel_names
 from profilers.sanitizer import (
@@ -79,13 +79,14 @@ class ToolRun:
     wall_s: float
     timed_out: bool = False
     problem: str | None = None  # the run could not be read (no log, the sanitizer failed)
+    notes: list[str] = field(default_factory=list)  # failed CUDA calls it reported (no kernel site): context
 
     def to_dict(self) -> dict[str, Any]:
         report = self.report
         return {"tool": self.tool, "wallS": round(self.wall_s, 2), "timedOut": self.timed_out,
                 "problem": self.problem, "complete": bool(report and report.complete),
                 "reported": report.reported if report else None,
-                "notPrinted": bool(report and report.not_printed),
+                "notPrinted": bool(report and report.not_printed), "notes": self.notes[:10],
                 "errors": [e.to_dict() for e in report.errors] if report else []}
 
 
@@ -227,17 +228,21 @@ async def _one_tool(plan: SanitizePlan, tool: str, sanitizer: str, folder: Path,
 class ExtensionSource:
     path: str  # the user's file
     generated: Any  # GeneratedFile of load_inline's cuda.cu
+    kernels: frozenset[str] = frozenset()  # base names of the kernels its CUDA defines
 
 
 def user_line(file: str | None, line: int | None, files: dict[str, str], origins: dict[str, str],
-              extensions: dict[str, ExtensionSource]) -> tuple[str, int] | None:
+              extensions: dict[str, ExtensionSource], kernel: str | None = None) -> tuple[str, int] | None:
     """(user's path, 0-based line) of a sanitizer site's FILE:LINE: a file of the job by its path under the
-    task folder, or load_inline's cuda.cu of an extension (its build folder is named after the extension)."""
+    task folder, or load_inline's cuda.cu of an extension. torch builds from the extension's folder, so the
+    path is a bare `cuda.cu` (recorded): the extension is the one whose CUDA defines `kernel`, else the one
+    named by a folder in the path."""
     if not file or not line:
         return None
     path = Path(file)
     if path.name == "cuda.cu":
-        ext = extensions.get(path.parent.name) or extensions.get(re.sub(r"_v\d+$", "", path.parent.name))
+        ext = next((e for e in extensions.values() if kernel and kernel in e.kernels), None)
+        ext = ext or extensions.get(path.parent.name) or extensions.get(re.sub(r"_v\d+$", "", path.parent.name))
         if ext is not None:
             mapped = _generated_line(ext.generated, line)
             return (ext.path, mapped) if mapped is not None else None
@@ -269,7 +274,8 @@ def inline_extensions(files: dict[str, str], origins: dict[str, str]) -> dict[st
                 continue
             cuda, _ = assemble_load_inline(ext)
             if cuda is not None:
-                found.setdefault(ext.name, ExtensionSource(origins.get(name, name), cuda))
+                kernels = frozenset(k.name for k in find_kernels(cuda.text) if k.has_body)
+                found.setdefault(ext.name, ExtensionSource(origins.get(name, name), cuda, kernels))
     return found
 
 
@@ -284,14 +290,18 @@ def sanitize_findings(run: SanitizeRun, files: dict[str, str], own_files: dict[s
     for tool_run in run.runs:
         for error in tool_run.report.errors if tool_run.report else []:
             site = error.site
-            where = user_line(site.file, site.line, files, origins, extensions) if site else None
-            if where is None and site is not None and site.kernel in own:
+            if site is None:  # a failed CUDA call ("Program hit cudaErrorLaunchFailure ..."): what followed an error
+                tool_run.notes.append(error.title)
+                continue
+            where = user_line(site.file, site.line, own_files, origins, extensions, site.kernel)
+            if where is None and site.kernel in own:
                 where = _kernel_line(site.kernel, own_files, origins)
             if where is None:
                 library.append({**error.to_dict(), "tool": tool_run.tool})
                 continue
             other = error.other
-            other_where = user_line(other.file, other.line, files, origins, extensions) if other else None
+            other_where = (user_line(other.file, other.line, own_files, origins, extensions, other.kernel)
+                           if other else None)
             key = (tool_run.tool, error.kind, where, other_where)
             grouped.setdefault(key, []).append(error)
             placed[key] = where

@@ -101,7 +101,7 @@ def main() -> int:
             runs[f"{name}.build"] = future.result()
 
     plan: list[tuple[str, str, list[str], bool, str]] = []  # (candidate, tool, extra options, caching, variant)
-    for name in ("clean", "oob", "race", "uninit_shared", "sync"):
+    for name in ("clean", "oob", "race", "uninit_shared", "uninit_global", "sync"):
         plan += [(name, tool, [], False, "") for tool in TOOLS]
     plan += [("many", "memcheck", [], False, ""), ("library", "initcheck", [], False, ""),
              ("library", "memcheck", [], False, ""), ("library", "racecheck", [], False, ""),

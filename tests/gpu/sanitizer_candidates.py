@@ -101,7 +101,8 @@ __global__ void row_sum(const float* __restrict__ x, float* __restrict__ out, in
 }
 ''', reference="x.view(-1, 256).sum(dim=1).repeat_interleave(256) * 0 + torch.relu(x)")
 
-# half the tile is never written, then the whole tile is read
+# half the tile is never written, then the whole tile is read. compute-sanitizer 2025.3 finds nothing here
+# (initcheck checks global memory only): recorded in tests/fixtures/sanitizer/uninit_shared.*.log
 UNINIT_SHARED = _candidate("sanitize_uninit_shared", "scale_tile", r'''
 __global__ void scale_tile(const float* __restrict__ x, float* __restrict__ y, int n) {
     __shared__ float tile[256];
@@ -109,6 +110,17 @@ __global__ void scale_tile(const float* __restrict__ x, float* __restrict__ y, i
     if (threadIdx.x < 128 && i < n) tile[threadIdx.x] = x[i];
     __syncthreads();
     if (i < n) y[i] = fmaxf(tile[threadIdx.x], 0.f);  // BUG: tile[128..255] was never written
+}
+''')
+
+# reads its output (torch::empty_like, never written) before writing it: initcheck's uninitialised global read
+UNINIT_GLOBAL = _candidate("sanitize_uninit_global", "relu_reread", r'''
+__global__ void relu_reread(const float* __restrict__ x, float* __restrict__ y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float old = y[i];  // BUG: y is torch::empty_like(x): nothing wrote it yet
+        y[i] = old == 1234.5f ? 0.f : fmaxf(x[i], 0.f);
+    }
 }
 ''')
 
@@ -132,7 +144,8 @@ __global__ void relu_lib(const float* __restrict__ x, float* __restrict__ y, int
 ''', prepare="torch.empty(4096, device=x.device).max()")
 
 CANDIDATES = {"clean": CLEAN, "oob": OUT_OF_BOUNDS, "many": MANY_OUT_OF_BOUNDS, "race": RACE,
-              "uninit_shared": UNINIT_SHARED, "sync": DIVERGENT_BARRIER, "library": LIBRARY_UNINIT}
+              "uninit_shared": UNINIT_SHARED, "uninit_global": UNINIT_GLOBAL, "sync": DIVERGENT_BARRIER,
+              "library": LIBRARY_UNINIT}
 
 
 def bug_line(text: str) -> int | None:

@@ -1,6 +1,7 @@
 """The "sanitize" job on a real GPU through a real worker (issue 22): each buggy candidate of
 tests/gpu/sanitizer_candidates.py found by its tool on the line marked BUG, the clean one clean, PyTorch's own
-error kept apart; a standalone program sanitized, run and profiled live; and the CLI's exit codes."""
+error kept apart (the uninitialised shared-memory read is left out: compute-sanitizer 2025.3 checks the
+initialisation of global memory only, tests/fixtures/sanitizer/README.md); a standalone program sanitized, run and profiled live; and the CLI's exit codes."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_present(), reason="nee
 EXPECTED = {  # candidate -> (the tool that finds its bug, the finding's code)
     "oob": ("memcheck", "sanitizer-memcheck"),
     "race": ("racecheck", "sanitizer-racecheck"),
-    "uninit_shared": ("initcheck", "sanitizer-initcheck"),
+    "uninit_global": ("initcheck", "sanitizer-initcheck"),
     "sync": ("synccheck", "sanitizer-synccheck"),
 }
 
