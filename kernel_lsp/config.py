@@ -86,6 +86,7 @@ class Settings:
     agent_planning: bool = False  # a planning turn first: distinct strategies, one per branch
     agent_objective: str = "speed"  # energy: the least energy per call among candidates of matched speed
     agent_target: str = "auto"  # auto: the current candidate's language; cuda, triton, cute (C++), cute-dsl
+    agent_sanitize: bool = True  # compute-sanitizer on each verified candidate on a GPU: errors score zero
     trajectory_dir: str = ""  # empty: trajectories/ in the worker's cache folder
     watch: str = "auto"  # auto: the client's workspace/didChangeWatchedFiles where offered, else watchdog
     workspace_check: bool = True  # compile-check closed kernel files of the workspace in the background

@@ -33,6 +33,7 @@ from kernel_lsp.agent import rubric
 from kernel_lsp.agent.budget import Budget, Spend
 from kernel_lsp.agent.memory import KernelMemory
 from kernel_lsp.agent.model import ModelClient, ModelError
+from kernel_lsp.agent.safety import sanitizer_errors
 from kernel_lsp.agent.search import Node, SearchTree
 from kernel_lsp.agent.tools import WORKER_TOOLS, ToolResult, Workbench, candidate_ms
 from kernel_lsp.agent.trajectory import TrajectoryWriter
@@ -88,6 +89,9 @@ NO_CUTLASS = "(the CUTLASS headers were not found on this machine: pip install '
 CPU_NOTE = ("This pass runs on the CPU: Triton kernels run under TRITON_INTERPRET=1, where every program instance is "
             "interpreted, so fewer, larger blocks are faster. CUDA cannot run here.")
 GPU_NOTE = "This pass runs on the worker's GPU."
+SANITIZE_NOTE = ("Each candidate that verifies is also run under compute-sanitizer (out-of-bounds and misaligned "
+                 "accesses, shared-memory races, uninitialized reads, barrier errors): an error in your kernels "
+                 "rejects it, however fast it is.")
 PLANNING_TURNS = 4  # the planner's turns at most; it ends at its first propose_strategies
 MAX_STRATEGIES = 4
 PLANNING_PROMPT = (
@@ -204,6 +208,7 @@ class Optimizer:
         self.objective = objective  # speed | energy (best_candidate: least energy at matched speed)
         self.strategies: list[Strategy] = []
         workbench.node_view = self.node_view
+        workbench.on_stage = self._emit
 
     async def run(self) -> PassOutcome:
         self.trajectory.write("start", original=str(self.workbench.original), reference=str(self.workbench.reference),
@@ -233,6 +238,8 @@ class Optimizer:
 
     def system_prompt(self) -> str:
         note = {"cpu": CPU_NOTE, "cuda": GPU_NOTE}.get(self.device, UNKNOWN_DEVICE_NOTE)
+        if self.device != "cpu" and self.workbench.settings.agent_sanitize:
+            note += " " + SANITIZE_NOTE
         return SYSTEM_PROMPT.format(device_note=note, language_rule=self.language_rule())
 
     def language_rule(self) -> str:
@@ -523,8 +530,10 @@ class Optimizer:
 
 
 def problem_codes(evaluation: dict[str, Any]) -> list[str]:
-    """The finding codes behind an evaluation's verdict (its problems: compile errors or the verifier's findings)."""
-    return [p["code"] for p in evaluation.get("problems") or [] if isinstance(p, dict) and p.get("code")]
+    """The finding codes behind an evaluation's verdict (its problems: compile errors or the verifier's findings;
+    compute-sanitizer's errors)."""
+    problems = [*(evaluation.get("problems") or []), *sanitizer_errors(evaluation)]
+    return [p["code"] for p in problems if isinstance(p, dict) and p.get("code")]
 
 
 def tool_result_block(call: dict[str, Any], result: ToolResult) -> dict[str, Any]:

@@ -7,9 +7,13 @@ An evaluation is a dict:
     report    the VerifyReport (docs/ARCHITECTURE.md), None when the run itself failed
     energy?   {"candidate_mj_per_call": float, "reference_mj_per_call": float}  (added when the profile tool read
               both on a GPU; the loop then scores the node again)
+    sanitize? compute-sanitizer's check of a verified candidate (agent/safety.py): its `errors` on the candidate's
+              lines, or why it did not run
 
 Score 0, with the reason, for: a compile failure, no verdict yet, an unavailable verdict, a rejected verdict, any
-integrity problem, or failed trials. A speedup in such a report never counts.
+integrity problem, failed trials, or compute-sanitizer errors in the candidate's kernels (outcome "unsafe": a kernel
+that reads past an allocation or races passes its trials by luck). A speedup in such a report never counts. A check
+that could not run (no GPU, no compute-sanitizer, a tool stopped before it found anything) changes nothing.
 
 A verified candidate scores
     raw   = W_EAGER * log2(speedup_eager) + W_COMPILE * log2(speedup_compile) + W_ENERGY * log2(energy_saving)
@@ -29,6 +33,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from kernel_lsp.agent.safety import error_line, sanitizer_errors
 from kernel_lsp.verify.verdict import correctness_code
 
 W_EAGER = 1.0
@@ -37,7 +42,7 @@ W_ENERGY = 0.25  # a tie-breaker between kernels of similar speed, not a reason 
 UNTIMED_SCORE = 0.5
 MIN_VERIFIED_SCORE = 1e-9  # 2 ** raw underflows for absurdly slow candidates; they still outrank a reject
 
-OUTCOMES = ("verified", "compile-error", "unverified", "unavailable", "rejected", "integrity")
+OUTCOMES = ("verified", "compile-error", "unverified", "unavailable", "rejected", "integrity", "unsafe")
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,9 @@ def score(evaluation: dict[str, Any]) -> RubricScore:
         return RubricScore(0.0, reason=rejected_reason(evaluation, report), outcome="integrity")
     if verdict != "verified" or report.get("verdict") != "verified" or not all_trials_passed(report):
         return RubricScore(0.0, reason=rejected_reason(evaluation, report), outcome="rejected")
+    errors = sanitizer_errors(evaluation)
+    if errors:
+        return RubricScore(0.0, reason=unsafe_reason(errors), outcome="unsafe")
     return verified_score(report, evaluation.get("energy"))
 
 
@@ -113,6 +121,12 @@ def rejected_reason(evaluation: dict[str, Any], report: dict[str, Any]) -> str:
         return f"rejected: {', '.join(codes)}{counts}"
     summary = evaluation.get("summary") or "no report"
     return summary if summary.startswith("rejected") else f"rejected: {summary}"
+
+
+def unsafe_reason(errors: list[dict[str, Any]]) -> str:
+    """'unsafe: line 13: compute-sanitizer memcheck: Invalid __global__ read ... (and 1 more error)'."""
+    more = len(errors) - 1
+    return f"unsafe: {error_line(errors[0])}" + (f" (and {more} more error{'s' if more > 1 else ''})" if more else "")
 
 
 def measured(value: Any) -> float | None:

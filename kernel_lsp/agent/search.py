@@ -22,8 +22,8 @@ WIDENING_ALPHA = 0.5 a node may have 2 children after 1 visit, 4 after 4, 6 afte
 
 Pruning marks a node dead, and dead nodes are never selected nor expanded: an integrity reject (a cheat is not a
 place to start from), a compile failure that is the COMPILE_FAILURE_LIMIT-th in a row along its branch, or a failure
-(compile error or reject) that is the FAILURE_LIMIT-th in a row. The root is never dead: the user's kernel is always
-a place to start again.
+(compile error, reject, compute-sanitizer errors) that is the FAILURE_LIMIT-th in a row. The root is never dead:
+the user's kernel is always a place to start again.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ WIDENING_ALPHA = 0.5
 COMPILE_FAILURE_LIMIT = 3
 FAILURE_LIMIT = 4  # compile errors and rejects in a row along a branch: a dead end
 UNTIMED_REWARD = 0.5
-FAILURES = ("compile-error", "rejected", "integrity")
+FAILURES = ("compile-error", "rejected", "integrity", "unsafe")
 MEMORY_LINE_CHARS = 200  # one line per attempt keeps the memory cheap in tokens
 
 

@@ -1,8 +1,13 @@
 """The tools the model calls during an optimization pass, and their executors.
 
-Every tool that runs code goes through the same worker jobs the user sees ("verify", "profile") and the same
-compile checks as the editor, so the model is told, and scored on, exactly what the user would be shown.
+Every tool that runs code goes through the same worker jobs the user sees ("verify", "profile", "sanitize") and
+the same compile checks as the editor, so the model is told, and scored on, exactly what the user would be shown.
 Results are short JSON texts; compile and verify problems are cut to the first few, with line numbers.
+
+A new text that verifies is then run under compute-sanitizer (the "sanitize" job, once per text in a pass, unless the
+pass verifies on the CPU or agentSanitize is off; the user's own kernel is never handed back, so never checked): its
+errors on the candidate's lines make the verify answer a reject that says where (agent/safety.py). A worker that
+answers it cannot sanitize (no GPU, no compute-sanitizer) is not asked again in the pass.
 
 Profiling is delayed (CuTeGen found that it pays): `profile` is offered only once the current candidate is
 verified as it stands and the last two verified versions have the same kernels (names and signatures), i.e.
@@ -24,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernel_lsp.agent import code_search
+from kernel_lsp.agent import code_search, rubric, safety
 from kernel_lsp.compile.check import Document
 from kernel_lsp.compile.service import CompileService
 from kernel_lsp.compile.toolchain import cutlass_headers, cutlass_problem
@@ -33,6 +38,7 @@ from kernel_lsp.findings import Finding, Severity, path_to_uri
 from kernel_lsp.kinds.cute_dsl import CuteDslOutcome, cute_dsl_job, dsl_arch
 from kernel_lsp.kinds.options import ProfileOptions, VerifyOptions, coerce
 from kernel_lsp.kinds.profile import ProfileOutcome, profile_job
+from kernel_lsp.kinds.sanitize import SanitizeOutcome, client_timeout_s, sanitize_job, sanitize_options
 from kernel_lsp.kinds.verify import VerifyOutcome, verify_job
 from kernel_lsp.profile.worker_job import NO_GPU, NO_GPU_PLAIN, ON_CPU
 from kernel_lsp.sources import find_kernels, parse_python
@@ -89,7 +95,10 @@ TOOL_DEFINITIONS: dict[str, dict[str, Any]] = {
     "verify": {
         "description": "Run the current candidate against the reference on the worker: correctness over several "
                        "input sets, integrity checks (cheating is rejected and scores zero), and timing against "
-                       "PyTorch. Only a verified candidate counts.",
+                       "PyTorch. Only a verified candidate counts. On a GPU worker a candidate that verifies is "
+                       "also run under compute-sanitizer: an out-of-bounds access, a race, an uninitialized read "
+                       "or a barrier error in its kernels rejects it (scores zero), and the answer gives each "
+                       "error's line.",
         "input_schema": {"type": "object", "properties": {}},
     },
     "time_quick": {
@@ -158,6 +167,14 @@ class CandidateState:
     finished: str | None = None  # finish's summary, once called
 
 
+@dataclass
+class Sanitizing:
+    """The pass's compute-sanitizer checks, shared by a workbench and its forks."""
+
+    entries: dict[str, asyncio.Future] = field(default_factory=dict)  # text -> its check (in flight or finished)
+    unavailable: str | None = None  # why no candidate of the pass can be checked, once the worker said so
+
+
 class Workbench:
     """The tools' executors over one pass's candidate. A candidate's job is built from its text under a hidden
     name beside the original (never written to disk), so that the files it loads or imports relatively are found
@@ -174,9 +191,12 @@ class Workbench:
         self.pass_id = pass_id
         self.compile_service = compile_service or CompileService()
         self.state = CandidateState(start_source)
+        self.original_source = start_source  # the user's kernel: never handed back, so never sanitized
+        self.sanitizing = Sanitizing()
         self._scratch_numbers = itertools.count(1)
         # the pass's view of an earlier candidate by node number (set by the Optimizer): source, outcome, codes
         self.node_view: Callable[[int], dict[str, Any] | None] | None = None
+        self.on_stage: Callable[[str, str], None] | None = None  # the pass's progress (stage, message)
         self.target = settings.agent_target  # what kernels are written in (auto, cuda, triton, cute, cute-dsl)
 
     # --- what the model is offered -------------------------------------------------------------------
@@ -300,17 +320,57 @@ class Workbench:
         if previous is not None:  # verified before in this pass: the same answer, no new node, no job
             return ToolResult(_json({**json.loads(previous.content), "unchanged": True}), previous.is_error)
         compiled = await self._compile_report(source)
+        jobs = int(compiled["ok"])
         if compiled["ok"]:
             result = await self._run_job(verify_job, self.verify_options, source)
             evaluation = verify_evaluation(source, result)
         else:
             evaluation = compile_failure_evaluation(source, compiled)
-        if evaluation["verdict"] == "verified":
+        if rubric.score(evaluation).verified and source != self.original_source:
+            evaluation["sanitize"], sent = await self.sanitize(source)
+            jobs += sent
+        if evaluation["verdict"] == "verified" and not safety.sanitizer_errors(evaluation):
             self.state.verified_structures.append(kernel_structure(source))
             self.state.last_verified_source = source
-        outcome = ToolResult(_json(verify_feedback(evaluation)), evaluation=evaluation, worker_jobs=int(compiled["ok"]))
+        outcome = ToolResult(_json(verify_feedback(evaluation)), evaluation=evaluation, worker_jobs=jobs)
         self.state.verdicts[source] = outcome
         return outcome
+
+    async def sanitize(self, source: str) -> tuple[dict[str, Any], int]:
+        """compute-sanitizer's check of a verified text (agent/safety.py's entry), and the jobs sent for it (0 or 1):
+        one job per text in the pass, its answer shared by the forks; none on the CPU, with the setting off, or once
+        the worker said it cannot sanitize. A check that could not run is not kept (the next verify may retry)."""
+        if not self.settings.agent_sanitize:
+            return safety.not_sanitized(safety.SETTING_OFF), 0
+        if self.verify_options.device == "cpu":
+            return safety.not_sanitized(safety.ON_CPU), 0
+        shared = self.sanitizing
+        if shared.unavailable is not None:
+            return safety.not_sanitized(shared.unavailable), 0
+        known = shared.entries.get(source)
+        if known is not None:
+            return dict(await known), 0
+        check = asyncio.ensure_future(self._sanitize_job(source))
+        shared.entries[source] = check
+        try:
+            entry = await check
+        except BaseException:
+            shared.entries.pop(source, None)
+            raise
+        if entry["status"] not in safety.FINISHED:  # what says the run itself went wrong is not kept
+            shared.entries.pop(source, None)
+            shared.unavailable = shared.unavailable or safety.lasting_reason(entry)
+        return dict(entry), 1
+
+    async def _sanitize_job(self, source: str) -> dict[str, Any]:
+        """The "sanitize" job on `source` (the tools and time limits of the settings, the pass's network rule)."""
+        options = sanitize_options(self.settings, allow_network=self.verify_options.allow_network)
+        if self.on_stage is not None:
+            self.on_stage("sanitize", f"compute-sanitizer ({', '.join(options.tools)}) on the verified candidate")
+        path = self.scratch_path()
+        job = sanitize_job(path, self.reference, options, {path: source})
+        result = await self.worker.run(job, timeout_s=client_timeout_s(options, self.settings))
+        return safety.sanitize_entry(SanitizeOutcome.of(result), path, self.original.parent)
 
     async def time_quick(self, _arguments: dict[str, Any]) -> ToolResult:
         """A cheap experiment: the verify job with one trial and a few calls against eager; not a node."""
@@ -530,8 +590,9 @@ def compile_failure_evaluation(source: str, compiled: dict[str, Any]) -> dict[st
 
 
 def candidate_ms(evaluation: dict[str, Any]) -> float | None:
-    """The verified candidate's median time, None when it was not verified or not timed."""
-    if evaluation.get("verdict") != "verified":
+    """The verified candidate's median time, None when it was not verified, not timed, or compute-sanitizer found
+    errors in it."""
+    if evaluation.get("verdict") != "verified" or safety.sanitizer_errors(evaluation):
         return None
     return ((((evaluation.get("report") or {}).get("timing") or {}).get("candidate")) or {}).get("median_ms")
 
@@ -540,8 +601,12 @@ def verify_feedback(evaluation: dict[str, Any]) -> dict[str, Any]:
     report = evaluation.get("report") or {}
     shown: dict[str, Any] = {"verdict": evaluation["verdict"] or "compile-error", "summary": evaluation["summary"],
                              "problems": evaluation["problems"]}
-    if evaluation["verdict"] == "verified":
+    errors = safety.sanitizer_errors(evaluation)
+    if errors:  # correct on every trial, but its kernels read or write what they must not: a reject
+        shown.update(verdict="rejected", summary=rubric.unsafe_reason(errors))
+    elif evaluation["verdict"] == "verified":
         shown.update(speedup=report.get("speedup"), median_ms=candidate_ms(evaluation))
+    shown.update(safety.feedback(evaluation.get("sanitize")))
     integrity = [problem.get("code") for problem in report.get("integrity") or []]
     if integrity:
         shown["integrity"] = integrity

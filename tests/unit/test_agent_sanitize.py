@@ -1,0 +1,150 @@
+"""The agent's reading of a sanitize job's answer (agent/safety.py) and what it does to a candidate's score, its
+verify answer, its time and its place among the best (no worker: the answers are Results as the job builds them)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kernel_lsp.agent import rubric, safety
+from kernel_lsp.agent.loop import best_candidate, problem_codes
+from kernel_lsp.agent.search import FAILURE_LIMIT, SearchTree
+from kernel_lsp.agent.tools import candidate_ms, verify_feedback
+from kernel_lsp.findings import Finding, Range, Related, Severity, path_to_uri
+from kernel_lsp.kinds.sanitize import SanitizeOutcome
+from kernel_lsp.profile.sanitize import NO_GPU
+from kernel_lsp.worker.protocol import Result
+
+FOLDER = Path("/work/problem")
+CANDIDATE = FOLDER / ".relu.kernel-lsp-agent-p1-3.py"  # the hidden name the job gave the candidate's text
+OOB = ("compute-sanitizer memcheck: Invalid __global__ read of size 4 bytes, in relu_peek, thread (255,0,0) of "
+       "block (4095,0,0), 4 bytes past the end of a 4194304-byte allocation")
+
+
+def finding(path: Path, line: int, code: str = "sanitizer-memcheck", message: str = OOB,
+            severity: Severity = Severity.ERROR, related: tuple[Related, ...] = ()) -> dict:
+    return Finding(path_to_uri(path), Range.line(line), severity, "kernel-lsp", code, message, related).to_dict()
+
+
+def answer(findings: list[dict], tools: list[dict] | None = None, library: int = 0, clean: bool = False,
+           summary: str = "errors found: memcheck 1 · racecheck 0", problems: list[str] = (),
+           warm: bool = True) -> SanitizeOutcome:
+    """A finished job's answer, as kinds.sanitize.sanitize_result shapes it (warm: the warm call ran)."""
+    tools = tools if tools is not None else [{"tool": "memcheck", "problem": None}, {"tool": "racecheck",
+                                                                                     "problem": None}]
+    report = {"tools": tools, "warm": {"exitCode": 0, "timedOut": False, "wallS": 3.0} if warm else None,
+              "problems": list(problems), "library": [{"tool": "initcheck"}] * library,
+              "clean": clean}
+    return SanitizeOutcome.of(Result("ok", findings, {"sanitize": report, "summary": summary}, {}))
+
+
+def failed(status: str, error: str) -> SanitizeOutcome:
+    return SanitizeOutcome.of(Result(status, [], {}, {}, error))
+
+
+def verified(eager: float = 2.0, sanitize: dict | None = None) -> dict:
+    """A verify job's evaluation that counts, and its sanitize entry."""
+    report = {"verdict": "verified", "device": "cuda", "correctness": {"trials": 3, "passed": 3}, "integrity": [],
+              "speedup": {"eager": eager, "compile": None}, "timing": {"candidate": {"median_ms": 1.0 / eager}}}
+    evaluation = {"compile": {"compiled": True, "errors": 0}, "verdict": "verified", "summary": "correct 3/3",
+                  "report": report, "problems": [], "structure": []}
+    return {**evaluation, "sanitize": sanitize} if sanitize is not None else evaluation
+
+
+def entry(outcome: SanitizeOutcome) -> dict:
+    return safety.sanitize_entry(outcome, CANDIDATE, FOLDER)
+
+
+# --- the entry ------------------------------------------------------------------------------------------------
+
+def test_errors_on_the_candidate_are_given_by_their_1_based_line_and_others_by_file():
+    race = Related(path_to_uri(CANDIDATE), Range.line(13), "the other access of the race (read)")
+    found = entry(answer([finding(CANDIDATE, 12), finding(FOLDER / "kernels" / "sum.cu", 3, "sanitizer-racecheck",
+                                                         "compute-sanitizer racecheck: race", related=(race,)),
+                          finding(CANDIDATE, 20, "sanitizer-racecheck", "a warning", Severity.WARNING),
+                          finding(CANDIDATE, 0, "sanitizer-library", "in PyTorch's kernels", Severity.INFORMATION)],
+                         library=2))
+    assert found["status"] == "errors" and found["others"] == 2
+    assert found["errors"] == [
+        {"line": 13, "code": "sanitizer-memcheck", "tool": "memcheck", "message": OOB},
+        {"line": 4, "code": "sanitizer-racecheck", "tool": "racecheck", "message": "compute-sanitizer racecheck: race",
+         "file": "kernels/sum.cu",
+         "related": [{"line": 14, "message": "the other access of the race (read)"}]}]  # warnings, others: not errors
+    assert rubric.unsafe_reason(found["errors"]) == f"unsafe: line 13: {OOB} (and 1 more error)"
+
+
+def test_a_clean_run_and_one_stopped_before_it_found_anything():
+    assert entry(answer([], clean=True, summary="clean: memcheck 0 · racecheck 0"))["status"] == "clean"
+    stopped = entry(answer([], [{"tool": "memcheck", "problem": "memcheck ran past 300 s and was stopped"}],
+                           summary="incomplete: memcheck 0 (stopped)"))
+    assert stopped["status"] == "incomplete" and stopped["errors"] == []
+    assert stopped["reason"] == "memcheck ran past 300 s and was stopped"
+    assert safety.lasting_reason(stopped) is None  # the next candidate may finish
+
+
+def test_what_stops_every_check_of_the_pass_and_what_stops_one():
+    no_gpu = entry(failed("failed", NO_GPU))
+    assert no_gpu["status"] == "not-run" and NO_GPU in no_gpu["reason"] and no_gpu["summary"].startswith("not sanit")
+    assert safety.lasting_reason(no_gpu) == no_gpu["reason"]
+    older = entry(failed("failed", "unknown-job-kind: unknown job kind 'sanitize' (known: profile, verify)"))
+    assert safety.lasting_reason(older) is not None
+    missing = "compute-sanitizer is not on PATH nor under CUDA_HOME/bin or /usr/local/cuda/bin"
+    no_tool = entry(answer([], [], summary=f"not sanitized: {missing}", problems=[missing], warm=False))
+    assert no_tool["status"] == "not-run" and no_tool["reason"] == missing
+    assert safety.lasting_reason(no_tool) == missing
+    unbuilt = entry(answer([], [], problems=["the candidate's extension did not build: ..."], warm=True))
+    assert unbuilt["status"] == "not-run" and safety.lasting_reason(unbuilt) is None  # that candidate's fault
+    timeout = entry(failed("timeout", "the job ran past its time limit (2420 s) and was cancelled"))
+    assert timeout["status"] == "not-run" and safety.lasting_reason(timeout) is None
+    lost = entry(failed("lost", "the worker connection failed while sending the job"))
+    assert safety.lasting_reason(lost) is None
+
+
+# --- the score and the answer ---------------------------------------------------------------------------------------
+
+def test_errors_score_zero_and_a_check_that_did_not_run_changes_nothing():
+    errors = entry(answer([finding(CANDIDATE, 12)]))
+    unsafe = rubric.score(verified(sanitize=errors))
+    assert unsafe.score == 0 and unsafe.outcome == "unsafe" and not unsafe.verified
+    assert unsafe.reason == f"unsafe: line 13: {OOB}"
+    plain = rubric.score(verified())
+    for check in (safety.not_sanitized(safety.ON_CPU), entry(failed("failed", NO_GPU)),
+                  entry(answer([], clean=True)), entry(answer([], [{"tool": "memcheck", "problem": "stopped"}]))):
+        assert rubric.score(verified(sanitize=check)) == plain and plain.verified
+
+
+def test_an_unsafe_candidate_has_no_time_and_its_answer_is_a_reject_that_says_where():
+    evaluation = verified(sanitize=entry(answer([finding(CANDIDATE, 12)])))
+    assert candidate_ms(evaluation) is None and candidate_ms(verified()) == 0.5
+    shown = verify_feedback(evaluation)
+    assert shown["verdict"] == "rejected" and shown["summary"] == f"unsafe: line 13: {OOB}"
+    assert shown["sanitizer_errors"][0]["line"] == 13 and "speedup" not in shown and "scores zero" in shown["note"]
+    assert problem_codes(evaluation) == ["sanitizer-memcheck"]
+    many = verify_feedback(verified(sanitize=entry(answer([finding(CANDIDATE, line) for line in range(8)]))))
+    assert [e["line"] for e in many["sanitizer_errors"]] == [1, 2, 3, 4, 5] and many["more_sanitizer_errors"] == 3
+    assert many["summary"].endswith("(and 7 more errors)")
+    clean = verify_feedback(verified(sanitize=entry(answer([], clean=True, summary="clean: memcheck 0"))))
+    assert clean["verdict"] == "verified" and clean["sanitizer"] == "clean: memcheck 0" and clean["speedup"]
+    skipped = verify_feedback(verified(sanitize=safety.not_sanitized(safety.ON_CPU)))
+    assert not {"sanitizer", "sanitizer_errors", "note"} & set(skipped) and json.dumps(skipped)
+
+
+def test_an_unsafe_candidate_is_never_the_best_however_fast():
+    tree = SearchTree("original")
+    for source, evaluation in (("fast but unsafe", verified(9.0, entry(answer([finding(CANDIDATE, 12)])))),
+                               ("slower, not sanitized", verified(1.5, safety.not_sanitized(safety.ON_CPU)))):
+        node = tree.add_child(tree.root, source)
+        tree.record(node, evaluation, rubric.score(evaluation), "")
+    assert best_candidate(tree).source == "slower, not sanitized"
+    assert best_candidate(tree, "energy").source == "slower, not sanitized"
+    assert tree.nodes[1].reward == 0
+
+
+def test_unsafe_candidates_in_a_row_end_a_branch():
+    tree = SearchTree("original")
+    node = tree.root
+    unsafe = verified(sanitize=entry(answer([finding(CANDIDATE, 12)])))
+    for _ in range(FAILURE_LIMIT):
+        node = tree.add_child(node, f"attempt {node.id}")
+        tree.record(node, unsafe, rubric.score(unsafe), "")
+    assert node.dead and "failures in a row" in node.dead_reason
