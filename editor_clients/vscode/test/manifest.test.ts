@@ -14,7 +14,8 @@ const properties: Record<string, Record<string, unknown>> = manifest.contributes
 test("the contributed commands are the ones the extension registers", () => {
   const contributed = manifest.contributes.commands.map((c: { command: string }) => c.command);
   assert.deepEqual([...contributed].sort(), [...EXTENSION_COMMANDS].sort());
-  assert.deepEqual(Object.values(DOCUMENT_COMMANDS), ["kernel-lsp.verify", "kernel-lsp.profile", "kernel-lsp.optimize"]);
+  assert.deepEqual(Object.values(DOCUMENT_COMMANDS), ["kernel-lsp.verify", "kernel-lsp.profile", "kernel-lsp.optimize",
+    "kernel-lsp.sanitize"]);
 });
 
 test("every setting has a description and a default, under the server's section", () => {

@@ -4,6 +4,7 @@ export const DOCUMENT_COMMANDS: Readonly<Record<string, string>> = {
   "kernelLsp.verify": "kernel-lsp.verify",  // [uri]: verifies now, answers with the outcome
   "kernelLsp.profile": "kernel-lsp.profile",  // [uri, kernel?]: the whole file when no kernel is named
   "kernelLsp.optimize": "kernel-lsp.optimize",  // [uri]: starts a pass and answers at once
+  "kernelLsp.sanitize": "kernel-lsp.sanitize",  // [uri]: compute-sanitizer on the candidate, answers when done
 };
 export const WORKER_STATUS_COMMAND = "kernel-lsp.workerStatus";  // starts or reaches the worker and pings it
 export const IMPORT_PROFILE_COMMAND = "kernel-lsp.importProfile";  // [{details, raw?}]: reads an ncu CSV export

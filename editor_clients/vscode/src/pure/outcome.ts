@@ -42,6 +42,14 @@ export function outcomeMessage(command: string, result: CommandResult): Said | u
         ? { level: "info", text: "kernel-lsp: optimizing; the progress notification can cancel it, and the best " +
             "verified version comes back as an edit to preview" }
         : undefined;
+    case "kernel-lsp.sanitize":
+      if (status === "ok") {
+        return { level: result.clean ? "info" : "warning",
+          text: `kernel-lsp: compute-sanitizer: ${text(result.summary) ?? "done"}` };
+      }
+      return status === "unavailable"
+        ? { level: "warning", text: `kernel-lsp: not sanitized: ${message ?? "unavailable"}` }
+        : undefined;
     case "kernel-lsp.importProfile": {
       const problems = Array.isArray(result.problems) ? result.problems.filter((p) => text(p)) : [];
       const notes = problems.length ? ` (${problems.join("; ")})` : "";
