@@ -214,12 +214,27 @@ async def _one_tool(plan: SanitizePlan, tool: str, sanitizer: str, folder: Path,
         text = result.output  # it failed before opening its log: its complaint is on the terminal
     report = parse_report(text, tool)
     run = ToolRun(tool, report, wall, timed_out=result.timed_out)
-    if result.timed_out:
-        run.problem = (f"{tool} ran past {plan.tool_timeout_s:.0f} s and was stopped: "
-                       f"{len(report.errors)} errors printed before that are shown (raise sanitizeTimeoutS)")
-    elif not report.complete:
-        run.problem = f"{tool} printed no summary (exit {result.returncode}): {output_tail(result.output)}"
+    run.problem = tool_problem(tool, report, result.returncode, result.timed_out, plan.tool_timeout_s,
+                               output_tail(result.output))
     return run
+
+
+def tool_problem(tool: str, report: SanitizerReport, exit_code: int | None, timed_out: bool, timeout_s: float,
+                 tail: str) -> str | None:
+    """Why a tool's run proves nothing clean, or None: stopped by its time limit, no summary, the sanitizer's own
+    complaint (an error with no kernel that is no failed CUDA call: "Device not supported"), or a program that
+    failed while the tool found nothing in any kernel."""
+    if timed_out:
+        return (f"{tool} ran past {timeout_s:.0f} s and was stopped: {len(report.errors)} errors printed before "
+                "that are shown (raise sanitizeTimeoutS)")
+    if not report.complete:
+        return f"{tool} printed no summary (exit {exit_code}): {tail}"
+    complaint = next((e.title for e in report.errors if e.site is None and e.kind != "api-error"), None)
+    if complaint is not None:
+        return f"{tool} could not check the program: {complaint}"
+    if exit_code and not any(e.site for e in report.errors):
+        return f"the program failed under {tool} (exit {exit_code}) and {tool} found no error in a kernel: {tail}"
+    return None
 
 
 # --- findings --------------------------------------------------------------------------------------------

@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 from kernel_lsp.findings import uri_to_path
-from kernel_lsp.profile.sanitize import SanitizeRun, ToolRun, sanitize_findings, sanitize_report, summary_line
+from kernel_lsp.profile.sanitize import (
+    SanitizeRun,
+    ToolRun,
+    sanitize_findings,
+    sanitize_report,
+    summary_line,
+    tool_problem,
+)
 from profilers.sanitizer import parse_report, sanitizer_command
 from tests.gpu.sanitizer_candidates import CANDIDATES, bug_line
 
@@ -124,3 +131,20 @@ def test_the_command_runs_one_tool_with_its_log_apart():
     known = recorded("help.txt")
     for option in [a for a in sanitizer_command("memcheck", ["p"], Path("l")) if a.startswith("--")]:
         assert option in known, option
+
+
+def test_a_run_that_proves_nothing_is_a_problem_not_clean():
+    """What makes a tool's run no proof of a clean candidate. The complaint is written in the recorded logs' form
+    (the text seen on the gVisor H200 machines, "Device not supported", per the device notes: not recorded here)."""
+    clean = parse_report(recorded("clean.memcheck.log"), "memcheck")
+    assert tool_problem("memcheck", clean, 0, False, 300, "") is None
+    assert "ran past 300 s" in tool_problem("memcheck", clean, None, True, 300, "")
+    cut = parse_report(recorded("sync.synccheck.log"), "synccheck")
+    assert "printed no summary" in tool_problem("synccheck", cut, -9, False, 300, "killed")
+    refused = parse_report("========= COMPUTE-SANITIZER\n========= Error: Device not supported.\n"
+                           "========= ERROR SUMMARY: 1 error\n", "memcheck")
+    assert "could not check the program: Error: Device not supported" in tool_problem(
+        "memcheck", refused, 255, False, 300, "")
+    assert "failed under memcheck (exit 1)" in tool_problem("memcheck", clean, 1, False, 300, "Traceback")
+    many = parse_report(recorded("many.memcheck.log"), "memcheck")  # its failed CUDA calls follow kernel errors
+    assert tool_problem("memcheck", many, 1, False, 300, "") is None
