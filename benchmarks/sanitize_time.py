@@ -1,0 +1,82 @@
+"""Wall time of compute-sanitizer on a candidate, per tool, through a warm worker (GPU, issue 22):
+
+    python benchmarks/sanitize_time.py [--repeat N] [--record]
+
+For KernelBench level1/19_ReLU (a 4096 x 393216 fp32 input: 6.4 GB) and level1/1_Square_matrix_multiplication_
+(4096 x 4096) with the honest CUDA load_inline candidates of tests/gpu/candidates.py, the "sanitize" job as
+`kernel-lsp sanitize` sends it, one tool per job: the warm call (the extension built with -lineinfo the first
+time, then loaded), then one forward call under compute-sanitizer. Each row gives the job's wall time and the
+tool's own run (its `wallS`), beside the plain warm call's, so the tool's cost reads as a ratio measured in the
+same run. A tool that ran past its limit says so. --record appends the table to benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import report  # noqa: E402
+from benchmarks.verify_latency import gpu_name, warm_worker  # noqa: E402
+from kernel_lsp.kinds.sanitize import SanitizeOutcome, sanitize_job  # noqa: E402
+from kernel_lsp.worker.client import WorkerClient  # noqa: E402
+from profilers.sanitizer import TOOLS  # noqa: E402
+from tests.gpu import candidates  # noqa: E402
+
+TOOL_TIMEOUT_S = 600.0
+
+
+async def timed_sanitize(client: WorkerClient, candidate: Path, problem: str, tool: str
+                         ) -> tuple[float, SanitizeOutcome]:
+    start = time.perf_counter()
+    job = sanitize_job(candidate, candidates.KERNELBENCH / problem, {"tools": [tool], "timeoutS": TOOL_TIMEOUT_S})
+    outcome = SanitizeOutcome.of(await client.run(job, timeout_s=TOOL_TIMEOUT_S + 1000))
+    elapsed = time.perf_counter() - start
+    print(f"{problem} {tool}: {elapsed:.1f} s wall; {outcome.summary}; {outcome.error or ''}", file=sys.stderr)
+    return elapsed, outcome
+
+
+def tool_seconds(outcome: SanitizeOutcome) -> tuple[float | None, float | None, str]:
+    """(the tool's run, the warm call's, a note) from the job's report."""
+    report = outcome.report or {}
+    runs = report.get("tools") or []
+    warm = (report.get("warm") or {}).get("wallS")
+    if not runs:
+        return None, warm, outcome.error or "no tool ran"
+    run = runs[0]
+    note = "stopped at its limit" if run.get("timedOut") else (run.get("problem") or "")
+    return run.get("wallS"), warm, note or ("clean" if outcome.clean else outcome.summary)
+
+
+async def measure(repeat: int) -> list[tuple[str, str, str, str]]:
+    rows = []
+    async with warm_worker() as (_, written, client):
+        for name, problem, candidate in written:
+            first, _ = await timed_sanitize(client, candidate, problem, "memcheck")  # builds with -lineinfo
+            rows.append((f"{name}: first sanitize job (memcheck; -lineinfo build)", f"{first:.1f} s", "", ""))
+            for tool in TOOLS:
+                jobs, runs, warms, note = [], [], [], ""
+                for _ in range(max(repeat, 1)):
+                    elapsed, outcome = await timed_sanitize(client, candidate, problem, tool)
+                    seconds, warm, note = tool_seconds(outcome)
+                    jobs.append(elapsed)
+                    if seconds is not None:
+                        runs.append(seconds)
+                    if warm is not None:
+                        warms.append(warm)
+                tool_run = statistics.median(runs) if runs else None
+                warm = statistics.median(warms) if warms else None
+                ratio = f"{tool_run / warm:.1f}x the plain warm call" if tool_run and warm else ""
+                rows.append((f"{name}: {tool} (n={len(jobs)})",
+                             f"{statistics.median(jobs):.1f} s job, " + (f"{tool_run:.1f} s {tool}" if tool_run
+                                                                        else "no run"),
+                             ratio, note))
+    return rows
+
+
+if __name__ == "__main__":
+    report.main("sanitize_time.py", measure, default_repeat=1, machine_extra=gpu_name)
