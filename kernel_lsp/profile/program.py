@@ -4,8 +4,10 @@ A header comment sets the build flags and the program's arguments (each optional
 
     // kernel-lsp: build=-O3 -DN=4096 run=1048576 --check
 
-The worker builds it (`nvcc -lineinfo -arch=native` plus the header's flags), runs it once (a non-zero exit, a
-CUDA error it prints, a signal: findings), then profiles it live under ncu or checks it under compute-sanitizer.
+The worker builds it (`nvcc -lineinfo -arch=native` plus the header's flags), runs it once confined (a non-zero
+exit, a CUDA error it prints, a signal: findings), then profiles it live under ncu or checks it under
+compute-sanitizer, which start it themselves with the same scrubbed environment (no secrets, HOME in a scratch
+folder) but without the confinement (it is the user's own program, as `nvcc && ./a.out` would run it).
 A line `FILE.cu:LINE` in what it prints (a CUDA_CHECK macro's __FILE__ and __LINE__) places its error there;
 otherwise errors sit on `main`.
 """
@@ -108,8 +110,8 @@ async def build_program(source: Path, header: ProgramHeader, output: Path,
 def confined_launch(program: list[str], home: Path, allow_network: bool = False) -> tuple[list[str], dict[str, str]]:
     """(argv, environment) that run `program` as a candidate's process runs: the environment's allow-list (no
     secret), HOME and TMPDIR in `home`, writes only there and in the build caches, no network unless allowed
-    (kernel_lsp.process.confine confines itself, then execs the program; the rules stay across the exec). ncu and
-    compute-sanitizer are put in front of this argv: they follow the exec."""
+    (kernel_lsp.process.confine confines itself, then execs the program; the rules stay across the exec). The
+    plain run only: under ncu or compute-sanitizer the program is started directly with this environment."""
     environment, writable = candidate_launch(home)
     argv = [sys.executable, "-P", "-m", "kernel_lsp.process.confine", *(f"--writable={w}" for w in writable)]
     return [*argv, *(["--allow-network"] if allow_network else []), "--", *program], environment

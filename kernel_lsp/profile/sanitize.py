@@ -176,7 +176,7 @@ async def _warm_candidate(plan: SanitizePlan, folder: Path, environment: dict[st
 async def _warm_program(plan: SanitizePlan, files: dict[str, str], folder: Path, home: Path, outcome: SanitizeRun,
                         progress: Any) -> tuple[list[str] | None, dict[str, str] | None]:
     """A standalone program built (-lineinfo) and run once, confined; (the argv each tool then runs, or None; its
-    environment)."""
+    environment: the candidate's, no secrets, HOME in the scratch folder)."""
     source = folder / "task" / plan.candidate
     header = program_header(files[plan.candidate])
     outcome.problems += header.problems
@@ -196,7 +196,10 @@ async def _warm_program(plan: SanitizePlan, files: dict[str, str], folder: Path,
     if result.timed_out:
         outcome.problems.append(f"the program ran past {plan.warm_timeout_s:.0f} s: nothing was sanitized")
         return None, None
-    return argv, environment
+    # under the sanitizer the program runs itself, with the same scrubbed environment but not confined: started
+    # through the confining exec, compute-sanitizer failed at once on the H100 (exit 255 in 0.2 s, and no summary
+    # in the sanitize job; tests/gpu/RESULTS.md, 2026-12-05)
+    return [str(folder / "program"), *header.run], environment
 
 
 async def _one_tool(plan: SanitizePlan, tool: str, sanitizer: str, folder: Path, program: list[str],

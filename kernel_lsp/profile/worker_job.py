@@ -109,7 +109,9 @@ async def program_profile(job: Job, options: ProfileOptions, context: JobContext
             plan = ncu_plan(job, options)
             await context.progress(f"profiling {candidate} under ncu")
             try:
-                launches = await profile_program(plan, argv, folder, environment)
+                # ncu starts the program itself (the scrubbed environment, not the confining exec, which ncu and
+                # compute-sanitizer did not follow on the H100: tests/gpu/RESULTS.md, 2026-12-05)
+                launches = await profile_program(plan, [str(folder / "program"), *header.run], folder, environment)
             except NcuError as exc:
                 problems.append(str(exc))
             sass = await extension_sass([str(folder / "program")], problems)
