@@ -264,10 +264,10 @@ def user_line(file: str | None, line: int | None, files: dict[str, str], origins
         if ext is not None:
             mapped = _generated_line(ext.generated, line)
             return (ext.path, mapped) if mapped is not None else None
-    parts = path.parts
-    for name in files:
+    parts = path.parts  # the job's files are written under a "task" folder; nvcc records the path it was given
+    for name in sorted(files, key=lambda n: -len(Path(n).parts)):  # the longest match first: "a/k.cu" before "k.cu"
         name_parts = Path(name).parts
-        if tuple(parts[-len(name_parts):]) == name_parts and "task" in parts[:len(parts) - len(name_parts)]:
+        if tuple(parts[-len(name_parts):]) == name_parts:
             return origins.get(name, name), line - 1
     return None
 

@@ -148,3 +148,22 @@ def test_a_run_that_proves_nothing_is_a_problem_not_clean():
     assert "failed under memcheck (exit 1)" in tool_problem("memcheck", clean, 1, False, 300, "Traceback")
     many = parse_report(recorded("many.memcheck.log"), "memcheck")  # its failed CUDA calls follow kernel errors
     assert tool_problem("memcheck", many, 1, False, 300, "") is None
+
+
+def test_a_standalone_programs_error_lands_on_its_cu_line():
+    """The site of a program built from the job's file: nvcc records the path it was given (the task folder's, or
+    the bare name). The recorded synccheck errors, their site moved into a .cu file of the job (the standalone
+    program's own logs were not recorded: tests/gpu/RESULTS.md, 2026-12-05)."""
+    from tests.gpu.sanitizer_candidates import STANDALONE
+
+    text = recorded("sync.synccheck.log").replace("in cuda.cu:12", "in /tmp/kernel-lsp-sanitize-x1/task/prog.cu:8")
+    report = parse_report(text, "synccheck")
+    run = SanitizeRun(runs=[ToolRun("synccheck", report, 1.0)])
+    files = {"prog.cu": STANDALONE}
+    [finding], library = sanitize_findings(run, files, files, {"prog.cu": "/home/u/prog.cu"}, "prog.cu")
+    assert library == [] and uri_to_path(finding.uri) == Path("/home/u/prog.cu")
+    assert finding.range.start.line == 7 and finding.code == "sanitizer-synccheck"
+    bare = parse_report(recorded("sync.synccheck.log").replace("in cuda.cu:12", "in prog.cu:8"), "synccheck")
+    [again], _ = sanitize_findings(SanitizeRun(runs=[ToolRun("synccheck", bare, 1.0)]), files, files,
+                                   {"prog.cu": "/home/u/prog.cu"}, "prog.cu")
+    assert again.range.start.line == 7
