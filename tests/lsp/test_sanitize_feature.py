@@ -8,7 +8,6 @@ import asyncio
 import os
 import time
 from pathlib import Path
-from typing import Union
 
 import pytest_lsp
 from lsprotocol import types
@@ -19,29 +18,15 @@ from tests.lsp.helpers import (
     SERVER,
     initialize_params,
     open_document,
-    recording_client,
     replace_document,
     save_document,
 )
+from tests.lsp.test_profile_feature import code_action_client
+from tests.lsp.test_verify_feature import REFERENCE
+from tests.lsp.test_verify_feature import TRITON_CANDIDATE as VERIFY_TRITON_CANDIDATE
 
 ACTION_KIND = "refactor.inspect.sanitizeKernel"
 
-REFERENCE = '''\
-import torch
-
-
-class Model(torch.nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-
-
-def get_inputs():
-    return [torch.randn(64, 33)]
-
-
-def get_init_inputs():
-    return []
-'''
 
 LOAD_INLINE_CANDIDATE = '''\
 # kernel-lsp: reference=relu.py
@@ -70,43 +55,10 @@ class ModelNew(torch.nn.Module):
         return ext.relu(x.contiguous())
 '''
 
-TRITON_CANDIDATE = '''\
-# kernel-lsp: reference=relu.py
-import torch
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    x = tl.load(x_ptr + offsets, mask=mask)
-    tl.store(out_ptr + offsets, tl.maximum(x, 0.0), mask=mask)
-
-
-class ModelNew(torch.nn.Module):
-    def forward(self, x):
-        x = x.contiguous()
-        out = torch.empty_like(x)
-        n = x.numel()
-        relu_kernel[(triton.cdiv(n, 256),)](x, out, n, BLOCK=256)
-        return out
-'''
+TRITON_CANDIDATE = VERIFY_TRITON_CANDIDATE.replace("OFFSET", "0.0")
 
 CPU_VERIFY = {"debounceMs": 50, "compileOnChange": False, "verifyDevice": "cpu", "trials": 2, "timedCalls": 5,
               "warmupCalls": 1, "baselines": ["eager"]}
-
-
-def code_action_client() -> LanguageClient:
-    """The recording client, reading a CodeAction (whose `command` is an object) as one, not as a Command."""
-    client = recording_client()
-    converter = client.protocol._converter
-    converter.register_structure_hook(
-        Union[types.Command, types.CodeAction],
-        lambda obj, _: converter.structure(obj, types.Command if isinstance(obj.get("command"), str)
-                                           else types.CodeAction))
-    return client
 
 
 def config(env: dict[str, str] | None = None) -> ClientServerConfig:
