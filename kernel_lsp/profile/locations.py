@@ -6,11 +6,13 @@ back through the generated cuda.cu's source map) and among @triton.jit and @cute
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kernel_lsp.compile.units import CUDA_SUFFIXES, CompileUnit
 from kernel_lsp.findings import Range
 from kernel_lsp.sources import assemble_load_inline, find_kernels, parse_python
+from kernel_lsp.sources.sourcemap import SourceMap
 
 
 @dataclass(frozen=True)
@@ -53,9 +55,16 @@ def document_line(unit: CompileUnit, line: int) -> int | None:
     (torch's headers, the module definition)."""
     if unit.source_map is None:
         return line
-    text = unit.lines[line - 1] if 0 < line <= len(unit.lines) else ""
+    mapped = original_line(unit.source_map, unit.lines, line)
+    return None if mapped is None else mapped + 1
+
+
+def original_line(source_map: SourceMap, lines: Sequence[str], line: int) -> int | None:
+    """A 1-based line of a generated text (its `lines`, its `source_map`) as a 0-based line of the original; None
+    for generated text."""
+    text = lines[line - 1] if 0 < line <= len(lines) else ""
     for column in (len(text) - len(text.lstrip()), 0):  # the first character of the code, else the line start
-        mapped = unit.source_map.to_original(line - 1, column)
+        mapped = source_map.to_original(line - 1, column)
         if mapped is not None:
-            return mapped[0] + 1
+            return mapped[0]
     return None

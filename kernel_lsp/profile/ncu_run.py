@@ -60,10 +60,16 @@ def kernel_name_filter(kernels: Sequence[str]) -> list[str]:
 
 
 def driver_program(plan: NcuPlan, writable: Sequence[str] = ()) -> list[str]:
-    program = [sys.executable, "-P", "-m", "kernel_lsp.profile.driver", "--candidate", plan.candidate]
-    program += ["--reference", plan.reference] if plan.reference else []
+    return driver_command(plan.candidate, plan.reference, writable, plan.allow_network)
+
+
+def driver_command(candidate: str, reference: str | None, writable: Sequence[str], allow_network: bool,
+                   *options: str) -> list[str]:
+    """The profile driver's argv (kernel_lsp/profile/driver.py), with its own `options` (--warmup, --calls)."""
+    program = [sys.executable, "-P", "-m", "kernel_lsp.profile.driver", "--candidate", candidate, *options]
+    program += ["--reference", reference] if reference else []
     program += [f"--writable={folder}" for folder in writable]
-    return program + (["--allow-network"] if writable and plan.allow_network else [])
+    return program + (["--allow-network"] if writable and allow_network else [])
 
 
 def profiling_command(plan: NcuPlan, ncu: str, report: Path, writable: Sequence[str] = ()) -> list[str]:

@@ -30,7 +30,8 @@ from typing import Any
 from kernel_lsp.compile.process import run_process
 from kernel_lsp.findings import Finding, Range, Related, Severity, path_to_uri
 from kernel_lsp.compile.units import CUDA_SUFFIXES
-from kernel_lsp.profile.ncu_run import output_tail, write_files
+from kernel_lsp.profile.locations import kernel_locations, original_line
+from kernel_lsp.profile.ncu_run import driver_command, output_tail, write_files
 from kernel_lsp.profile.program import (
     build_program,
     confined_launch,
@@ -99,13 +100,8 @@ class SanitizeRun:
 
 
 def driver_argv(plan: SanitizePlan, writable: Sequence[str], warmup: int, calls: int) -> list[str]:
-    import sys
-
-    argv = [sys.executable, "-P", "-m", "kernel_lsp.profile.driver", "--candidate", plan.candidate,
-            "--warmup", str(warmup), "--calls", str(calls)]
-    argv += ["--reference", plan.reference] if plan.reference else []
-    argv += [f"--writable={folder}" for folder in writable]
-    return argv + (["--allow-network"] if writable and plan.allow_network else [])
+    return driver_command(plan.candidate, plan.reference, writable, plan.allow_network,
+                          "--warmup", str(warmup), "--calls", str(calls))
 
 
 def sanitize_environment(home: Path, cache_dir: Path) -> tuple[dict[str, str], list[str]]:
@@ -262,23 +258,13 @@ def user_line(file: str | None, line: int | None, files: dict[str, str], origins
         ext = next((e for e in extensions.values() if kernel and kernel in e.kernels), None)
         ext = ext or extensions.get(path.parent.name) or extensions.get(re.sub(r"_v\d+$", "", path.parent.name))
         if ext is not None:
-            mapped = _generated_line(ext.generated, line)
+            mapped = original_line(ext.generated.map, ext.generated.text.splitlines(), line)
             return (ext.path, mapped) if mapped is not None else None
     parts = path.parts  # the job's files are written under a "task" folder; nvcc records the path it was given
     for name in sorted(files, key=lambda n: -len(Path(n).parts)):  # the longest match first: "a/k.cu" before "k.cu"
         name_parts = Path(name).parts
         if tuple(parts[-len(name_parts):]) == name_parts:
             return origins.get(name, name), line - 1
-    return None
-
-
-def _generated_line(generated: Any, line: int) -> int | None:
-    lines = generated.text.splitlines()
-    text = lines[line - 1] if 0 < line <= len(lines) else ""
-    for column in (len(text) - len(text.lstrip()), 0):
-        mapped = generated.map.to_original(line - 1, column)
-        if mapped is not None:
-            return mapped[0]
     return None
 
 
@@ -365,8 +351,6 @@ def _model_line(text: str) -> int:
 
 
 def _kernel_line(kernel: str, own_files: dict[str, str], origins: dict[str, str]) -> tuple[str, int] | None:
-    from kernel_lsp.profile.locations import kernel_locations
-
     location = kernel_locations(own_files, origins).get(kernel)
     return (location.file, location.range.start.line) if location else None
 
