@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.gpu.sanitizer_candidates import CANDIDATES, STANDALONE  # noqa: E402
+from tests.gpu.sanitizer_candidates import CANDIDATES, STANDALONE, STANDALONE_ARGS  # noqa: E402
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 BASE = {"memcheck": ["--leak-check", "no"], "racecheck": [], "initcheck": [], "synccheck": []}
@@ -75,7 +75,10 @@ def main() -> int:
     parser.add_argument("--bench", action="store_true")
     parser.add_argument("--deadline-s", type=float, default=450)
     parser.add_argument("--tool-timeout-s", type=float, default=120)
+    parser.add_argument("--only", default="", help="comma-separated candidates (and standalone); all by default")
     args = parser.parse_args()
+    only = set(filter(None, args.only.split(",")))
+    wanted = (lambda name: not only or name in only)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     work = Path("/tmp/kernel-lsp-sanitize")
@@ -90,6 +93,8 @@ def main() -> int:
 
     files = {}
     for name, text in CANDIDATES.items():
+        if not wanted(name):
+            continue
         files[name] = work / f"{name}.py"
         files[name].write_text(text)
         (out / f"{name}.py").write_text(text)
@@ -111,6 +116,8 @@ def main() -> int:
              ("uninit_shared", "racecheck", ["--racecheck-report", "hazard"], False, "hazard"),
              ("many", "memcheck", ["--print-limit", "5"], False, "limit5")]
 
+    plan = [item for item in plan if wanted(item[0])]
+
     def one(item: tuple[str, str, list[str], bool, str]) -> tuple[str, dict]:
         name, tool, extra, caching, variant = item
         stem = ".".join(filter(None, (name, tool, variant)))
@@ -121,27 +128,8 @@ def main() -> int:
         for stem, record in pool.map(one, plan):
             runs[stem] = record
 
-    # the standalone program
-    program = work / "standalone.cu"
-    program.write_text(STANDALONE)
-    (out / "standalone.cu").write_text(STANDALONE)
-    binary = work / "standalone"
-    runs["standalone.build"] = run(["nvcc", "-O2", "-lineinfo", "-o", str(binary), str(program)],
-                                   out / "standalone.build.out", dict(os.environ), 120)
-    runs["standalone.plain"] = run([str(binary), "1048576"], out / "standalone.plain.out", dict(os.environ), 60)
-    for tool in TOOLS:
-        runs[f"standalone.{tool}"] = run(sanitized(tool, out / f"standalone.{tool}.log", [str(binary), "1048576"]),
-                                         out / f"standalone.{tool}.out", dict(os.environ), 120)
-
-    # the worker's way: confined by kernel_lsp.process.confine, which execs the program (ncu and the sanitizer follow)
-    confined = [sys.executable, "-P", "-m", "kernel_lsp.process.confine", f"--writable={work}", "--", str(binary),
-                "1048576"]
-    runs["standalone.memcheck.confined"] = run(sanitized("memcheck", out / "standalone.memcheck.confined.log", confined),
-                                               out / "standalone.memcheck.confined.out", environment(work), 120)
-    ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
-    runs["standalone.ncu.confined"] = run([ncu, "--clock-control", "none", "--launch-count", "1", "--section",
-                                           "SpeedOfLight", *confined], out / "standalone.ncu.confined.out",
-                                          environment(work), 120)
+    if wanted("standalone"):
+        standalone(out, work, runs)
     if args.bench:
         bench(out, work, runs, args)
     (out / "runs.json").write_text(json.dumps(runs, indent=1))
@@ -149,6 +137,30 @@ def main() -> int:
     for stem, record in runs.items():
         print(f"{stem:40} {str(record['rc']):>8} {record['wall_s']:8.1f}")
     return 0
+
+
+def standalone(out: Path, work: Path, runs: dict) -> None:
+    program = work / "standalone.cu"
+    program.write_text(STANDALONE)
+    (out / "standalone.cu").write_text(STANDALONE)
+    binary = work / "standalone"
+    runs["standalone.build"] = run(["nvcc", "-O2", "-lineinfo", "-o", str(binary), str(program)],
+                                   out / "standalone.build.out", dict(os.environ), 120)
+    program_argv = [str(binary), *STANDALONE_ARGS]
+    runs["standalone.plain"] = run(program_argv, out / "standalone.plain.out", dict(os.environ), 60)
+    for tool in TOOLS:
+        runs[f"standalone.{tool}"] = run(sanitized(tool, out / f"standalone.{tool}.log", program_argv),
+                                         out / f"standalone.{tool}.out", dict(os.environ), 120)
+
+    # the worker's way: confined by kernel_lsp.process.confine, which execs the program (ncu and the sanitizer follow)
+    confined = [sys.executable, "-P", "-m", "kernel_lsp.process.confine", f"--writable={work}", "--", str(binary),
+                *STANDALONE_ARGS]
+    runs["standalone.memcheck.confined"] = run(sanitized("memcheck", out / "standalone.memcheck.confined.log", confined),
+                                               out / "standalone.memcheck.confined.out", environment(work), 120)
+    ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
+    runs["standalone.ncu.confined"] = run([ncu, "--clock-control", "none", "--launch-count", "1", "--section",
+                                           "SpeedOfLight", *confined], out / "standalone.ncu.confined.out",
+                                          environment(work), 120)
 
 
 def bench(out: Path, work: Path, runs: dict, args: argparse.Namespace) -> None:

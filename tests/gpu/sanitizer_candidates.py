@@ -157,7 +157,11 @@ def bug_line(text: str) -> int | None:
 
 
 # a standalone program with its own main(): the last block writes past the end of its output
-STANDALONE = r'''// kernel-lsp: build=-O2 run=1048576
+# n = 1000000 floats is not a multiple of cudaMalloc's 2 MiB granule, so the access one past the end lands in the
+# allocation's rounding: the program runs and prints "ok" (as such a bug does in the field), and only memcheck,
+# which knows each allocation's exact size, sees it. (With n = 2^20 the plain run faults: illegal address.)
+STANDALONE_ARGS = ["1000000"]
+STANDALONE = r'''// kernel-lsp: build=-O2 run=1000000
 #include <cstdio>
 #include <cstdlib>
 #include <cuda_runtime.h>
