@@ -1,9 +1,9 @@
-"""Memory safety in the editor: the "Check memory safety (compute-sanitizer)" action on a kernel of a `.py`
-candidate (`kernel-lsp.sanitize` [uri]), and, with `sanitizeAfterVerify`, the same check after a verification that
-passed, for content not checked before. Both run the worker's "sanitize" job (kernel_lsp/kinds/sanitize.py), the
-action on the files as the editor shows them, the check after verification on the texts verified, with $/progress,
-and publish its `sanitizer-*` findings on the candidate's files under a producer of their own: a new check replaces
-the previous check's findings and nothing else.
+"""Memory safety in the editor: the "Check memory safety (compute-sanitizer)" action on a kernel of a `.py` candidate
+or of a standalone `.cu` program (`kernel-lsp.sanitize` [uri]), and, with `sanitizeAfterVerify`, the same check
+after a verification that passed, for content not checked before. Both run the worker's "sanitize" job
+(kernel_lsp/kinds/sanitize.py), the action on the files as the editor shows them, the check after verification on
+the texts verified, with $/progress, and publish its `sanitizer-*` findings on the candidate's files under a
+producer of their own: a new check replaces the previous check's findings and nothing else.
 
 A check takes minutes: a file the editor shows with another text than the one checked (edited meanwhile, or unsaved
 when a check after verification read the disk) gets none of its findings, their lines being the old text's, and the
@@ -29,7 +29,9 @@ from kernel_lsp.kinds.sanitize import (
     sanitize_job,
     sanitize_options,
 )
+from kernel_lsp.compile.units import CUDA_SUFFIXES
 from kernel_lsp.profile.locations import kernel_locations
+from kernel_lsp.profile.program import has_main
 from kernel_lsp.profile.sanitize import NO_GPU
 from kernel_lsp.server.convert import OpenDocument, command_action, kind_requested, open_texts
 from kernel_lsp.server.diagnostics import DiagnosticStore
@@ -163,8 +165,8 @@ class SanitizeFeature(Feature):
     # --- the code action ------------------------------------------------------------------------------------
 
     def code_actions(self, uri: str, span: types.Range, only: Sequence[str] | None) -> list[types.CodeAction]:
-        """On a kernel's name in a `.py` candidate (Triton, CuTe DSL, a load_inline CUDA string). One that cannot
-        run is listed disabled with the reason, for clients that show such actions."""
+        """On a kernel's name in a `.py` candidate (Triton, CuTe DSL, a load_inline CUDA string) or in a standalone
+        `.cu` program. One that cannot run is listed disabled with the reason, for clients that show such actions."""
         if not kind_requested(SANITIZE_ACTION_KIND, only):
             return []
         document = self._documents().get(uri)
@@ -172,8 +174,8 @@ class SanitizeFeature(Feature):
             path = uri_to_path(uri)
         except ValueError:
             return []
-        if document is None or path.suffix != ".py":
-            return []
+        if document is None or not (path.suffix == ".py" or path.suffix in CUDA_SUFFIXES and has_main(document.source)):
+            return []  # a .py candidate, or a standalone .cu program (its own main())
         kernels = kernel_locations({path.name: document.source}, {path.name: str(path)})
         if not any(span.start.line <= k.range.start.line <= span.end.line for k in kernels.values()):
             return []
@@ -183,6 +185,8 @@ class SanitizeFeature(Feature):
         return [command_action(SANITIZE_ACTION_TITLE, SANITIZE_ACTION_KIND, SANITIZE_COMMAND, [uri], reason)]
 
     def _cannot_sanitize(self, path: Path, text: str) -> str | None:
+        if path.suffix != ".py":  # a program: built and run as it is, no reference
+            return NO_GPU if self._worker_has_no_gpu() else None
         found = find_reference(path, text, *self.settings.pairing_context())
         if isinstance(found, ReferenceProblem):
             return found.message

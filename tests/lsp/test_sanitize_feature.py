@@ -141,6 +141,23 @@ async def test_the_action_is_offered_on_a_kernel_and_without_a_gpu_says_so(clien
     assert hover is not None and "relu_kernel" in hover.contents.value
 
 
+async def test_a_cu_program_gets_the_action_and_a_plain_cu_file_does_not(client: LanguageClient, workspace: Path):
+    from tests.gpu.sanitizer_candidates import STANDALONE
+
+    program = workspace / "prog.cu"
+    uri = open_document(client, program, STANDALONE)
+    lines = STANDALONE.splitlines()
+    kernel_line = next(i for i, text in enumerate(lines) if "void scale(" in text)
+    [action] = await sanitize_actions(client, uri, kernel_line)
+    assert action.disabled is None and list(action.command.arguments) == [uri]
+    library = STANDALONE[:STANDALONE.index("int main(")]  # the same kernel, no main(): nothing to run
+    plain_uri = open_document(client, workspace / "kernels.cu", library)
+    assert not await sanitize_actions(client, plain_uri, kernel_line)
+    answer = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command=action.command.command, arguments=action.command.arguments))
+    assert answer == {"uri": uri, "status": "unavailable", "message": NO_GPU}, answer
+
+
 async def test_after_verification_a_missing_gpu_is_said_once(after_verify: LanguageClient, workspace: Path):
     client = after_verify
     (workspace / "relu.py").write_text(REFERENCE)
