@@ -28,6 +28,12 @@ class ProcessResult:
         return self.stderr + "\n" + self.stdout
 
 
+def output_tail(text: str, lines: int = 5, empty: str = "(none)") -> str:
+    """A tool's last non-blank lines on one line, for a message."""
+    kept = [line for line in text.strip().splitlines() if line.strip()][-lines:]
+    return " | ".join(kept) or empty
+
+
 async def run_process(argv: list[str], *, timeout_s: float, cwd: str | None = None,
                       env: dict[str, str] | None = None) -> ProcessResult:
     """Raises OSError when the program cannot be started; asyncio.CancelledError kills it."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernel_lsp.kinds.options import DEFAULT_LAUNCH_COUNT
-from kernel_lsp.compile.process import run_process
+from kernel_lsp.compile.process import output_tail, run_process
 from kernel_lsp.verify.candidate_process import candidate_launch
 from kernel_lsp.verify.kernels import CUTE_DSL_PREFIX
 from kernel_lsp.process.isolation import with_package_on_path
@@ -127,11 +127,6 @@ async def run_ncu_async(argv: list[str], timeout_s: float, cwd: Path, environmen
     except NcuFailed as exc:  # the profiled program's own error is what the user needs to see
         raise NcuFailed(f"{exc}; last output: {output_tail(result.stderr or result.stdout)}") from exc
     return result.stdout
-
-
-def output_tail(text: str, lines: int = 5) -> str:
-    kept = [line for line in text.strip().splitlines() if line.strip()][-lines:]
-    return " | ".join(kept) or "(none)"
 
 
 def write_files(folder: Path, files: dict[str, str]) -> None:

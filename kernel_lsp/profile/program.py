@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernel_lsp.compile.process import ProcessResult, run_process
+from kernel_lsp.compile.process import ProcessResult, output_tail, run_process
 from kernel_lsp.findings import Finding, Range, Severity, path_to_uri
 from kernel_lsp.verify.candidate_process import candidate_launch
 
@@ -146,6 +146,5 @@ def runtime_findings(result: ProcessResult, path: str, text: str, name: str, tim
             for message, at in messages]
 
 
-def _tail(text: str, lines: int = 4) -> str:
-    kept = [line for line in text.strip().splitlines() if line.strip()][-lines:]
-    return " | ".join(kept) or "(no output)"
+def _tail(text: str) -> str:
+    return output_tail(text, 4, "(no output)")

@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernel_lsp.compile.process import run_process
+from kernel_lsp.compile.process import output_tail, run_process
 from kernel_lsp.findings import Finding, Range, Related, Severity, path_to_uri
 from kernel_lsp.compile.units import CUDA_SUFFIXES
 from kernel_lsp.profile.locations import kernel_locations, original_line
-from kernel_lsp.profile.ncu_run import driver_command, output_tail, write_files
+from kernel_lsp.profile.ncu_run import driver_command, write_files
 from kernel_lsp.profile.program import (
     build_program,
     confined_launch,
