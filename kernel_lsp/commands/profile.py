@@ -23,7 +23,7 @@ from kernel_lsp.commands.shared import (
     add_worker_options,
     reports_usage_errors,
     nearest_settings,
-    print_progress,
+    run_one_job,
     worker_client,
 )
 from kernel_lsp.config import Settings
@@ -115,21 +115,13 @@ async def _static_cuda_report(path: Path, kernels: tuple[str, ...] | list[str]) 
 
 async def _worker_report(args: argparse.Namespace, program: bool = False) -> dict[str, Any]:
     from kernel_lsp.kinds.profile import ProfileOutcome, profile_job, profile_options
-    from kernel_lsp.worker.client import WorkerUnavailable
-
     settings = nearest_settings(args.file.parent, "profile")[1]
     reference = None if program else reference_for(args, settings)
     client = worker_client(args, settings)
     job = profile_job(args.file, reference,
                       profile_options(settings, **({"kernels": tuple(args.kernel)} if args.kernel else {})))
     print(f"kernel-lsp profile: {args.file}" + (f" with reference {reference}" if reference else ""), file=sys.stderr)
-    try:
-        result = await client.run(job, progress=print_progress)
-    except WorkerUnavailable as exc:
-        raise CommandUsageError(str(exc)) from exc
-    finally:
-        await client.close()
-    outcome = ProfileOutcome.of(result)
+    outcome = ProfileOutcome.of(await run_one_job(client, job))
     if outcome.report is None:
         raise CommandUsageError(outcome.summary)
     return {**outcome.report, "problems": outcome.run_failures() + list(outcome.report.get("problems") or [])}

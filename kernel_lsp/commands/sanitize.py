@@ -25,7 +25,7 @@ from kernel_lsp.commands.shared import (
     add_worker_options,
     nearest_settings,
     print_findings,
-    print_progress,
+    run_one_job,
     reports_usage_errors,
     worker_client,
 )
@@ -78,7 +78,6 @@ def run(args: argparse.Namespace) -> int:
 async def _sanitize(args: argparse.Namespace) -> Any:
     from kernel_lsp.commands.profile import reference_for
     from kernel_lsp.kinds.sanitize import SanitizeOutcome, client_timeout_s, sanitize_job, sanitize_options
-    from kernel_lsp.worker.client import WorkerUnavailable
 
     settings = nearest_settings(args.file.parent, "sanitize")[1]
     overrides: dict[str, Any] = {}
@@ -94,10 +93,4 @@ async def _sanitize(args: argparse.Namespace) -> Any:
     client = worker_client(args, dataclasses.replace(settings, job_timeout_s=client_timeout_s(options, settings)))
     print(f"kernel-lsp sanitize: {args.file}" + (f" with reference {reference}" if reference else ""),
           file=sys.stderr)
-    try:
-        result = await client.run(job, progress=print_progress)
-    except WorkerUnavailable as exc:
-        raise CommandUsageError(str(exc)) from exc
-    finally:
-        await client.close()
-    return SanitizeOutcome.of(result)
+    return SanitizeOutcome.of(await run_one_job(client, job))

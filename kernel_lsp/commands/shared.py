@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from kernel_lsp.config import BACKENDS, BASELINE_KINDS, VERIFY_DEVICES, Settings, pyproject_settings, resolve_settings
 
 if TYPE_CHECKING:
+    from kernel_lsp.worker.protocol import Job, Result
     from kernel_lsp.worker.backend import JobRunner
 
 
@@ -137,6 +138,19 @@ def worker_client(args: argparse.Namespace, settings: Settings) -> JobRunner:
     return make_runner(settings, token=token, worker=args.worker, backend=backend,
                        ray_address=getattr(args, "address", None), ray_actors=actors,
                        device=getattr(args, "device", None))
+
+
+async def run_one_job(client: JobRunner, job: Job) -> Result:
+    """One job on the command's runner, its progress on stderr; an unreachable worker is a usage error (exit 2).
+    The runner is closed after it."""
+    from kernel_lsp.worker.client import WorkerUnavailable
+
+    try:
+        return await client.run(job, progress=print_progress)
+    except WorkerUnavailable as exc:
+        raise CommandUsageError(str(exc)) from exc
+    finally:
+        await client.close()
 
 
 def print_progress(message: str, _fraction: Any = None) -> None:

@@ -21,7 +21,7 @@ from kernel_lsp.commands.shared import (
     kernelbench_roots,
     nearest_settings,
     print_findings,
-    print_progress,
+    run_one_job,
     verify_option_overrides,
     worker_client,
 )
@@ -77,17 +77,9 @@ def _pairing(candidate: Path, args: argparse.Namespace, workspace: Path | None, 
 
 
 async def _run_job(pairing: Pairing, options: VerifyOptions, settings: Settings, args: argparse.Namespace) -> Result:
-    from kernel_lsp.worker.client import WorkerUnavailable
-
     client = worker_client(args, settings)
     print(f"kernel-lsp verify: {pairing.candidate} against {pairing.reference} ({pairing.how})", file=sys.stderr)
-    try:
-        return await client.run(verify_job(pairing.candidate, pairing.reference, options),
-                                progress=print_progress)
-    except WorkerUnavailable as exc:
-        raise CommandUsageError(str(exc)) from exc
-    finally:
-        await client.close()
+    return await run_one_job(client, verify_job(pairing.candidate, pairing.reference, options))
 
 
 def _print(fmt: str, pairing: Pairing, outcome: VerifyOutcome, result: Result) -> None:
