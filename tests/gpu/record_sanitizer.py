@@ -153,8 +153,11 @@ def standalone(out: Path, work: Path, runs: dict) -> None:
                                          out / f"standalone.{tool}.out", dict(os.environ), 120)
 
     # the worker's way: confined by kernel_lsp.process.confine, which execs the program (ncu and the sanitizer follow)
-    confined = [sys.executable, "-P", "-m", "kernel_lsp.process.confine", f"--writable={work}", "--", str(binary),
-                *STANDALONE_ARGS]
+    from kernel_lsp.profile.program import confined_launch
+
+    home = work / "home"
+    home.mkdir(exist_ok=True)
+    confined = confined_launch(program_argv, home)[0]  # as the worker's plain run: writes to home, /dev, /proc
     runs["standalone.memcheck.confined"] = run(sanitized("memcheck", out / "standalone.memcheck.confined.log", confined),
                                                out / "standalone.memcheck.confined.out", environment(work), 120)
     ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"

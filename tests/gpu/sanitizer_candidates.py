@@ -113,12 +113,14 @@ __global__ void scale_tile(const float* __restrict__ x, float* __restrict__ y, i
 }
 ''')
 
-# reads its output (torch::empty_like, never written) before writing it: initcheck's uninitialised global read
+# reads its output (torch::empty_like, never written) before writing it: initcheck's uninitialised global read.
+# One thread in 4096 reads (256 errors): with every thread reading (2^20 errors) initcheck ran past 5 minutes on
+# the H100 (2026-12-05)
 UNINIT_GLOBAL = _candidate("sanitize_uninit_global", "relu_reread", r'''
 __global__ void relu_reread(const float* __restrict__ x, float* __restrict__ y, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
-        float old = y[i];  // BUG: y is torch::empty_like(x): nothing wrote it yet
+        float old = i % 4096 == 0 ? y[i] : 0.f;  // BUG: y is torch::empty_like(x): nothing wrote it yet
         y[i] = old == 1234.5f ? 0.f : fmaxf(x[i], 0.f);
     }
 }
