@@ -40,24 +40,31 @@ TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 # PyTorch's caching allocator off (tests/fixtures/sanitizer/oob.memcheck.log, 0 errors, where the input and the
 # output were allocated back to back).
 MEMCHECK_PADDING = 4096
+# counts and sizes as compute-sanitizer prints them: "of size 4,194,304 bytes" (thousands separated), "72 bytes"
+NUMBER = r"\d[\d,]*"
 PREFIX = re.compile(r"^=+ ?(?:\[\d+\] ?)?")  # "========= ", with the process id where several are checked
 SITE = re.compile(r"^(?P<symbol>.+?)(?:\+(?P<offset>0x[0-9a-fA-F]+))?(?: in (?P<file>.+?):(?P<line>\d+))?\s*$")
 THREAD_BLOCK = re.compile(r"by thread \((?P<thread>[\d, ]+)\) in block \((?P<block>[\d, ]+)\)")
-ACCESS = re.compile(r"Invalid (?P<space>__\w+__) (?P<access>read|write|atomic)\w* of size (?P<size>\d+) bytes?")
-UNINITIALIZED = re.compile(r"Uninitialized (?P<space>__\w+__) memory (?P<access>read|write)\w* of size (?P<size>\d+)")
+ACCESS = re.compile(rf"Invalid (?P<space>__\w+__) (?P<access>read|write|atomic)\w* of size (?P<size>{NUMBER}) bytes?")
+UNINITIALIZED = re.compile(rf"Uninitialized (?P<space>__\w+__) memory (?P<access>read|write)\w* of size "
+                           rf"(?P<size>{NUMBER})")
 RACE = re.compile(r"^(?P<severity>Error|Warning|Info\w*): Race reported between (?P<first>Read|Write) access at "
                   r"(?P<site>.+)$")
-RACE_SECOND = re.compile(r"^and (?P<second>Read|Write) access at (?P<site>.+?)(?: \[(?P<count>\d+) hazards?\])?$")
+RACE_SECOND = re.compile(rf"^and (?P<second>Read|Write) access at (?P<site>.+?)(?: \[(?P<count>{NUMBER}) hazards?\])?$")
 HAZARD = re.compile(r"^(?P<severity>Error|Warning|Info\w*): Potential (?P<kind>RAW|WAR|WAW) hazard detected at "
                     r"(?P<space>__\w+__) (?P<address>0x[0-9a-fA-F]+) in block \((?P<block>[\d, ]+)\)")
 HAZARD_SITE = re.compile(r"^(?P<access>Read|Write)\w* Thread \((?P<thread>[\d, ]+)\) at (?P<site>.+)$")
-RELATION = re.compile(r"is (?P<bytes>\d+) bytes? (?P<where>after|before) the nearest allocation at "
-                      r"(?P<base>0x[0-9a-fA-F]+) of size (?P<size>\d+) bytes?")
-SUMMARY = re.compile(r"^(?:ERROR SUMMARY: (?P<errors>\d+) errors?|RACECHECK SUMMARY: (?P<race>.*))")
-RACE_COUNTS = re.compile(r"(\d+) hazards? displayed \((\d+) errors?, (\d+) warnings?\)")
+RELATION = re.compile(rf"is (?P<bytes>{NUMBER}) bytes? (?P<where>after|before) the nearest allocation at "
+                      rf"(?P<base>0x[0-9a-fA-F]+) of size (?P<size>{NUMBER}) bytes?")
+SUMMARY = re.compile(rf"^(?:ERROR SUMMARY: (?P<errors>{NUMBER}) errors?|RACECHECK SUMMARY: (?P<race>.*))")
+RACE_COUNTS = re.compile(rf"({NUMBER}) hazards? displayed \(({NUMBER}) errors?, ({NUMBER}) warnings?\)")
 NOT_PRINTED = re.compile(r"(?i)(print(?:ing)? limit|not (?:been )?(?:printed|displayed))")
 BANNER = ("COMPUTE-SANITIZER", "LEAK SUMMARY", "Target application returned an error",
           "Internal Sanitizer Error")
+
+
+def number(text: str) -> int:
+    return int(text.replace(",", ""))
 
 
 class SanitizerNotFound(Exception):
@@ -176,11 +183,11 @@ def parse_report(text: str, tool: str) -> SanitizerReport:
             if summary:
                 current = None
                 if summary.group("errors") is not None:
-                    reported = int(summary.group("errors"))
+                    reported = number(summary.group("errors"))
                 else:
                     counts = RACE_COUNTS.search(summary.group("race") or "")
-                    reported = int(counts.group(2)) if counts else 0
-                    warnings = int(counts.group(3)) if counts else 0
+                    reported = number(counts.group(2)) if counts else 0
+                    warnings = number(counts.group(3)) if counts else 0
                 continue
             if stripped.startswith(BANNER) or _is_note(stripped):
                 notes.append(stripped)
@@ -219,11 +226,11 @@ def _start(line: str, tool: str) -> SanitizerError:
     access = ACCESS.search(line)
     if access:
         return SanitizerError(tool, "invalid-access", line, space=_space(access.group("space")),
-                              access=access.group("access"), size=int(access.group("size")))
+                              access=access.group("access"), size=number(access.group("size")))
     uninitialized = UNINITIALIZED.search(line)
     if uninitialized:
         return SanitizerError(tool, "uninitialized", line, space=_space(uninitialized.group("space")),
-                              access=uninitialized.group("access"), size=int(uninitialized.group("size")))
+                              access=uninitialized.group("access"), size=number(uninitialized.group("size")))
     if line.startswith("Barrier error") or "barrier" in line.lower():
         return SanitizerError(tool, "barrier", line)
     if line.startswith("Misaligned"):
@@ -241,7 +248,7 @@ def _detail(error: SanitizerError, line: str) -> None:
     if second and error.kind == "race":
         error.other = parse_site(second.group("site"))
         error.other_access = second.group("second").lower()
-        error.hazards = int(second.group("count")) if second.group("count") else None
+        error.hazards = number(second.group("count")) if second.group("count") else None
         return
     hazard_site = HAZARD_SITE.match(line)
     if hazard_site and error.kind == "race":
@@ -275,7 +282,7 @@ def _detail(error: SanitizerError, line: str) -> None:
 def _relation(match: re.Match[str], access: int | None) -> str:
     """compute-sanitizer counts "after" from the allocation's last byte: "1 bytes after" is the first byte past
     its end (recorded: an access at base+72 of a 72-byte allocation)."""
-    distance, size = int(match.group("bytes")), int(match.group("size"))
+    distance, size = number(match.group("bytes")), number(match.group("size"))
     what = f"{access} bytes" if access else "the access"
     if match.group("where") == "before":
         return f"{what} {distance} bytes before the start of a {size}-byte allocation"

@@ -151,19 +151,40 @@ def test_a_run_that_proves_nothing_is_a_problem_not_clean():
 
 
 def test_a_standalone_programs_error_lands_on_its_cu_line():
-    """The site of a program built from the job's file: nvcc records the path it was given (the task folder's, or
-    the bare name). The recorded synccheck errors, their site moved into a .cu file of the job (the standalone
-    program's own logs were not recorded: tests/gpu/RESULTS.md, 2026-12-05)."""
+    """The standalone program's own memcheck log (built by nvcc -lineinfo from a path, run on 1000000 floats):
+    the read one past the end at `standalone.cu:8`, then the launch failure memcheck's stop caused, a note. A site
+    under the task folder (nvcc keeps the path it was given) lands on the same line."""
     from tests.gpu.sanitizer_candidates import STANDALONE
 
-    text = recorded("sync.synccheck.log").replace("in cuda.cu:12", "in /tmp/kernel-lsp-sanitize-x1/task/prog.cu:8")
-    report = parse_report(text, "synccheck")
-    run = SanitizeRun(runs=[ToolRun("synccheck", report, 1.0)])
-    files = {"prog.cu": STANDALONE}
-    [finding], library = sanitize_findings(run, files, files, {"prog.cu": "/home/u/prog.cu"}, "prog.cu")
-    assert library == [] and uri_to_path(finding.uri) == Path("/home/u/prog.cu")
-    assert finding.range.start.line == 7 and finding.code == "sanitizer-synccheck"
-    bare = parse_report(recorded("sync.synccheck.log").replace("in cuda.cu:12", "in prog.cu:8"), "synccheck")
-    [again], _ = sanitize_findings(SanitizeRun(runs=[ToolRun("synccheck", bare, 1.0)]), files, files,
-                                   {"prog.cu": "/home/u/prog.cu"}, "prog.cu")
-    assert again.range.start.line == 7
+    assert recorded("standalone.plain.out").strip() == "ok 1000000"  # the plain run passed: only memcheck sees it
+    files = {"standalone.cu": STANDALONE}
+    for text in (recorded("standalone.memcheck.log"),
+                 recorded("standalone.memcheck.log").replace("in standalone.cu:8",
+                                                             "in /tmp/kernel-lsp-sanitize-x1/task/standalone.cu:8")):
+        report = parse_report(text, "memcheck")
+        assert report.complete and report.reported == 2
+        run = SanitizeRun(runs=[ToolRun("memcheck", report, 1.0)])
+        [finding], library = sanitize_findings(run, files, files, {"standalone.cu": "/home/u/prog.cu"},
+                                               "standalone.cu")
+        assert library == [] and uri_to_path(finding.uri) == Path("/home/u/prog.cu")
+        assert finding.range.start.line == bug_line(STANDALONE) - 1 and finding.code == "sanitizer-memcheck"
+        assert "4 bytes just past the end of a 4000000-byte allocation" in finding.message, finding.message
+        assert "(64,0,0)" in finding.message and "(3906,0,0)" in finding.message, finding.message
+        [note] = run.runs[0].notes
+        assert "cudaErrorLaunchFailure" in note and "cudaDeviceSynchronize" in note
+    for tool in ("racecheck", "initcheck", "synccheck"):  # nothing for the other tools to find there
+        report = parse_report(recorded(f"standalone.{tool}.log"), tool)
+        assert report.complete and report.errors == [], tool
+
+
+def test_with_padding_the_read_past_the_input_is_found_on_its_line():
+    """With --padding (64 bytes in this recording; the job asks 4096) the allocation after the input no longer
+    starts right at its end, so the read one element past it is out of bounds; without it, memcheck saw nothing
+    (oob.memcheck.log)."""
+    assert parse_report(recorded("oob.memcheck.log"), "memcheck").errors == []
+    report = parse_report(recorded("oob.memcheck.padding.log"), "memcheck")
+    run = SanitizeRun(runs=[ToolRun("memcheck", report, 1.0)])
+    files = {"cand.py": CANDIDATES["oob"]}
+    [finding], library = sanitize_findings(run, files, files, {"cand.py": "/work/cand.py"}, "cand.py")
+    assert library == [] and finding.range.start.line == bug_line(CANDIDATES["oob"]) - 1
+    assert "4 bytes just past the end of a 4194304-byte allocation" in finding.message, finding.message
