@@ -26,7 +26,8 @@ sys.path.insert(0, str(ROOT))
 from tests.gpu.sanitizer_candidates import CANDIDATES, STANDALONE, STANDALONE_ARGS  # noqa: E402
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
-BASE = {"memcheck": ["--leak-check", "no"], "racecheck": [], "initcheck": [], "synccheck": []}
+# as the job runs them (profilers/sanitizer.py sanitizer_command): memcheck without its leak check, with padding
+BASE = {"memcheck": ["--leak-check", "no", "--padding", "4096"], "racecheck": [], "initcheck": [], "synccheck": []}
 START = time.monotonic()
 
 
@@ -110,7 +111,7 @@ def main() -> int:
         plan += [(name, tool, [], False, "") for tool in TOOLS]
     plan += [("many", "memcheck", [], False, ""), ("library", "initcheck", [], False, ""),
              ("library", "memcheck", [], False, ""), ("library", "racecheck", [], False, ""),
-             ("oob", "memcheck", [], True, "caching"), ("oob", "memcheck", ["--padding", "64"], False, "padding"),
+             ("oob", "memcheck", [], True, "caching"), ("oob", "memcheck", ["--padding", "0"], False, "nopadding"),
              ("oob", "memcheck", ["--show-backtrace", "no"], False, "nobacktrace"),
              ("race", "racecheck", ["--racecheck-report", "hazard"], False, "hazard"),
              ("uninit_shared", "racecheck", ["--racecheck-report", "hazard"], False, "hazard"),
