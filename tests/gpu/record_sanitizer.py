@@ -66,7 +66,9 @@ def driver(candidate: Path, reference: Path | None = None, warmup: int = 0, call
 
 
 def sanitized(tool: str, log: Path, program: list[str], extra: list[str] = ()) -> list[str]:
-    return [sanitizer(), "--tool", tool, *BASE[tool], *extra, "--target-processes", "application-only",
+    pairs = [BASE[tool][at:at + 2] for at in range(0, len(BASE[tool]), 2)]
+    base = [part for pair in pairs if pair[0] not in extra for part in pair]  # an option in extra replaces BASE's
+    return [sanitizer(), "--tool", tool, *base, *extra, "--target-processes", "application-only",
             "--log-file", str(log), *program]
 
 
