@@ -1,9 +1,9 @@
 """Candidates with the memory and ordering bugs compute-sanitizer finds, and a clean one (issue 22).
 
 Each is a whole problem in one file (Model, ModelNew, get_inputs), so the profile driver runs it without a
-reference. `CUDA_LINES[name]` is the 1-based line of the candidate's file that holds the bug (the line a finding
+reference. `bug_line(text)` is the 1-based line of the candidate's file marked BUG (the line a finding
 must land on). tests/gpu/record_sanitizer.py recorded compute-sanitizer's output over these into
-tests/fixtures/h200/sanitizer/, and the GPU tests sanitize them live.
+tests/fixtures/sanitizer/, and the GPU tests sanitize them live.
 """
 
 from __future__ import annotations
