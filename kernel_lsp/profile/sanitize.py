@@ -193,8 +193,10 @@ async def _warm_program(plan: SanitizePlan, files: dict[str, str], folder: Path,
         outcome.problems.append(f"the program ran past {plan.warm_timeout_s:.0f} s: nothing was sanitized")
         return None, None
     # under the sanitizer the program runs itself, with the same scrubbed environment but not confined: started
-    # through the confining exec, compute-sanitizer failed at once on the H100 (exit 255 in 0.2 s, and no summary
-    # in the sanitize job; tests/gpu/RESULTS.md, 2026-12-05)
+    # through the confining exec, compute-sanitizer failed at once on the H100 (exit 255 in 0.2 s, the program's
+    # "CUDA error: OS call failed or operation not supported on this OS"; tests/gpu/RESULTS.md, 2026-12-05). That
+    # recording allowed writes to its work folder only, not /dev and /proc as confined_launch does: whether the
+    # tools work on a program confined as the plain run is has not been tried yet
     return [str(folder / "program"), *header.run], environment
 
 
