@@ -1,9 +1,11 @@
-"""The sanitize job's path for a standalone `.cu` program (issue 22), run on this machine with stand-ins for the two
-tools a CPU cannot run: `nvcc` (no GPU for -arch=native) builds a program that prints what the real one printed,
-and `compute-sanitizer` runs the program and writes the log compute-sanitizer wrote for it on an H100
-(tests/fixtures/sanitizer/standalone.*). Everything between is the worker's own code: the header's flags, the
-build, the plain run confined through `python -m kernel_lsp.process.confine` (Landlock and seccomp where the
-kernel has them), each tool's argv, reading its log, and the finding on the program's line."""
+"""The sanitize and profile jobs' path for a standalone `.cu` program (issue 22), run on this machine with
+stand-ins for the tools a CPU cannot run: `nvcc` (no GPU for -arch=native) builds a program that prints what the
+real one printed; `compute-sanitizer` runs the program and writes the log compute-sanitizer wrote for it on an
+H100 (tests/fixtures/sanitizer/standalone.*); `ncu` runs the program and answers the report's imports with the
+CSV pages recorded on the H200 (tests/fixtures/h200/ncu_*.csv, of kernels.cu). Everything between is the
+worker's own code: the header's flags, the build, the plain run confined through
+`python -m kernel_lsp.process.confine` (Landlock and seccomp where the kernel has them), each tool's argv, reading
+its output, and the findings and hints on the program's lines."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from kernel_lsp.kinds.sanitize import SanitizeOptions, SanitizeOutcome, sanitize
 from tests.gpu.sanitizer_candidates import STANDALONE, bug_line
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "sanitizer"
+H200 = Path(__file__).resolve().parents[1] / "fixtures" / "h200"
 
 NVCC = """#!/bin/sh
 # stand-in for nvcc: records its argv, writes -o's file as a program printing what the real program printed
@@ -112,3 +115,59 @@ async def test_a_program_that_does_not_build_is_said_and_nothing_is_sanitized(tm
     assert not outcome.clean and not outcome.user_errors
     assert "prog.cu did not build" in " ".join(outcome.report["problems"]), outcome.report
     assert 'identifier "z" is undefined' in " ".join(outcome.report["problems"])
+
+
+NCU = r"""#!/bin/sh
+# stand-in for ncu: a report's import prints the recorded page; a profiling run runs the program, writes the report
+echo "$@" >> "{calls}/ncu"
+case " $* " in
+  *" --import "*" raw "*) cat "{h200}/ncu_raw.csv"; exit 0;;
+  *" --import "*) cat "{h200}/ncu_details.csv"; exit 0;;
+esac
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --export) report="$2"; shift 2;;
+    */program) break;;
+    *) shift;;
+  esac
+done
+"$@" || exit $?
+: > "$report"
+"""
+
+
+async def test_a_program_is_profiled_live_with_its_kernels_on_its_lines(tmp_path: Path, stand_ins: Path):
+    from kernel_lsp.kinds.profile import ProfileOptions, ProfileOutcome, profile_job
+    from kernel_lsp.profile.worker_job import program_profile
+
+    _script(tmp_path / "bin" / "ncu", NCU.format(calls=stand_ins, h200=H200))
+    text = (H200 / "kernels.cu").read_text()
+    path = tmp_path / "kernels.cu"
+    path.write_text("// kernel-lsp: run=--size 4096\n" + text)
+    job = profile_job(path, None, {"launchCount": 1})
+    options = from_config(ProfileOptions, job.config, ignore=JOB_KEYS)
+    said = []
+
+    async def progress(message, fraction=None):
+        said.append(message)
+
+    context = SimpleNamespace(cache_dir=tmp_path / "cache", progress=progress)
+    outcome = ProfileOutcome.of(await program_profile(job, options, context))
+    assert outcome.error is None, outcome.error
+    report = outcome.report
+    assert report["source"] == "ncu", report["problems"]
+    [profiling] = [shlex.split(line) for line in (stand_ins / "ncu").read_text().splitlines()
+                   if "--import" not in line]
+    assert profiling[-3:] == [str(Path(profiling[-3])), "--size", "4096"] and profiling[-3].endswith("/program")
+    assert "--launch-count" in profiling and "-k" in profiling  # its own kernels only
+    recorded = [kernel["kernel"] for kernel in report["kernels"]]
+    assert "vec_add" in recorded and "smem_conflict" in recorded, recorded
+    written = path.read_text().splitlines()
+    hints = [f for f in outcome.findings if f.code.startswith("hint-")]
+    assert {f.message.split(":", 1)[0] for f in hints} == set(recorded)  # a hint for each kernel ncu measured
+    for finding in hints:  # on its kernel's line of the file (one header line above the recorded source)
+        kernel = finding.message.split(":", 1)[0]
+        assert f" {kernel}(" in written[finding.range.start.line], (kernel, finding.range.start.line)
+    # the stand-in binary has no device code: the SASS rules say why they are missing, the profile stands
+    assert any(problem.startswith("no SASS of") for problem in report["problems"]), report["problems"]
+    assert said[:2] == ["building kernels.cu with nvcc", "running kernels.cu"], said
