@@ -109,8 +109,9 @@ async def program_profile(job: Job, options: ProfileOptions, context: JobContext
             plan = ncu_plan(job, options)
             await context.progress(f"profiling {candidate} under ncu")
             try:
-                # ncu starts the program itself (the scrubbed environment, not the confining exec, which ncu and
-                # compute-sanitizer did not follow on the H100: tests/gpu/RESULTS.md, 2026-12-05)
+                # ncu starts the program itself (the scrubbed environment, not the confining exec: through it the
+                # program failed at once under ncu and compute-sanitizer on the H100, in a recording that allowed
+                # no writes to /dev and /proc; tests/gpu/RESULTS.md, 2026-12-05)
                 launches = await profile_program(plan, [str(folder / "program"), *header.run], folder, environment)
             except NcuError as exc:
                 problems.append(str(exc))
