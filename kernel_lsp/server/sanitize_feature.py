@@ -174,7 +174,8 @@ class SanitizeFeature(Feature):
             path = uri_to_path(uri)
         except ValueError:
             return []
-        if document is None or not (path.suffix == ".py" or path.suffix in CUDA_SUFFIXES and has_main(document.source)):
+        program = path.suffix in CUDA_SUFFIXES and document is not None and has_main(document.source)
+        if document is None or not (path.suffix == ".py" or program):
             return []  # a .py candidate, or a standalone .cu program (its own main())
         kernels = kernel_locations({path.name: document.source}, {path.name: str(path)})
         if not any(span.start.line <= k.range.start.line <= span.end.line for k in kernels.values()):
