@@ -114,8 +114,8 @@ __global__ void scale_tile(const float* __restrict__ x, float* __restrict__ y, i
 ''')
 
 # reads its output (torch::empty_like, never written) before writing it: initcheck's uninitialised global read.
-# One thread in 4096 reads (256 errors): with every thread reading (2^20 errors) initcheck ran past 5 minutes on
-# the H100 (2026-12-05)
+# One thread in 4096 reads (256 errors): with every thread reading (2^20 errors) initcheck was still running when
+# the device call's time limit stopped it (H100, tests/gpu/RESULTS.md, 2026-12-05)
 UNINIT_GLOBAL = _candidate("sanitize_uninit_global", "relu_reread", r'''
 __global__ void relu_reread(const float* __restrict__ x, float* __restrict__ y, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
