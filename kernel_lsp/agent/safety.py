@@ -7,7 +7,8 @@ evaluation's `sanitize` entry:
     reason   why nothing (not-run) or not everything (incomplete) was checked; None otherwise
     errors   the errors on the candidate's own lines: [{line (1-based), code, tool, message, file?, related?}];
              `file` only for a file other than the candidate (a .cu it loads), `related` a race's other access
-    others   how many errors were in kernels that are not the candidate's (PyTorch's, a library's): not its fault
+    others   how many errors were in kernels that are not the candidate's by name or line (PyTorch's, a library's):
+             not counted against it, except memcheck's invalid accesses (see `unplaced_invalid_accesses`)
     lasting  (not-run) true when the reason holds for every candidate of the pass on this worker: it has no GPU or
              no compute-sanitizer, or does not know the job (an older worker)
 The rubric scores a candidate with errors zero; one that could not be sanitized keeps its score.
@@ -40,6 +41,9 @@ def sanitize_entry(outcome: SanitizeOutcome, candidate: Path, folder: Path) -> d
     """The evaluation's `sanitize` entry (module docstring) from the job's answer; `candidate` is the path the job
     named the candidate's text by, `folder` the original's (other files are named relative to it)."""
     errors = [error_entry(f, candidate, folder) for f in outcome.user_errors]
+    unplaced = unplaced_invalid_accesses(outcome)
+    if unplaced is not None:
+        errors.append(unplaced)
     others = len((outcome.report or {}).get("library") or [])
     if errors:
         return {"status": "errors", "summary": outcome.summary, "reason": None, "errors": errors, "others": others}
@@ -49,6 +53,26 @@ def sanitize_entry(outcome: SanitizeOutcome, candidate: Path, folder: Path) -> d
         return {"status": "clean", "summary": outcome.summary, "reason": None, "errors": [], "others": others}
     return {"status": "incomplete", "summary": outcome.summary, "reason": incomplete_reason(outcome.report or {}),
             "errors": [], "others": others}
+
+
+def unplaced_invalid_accesses(outcome: SanitizeOutcome) -> dict[str, Any] | None:
+    """memcheck's invalid accesses in kernels the job could not place on the candidate's lines, as one error on
+    `class ModelNew`, or None. In the editor they stay apart (`sanitizer-library`, information); to the agent they
+    are unsafe: PyTorch's kernels do not read out of bounds on their own, so either the candidate gave them bad
+    tensors or the kernel is its own under a name its text does not show (built with NVRTC at run time, loaded
+    from a cubin): a candidate must not escape the check by hiding its kernel's name. The other tools' errors in
+    such kernels are not counted (initcheck reports libraries' benign reads of workspace memory)."""
+    invalid = [e for e in (outcome.report or {}).get("library") or [] if e.get("tool") == "memcheck"]
+    if not invalid:
+        return None
+    kernels = sorted({(e.get("site") or {}).get("kernel") or "an unnamed kernel" for e in invalid})
+    shown = ", ".join(kernels[:3]) + (", ..." if len(kernels) > 3 else "")
+    placed = next((f for f in outcome.findings if f.code == "sanitizer-library"), None)
+    message = (f"compute-sanitizer memcheck: {len(invalid)} invalid memory accesses in kernels not placed on the "
+               f"candidate's lines ({shown}): an out-of-bounds access in its forward is unsafe whichever kernel "
+               "made it (a tensor it passes to PyTorch, or a kernel it builds at run time)")
+    return {"line": placed.range.start.line + 1 if placed else 1, "code": "sanitizer-library", "tool": "memcheck",
+            "message": _short(message)}
 
 
 def error_entry(finding: Finding, candidate: Path, folder: Path) -> dict[str, Any]:

@@ -3,6 +3,7 @@ verify answer, its time and its place among the best (no worker: the answers are
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -14,7 +15,9 @@ from kernel_lsp.findings import Finding, Range, Related, Severity, path_to_uri
 from kernel_lsp.kinds.sanitize import SanitizeOutcome
 from kernel_lsp.profile.sanitize import NO_GPU
 from kernel_lsp.worker.protocol import Result
+from tests.gpu.sanitizer_candidates import CANDIDATES
 
+RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "sanitizer"
 FOLDER = Path("/work/problem")
 CANDIDATE = FOLDER / ".relu.kernel-lsp-agent-p1-3.py"  # the hidden name the job gave the candidate's text
 OOB = ("compute-sanitizer memcheck: Invalid __global__ read of size 4 bytes, in relu_peek, thread (255,0,0) of "
@@ -148,3 +151,44 @@ def test_unsafe_candidates_in_a_row_end_a_branch():
         node = tree.add_child(node, f"attempt {node.id}")
         tree.record(node, unsafe, rubric.score(unsafe), "")
     assert node.dead and "failures in a row" in node.dead_reason
+
+
+def _recorded_outcome(log: str, tool: str, text: str) -> SanitizeOutcome:
+    """A job's answer made by the worker's own code from a recorded log, the candidate's text named cand.py."""
+    from kernel_lsp.profile.sanitize import SanitizeRun, ToolRun, sanitize_findings, sanitize_report, summary_line
+    from profilers.sanitizer import parse_report
+
+    run = SanitizeRun(runs=[ToolRun(tool, parse_report(log, tool), 1.0)])
+    files = {"cand.py": text}
+    findings, library = sanitize_findings(run, files, files, {"cand.py": str(CANDIDATE)}, "cand.py")
+    report = sanitize_report(run, findings, library)
+    return SanitizeOutcome.of(Result("ok", [f.to_dict() for f in findings],
+                                     {"sanitize": report, "summary": summary_line(run, findings, library)}, {}))
+
+
+def test_invalid_accesses_in_a_kernel_whose_name_the_text_hides_are_unsafe():
+    """A cheat: the candidate builds its out-of-bounds kernel at run time (NVRTC, a cubin) under a name its text
+    does not show, so the errors cannot be placed on its lines and would count as a library's. The recorded
+    memcheck log of the `many` candidate, its kernel renamed and without line information, as such a kernel's."""
+    log = gzip.decompress((RECORDED / "many.memcheck.log.gz").read_bytes()).decode()
+    hidden = log.replace("relu_far(const float *, float *, int)", "k_7f3a(const float *, float *, int)")
+    hidden = hidden.replace(" in cuda.cu:11", "")
+    outcome = _recorded_outcome(hidden, "memcheck", CANDIDATES["many"])
+    assert not outcome.user_errors and outcome.report["library"]  # the editor keeps them apart
+    found = entry(outcome)
+    assert found["status"] == "errors", found
+    [error] = found["errors"]
+    model_line = CANDIDATES["many"].splitlines().index("class ModelNew(nn.Module):") + 1
+    assert error["line"] == model_line and error["tool"] == "memcheck" and "k_7f3a" in error["message"], error
+    assert rubric.unsafe_reason(found["errors"]).startswith(f"unsafe: line {model_line}: compute-sanitizer memcheck")
+
+    # the same log as recorded: its kernel is the candidate's own, on its line
+    own = entry(_recorded_outcome(log, "memcheck", CANDIDATES["many"]))
+    assert own["status"] == "errors" and all(e["code"] == "sanitizer-memcheck" for e in own["errors"]), own
+
+
+def test_pytorchs_uninitialised_reads_do_not_make_a_candidate_unsafe():
+    """initcheck's errors in PyTorch's own kernel (the recorded `library` run): apart, not counted."""
+    log = gzip.decompress((RECORDED / "library.initcheck.log.gz").read_bytes()).decode()
+    found = entry(_recorded_outcome(log, "initcheck", CANDIDATES["library"]))
+    assert found["status"] == "clean" and found["errors"] == [] and found["others"] > 0, found
