@@ -21,7 +21,7 @@ from typing import Any
 
 from kernel_lsp.findings import Finding, uri_to_path
 from kernel_lsp.kinds.sanitize import SanitizeOutcome
-from kernel_lsp.profile.sanitize import NO_GPU
+from kernel_lsp.profile.sanitize import NO_GPU, library_kernels
 
 MESSAGE_CHARS = 400
 SHOWN_ERRORS = 5  # in the verify answer; the rest are counted
@@ -65,11 +65,9 @@ def unplaced_invalid_accesses(outcome: SanitizeOutcome) -> dict[str, Any] | None
     invalid = [e for e in (outcome.report or {}).get("library") or [] if e.get("tool") == "memcheck"]
     if not invalid:
         return None
-    kernels = sorted({(e.get("site") or {}).get("kernel") or "an unnamed kernel" for e in invalid})
-    shown = ", ".join(kernels[:3]) + (", ..." if len(kernels) > 3 else "")
     placed = next((f for f in outcome.findings if f.code == "sanitizer-library"), None)
     message = (f"compute-sanitizer memcheck: {len(invalid)} invalid memory accesses in kernels not placed on the "
-               f"candidate's lines ({shown}): an out-of-bounds access in its forward is unsafe whichever kernel "
+               f"candidate's lines ({library_kernels(invalid)}): an out-of-bounds access in its forward is unsafe whichever kernel "
                "made it (a tensor it passes to PyTorch, or a kernel it builds at run time)")
     return {"line": placed.range.start.line + 1 if placed else 1, "code": "sanitizer-library", "tool": "memcheck",
             "message": _short(message)}

@@ -333,14 +333,19 @@ def _finding(tool: str, errors: list[SanitizerError], where: tuple[str, int],
                                   "errors": [e.to_dict() for e in errors[:5]]})
 
 
+def library_kernels(errors: list[dict[str, Any]]) -> str:
+    """The kernels of errors kept apart (their `to_dict` form), the first three by name: 'a, b, c, ...'."""
+    kernels = sorted({(e.get("site") or {}).get("kernel") or "an unnamed kernel" for e in errors})
+    return ", ".join(kernels[:3]) + (", ..." if len(kernels) > 3 else "")
+
+
 def _library_finding(library: list[dict[str, Any]], files: dict[str, str], origins: dict[str, str],
                      candidate: str) -> Finding:
-    kernels = sorted({(e.get("site") or {}).get("kernel") or "an unnamed kernel" for e in library})
     tools = sorted({e["tool"] for e in library})
     line = _model_line(files.get(candidate, ""))
     message = (f"compute-sanitizer ({', '.join(tools)}) found {len(library)} errors in kernels that are not the "
-               f"candidate's own ({', '.join(kernels[:3])}{', ...' if len(kernels) > 3 else ''}): PyTorch's or a "
-               "library's, shown apart; the inputs the candidate gives them may be the cause")
+               f"candidate's own ({library_kernels(library)}): PyTorch's or a library's, shown apart; the inputs "
+               "the candidate gives them may be the cause")
     return Finding(path_to_uri(origins.get(candidate, candidate)), Range.line(line), Severity.INFORMATION, SOURCE,
                    "sanitizer-library", message, data={"errors": library[:20]})
 

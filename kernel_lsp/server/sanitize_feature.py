@@ -174,8 +174,9 @@ class SanitizeFeature(Feature):
             path = uri_to_path(uri)
         except ValueError:
             return []
-        program = path.suffix in CUDA_SUFFIXES and document is not None and has_main(document.source)
-        if document is None or not (path.suffix == ".py" or program):
+        if document is None:
+            return []
+        if not (path.suffix == ".py" or path.suffix in CUDA_SUFFIXES and has_main(document.source)):
             return []  # a .py candidate, or a standalone .cu program (its own main())
         kernels = kernel_locations({path.name: document.source}, {path.name: str(path)})
         if not any(span.start.line <= k.range.start.line <= span.end.line for k in kernels.values()):
