@@ -25,7 +25,8 @@ WATCH_MODES = ("auto", "client", "watchdog", "off")
 BACKENDS = ("local", "ray")
 AGENT_OBJECTIVES = ("speed", "energy")
 AGENT_TARGETS = ("auto", "cuda", "triton", "cute", "cute-dsl")  # what the agent writes kernels in
-SANITIZER_TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")  # compute-sanitizer's (profilers.sanitizer)
+# compute-sanitizer's four (profilers.sanitizer), then kernel-lsp's own shared-memory check (profile.sanitize.CHECKS)
+SANITIZER_TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck", "shared-init")
 SECRET_SETTINGS = frozenset({"anthropic_api_key"})  # never echoed in messages or logs
 _VERIFY = VerifyOptions()  # the verify settings' defaults are the verify job's
 _ARCH_RE = re.compile(r"^(sm|compute)_\d+[a-z]?$")

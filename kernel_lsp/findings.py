@@ -255,6 +255,12 @@ CODES: dict[str, CodeDoc] = {
     "sanitizer-synccheck": CodeDoc("error", "compute-sanitizer's synccheck: a barrier reached by only part of a "
                                    "block or warp (a `__syncthreads()` in divergent code)",
                                    "move the barrier out of the condition, so every thread reaches it"),
+    "sanitizer-shared-init": CodeDoc("error", "kernel-lsp's shared-memory check (initcheck does not check shared "
+                                     "memory): output elements changed with what every SM's shared memory held "
+                                     "before the forward call, so a kernel reads shared memory no thread of its "
+                                     "block wrote; on the `__shared__` declaration (it sees the output, not the read)",
+                                     "write every element of the shared array a thread will read before the "
+                                     "`__syncthreads()` that precedes the read, or read only what was written"),
     "program-error": CodeDoc("error", "a standalone `.cu` program (its own `main()`) run by the worker failed: a "
                              "non-zero exit, a signal, a timeout or a CUDA error it printed; on the `FILE:LINE` it "
                              "printed, else on `main`",

@@ -29,16 +29,17 @@ from kernel_lsp.commands.shared import (
     reports_usage_errors,
     worker_client,
 )
-from profilers.sanitizer import TOOLS
+from kernel_lsp.profile.sanitize import CHECKS
 
 
 def add_parser(sub: Any) -> None:
     parser = sub.add_parser("sanitize", help="check a candidate's memory safety with compute-sanitizer through the "
-                            "worker (memcheck, racecheck, initcheck, synccheck): errors on the lines of the accesses")
+                            "worker (memcheck, racecheck, initcheck, synccheck), and kernel-lsp's shared-memory check "
+                            "(shared-init): errors on the lines of the accesses")
     parser.add_argument("file", type=Path, metavar="FILE",
                         help="a .py candidate (ModelNew) or a standalone .cu program with main()")
-    parser.add_argument("--tool", action="append", choices=TOOLS, metavar="TOOL",
-                        help=f"one of {', '.join(TOOLS)} (repeatable; default: all four)")
+    parser.add_argument("--tool", action="append", choices=CHECKS, metavar="TOOL",
+                        help=f"one of {', '.join(CHECKS)} (repeatable; default: the sanitizeTools setting, all five)")
     parser.add_argument("--reference", type=Path, metavar="REF",
                         help="the problem (Model, get_inputs) for a .py candidate (default: found as verify finds it)")
     parser.add_argument("--timeout-s", type=float, metavar="S",

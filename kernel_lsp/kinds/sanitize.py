@@ -1,5 +1,5 @@
 """The "sanitize" job kind, both sides: a candidate under compute-sanitizer (memcheck, racecheck, initcheck,
-synccheck), its errors as findings on the user's lines.
+synccheck) and kernel-lsp's own shared-memory check (shared-init), its errors as findings on the user's lines.
 
 Client side (server, CLI, agent): `SanitizeOptions`, `sanitize_job` (the same files as a "verify" job, gathered by
 kinds.files, from disk or from unsaved texts) and `SanitizeOutcome.of`. Worker side: `handle`, registered under
@@ -19,6 +19,7 @@ from kernel_lsp.jobs.cache import cache_key
 from kernel_lsp.kinds.files import JOB_KEYS, gather_files
 from kernel_lsp.kinds.options import _limit_problems, _type_problems, coerce, from_config, to_config
 from kernel_lsp.profile.sanitize import (
+    CHECKS,
     DEFAULT_TOOL_TIMEOUT_S,
     NO_GPU,
     WARM_TIMEOUT_S,
@@ -31,17 +32,16 @@ from kernel_lsp.profile.sanitize import (
 from kernel_lsp.profile.worker_job import candidate_files
 from kernel_lsp.worker.jobs import JobContext, on_device
 from kernel_lsp.worker.protocol import Job, Result
-from profilers.sanitizer import TOOLS
 
 KIND = "sanitize"
-SANITIZER_CODES = tuple(f"sanitizer-{tool}" for tool in TOOLS)
+SANITIZER_CODES = tuple(f"sanitizer-{tool}" for tool in CHECKS)
 
 
 @dataclass(frozen=True)
 class SanitizeOptions:
     """What a caller may set on a "sanitize" job."""
 
-    tools: tuple[str, ...] = TOOLS  # in this order; each is one forward call under compute-sanitizer
+    tools: tuple[str, ...] = CHECKS  # in this order; each tool is one forward call under compute-sanitizer
     timeout_s: float = DEFAULT_TOOL_TIMEOUT_S  # per tool: a sanitized run is 10-100x slower than a plain one
     print_limit: int = 100  # errors each tool prints at most (its summary still counts them all)
     allow_network: bool = False  # as VerifyOptions.allow_network
@@ -49,9 +49,9 @@ class SanitizeOptions:
 
     def __post_init__(self) -> None:
         problems = _type_problems(self)
-        unknown = [tool for tool in self.tools if tool not in TOOLS] if isinstance(self.tools, tuple) else []
+        unknown = [tool for tool in self.tools if tool not in CHECKS] if isinstance(self.tools, tuple) else []
         if unknown or self.tools == ():
-            problems.append(f"tools: expected some of {', '.join(TOOLS)}, got {list(self.tools)!r}")
+            problems.append(f"tools: expected some of {', '.join(CHECKS)}, got {list(self.tools)!r}")
         if isinstance(self.timeout_s, (int, float)) and not self.timeout_s > 0:
             problems.append(f"timeoutS: must be more than 0, got {self.timeout_s!r}")
         problems += _limit_problems(self.limits)

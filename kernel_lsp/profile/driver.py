@@ -1,11 +1,13 @@
 """The program ncu profiles: imports a candidate, builds its ModelNew and calls forward on the problem's inputs.
 
     python -m kernel_lsp.profile.driver --candidate cand.py [--reference ref.py] [--device cuda] [--warmup 1] [--calls 1]
-                                        [--writable FOLDER ... [--allow-network]]
+                                        [--writable FOLDER ... [--allow-network]] [--poison-shared FILE]
 
 get_inputs/get_init_inputs come from the reference, else from the candidate itself (a file with Model and
 ModelNew). The warm-up calls (extension loading, autotuning, lazy initialisation) run outside the profiled range:
 ncu runs with --profile-from-start off, and only the calls between cudaProfilerStart and Stop are profiled.
+With --poison-shared, after the warm-up calls it runs the shared-memory poison check (profile/shared_init.py)
+instead and writes its answer to FILE as JSON.
 
 The worker starts it confined, as a verification's candidate process is (verify/candidate_process.py): the
 environment's allow-list, HOME in a scratch folder, and, with --writable, writes only under the given folders and
@@ -112,6 +114,14 @@ def main(argv: list[str] | None = None) -> int:
     model = build_model(candidate_module, init_inputs(inputs_module), args.device)
     inputs = make_inputs(inputs_module, args.device)
     run_forward(model, inputs, args.warmup)
+    if args.poison_shared:
+        import json
+
+        from kernel_lsp.profile.shared_init import run_check
+
+        index = int(args.device.partition(":")[2] or 0)
+        Path(args.poison_shared).write_text(json.dumps(run_check(model, inputs, run_forward, index)))
+        return 0
     with profiled_range(args.device):
         run_forward(model, inputs, args.calls)
     return 0
@@ -127,6 +137,8 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--writable", action="append", default=[],
                         help="confine this process first: writes only under these folders (repeatable)")
     parser.add_argument("--allow-network", action="store_true", help="with --writable: sockets stay allowed")
+    parser.add_argument("--poison-shared", metavar="FILE",
+                        help="run the shared-memory poison check after the warm-up; its answer to FILE (JSON)")
     return parser.parse_args(argv)
 
 

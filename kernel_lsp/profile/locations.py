@@ -6,12 +6,14 @@ back through the generated cuda.cu's source map) and among @triton.jit and @cute
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kernel_lsp.compile.units import CUDA_SUFFIXES, CompileUnit
 from kernel_lsp.findings import Range
 from kernel_lsp.sources import assemble_load_inline, find_kernels, parse_python
+from kernel_lsp.sources.cuda import blank_comments_and_literals
 from kernel_lsp.sources.sourcemap import SourceMap
 
 
@@ -48,6 +50,47 @@ def _kernels_in(name: str, text: str) -> list[tuple[str, Range]]:
             if mapped is not None:
                 kernels.append((kernel.name, mapped))
     return kernels
+
+
+SHARED = re.compile(r"\b__shared__\b")
+
+
+@dataclass(frozen=True)
+class SharedDeclaration:
+    kernel: str | None  # the kernel whose body holds it; None: a device function's or the file's
+    location: Location  # the declaration's `__shared__`
+
+
+def shared_declarations(files: dict[str, str], origins: dict[str, str]) -> list[SharedDeclaration]:
+    """Every `__shared__` in the CUDA of the job's files (`.cu`/`.cuh` files, load_inline strings mapped back), in
+    file order; comments and string literals do not count."""
+    found: list[SharedDeclaration] = []
+    for name, text in files.items():
+        path = origins.get(name, name)
+        if name.endswith(CUDA_SUFFIXES):
+            found += [SharedDeclaration(kernel, Location(path, rng)) for kernel, rng in _shared_in(text)]
+        elif name.endswith(".py"):
+            for ext in parse_python(text).extensions:
+                if ext.kind != "load_inline" or not ext.cuda_sources:
+                    continue
+                cuda_file, _ = assemble_load_inline(ext)
+                for kernel, rng in _shared_in(cuda_file.text):
+                    mapped = cuda_file.map.range_to_original(rng)
+                    if mapped is not None:
+                        found.append(SharedDeclaration(kernel, Location(path, mapped)))
+    return found
+
+
+def _shared_in(text: str) -> list[tuple[str | None, Range]]:
+    code = blank_comments_and_literals(text)
+    bodies = [(k.name, k.body_range) for k in find_kernels(text) if k.body_range is not None]
+    found = []
+    for match in SHARED.finditer(code):
+        line = code.count("\n", 0, match.start())
+        column = match.start() - (code.rfind("\n", 0, match.start()) + 1)
+        kernel = next((name for name, body in bodies if body.start.line <= line <= body.end.line), None)
+        found.append((kernel, Range.of(line, column, line, column + len("__shared__"))))
+    return found
 
 
 def document_line(unit: CompileUnit, line: int) -> int | None:

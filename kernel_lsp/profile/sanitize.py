@@ -11,6 +11,11 @@ profiles is (verify/candidate_process.py), with three changes that make the sani
 - one warm call first, outside the sanitizer (it builds the extension, loads it, autotunes), then, per tool, one
   forward call under compute-sanitizer.
 
+A fifth check, "shared-init", is kernel-lsp's own (profile/shared_init.py): compute-sanitizer's initcheck does not
+check shared memory, so the driver fills every SM's shared memory with one pattern and then another before forward
+calls and compares the outputs. Output that follows the fill means a kernel read shared memory no thread wrote; the
+finding sits on the candidate's `__shared__` declarations, since the check sees the output, not the access.
+
 An error inside a file of the job (a load_inline extension's generated cuda.cu maps back into the `.py` string)
 or in a kernel the candidate defines is the user's, a finding `sanitizer-<tool>` on that line. Any other (a
 PyTorch kernel reading memory nobody wrote, say) is listed apart and shown once, as information, never on a line
@@ -19,6 +24,7 @@ of the user's.
 
 from __future__ import annotations
 
+import json
 import re
 import tempfile
 import time
@@ -30,7 +36,7 @@ from typing import Any
 from kernel_lsp.compile.process import output_tail, run_process
 from kernel_lsp.findings import Finding, Range, Related, Severity, path_to_uri
 from kernel_lsp.compile.units import CUDA_SUFFIXES
-from kernel_lsp.profile.locations import kernel_locations, original_line
+from kernel_lsp.profile.locations import kernel_locations, original_line, shared_declarations
 from kernel_lsp.profile.ncu_run import driver_command, write_files
 from kernel_lsp.profile.program import (
     build_program,
@@ -57,6 +63,8 @@ LINEINFO_CACHE = "sanitize-extensions"  # under the worker's cache folder: build
 DEFAULT_TOOL_TIMEOUT_S = 300.0
 WARM_TIMEOUT_S = 900.0  # the warm call builds the extension: minutes for a CUTLASS one
 BUILD_FAILED = re.compile(r"Error building extension|ninja: build stopped|CalledProcessError.*ninja")
+SHARED_INIT = "shared-init"  # kernel-lsp's own check of shared memory read before any thread wrote it
+CHECKS = (*TOOLS, SHARED_INIT)  # what a sanitize job may run, in this order by default
 NO_GPU = ("compute-sanitizer needs a GPU and the worker has none visible: connect a GPU worker "
           "(the `worker` setting) to check memory safety")
 
@@ -65,7 +73,7 @@ NO_GPU = ("compute-sanitizer needs a GPU and the worker has none visible: connec
 class SanitizePlan:
     candidate: str  # job file names, relative to the folder the files are written to
     reference: str | None
-    tools: tuple[str, ...] = TOOLS
+    tools: tuple[str, ...] = CHECKS
     tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
     warm_timeout_s: float = WARM_TIMEOUT_S
     print_limit: int = 100
@@ -81,14 +89,19 @@ class ToolRun:
     timed_out: bool = False
     problem: str | None = None  # the run could not be read (no log, the sanitizer failed)
     notes: list[str] = field(default_factory=list)  # failed CUDA calls it reported (no kernel site): context
+    shared: dict[str, Any] | None = None  # shared-init's answer (shared_init.run_check), for that check only
 
     def to_dict(self) -> dict[str, Any]:
         report = self.report
-        return {"tool": self.tool, "wallS": round(self.wall_s, 2), "timedOut": self.timed_out,
-                "problem": self.problem, "complete": bool(report and report.complete),
-                "reported": report.reported if report else None,
-                "notPrinted": bool(report and report.not_printed), "notes": self.notes[:10],
-                "errors": [e.to_dict() for e in report.errors] if report else []}
+        answer = {"tool": self.tool, "wallS": round(self.wall_s, 2), "timedOut": self.timed_out,
+                  "problem": self.problem, "complete": bool(report and report.complete),
+                  "reported": report.reported if report else None,
+                  "notPrinted": bool(report and report.not_printed), "notes": self.notes[:10],
+                  "errors": [e.to_dict() for e in report.errors] if report else []}
+        if self.tool == SHARED_INIT:
+            answer.update(complete=self.shared is not None and self.problem is None, sharedInit=self.shared,
+                          reported=(self.shared or {}).get("dependent"))
+        return answer
 
 
 @dataclass
@@ -132,7 +145,9 @@ async def run_sanitizer(plan: SanitizePlan, files: dict[str, str], cache_dir: Pa
         write_files(folder / "task", files)
         home = folder / "home"
         home.mkdir()
-        if plan.candidate.endswith(CUDA_SUFFIXES):
+        writable: list[str] = []
+        standalone = plan.candidate.endswith(CUDA_SUFFIXES)
+        if standalone:
             program, environment = await _warm_program(plan, files, folder, home, outcome, progress)
         else:
             environment, writable = sanitize_environment(home, cache_dir)
@@ -140,9 +155,18 @@ async def run_sanitizer(plan: SanitizePlan, files: dict[str, str], cache_dir: Pa
         if program is None:
             return outcome
         for index, tool in enumerate(plan.tools):
+            if tool == SHARED_INIT and standalone:
+                outcome.problems.append("shared-init checks a candidate's forward call: a standalone program's "
+                                        "kernels are not checked for reads of unwritten shared memory")
+                continue
             if progress:
-                await progress(f"compute-sanitizer --tool {tool} on {plan.candidate}", index / len(plan.tools))
-            outcome.runs.append(await _one_tool(plan, tool, sanitizer, folder, program, environment))
+                doing = ("filling shared memory before forward calls" if tool == SHARED_INIT
+                         else f"compute-sanitizer --tool {tool}")
+                await progress(f"{doing} on {plan.candidate}", index / len(plan.tools))
+            if tool == SHARED_INIT:
+                outcome.runs.append(await _shared_init(plan, folder, home, environment, writable))
+            else:
+                outcome.runs.append(await _one_tool(plan, tool, sanitizer, folder, program, environment))
     return outcome
 
 
@@ -198,6 +222,40 @@ async def _warm_program(plan: SanitizePlan, files: dict[str, str], folder: Path,
     # recording allowed writes to its work folder only, not /dev and /proc as confined_launch does: whether the
     # tools work on a program confined as the plain run is has not been tried yet
     return [str(folder / "program"), *header.run], environment
+
+
+async def _shared_init(plan: SanitizePlan, folder: Path, home: Path, environment: dict[str, str] | None,
+                       writable: list[str]) -> ToolRun:
+    """The driver's shared-memory poison check (profile/shared_init.py), confined as the warm call: one warm
+    call of its own (lazy initialisation launches kernels), then the fills and forward calls."""
+    answer = home / "shared-init.json"
+    argv = [*driver_argv(plan, writable, 1, 0), "--poison-shared", str(answer)]
+    started = time.monotonic()
+    result = await run_process(argv, timeout_s=plan.tool_timeout_s, cwd=str(folder / "task"), env=environment)
+    run = ToolRun(SHARED_INIT, None, time.monotonic() - started, timed_out=result.timed_out)
+    try:
+        run.shared = json.loads(answer.read_text()) if answer.is_file() else None
+    except (OSError, ValueError):
+        run.shared = None
+    run.problem = shared_init_problem(run.shared, result.returncode, result.timed_out, plan.tool_timeout_s,
+                                      output_tail(result.output))
+    return run
+
+
+def shared_init_problem(answer: dict[str, Any] | None, exit_code: int | None, timed_out: bool, timeout_s: float,
+                        tail: str) -> str | None:
+    """Why the shared-memory check proves nothing, or None: stopped, no answer, the fill could not run, or an
+    output that changed between runs with the same fill (nondeterminism: no verdict either way)."""
+    if timed_out:
+        return f"{SHARED_INIT} ran past {timeout_s:.0f} s and was stopped (raise sanitizeTimeoutS)"
+    if not isinstance(answer, dict):
+        return f"the shared-memory check gave no answer (exit {exit_code}): {tail}"
+    if answer.get("problem"):
+        return f"{SHARED_INIT} could not check the candidate: {answer['problem']}"
+    if answer.get("unstable"):
+        return (f"{SHARED_INIT} is inconclusive: {answer['unstable']} of {answer.get('elements')} output elements "
+                "changed between two runs with the same shared-memory fill (the output is not deterministic)")
+    return None
 
 
 async def _one_tool(plan: SanitizePlan, tool: str, sanitizer: str, folder: Path, program: list[str],
@@ -312,6 +370,9 @@ def sanitize_findings(run: SanitizeRun, files: dict[str, str], own_files: dict[s
             grouped.setdefault(key, []).append(error)
             placed[key] = where
     findings = [*run.runtime, *(_finding(key[0], errors, placed[key], key[3]) for key, errors in grouped.items())]
+    for tool_run in run.runs:
+        if tool_run.tool == SHARED_INIT and tool_run.problem is None and (tool_run.shared or {}).get("dependent"):
+            findings.append(_shared_finding(tool_run.shared or {}, own_files, origins, files, candidate))
     if library:
         findings.append(_library_finding(library, files, origins, candidate))
     return findings, library
@@ -331,6 +392,36 @@ def _finding(tool: str, errors: list[SanitizerError], where: tuple[str, int],
     return Finding(path_to_uri(where[0]), Range.line(where[1]), severity, SOURCE, f"sanitizer-{tool}", message,
                    related, data={"tool": tool, "kind": first.kind, "count": len(errors),
                                   "errors": [e.to_dict() for e in errors[:5]]})
+
+
+def _shared_finding(answer: dict[str, Any], own_files: dict[str, str], origins: dict[str, str],
+                    files: dict[str, str], candidate: str) -> Finding:
+    """shared-init's error: on the first `__shared__` declaration of the candidate's kernels (the others related),
+    else on `class ModelNew`."""
+    declarations = shared_declarations(own_files, origins)
+    in_kernels = [d for d in declarations if d.kernel] or declarations
+    first = answer.get("first") or {}
+    patterns = answer.get("patterns") or []
+    message = (f"{SHARED_INIT}: {answer.get('dependent')} of {answer.get('elements')} output elements changed with "
+               f"what was in shared memory before the forward call (every SM's shared memory filled with "
+               f"{' then '.join(patterns) or 'two patterns'}; each fill twice gave the same output): a kernel reads "
+               f"shared memory no thread of its block wrote (first at output {first.get('output', 0)}, element "
+               f"{first.get('index', 0)})")
+    if in_kernels:
+        where = in_kernels[0].location
+        kernels = sorted({d.kernel for d in in_kernels if d.kernel})
+        message += (f"; the check sees the output, not the read: {'the' if len(kernels) < 2 else 'a'} kernel with "
+                    f"shared memory: {', '.join(kernels) or 'unknown'}")
+        uri, rng = path_to_uri(where.file), where.range
+        related = tuple(Related(path_to_uri(d.location.file), d.location.range,
+                                f"shared memory of {d.kernel or 'a device function'}") for d in in_kernels[1:6])
+    else:
+        message += ("; no `__shared__` declaration of the candidate's was found (shared memory a library or the "
+                    "compiler declares)")
+        uri, related = path_to_uri(origins.get(candidate, candidate)), ()
+        rng = Range.line(_model_line(files.get(candidate, "")))
+    return Finding(uri, rng, Severity.ERROR, SOURCE, f"sanitizer-{SHARED_INIT}", message, related,
+                   data={"tool": SHARED_INIT, "kind": "uninitialized-shared-read", "count": 1, "answer": answer})
 
 
 def library_kernels(errors: list[dict[str, Any]]) -> str:

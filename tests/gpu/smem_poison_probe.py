@@ -48,6 +48,9 @@ torch::Tensor look(int64_t blocks) {
 """
 
 PATTERNS = (0x7FC00001, 0x00000000, 0x5A5A5A5A)
+# for the candidate, which returns fmaxf(tile, 0): two positive floats (1.5e16 and 1.0), which ReLU keeps apart
+# (a NaN and 0, the first two above, both come out as 0: the first run of this probe saw 0% differ that way)
+CANDIDATE_PATTERNS = (0x5A5A5A5A, 0x3F800000)
 
 
 def main() -> int:
@@ -74,7 +77,8 @@ def main() -> int:
     model = namespace["ModelNew"]().cuda()
     x = namespace["get_inputs"]()[0].cuda()
     outputs = {}
-    for label, pattern in (("A", PATTERNS[0]), ("A again", PATTERNS[0]), ("B", PATTERNS[1])):
+    a, b = CANDIDATE_PATTERNS
+    for label, pattern in (("A", a), ("A again", a), ("B", b)):
         ext.fill(pattern, optin, sms * 4)
         outputs[label] = model(x).view(torch.int32)  # bits: a NaN pattern is not equal to itself as a float
         torch.cuda.synchronize()

@@ -1,0 +1,204 @@
+"""The shared-memory poison check ("shared-init"), run by the profile driver (`--poison-shared FILE`) in the
+candidate's process: what compute-sanitizer cannot do. initcheck checks global memory only, so a kernel that reads
+shared memory no thread of its block wrote passes all four tools, and often every correctness trial too (the stale
+values happen to be what the kernel before left there).
+
+The check is differential. Shared memory keeps its contents from one kernel to the next (seen on an H100: after a
+kernel filled every SM's shared memory with a pattern, a later kernel's never-written shared array held that
+pattern in 100% of its words; tests/gpu/RESULTS.md, 2026-12-05). So before each of four forward calls a tiny kernel
+fills the shared memory of every SM, with pattern A, then B, then A, then B. An output element that is the same in
+both A runs and in both B runs, but differs between A and B, follows what was in shared memory before the forward
+call: some kernel read shared memory it never wrote. An element that changed between the runs with the same
+pattern is nondeterminism, not evidence; the check then says it is inconclusive rather than clean.
+
+What it cannot tell: which line reads (it sees the output, not the access; the worker places the finding on the
+candidate's shared-memory declarations), and a read whose stale value never reaches the output. A kernel that runs
+after another kernel of the forward call sees that kernel's leftovers, not the fill, so only the forward call's
+first kernel with shared memory is fully checked, and later ones only where the earlier left memory untouched.
+The fill kernel is PTX loaded through the CUDA driver API (ctypes on libcuda): no compiler is needed, and it loads
+in milliseconds.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+from collections.abc import Callable, Sequence
+from typing import Any
+
+PATTERNS = (0x5A5A5A5A, 0x3F803F80)  # positive as fp32, fp16 and bf16 (a ReLU keeps them apart), and unequal
+SEQUENCE = (0, 1, 0, 1)  # indices into PATTERNS: A, B, A, B
+BLOCKS_PER_SM = 4  # the fill's grid: every SM gets a block (one fits per SM at the opt-in maximum)
+KERNEL = "kernel_lsp_poison"
+
+# st.volatile: the stores are never read back, and a plain store to shared memory may be dropped as dead
+# (ptxas keeps one STS per iteration: tests/unit/test_shared_init.py assembles it)
+PTX = r"""
+.version 7.0
+.target sm_75
+.address_size 64
+
+.extern .shared .align 16 .b8 kernel_lsp_poison_smem[];
+
+.visible .entry kernel_lsp_poison(.param .u32 pattern, .param .u32 words)
+{
+    .reg .pred %p<2>;
+    .reg .b32 %r<8>;
+    ld.param.u32 %r1, [pattern];
+    ld.param.u32 %r2, [words];
+    mov.u32 %r3, %tid.x;
+    mov.u32 %r4, %ntid.x;
+    mov.u32 %r5, kernel_lsp_poison_smem;
+LOOP:
+    setp.ge.u32 %p1, %r3, %r2;
+    @%p1 bra DONE;
+    shl.b32 %r6, %r3, 2;
+    add.u32 %r7, %r5, %r6;
+    st.volatile.shared.u32 [%r7], %r1;
+    add.u32 %r3, %r3, %r4;
+    bra LOOP;
+DONE:
+    ret;
+}
+"""
+
+CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+
+
+class PoisonUnavailable(Exception):
+    """The fill kernel cannot run here (no libcuda, the PTX did not load): the check says so, never clean."""
+
+
+class Poisoner:
+    """The fill kernel, loaded into the current CUDA context (torch's) through the driver API."""
+
+    def __init__(self, device_index: int = 0) -> None:
+        import torch
+
+        torch.zeros(1, device=f"cuda:{device_index}")  # the runtime makes the primary context current here
+        name = ctypes.util.find_library("cuda") or "libcuda.so.1"
+        try:
+            self.cuda = ctypes.CDLL(name)
+        except OSError as exc:
+            raise PoisonUnavailable(f"cannot load the CUDA driver library ({name}): {exc}") from exc
+        context = ctypes.c_void_p()
+        self._check(self.cuda.cuCtxGetCurrent(ctypes.byref(context)), "cuCtxGetCurrent")
+        if not context.value:
+            raise PoisonUnavailable("no current CUDA context after PyTorch's first allocation")
+        self.module = ctypes.c_void_p()
+        self._check(self.cuda.cuModuleLoadData(ctypes.byref(self.module), ctypes.c_char_p(PTX.encode())),
+                    "cuModuleLoadData (the fill kernel's PTX)")
+        self.function = ctypes.c_void_p()
+        self._check(self.cuda.cuModuleGetFunction(ctypes.byref(self.function), self.module, KERNEL.encode()),
+                    "cuModuleGetFunction")
+        props = torch.cuda.get_device_properties(device_index)
+        self.bytes = int(getattr(props, "shared_memory_per_block_optin", 0) or 48 * 1024)
+        self.blocks = int(props.multi_processor_count) * BLOCKS_PER_SM
+        self._check(self.cuda.cuFuncSetAttribute(self.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                 ctypes.c_int(self.bytes)), "cuFuncSetAttribute")
+
+    def fill(self, pattern: int) -> None:
+        """Every word of every SM's shared memory (as much as one block may have) set to `pattern`; synchronous."""
+        import torch
+
+        value, words = ctypes.c_uint32(pattern), ctypes.c_uint32(self.bytes // 4)
+        params = (ctypes.c_void_p * 2)(ctypes.cast(ctypes.byref(value), ctypes.c_void_p),
+                                       ctypes.cast(ctypes.byref(words), ctypes.c_void_p))
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        torch.cuda.synchronize()
+        self._check(self.cuda.cuLaunchKernel(self.function, self.blocks, 1, 1, 1024, 1, 1, self.bytes, stream,
+                                             params, None), "cuLaunchKernel (the fill)")
+        torch.cuda.synchronize()
+
+    def _check(self, code: int, what: str) -> None:
+        if code:
+            text = ctypes.c_char_p()
+            self.cuda.cuGetErrorString(code, ctypes.byref(text))
+            raise PoisonUnavailable(f"{what} failed: CUDA error {code} ({(text.value or b'?').decode()})")
+
+
+def output_words(output: Any) -> list[Any]:
+    """Every tensor of a forward call's output (nested in tuples, lists, dicts), flat, as integers of its element
+    size on the CPU: compared bit for bit (a NaN equals itself, -0.0 is not 0.0)."""
+    import torch
+
+    tensors: list[Any] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, torch.Tensor):
+            tensors.append(value)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                walk(item)
+        elif isinstance(value, dict):
+            for item in value.values():
+                walk(item)
+
+    walk(output)
+    views = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    words = []
+    for tensor in tensors:
+        flat = tensor.detach().contiguous().reshape(-1)
+        if flat.is_complex():
+            flat = torch.view_as_real(flat).reshape(-1)
+        size = flat.element_size()
+        flat = flat.view(views[size]) if size in views else flat.view(torch.uint8)
+        words.append(flat.cpu().clone())
+    return words
+
+
+def compare(runs: Sequence[list[Any]], sequence: Sequence[int] = SEQUENCE) -> dict[str, Any]:
+    """What the runs' outputs (output_words of each, in `sequence`'s pattern order) say: `dependent`, the elements
+    equal across the runs of each pattern but not between patterns; `unstable`, those that changed between runs
+    of one pattern; the first dependent element (`first`: output, index)."""
+    import torch
+
+    shapes = {tuple(len(words) for words in run) for run in runs}
+    if len(shapes) != 1:
+        return {"elements": 0, "dependent": 0, "unstable": 0, "first": None,
+                "problem": "the forward call's outputs had different shapes from one run to the next"}
+    by_pattern: dict[int, list[list[Any]]] = {}
+    for pattern, run in zip(sequence, runs):
+        by_pattern.setdefault(pattern, []).append(run)
+    elements = dependent = unstable = 0
+    first = None
+    for index in range(len(runs[0])):
+        stable = None
+        values = []
+        for pattern_runs in by_pattern.values():
+            base = pattern_runs[0][index]
+            same = torch.ones_like(base, dtype=torch.bool)
+            for other in pattern_runs[1:]:
+                same &= base == other[index]
+            stable = same if stable is None else stable & same
+            values.append(base)
+        differs = torch.zeros_like(values[0], dtype=torch.bool)
+        for other in values[1:]:
+            differs |= values[0] != other
+        hit = stable & differs
+        elements += values[0].numel()
+        unstable += int((~stable).sum())
+        count = int(hit.sum())
+        if count and first is None:
+            first = {"output": index, "index": int(hit.nonzero()[0, 0])}
+        dependent += count
+    return {"elements": elements, "dependent": dependent, "unstable": unstable, "first": first}
+
+
+def run_check(model: Any, inputs: tuple, forward: Callable[[Any, tuple, int], Any],
+              device_index: int = 0) -> dict[str, Any]:
+    """The fill, then one forward call, per pattern of SEQUENCE; compare's answer with the patterns used, or
+    `problem` when the fill cannot run or the forward call raises."""
+    try:
+        poisoner = Poisoner(device_index)
+    except PoisonUnavailable as exc:
+        return {"problem": str(exc)}
+    runs = []
+    for pattern in SEQUENCE:
+        poisoner.fill(PATTERNS[pattern])
+        try:
+            output = forward(model, inputs, 1)
+        except Exception as exc:  # the candidate's own failure, said as the check's outcome
+            return {"problem": f"the forward call raised under the shared-memory fill: {type(exc).__name__}: {exc}"}
+        runs.append(output_words(output))
+    return {**compare(runs), "patterns": [f"0x{p:08x}" for p in PATTERNS], "fillBytes": poisoner.bytes}
