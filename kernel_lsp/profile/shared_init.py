@@ -31,8 +31,8 @@ SEQUENCE = (0, 1, 0, 1)  # indices into PATTERNS: A, B, A, B
 BLOCKS_PER_SM = 4  # the fill's grid: every SM gets a block (one fits per SM at the opt-in maximum)
 KERNEL = "kernel_lsp_poison"
 
-# st.volatile: the stores are never read back, and a plain store to shared memory may be dropped as dead
-# (ptxas keeps one STS per iteration: tests/unit/test_shared_init.py assembles it)
+# st.volatile: the stores are never read back, so the compiler is told they matter (ptxas 13.0 keeps a plain
+# st.shared here too; the volatile one does not rest on that). tests/unit/test_shared_init.py assembles it.
 PTX = r"""
 .version 7.0
 .target sm_75
@@ -75,6 +75,8 @@ class Poisoner:
     def __init__(self, device_index: int = 0) -> None:
         import torch
 
+        if not torch.cuda.is_available():
+            raise PoisonUnavailable("no CUDA device is visible to the candidate's process")
         torch.zeros(1, device=f"cuda:{device_index}")  # the runtime makes the primary context current here
         name = ctypes.util.find_library("cuda") or "libcuda.so.1"
         try:
@@ -185,20 +187,21 @@ def compare(runs: Sequence[list[Any]], sequence: Sequence[int] = SEQUENCE) -> di
     return {"elements": elements, "dependent": dependent, "unstable": unstable, "first": first}
 
 
-def run_check(model: Any, inputs: tuple, forward: Callable[[Any, tuple, int], Any],
-              device_index: int = 0) -> dict[str, Any]:
+def run_check(model: Any, inputs: tuple, forward: Callable[[Any, tuple, int], Any], device_index: int = 0,
+              poisoner: Callable[[int], Any] = Poisoner) -> dict[str, Any]:
     """The fill, then one forward call, per pattern of SEQUENCE; compare's answer with the patterns used, or
-    `problem` when the fill cannot run or the forward call raises."""
+    `problem` when the fill cannot run or the forward call raises. `poisoner` makes the fill (a test's stand-in
+    has `fill(pattern)` and `bytes`)."""
     try:
-        poisoner = Poisoner(device_index)
+        filler = poisoner(device_index)
     except PoisonUnavailable as exc:
         return {"problem": str(exc)}
     runs = []
     for pattern in SEQUENCE:
-        poisoner.fill(PATTERNS[pattern])
+        filler.fill(PATTERNS[pattern])
         try:
             output = forward(model, inputs, 1)
         except Exception as exc:  # the candidate's own failure, said as the check's outcome
             return {"problem": f"the forward call raised under the shared-memory fill: {type(exc).__name__}: {exc}"}
         runs.append(output_words(output))
-    return {**compare(runs), "patterns": [f"0x{p:08x}" for p in PATTERNS], "fillBytes": poisoner.bytes}
+    return {**compare(runs), "patterns": [f"0x{p:08x}" for p in PATTERNS], "fillBytes": filler.bytes}

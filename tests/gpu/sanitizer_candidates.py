@@ -102,7 +102,9 @@ __global__ void row_sum(const float* __restrict__ x, float* __restrict__ out, in
 ''', reference="x.view(-1, 256).sum(dim=1).repeat_interleave(256) * 0 + torch.relu(x)")
 
 # half the tile is never written, then the whole tile is read. compute-sanitizer 2025.3 finds nothing here
-# (initcheck checks global memory only): recorded in tests/fixtures/sanitizer/uninit_shared.*.log
+# (initcheck checks global memory only): recorded in tests/fixtures/sanitizer/uninit_shared.*.log. kernel-lsp's
+# shared-init finds it, on the `__shared__` line: with every SM's shared memory filled with one pattern, then
+# another, half the output followed the fill (tests/gpu/smem_poison_probe.py on an H100, tests/gpu/RESULTS.md)
 UNINIT_SHARED = _candidate("sanitize_uninit_shared", "scale_tile", r'''
 __global__ void scale_tile(const float* __restrict__ x, float* __restrict__ y, int n) {
     __shared__ float tile[256];

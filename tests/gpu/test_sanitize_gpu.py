@@ -1,7 +1,9 @@
 """The "sanitize" job on a real GPU through a real worker (issue 22): each buggy candidate of
-tests/gpu/sanitizer_candidates.py found by its tool on the line marked BUG, the clean one clean, PyTorch's own
-error kept apart (the uninitialised shared-memory read is left out: compute-sanitizer 2025.3 checks the
-initialisation of global memory only, tests/fixtures/sanitizer/README.md); a standalone program sanitized, run and profiled live; and the CLI's exit codes."""
+tests/gpu/sanitizer_candidates.py found by its tool on the line marked BUG, the clean one clean under all five
+checks, PyTorch's own error kept apart; the uninitialised shared-memory read (which compute-sanitizer 2025.3 does
+not check: initcheck covers global memory only, tests/fixtures/sanitizer/README.md) found by kernel-lsp's
+shared-init on the kernel's `__shared__` declaration; a standalone program sanitized, run and profiled live; and the
+CLI's exit codes."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from kernel_lsp.cli import main
 from kernel_lsp.findings import uri_to_path
 from kernel_lsp.kinds.profile import profile_job
 from kernel_lsp.kinds.sanitize import SanitizeOutcome, sanitize_job
+from kernel_lsp.profile.sanitize import CHECKS, SHARED_INIT
 from kernel_lsp.worker.client import WorkerClient
 from tests.gpu import sanitizer_candidates as cands
 from tests.gpu.test_worker_gpu import gpu_present
@@ -57,9 +60,24 @@ async def test_each_bug_is_found_on_its_line(tmp_path: Path, name: str):
 async def test_the_clean_candidate_is_clean_under_every_tool(tmp_path: Path):
     path = tmp_path / "clean.py"
     path.write_text(cands.CLEAN)
-    outcome = await _sanitize(path, ("memcheck", "racecheck", "initcheck", "synccheck"))
+    outcome = await _sanitize(path, CHECKS)
     assert outcome.error is None and outcome.clean, (outcome.summary, [f.message for f in outcome.findings])
     assert not outcome.user_errors and outcome.summary.startswith("clean")
+    assert [run["tool"] for run in outcome.report["tools"]] == list(CHECKS)
+
+
+async def test_an_uninitialised_shared_read_is_found_by_shared_init(tmp_path: Path):
+    text = cands.UNINIT_SHARED  # half of each block's tile is never written; the kernel reads all of it
+    path = tmp_path / "uninit_shared.py"
+    path.write_text(text)
+    outcome = await _sanitize(path, ("initcheck", SHARED_INIT))
+    assert outcome.error is None, outcome.error
+    [finding] = outcome.user_errors
+    declaration = next(i for i, line in enumerate(text.splitlines()) if "__shared__" in line)
+    assert (finding.code, finding.range.start.line) == ("sanitizer-shared-init", declaration), finding.message
+    answer = finding.data["answer"]
+    assert answer["unstable"] == 0 and answer["dependent"] * 2 == answer["elements"], answer  # the unwritten half
+    assert outcome.summary == "errors found: initcheck 0 · shared-init 1", outcome.summary
 
 
 async def test_pytorchs_own_error_is_kept_apart(tmp_path: Path):

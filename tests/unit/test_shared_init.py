@@ -1,0 +1,220 @@
+"""shared-init, kernel-lsp's own check of shared memory read before any thread wrote it (issue 22), on the CPU:
+the fill kernel's PTX assembled by the real ptxas (its stores kept), the comparison of the runs' outputs, the
+check's sequence over a stand-in fill that a CPU model reads, the profile driver's --poison-shared answer without
+a GPU, and the worker's finding on the `__shared__` declaration, its problems and its summary. The fill on a real
+GPU is tests/gpu/test_sanitize_gpu.py's."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernel_lsp.findings import Severity, uri_to_path
+from kernel_lsp.kinds.sanitize import SanitizeOptions
+from kernel_lsp.profile import shared_init
+from kernel_lsp.profile.locations import shared_declarations
+from kernel_lsp.profile.program import nvcc_path
+from kernel_lsp.profile.sanitize import (
+    CHECKS,
+    SHARED_INIT,
+    SanitizeRun,
+    ToolRun,
+    sanitize_findings,
+    sanitize_report,
+    shared_init_problem,
+    summary_line,
+)
+from profilers.sass import parse_sass, sass_for_cubin
+from tests.gpu import sanitizer_candidates as cands
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_fill_kernels_ptx_assembles_and_keeps_its_shared_stores(tmp_path: Path):
+    ptxas = Path(nvcc_path()).with_name("ptxas")
+    if not ptxas.exists():
+        pytest.skip(f"needs ptxas (the CUDA toolkit's), not found beside {nvcc_path()}")
+    (tmp_path / "fill.ptx").write_text(shared_init.PTX)
+    for arch in ("sm_80", "sm_90"):
+        cubin = tmp_path / f"fill_{arch}.cubin"
+        done = subprocess.run([str(ptxas), f"-arch={arch}", str(tmp_path / "fill.ptx"), "-o", str(cubin)],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        [function] = parse_sass(sass_for_cubin(cubin))
+        assert function.mangled == shared_init.KERNEL
+        opcodes = [i.opcode for i in function.instructions]
+        assert "STS" in opcodes, opcodes  # the volatile store is not dropped as dead
+
+
+def _words(*tensors):
+    return shared_init.output_words(tuple(tensors))
+
+
+def test_output_words_compare_bits_of_every_tensor_in_the_output():
+    nan = torch.tensor([float("nan"), 0.0, -0.0])
+    [words] = shared_init.output_words(nan)
+    assert words.dtype == torch.int32 and words[0] == words[0] and words[1] != words[2]
+    nested = shared_init.output_words({"a": [torch.ones(2, 3, dtype=torch.float16)],
+                                       "b": (torch.zeros(4, dtype=torch.complex64), 7)})
+    assert [(w.dtype, w.numel()) for w in nested] == [(torch.int16, 6), (torch.int32, 8)]
+
+
+def test_compare_counts_what_follows_the_fill_and_what_is_only_noise():
+    a = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    b = a.clone()
+    b[2] = 9.0  # element 2 follows the pattern: the same in both A runs and both B runs, different between
+    answer = shared_init.compare([_words(a), _words(b), _words(a), _words(b)])
+    assert answer == {"elements": 4, "dependent": 1, "unstable": 0, "first": {"output": 0, "index": 2}}
+    clean = shared_init.compare([_words(a)] * 4)
+    assert clean["dependent"] == 0 and clean["unstable"] == 0 and clean["first"] is None
+    noisy = a.clone()
+    noisy[0] = -1.0  # element 0 changed between the two A runs: nondeterminism, not evidence
+    answer = shared_init.compare([_words(a), _words(b), _words(noisy), _words(b)])
+    assert answer["unstable"] == 1 and answer["dependent"] == 1
+    second = shared_init.compare([_words(a, a), _words(a, b), _words(a, a), _words(a, b)])
+    assert second["first"] == {"output": 1, "index": 2} and second["elements"] == 8
+    changed = shared_init.compare([_words(a), _words(a, a), _words(a), _words(a)])
+    assert changed["problem"] and changed["dependent"] == 0
+
+
+class _SharedBank:
+    """A stand-in for the GPU's shared memory: what the last fill left, which the model below reads half of."""
+
+    words = torch.zeros(8, dtype=torch.int32)
+
+    def __init__(self, device_index: int) -> None:
+        self.bytes = 32
+
+    def fill(self, pattern: int) -> None:
+        _SharedBank.words = torch.full((8,), pattern, dtype=torch.int64).to(torch.int32)
+
+
+class _HalfUnwritten(torch.nn.Module):
+    def forward(self, x):  # the first half comes from x; the second half is whatever the "shared memory" held
+        return torch.cat([x[:4], _SharedBank.words[4:].view(torch.float32)])
+
+
+class _Honest(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+def test_the_check_runs_a_fill_before_each_forward_call_and_finds_the_half_that_follows_it():
+    x = torch.arange(8, dtype=torch.float32)
+    forward = lambda model, inputs, calls: model(*inputs)  # noqa: E731
+    answer = shared_init.run_check(_HalfUnwritten(), (x,), forward, poisoner=_SharedBank)
+    assert answer["dependent"] == 4 and answer["elements"] == 8 and answer["unstable"] == 0
+    assert answer["first"] == {"output": 0, "index": 4}
+    assert answer["patterns"] == [f"0x{p:08x}" for p in shared_init.PATTERNS] and answer["fillBytes"] == 32
+    assert shared_init.run_check(_Honest(), (x,), forward, poisoner=_SharedBank)["dependent"] == 0
+
+    def raising(model, inputs, calls):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    assert "illegal memory access" in shared_init.run_check(_Honest(), (x,), raising, poisoner=_SharedBank)["problem"]
+
+
+def test_without_a_gpu_the_drivers_answer_says_why(tmp_path: Path):
+    candidate = tmp_path / "cand.py"
+    candidate.write_text("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+                         "    def forward(self, x):\n        return x + 1\n\n\n"
+                         "def get_inputs():\n    return [torch.randn(16)]\n\n\ndef get_init_inputs():\n    return []\n")
+    answer = tmp_path / "answer.json"
+    done = subprocess.run([sys.executable, "-m", "kernel_lsp.profile.driver", "--candidate", str(candidate),
+                           "--device", "cpu", "--poison-shared", str(answer)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    problem = json.loads(answer.read_text())["problem"]
+    assert "no CUDA device" in problem
+    assert shared_init_problem(json.loads(answer.read_text()), 0, False, 300, "") == (
+        f"shared-init could not check the candidate: {problem}")
+
+
+def _run_with(answer: dict | None, problem: str | None = None, timed_out: bool = False) -> SanitizeRun:
+    run = ToolRun(SHARED_INIT, None, 3.0, timed_out=timed_out, shared=answer)
+    run.problem = problem if problem is not None else shared_init_problem(answer, 0, timed_out, 300, "tail")
+    return SanitizeRun(runs=[run])
+
+
+FOUND = {"elements": 1048576, "dependent": 524288, "unstable": 0, "first": {"output": 0, "index": 128},
+         "patterns": ["0x5a5a5a5a", "0x3f803f80"], "fillBytes": 232448}
+
+
+def test_the_finding_sits_on_the_shared_declaration_of_the_candidates_kernel(tmp_path: Path):
+    path = str(tmp_path / "uninit_shared.py")
+    files = {"cand.py": cands.UNINIT_SHARED}
+    run = _run_with(FOUND)
+    findings, library = sanitize_findings(run, files, files, {"cand.py": path}, "cand.py")
+    [finding] = findings
+    declaration = next(i for i, line in enumerate(cands.UNINIT_SHARED.splitlines()) if "__shared__" in line)
+    assert (finding.code, finding.severity, finding.range.start.line) == ("sanitizer-shared-init", Severity.ERROR,
+                                                                          declaration)
+    assert uri_to_path(finding.uri) == Path(path) and not library
+    assert "524288 of 1048576 output elements" in finding.message and "scale_tile" in finding.message
+    assert "0x5a5a5a5a then 0x3f803f80" in finding.message
+    summary = summary_line(run, findings, library)
+    assert summary == "errors found: shared-init 1", summary
+    report = sanitize_report(run, findings, library)
+    assert report["errors"] == 1 and not report["clean"]
+    assert report["tools"][0]["sharedInit"]["dependent"] == 524288 and report["tools"][0]["complete"]
+
+
+def test_a_candidate_without_shared_declarations_gets_it_on_model_new():
+    text = cands.CLEAN  # its kernel declares no shared memory (a library's or the compiler's would be the cause)
+    assert not shared_declarations({"cand.py": text}, {})
+    [finding] = sanitize_findings(_run_with(FOUND), {"cand.py": text}, {"cand.py": text}, {}, "cand.py")[0]
+    assert text.splitlines()[finding.range.start.line].startswith("class ModelNew")
+    assert "no `__shared__` declaration" in finding.message
+
+
+@pytest.mark.parametrize("answer, timed_out, expected", [
+    ({**FOUND, "unstable": 12, "dependent": 0}, False, "inconclusive: 12 of 1048576 output elements changed"),
+    (None, False, "gave no answer (exit 0): tail"),
+    ({**FOUND, "unstable": 3}, True, "ran past 300 s"),
+])
+def test_a_check_that_proves_nothing_is_incomplete_never_clean_nor_an_error(answer, timed_out, expected):
+    run = _run_with(answer, timed_out=timed_out)
+    assert expected in (run.runs[0].problem or "")
+    findings, library = sanitize_findings(run, {"c.py": cands.UNINIT_SHARED}, {"c.py": cands.UNINIT_SHARED}, {},
+                                          "c.py")
+    assert findings == []
+    assert summary_line(run, findings, library).startswith("incomplete: shared-init 0 (")
+    assert not sanitize_report(run, findings, library)["clean"]
+
+
+def test_a_clean_answer_is_clean():
+    run = _run_with({**FOUND, "dependent": 0, "first": None})
+    findings, library = sanitize_findings(run, {"c.py": cands.UNINIT_SHARED}, {"c.py": cands.UNINIT_SHARED}, {},
+                                          "c.py")
+    assert findings == [] and summary_line(run, findings, library) == "clean: shared-init 0"
+    assert sanitize_report(run, findings, library)["clean"]
+
+
+def test_shared_init_is_one_of_the_checks_a_job_runs_by_default():
+    assert CHECKS[-1] == SHARED_INIT and SanitizeOptions().tools == CHECKS
+    assert SanitizeOptions(tools=("shared-init",)).tools == ("shared-init",)
+    with pytest.raises(ValueError, match="shared-init"):
+        SanitizeOptions(tools=("sharedcheck",))
+
+
+def test_the_agent_counts_a_shared_init_finding_as_an_error(tmp_path: Path):
+    from kernel_lsp.agent.safety import sanitize_entry
+    from kernel_lsp.kinds.sanitize import SanitizeOutcome
+    from kernel_lsp.worker.protocol import Result
+
+    path = tmp_path / "cand.py"
+    files = {"cand.py": cands.UNINIT_SHARED}
+    run = _run_with(FOUND)
+    findings, library = sanitize_findings(run, files, files, {"cand.py": str(path)}, "cand.py")
+    result = Result("ok", [f.to_dict() for f in findings], {"sanitize": sanitize_report(run, findings, library),
+                                                           "summary": summary_line(run, findings, library)}, {})
+    outcome = SanitizeOutcome.of(result)
+    assert [f.code for f in outcome.user_errors] == ["sanitizer-shared-init"]
+    entry = sanitize_entry(outcome, path, tmp_path)
+    assert entry["status"] == "errors" and entry["errors"][0]["tool"] == "shared-init"
+    assert entry["errors"][0]["line"] == findings[0].range.start.line + 1
