@@ -5,10 +5,11 @@
 For KernelBench level1/19_ReLU (a 4096 x 393216 fp32 input: 6.4 GB) and level1/1_Square_matrix_multiplication_
 (4096 x 4096) with the honest CUDA load_inline candidates of tests/gpu/candidates.py, the "sanitize" job as
 `kernel-lsp sanitize` sends it, one tool per job: the warm call (the extension built with -lineinfo the first
-time, then loaded), then one forward call under compute-sanitizer. Each row gives the job's wall time and the
+time, then loaded), then one forward call under compute-sanitizer (for kernel-lsp's shared-init: a warm call and
+four forward calls, each after a shared-memory fill). Each row gives the job's wall time and the
 tool's own run (its `wallS`), beside the plain warm call's, so the tool's cost reads as a ratio measured in the
 same run. A tool that ran past its limit says so: --tool-timeout sets that limit (the `sanitizeTimeoutS`
-setting's default, 300 s, unless given); --problem (a name 19_ReLU or 1_Square_matmul, repeatable) measures only
+setting's default, 300 s, unless given); --problem (19_ReLU or 1_Square_matmul, repeatable) measures only
 those, so each fits one device call. --record appends the table to benchmarks/RESULTS.md.
 """
 
@@ -27,8 +28,8 @@ from benchmarks import report  # noqa: E402
 from benchmarks.verify_latency import gpu_name, warm_worker  # noqa: E402
 from kernel_lsp.config import Settings  # noqa: E402
 from kernel_lsp.kinds.sanitize import SanitizeOutcome, sanitize_job  # noqa: E402
+from kernel_lsp.profile.sanitize import CHECKS  # noqa: E402
 from kernel_lsp.worker.client import WorkerClient  # noqa: E402
-from profilers.sanitizer import TOOLS  # noqa: E402
 from tests.gpu import candidates  # noqa: E402
 
 
@@ -72,7 +73,7 @@ async def measure(repeat: int, options: argparse.Namespace) -> list[tuple[str, s
                 continue
             first, _ = await timed_sanitize(client, candidate, problem, "memcheck", limit)  # builds with -lineinfo
             rows.append((f"{name}: first sanitize job (memcheck; -lineinfo build)", f"{first:.1f} s", "", ""))
-            for tool in TOOLS:
+            for tool in CHECKS:
                 jobs, runs, warms, note = [], [], [], ""
                 for _ in range(max(repeat, 1)):
                     elapsed, outcome = await timed_sanitize(client, candidate, problem, tool, limit)
