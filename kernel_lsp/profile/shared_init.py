@@ -63,60 +63,83 @@ DONE:
 """
 
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+FILL_THREADS = 1024
 
 
 class PoisonUnavailable(Exception):
     """The fill kernel cannot run here (no libcuda, the PTX did not load): the check says so, never clean."""
 
 
-class Poisoner:
-    """The fill kernel, loaded into the current CUDA context (torch's) through the driver API."""
+class DriverFill:
+    """The fill kernel loaded into the current CUDA context through the driver API (`library`: libcuda, opened
+    with ctypes), for `bytes` of dynamic shared memory per block and `blocks` blocks."""
 
-    def __init__(self, device_index: int = 0) -> None:
-        import torch
-
-        if not torch.cuda.is_available():
-            raise PoisonUnavailable("no CUDA device is visible to the candidate's process")
-        torch.zeros(1, device=f"cuda:{device_index}")  # the runtime makes the primary context current here
-        name = ctypes.util.find_library("cuda") or "libcuda.so.1"
-        try:
-            self.cuda = ctypes.CDLL(name)
-        except OSError as exc:
-            raise PoisonUnavailable(f"cannot load the CUDA driver library ({name}): {exc}") from exc
+    def __init__(self, library: Any, bytes_per_block: int, blocks: int) -> None:
+        self.cuda, self.bytes, self.blocks = library, bytes_per_block, blocks
         context = ctypes.c_void_p()
         self._check(self.cuda.cuCtxGetCurrent(ctypes.byref(context)), "cuCtxGetCurrent")
         if not context.value:
-            raise PoisonUnavailable("no current CUDA context after PyTorch's first allocation")
+            raise PoisonUnavailable("no current CUDA context (PyTorch has not initialised CUDA on this thread)")
         self.module = ctypes.c_void_p()
         self._check(self.cuda.cuModuleLoadData(ctypes.byref(self.module), ctypes.c_char_p(PTX.encode())),
                     "cuModuleLoadData (the fill kernel's PTX)")
         self.function = ctypes.c_void_p()
         self._check(self.cuda.cuModuleGetFunction(ctypes.byref(self.function), self.module, KERNEL.encode()),
                     "cuModuleGetFunction")
-        props = torch.cuda.get_device_properties(device_index)
-        self.bytes = int(getattr(props, "shared_memory_per_block_optin", 0) or 48 * 1024)
-        self.blocks = int(props.multi_processor_count) * BLOCKS_PER_SM
         self._check(self.cuda.cuFuncSetAttribute(self.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                  ctypes.c_int(self.bytes)), "cuFuncSetAttribute")
 
-    def fill(self, pattern: int) -> None:
-        """Every word of every SM's shared memory (as much as one block may have) set to `pattern`; synchronous."""
-        import torch
-
-        value, words = ctypes.c_uint32(pattern), ctypes.c_uint32(self.bytes // 4)
-        params = (ctypes.c_void_p * 2)(ctypes.cast(ctypes.byref(value), ctypes.c_void_p),
-                                       ctypes.cast(ctypes.byref(words), ctypes.c_void_p))
-        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-        torch.cuda.synchronize()
-        self._check(self.cuda.cuLaunchKernel(self.function, self.blocks, 1, 1, 1024, 1, 1, self.bytes, stream,
+    def launch(self, pattern: int, stream: int | None) -> None:
+        """The fill on `stream` (a CUstream handle; 0 or None: the legacy default stream), not waited for."""
+        values = (ctypes.c_uint32(pattern), ctypes.c_uint32(self.bytes // 4))
+        params = kernel_params(*values)
+        self._check(self.cuda.cuLaunchKernel(self.function, ctypes.c_uint(self.blocks), ctypes.c_uint(1),
+                                             ctypes.c_uint(1), ctypes.c_uint(FILL_THREADS), ctypes.c_uint(1),
+                                             ctypes.c_uint(1), ctypes.c_uint(self.bytes), ctypes.c_void_p(stream),
                                              params, None), "cuLaunchKernel (the fill)")
-        torch.cuda.synchronize()
 
     def _check(self, code: int, what: str) -> None:
         if code:
             text = ctypes.c_char_p()
             self.cuda.cuGetErrorString(code, ctypes.byref(text))
             raise PoisonUnavailable(f"{what} failed: CUDA error {code} ({(text.value or b'?').decode()})")
+
+
+def kernel_params(*values: Any) -> Any:
+    """cuLaunchKernel's kernelParams: an array of pointers, one to each argument's value (the values must outlive
+    the launch call)."""
+    return (ctypes.c_void_p * len(values))(*(ctypes.addressof(value) for value in values))
+
+
+def load_driver() -> Any:
+    name = ctypes.util.find_library("cuda") or "libcuda.so.1"
+    try:
+        return ctypes.CDLL(name)
+    except OSError as exc:
+        raise PoisonUnavailable(f"cannot load the CUDA driver library ({name}): {exc}") from exc
+
+
+class Poisoner:
+    """The fill of every SM's shared memory, in torch's context on one device."""
+
+    def __init__(self, device_index: int = 0, library: Any = None) -> None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise PoisonUnavailable("no CUDA device is visible to the candidate's process")
+        torch.zeros(1, device=f"cuda:{device_index}")  # the runtime makes the primary context current here
+        props = torch.cuda.get_device_properties(device_index)
+        self.bytes = int(getattr(props, "shared_memory_per_block_optin", 0) or 48 * 1024)
+        self.fill_kernel = DriverFill(library or load_driver(), self.bytes,
+                                      int(props.multi_processor_count) * BLOCKS_PER_SM)
+
+    def fill(self, pattern: int) -> None:
+        """Every word of every SM's shared memory (as much as one block may have) set to `pattern`; synchronous."""
+        import torch
+
+        torch.cuda.synchronize()
+        self.fill_kernel.launch(pattern, torch.cuda.current_stream().cuda_stream)
+        torch.cuda.synchronize()
 
 
 def output_words(output: Any) -> list[Any]:
