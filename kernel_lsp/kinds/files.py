@@ -15,6 +15,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kernel_lsp.sources import find_includes, parse_python
 
@@ -29,6 +30,14 @@ class CarriedFiles:
     origins: dict[str, str]  # name in the job -> its path on the client's machine (findings point there)
     candidate: str  # the candidate's name in the job
     reference: str | None  # the reference's, None when the job has none
+
+    def config(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        """A job's config: the options' entries, the candidate's name, the origins, and the reference's name
+        where there is one (a profile or sanitize job may have none)."""
+        config: dict[str, Any] = {**options, "candidate": self.candidate, "origins": self.origins}
+        if self.reference is not None:
+            config["reference"] = self.reference
+        return config
 
 
 class Texts:

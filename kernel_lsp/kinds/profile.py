@@ -39,9 +39,7 @@ def profile_job(candidate: Path, reference: Path | None, options: ProfileOptions
     config entries: `{"launchCount": 1}`)."""
     options = coerce(ProfileOptions, options)
     files = gather_files(candidate, reference, texts)
-    config: dict[str, Any] = {**to_config(options), "candidate": files.candidate, "origins": files.origins}
-    if files.reference is not None:
-        config["reference"] = files.reference
+    config = files.config(to_config(options))
     return Job(KIND, files.texts, config, cache_key(KIND, files.texts, config))
 
 

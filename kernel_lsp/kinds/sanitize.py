@@ -80,9 +80,7 @@ def sanitize_job(candidate: Path, reference: Path | None, options: SanitizeOptio
     them) and the options (SanitizeOptions, or their camelCase config entries: `{"tools": ["memcheck"]}`)."""
     options = coerce(SanitizeOptions, options)
     files = gather_files(candidate, reference, texts)
-    config: dict[str, Any] = {**to_config(options), "candidate": files.candidate, "origins": files.origins}
-    if files.reference is not None:
-        config["reference"] = files.reference
+    config = files.config(to_config(options))
     return Job(KIND, files.texts, config, cache_key(KIND, files.texts, config))
 
 
