@@ -6,10 +6,12 @@ values happen to be what the kernel before left there).
 The check is differential. Shared memory keeps its contents from one kernel to the next (seen on an H100: after a
 kernel filled every SM's shared memory with a pattern, a later kernel's never-written shared array held that
 pattern in 100% of its words; tests/gpu/RESULTS.md, 2026-12-05). So before each of four forward calls a tiny kernel
-fills the shared memory of every SM, with pattern A, then B, then A, then B. An output element that is the same in
-both A runs and in both B runs, but differs between A and B, follows what was in shared memory before the forward
-call: some kernel read shared memory it never wrote. An element that changed between the runs with the same
-pattern is nondeterminism, not evidence; the check then says it is inconclusive rather than clean.
+fills the shared memory of every SM, with pattern A, then B, then A, then B. An output element that agrees across
+both A runs and across both B runs, but differs between A and B, follows what was in shared memory before the
+forward call: some kernel read shared memory it never wrote. Agreement is the verifier's tolerance for the dtype
+(the patterns read as floats differ by orders of magnitude; an honest kernel's atomics differ in the last bits). An
+element that changed between the runs with the same pattern is nondeterminism, not evidence; the check then says
+it is inconclusive rather than clean.
 
 What it cannot tell: which line reads (it sees the output, not the access; the worker places the finding on the
 candidate's shared-memory declarations), and a read whose stale value never reaches the output. A kernel that runs
@@ -142,10 +144,13 @@ class Poisoner:
         torch.cuda.synchronize()
 
 
-def output_words(output: Any) -> list[Any]:
-    """Every tensor of a forward call's output (nested in tuples, lists, dicts), flat, as integers of its element
-    size on the CPU: compared bit for bit (a NaN equals itself, -0.0 is not 0.0)."""
+def output_leaves(output: Any) -> list[Any]:
+    """Every tensor of a forward call's output (nested in tuples, lists, dicts), flat and copied where it is (a
+    candidate that returns the same tensor each call must not overwrite an earlier run's answer); complex values
+    as (real, imaginary) pairs."""
     import torch
+
+    from kernel_lsp.verify.compare import flat_view
 
     tensors: list[Any] = []
 
@@ -160,54 +165,93 @@ def output_words(output: Any) -> list[Any]:
                 walk(item)
 
     walk(output)
-    views = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-    words = []
-    for tensor in tensors:
-        flat = tensor.detach().contiguous().reshape(-1)
-        if flat.is_complex():
-            flat = torch.view_as_real(flat).reshape(-1)
-        size = flat.element_size()
-        flat = flat.view(views[size]) if size in views else flat.view(torch.uint8)
-        words.append(flat.cpu().clone())
-    return words
+    return [flat_view(tensor.detach())[0].clone() for tensor in tensors]
+
+
+def close(a: Any, b: Any, scale: float) -> Any:
+    """Element by element, whether two runs' values agree: integers and booleans exactly; floats within the
+    verifier's tolerance for their dtype (atol times the output's scale, plus rtol), so the last-bit differences of
+    an honest kernel's atomics are not taken for nondeterminism; NaN agrees with NaN, an infinity with itself.
+    Floats without a default tolerance (float8) agree only when equal."""
+    import torch
+
+    from kernel_lsp.verify.compare import DEFAULT_TOLERANCES, EXACT
+
+    if not a.is_floating_point():
+        return a == b
+    tolerance = DEFAULT_TOLERANCES.get(a.dtype, EXACT)
+    wide = torch.float64 if a.dtype == torch.float64 else torch.float32
+    x, y = a.to(wide), b.to(wide)
+    return ((x - y).abs() <= tolerance.atol * scale + tolerance.rtol * y.abs()) | (x == y) | (x.isnan() & y.isnan())
+
+
+CHUNK = 1 << 24  # elements compared at a time: bounds the float temporaries of a many-GiB output
+
+
+class RunTally:
+    """The runs' outputs in pattern order, one at a time: the first run of each pattern is kept, each later one is
+    compared with its pattern's first and dropped. `dependent`: elements that agree across the runs of each pattern
+    and differ between the patterns; `unstable`: elements that changed between runs of one pattern."""
+
+    def __init__(self) -> None:
+        self.first: dict[int, list[Any]] = {}
+        self.stable: list[Any] | None = None
+        self.scales: list[float] = []
+        self.problem: str | None = None
+
+    def add(self, pattern: int, leaves: list[Any]) -> None:
+        import torch
+
+        from kernel_lsp.verify.compare import output_scale
+
+        if self.problem is not None:
+            return
+        reference = next(iter(self.first.values()), None)
+        shapes = [(t.dtype, t.numel()) for t in leaves]
+        if reference is not None and shapes != [(t.dtype, t.numel()) for t in reference]:
+            self.problem = "the forward call's outputs had different shapes or dtypes from one run to the next"
+            return
+        if reference is None:
+            self.scales = [output_scale(t) if t.is_floating_point() else 1.0 for t in leaves]
+            self.stable = [torch.ones(t.numel(), dtype=torch.bool, device=t.device) for t in leaves]
+        if pattern not in self.first:
+            self.first[pattern] = leaves
+            return
+        for stable, kept, new, scale in zip(self.stable or [], self.first[pattern], leaves, self.scales):
+            for offset in range(0, kept.numel(), CHUNK):
+                part = slice(offset, offset + CHUNK)
+                stable[part] &= close(kept[part], new[part], scale)
+
+    def answer(self) -> dict[str, Any]:
+        import torch
+
+        if self.problem is not None:
+            return {"elements": 0, "dependent": 0, "unstable": 0, "first": None, "problem": self.problem}
+        patterns = list(self.first.values())
+        elements = dependent = unstable = 0
+        first = None
+        for index, stable in enumerate(self.stable or []):
+            differs = torch.zeros_like(stable)
+            for other in patterns[1:]:
+                for offset in range(0, stable.numel(), CHUNK):
+                    part = slice(offset, offset + CHUNK)
+                    differs[part] |= ~close(patterns[0][index][part], other[index][part], self.scales[index])
+            hit = stable & differs
+            count = int(hit.sum())
+            if count and first is None:
+                first = {"output": index, "index": int(hit.nonzero()[0, 0])}
+            elements += stable.numel()
+            unstable += int((~stable).sum())
+            dependent += count
+        return {"elements": elements, "dependent": dependent, "unstable": unstable, "first": first}
 
 
 def compare(runs: Sequence[list[Any]], sequence: Sequence[int] = SEQUENCE) -> dict[str, Any]:
-    """What the runs' outputs (output_words of each, in `sequence`'s pattern order) say: `dependent`, the elements
-    equal across the runs of each pattern but not between patterns; `unstable`, those that changed between runs
-    of one pattern; the first dependent element (`first`: output, index)."""
-    import torch
-
-    shapes = {tuple(len(words) for words in run) for run in runs}
-    if len(shapes) != 1:
-        return {"elements": 0, "dependent": 0, "unstable": 0, "first": None,
-                "problem": "the forward call's outputs had different shapes from one run to the next"}
-    by_pattern: dict[int, list[list[Any]]] = {}
+    """RunTally's answer over whole runs (output_leaves of each), in `sequence`'s pattern order."""
+    tally = RunTally()
     for pattern, run in zip(sequence, runs):
-        by_pattern.setdefault(pattern, []).append(run)
-    elements = dependent = unstable = 0
-    first = None
-    for index in range(len(runs[0])):
-        stable = None
-        values = []
-        for pattern_runs in by_pattern.values():
-            base = pattern_runs[0][index]
-            same = torch.ones_like(base, dtype=torch.bool)
-            for other in pattern_runs[1:]:
-                same &= base == other[index]
-            stable = same if stable is None else stable & same
-            values.append(base)
-        differs = torch.zeros_like(values[0], dtype=torch.bool)
-        for other in values[1:]:
-            differs |= values[0] != other
-        hit = stable & differs
-        elements += values[0].numel()
-        unstable += int((~stable).sum())
-        count = int(hit.sum())
-        if count and first is None:
-            first = {"output": index, "index": int(hit.nonzero()[0, 0])}
-        dependent += count
-    return {"elements": elements, "dependent": dependent, "unstable": unstable, "first": first}
+        tally.add(pattern, run)
+    return tally.answer()
 
 
 def run_check(model: Any, inputs: tuple, forward: Callable[[Any, tuple, int], Any], device_index: int = 0,
@@ -219,12 +263,13 @@ def run_check(model: Any, inputs: tuple, forward: Callable[[Any, tuple, int], An
         filler = poisoner(device_index)
     except PoisonUnavailable as exc:
         return {"problem": str(exc)}
-    runs = []
+    tally = RunTally()
     for pattern in SEQUENCE:
         filler.fill(PATTERNS[pattern])
         try:
             output = forward(model, inputs, 1)
         except Exception as exc:  # the candidate's own failure, said as the check's outcome
             return {"problem": f"the forward call raised under the shared-memory fill: {type(exc).__name__}: {exc}"}
-        runs.append(output_words(output))
-    return {**compare(runs), "patterns": [f"0x{p:08x}" for p in PATTERNS], "fillBytes": filler.bytes}
+        tally.add(pattern, output_leaves(output))
+        del output
+    return {**tally.answer(), "patterns": [f"0x{p:08x}" for p in PATTERNS], "fillBytes": filler.bytes}

@@ -51,35 +51,57 @@ def test_the_fill_kernels_ptx_assembles_and_keeps_its_shared_stores(tmp_path: Pa
         assert "STS" in opcodes, opcodes  # the volatile store is not dropped as dead
 
 
-def _words(*tensors):
-    return shared_init.output_words(tuple(tensors))
+def _leaves(*tensors):
+    return shared_init.output_leaves(tuple(tensors))
 
 
-def test_output_words_compare_bits_of_every_tensor_in_the_output():
-    nan = torch.tensor([float("nan"), 0.0, -0.0])
-    [words] = shared_init.output_words(nan)
-    assert words.dtype == torch.int32 and words[0] == words[0] and words[1] != words[2]
-    nested = shared_init.output_words({"a": [torch.ones(2, 3, dtype=torch.float16)],
-                                       "b": (torch.zeros(4, dtype=torch.complex64), 7)})
-    assert [(w.dtype, w.numel()) for w in nested] == [(torch.int16, 6), (torch.int32, 8)]
+def test_output_leaves_are_flat_copies_of_every_tensor_in_the_output():
+    kept = torch.ones(2, 3)
+    [leaf] = shared_init.output_leaves(kept)
+    kept.fill_(5.0)  # a candidate that writes the same tensor again on its next call
+    assert leaf.shape == (6,) and bool((leaf == 1.0).all())
+    nested = shared_init.output_leaves({"a": [torch.ones(2, 3, dtype=torch.float16)],
+                                        "b": (torch.zeros(4, dtype=torch.complex64), 7, "text")})
+    assert [(w.dtype, w.numel()) for w in nested] == [(torch.float16, 6), (torch.float32, 8)]
+
+
+def test_close_uses_the_verifiers_tolerance_and_agrees_on_nan_and_infinity():
+    a = torch.tensor([1.0, float("nan"), float("inf"), 1e16, 0.0])
+    b = torch.tensor([1.0 + 1e-6, float("nan"), float("inf"), 1.0, 1e-3])
+    assert shared_init.close(a, b, 1.0).tolist() == [True, True, True, False, False]
+    half = torch.tensor([1.0, 2.0], dtype=torch.float16)
+    assert shared_init.close(half, half + 0.004, 1.0).tolist() == [True, True]  # within fp16's 1e-2
+    ints = torch.tensor([3, 4])
+    assert shared_init.close(ints, torch.tensor([3, 5]), 1.0).tolist() == [True, False]
 
 
 def test_compare_counts_what_follows_the_fill_and_what_is_only_noise():
     a = torch.tensor([1.0, 2.0, 3.0, 4.0])
     b = a.clone()
     b[2] = 9.0  # element 2 follows the pattern: the same in both A runs and both B runs, different between
-    answer = shared_init.compare([_words(a), _words(b), _words(a), _words(b)])
+    answer = shared_init.compare([_leaves(a), _leaves(b), _leaves(a), _leaves(b)])
     assert answer == {"elements": 4, "dependent": 1, "unstable": 0, "first": {"output": 0, "index": 2}}
-    clean = shared_init.compare([_words(a)] * 4)
+    clean = shared_init.compare([_leaves(a)] * 4)
     assert clean["dependent"] == 0 and clean["unstable"] == 0 and clean["first"] is None
+    last_bits = a * (1 + 1e-7)  # an honest kernel's atomics: the last bits differ from run to run
+    assert shared_init.compare([_leaves(a), _leaves(a), _leaves(last_bits), _leaves(a)])["unstable"] == 0
     noisy = a.clone()
     noisy[0] = -1.0  # element 0 changed between the two A runs: nondeterminism, not evidence
-    answer = shared_init.compare([_words(a), _words(b), _words(noisy), _words(b)])
+    answer = shared_init.compare([_leaves(a), _leaves(b), _leaves(noisy), _leaves(b)])
     assert answer["unstable"] == 1 and answer["dependent"] == 1
-    second = shared_init.compare([_words(a, a), _words(a, b), _words(a, a), _words(a, b)])
+    second = shared_init.compare([_leaves(a, a), _leaves(a, b), _leaves(a, a), _leaves(a, b)])
     assert second["first"] == {"output": 1, "index": 2} and second["elements"] == 8
-    changed = shared_init.compare([_words(a), _words(a, a), _words(a), _words(a)])
+    changed = shared_init.compare([_leaves(a), _leaves(a, a), _leaves(a), _leaves(a)])
     assert changed["problem"] and changed["dependent"] == 0
+
+
+def test_compare_works_in_chunks(monkeypatch):
+    monkeypatch.setattr(shared_init, "CHUNK", 3)
+    a = torch.arange(10, dtype=torch.float32)
+    b = a.clone()
+    b[[1, 7, 9]] = -5.0
+    answer = shared_init.compare([_leaves(a), _leaves(b), _leaves(a), _leaves(b)])
+    assert answer["dependent"] == 3 and answer["first"] == {"output": 0, "index": 1}
 
 
 class _SharedBank:
