@@ -79,6 +79,7 @@ class SanitizePlan:
     print_limit: int = 100
     allow_network: bool = False
     origins: dict[str, str] = field(default_factory=dict)  # job file name -> the user's path
+    device: str = "cuda"  # the driver's; "cpu" only in tests (no tool and no fill can check a CPU run)
 
 
 @dataclass
@@ -114,7 +115,7 @@ class SanitizeRun:
 
 def driver_argv(plan: SanitizePlan, writable: Sequence[str], warmup: int, calls: int) -> list[str]:
     return driver_command(plan.candidate, plan.reference, writable, plan.allow_network,
-                          "--warmup", str(warmup), "--calls", str(calls))
+                          "--warmup", str(warmup), "--calls", str(calls), "--device", plan.device)
 
 
 def sanitize_environment(home: Path, cache_dir: Path) -> tuple[dict[str, str], list[str]]:

@@ -6,9 +6,7 @@ GPU is tests/gpu/test_sanitize_gpu.py's."""
 
 from __future__ import annotations
 
-import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,8 +20,11 @@ from kernel_lsp.profile.program import nvcc_path
 from kernel_lsp.profile.sanitize import (
     CHECKS,
     SHARED_INIT,
+    SanitizePlan,
     SanitizeRun,
     ToolRun,
+    _shared_init,
+    sanitize_environment,
     sanitize_findings,
     sanitize_report,
     shared_init_problem,
@@ -32,7 +33,6 @@ from kernel_lsp.profile.sanitize import (
 from profilers.sass import parse_sass, sass_for_cubin
 from tests.gpu import sanitizer_candidates as cands
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_fill_kernels_ptx_assembles_and_keeps_its_shared_stores(tmp_path: Path):
@@ -141,20 +141,23 @@ def test_the_check_runs_a_fill_before_each_forward_call_and_finds_the_half_that_
     assert "illegal memory access" in shared_init.run_check(_Honest(), (x,), raising, poisoner=_SharedBank)["problem"]
 
 
-def test_without_a_gpu_the_drivers_answer_says_why(tmp_path: Path):
-    candidate = tmp_path / "cand.py"
-    candidate.write_text("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
-                         "    def forward(self, x):\n        return x + 1\n\n\n"
-                         "def get_inputs():\n    return [torch.randn(16)]\n\n\ndef get_init_inputs():\n    return []\n")
-    answer = tmp_path / "answer.json"
-    done = subprocess.run([sys.executable, "-m", "kernel_lsp.profile.driver", "--candidate", str(candidate),
-                           "--device", "cpu", "--poison-shared", str(answer)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    problem = json.loads(answer.read_text())["problem"]
-    assert "no CUDA device" in problem
-    assert shared_init_problem(json.loads(answer.read_text()), 0, False, 300, "") == (
-        f"shared-init could not check the candidate: {problem}")
+async def test_without_a_gpu_the_confined_drivers_answer_says_why(tmp_path: Path):
+    """The worker's own run of the check (_shared_init): the driver started confined as the warm call is, its
+    answer written into the scratch HOME it may write, read back, and turned into the run's problem."""
+    folder, home = tmp_path / "run", tmp_path / "run" / "home"
+    (folder / "task").mkdir(parents=True)
+    home.mkdir()
+    (folder / "task" / "cand.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
+        "        return x + 1\n\n\ndef get_inputs():\n    return [torch.randn(16)]\n\n\n"
+        "def get_init_inputs():\n    return []\n")
+    environment, writable = sanitize_environment(home, tmp_path / "cache")
+    plan = SanitizePlan(candidate="cand.py", reference=None, tools=(SHARED_INIT,), device="cpu")
+    run = await _shared_init(plan, folder, home, environment, writable)
+    assert run.shared == {"problem": "no CUDA device is visible to the candidate's process"}, run.problem
+    assert run.problem == "shared-init could not check the candidate: no CUDA device is visible to the candidate's " \
+                          "process"
+    assert run.to_dict()["complete"] is False and not run.timed_out
 
 
 def _run_with(answer: dict | None, problem: str | None = None, timed_out: bool = False) -> SanitizeRun:
