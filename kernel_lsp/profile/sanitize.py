@@ -254,8 +254,11 @@ def shared_init_problem(answer: dict[str, Any] | None, exit_code: int | None, ti
     if answer.get("problem"):
         return f"{SHARED_INIT} could not check the candidate: {answer['problem']}"
     if answer.get("unstable"):
+        followed = (f"; {answer['dependent']} others followed the fill, which may be chance" if answer.get("dependent")
+                    else "")
         return (f"{SHARED_INIT} is inconclusive: {answer['unstable']} of {answer.get('elements')} output elements "
-                "changed between two runs with the same shared-memory fill (the output is not deterministic)")
+                f"changed between two runs with the same shared-memory fill (the output is not deterministic, "
+                f"beyond the verifier's tolerance){followed}")
     return None
 
 
@@ -405,14 +408,17 @@ def _shared_finding(answer: dict[str, Any], own_files: dict[str, str], origins: 
     patterns = answer.get("patterns") or []
     message = (f"{SHARED_INIT}: {answer.get('dependent')} of {answer.get('elements')} output elements changed with "
                f"what was in shared memory before the forward call (every SM's shared memory filled with "
-               f"{' then '.join(patterns) or 'two patterns'}; each fill twice gave the same output): a kernel reads "
-               f"shared memory no thread of its block wrote (first at output {first.get('output', 0)}, element "
-               f"{first.get('index', 0)})")
+               f"{' then '.join(patterns) or 'two patterns'}; each fill twice gave the same output, within "
+               f"tolerance): a kernel reads shared memory no thread of its block wrote (first at output "
+               f"{first.get('output', 0)}, element {first.get('index', 0)})")
     if in_kernels:
         where = in_kernels[0].location
         kernels = sorted({d.kernel for d in in_kernels if d.kernel})
-        message += (f"; the check sees the output, not the read: {'the' if len(kernels) < 2 else 'a'} kernel with "
-                    f"shared memory: {', '.join(kernels) or 'unknown'}")
+        which = (f"the kernel with shared memory, {kernels[0]}" if len(kernels) == 1 else
+                 f"one of the kernels with shared memory ({', '.join(kernels)})" if kernels else
+                 "a kernel using this shared memory")
+        message += (f"; the read is in {which}: the check sees the output, not the read, so this marks the "
+                    "declaration")
         uri, rng = path_to_uri(where.file), where.range
         related = tuple(Related(path_to_uri(d.location.file), d.location.range,
                                 f"shared memory of {d.kernel or 'a device function'}") for d in in_kernels[1:6])

@@ -3,6 +3,9 @@ one kernel wrote into the next kernel's blocks? If it does, a differential check
 depends on shared memory it never wrote: fill every SM's shared memory with pattern A, run forward, fill it with
 B, run forward again, and compare (after two runs with the same pattern agree, so nondeterminism is not blamed).
 Not a test and not a feature: it prints what it saw, so the check is built only on what the hardware does.
+Run on an H100 (tests/gpu/RESULTS.md, 2026-12-05, twelfth session): shared memory kept the fill in 100% of the
+words, and half the candidate's output followed it; kernel-lsp's shared-init check (profile/shared_init.py) rests
+on that.
 
     python3 tests/gpu/smem_poison_probe.py      # prints a table; exits 0 whatever it finds
 """
