@@ -6,6 +6,7 @@ back through the generated cuda.cu's source map) and among @triton.jit and @cute
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -53,44 +54,114 @@ def _kernels_in(name: str, text: str) -> list[tuple[str, Range]]:
 
 
 SHARED = re.compile(r"\b__shared__\b")
+IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 
 
 @dataclass(frozen=True)
 class SharedDeclaration:
     kernel: str | None  # the kernel whose body holds it; None: a device function's or the file's
     location: Location  # the declaration's `__shared__`
+    names: tuple[str, ...] = ()  # the arrays or variables it declares
+    reads: tuple[Location, ...] = ()  # later uses of them in the kernel's body that are not plain stores
 
 
 def shared_declarations(files: dict[str, str], origins: dict[str, str]) -> list[SharedDeclaration]:
     """Every `__shared__` in the CUDA of the job's files (`.cu`/`.cuh` files, load_inline strings mapped back), in
-    file order; comments and string literals do not count."""
+    file order, with what it declares and where the kernel reads it; comments and string literals do not count."""
     found: list[SharedDeclaration] = []
     for name, text in files.items():
         path = origins.get(name, name)
         if name.endswith(CUDA_SUFFIXES):
-            found += [SharedDeclaration(kernel, Location(path, rng)) for kernel, rng in _shared_in(text)]
+            found += [SharedDeclaration(kernel, Location(path, rng), names, tuple(Location(path, r) for r in reads))
+                      for kernel, rng, names, reads in _shared_in(text)]
         elif name.endswith(".py"):
             for ext in parse_python(text).extensions:
                 if ext.kind != "load_inline" or not ext.cuda_sources:
                     continue
                 cuda_file, _ = assemble_load_inline(ext)
-                for kernel, rng in _shared_in(cuda_file.text):
+                for kernel, rng, names, reads in _shared_in(cuda_file.text):
                     mapped = cuda_file.map.range_to_original(rng)
-                    if mapped is not None:
-                        found.append(SharedDeclaration(kernel, Location(path, mapped)))
+                    if mapped is None:
+                        continue
+                    places = (cuda_file.map.range_to_original(r) for r in reads)
+                    found.append(SharedDeclaration(kernel, Location(path, mapped), names,
+                                                   tuple(Location(path, r) for r in places if r is not None)))
     return found
 
 
-def _shared_in(text: str) -> list[tuple[str | None, Range]]:
+def _shared_in(text: str) -> list[tuple[str | None, Range, tuple[str, ...], list[Range]]]:
+    """(kernel, the `__shared__` keyword's range, the names declared, the ranges of their reads) per declaration.
+    A read is any later use in the kernel's body that is not the target of a plain `=` (`tile[i] = x` stores;
+    `tile[i] += x`, `f(tile)` and `float* p = tile` read)."""
     code = blank_comments_and_literals(text)
+    starts = [0] + [i + 1 for i, c in enumerate(code) if c == "\n"]
     bodies = [(k.name, k.body_range) for k in find_kernels(text) if k.body_range is not None]
+
+    def position(offset: int) -> tuple[int, int]:
+        line = bisect.bisect_right(starts, offset) - 1
+        return line, offset - starts[line]
+
     found = []
     for match in SHARED.finditer(code):
-        line = code.count("\n", 0, match.start())
-        column = match.start() - (code.rfind("\n", 0, match.start()) + 1)
-        kernel = next((name for name, body in bodies if body.start.line <= line <= body.end.line), None)
-        found.append((kernel, Range.of(line, column, line, column + len("__shared__"))))
+        line, column = position(match.start())
+        kernel, body = next(((name, body) for name, body in bodies if body.start.line <= line <= body.end.line),
+                            (None, None))
+        end = code.find(";", match.end())
+        names = _declared_names(code[match.end():end if end >= 0 else len(code)])
+        reads: list[Range] = []
+        if body is not None and end >= 0:
+            body_end = starts[body.end.line] + body.end.character if body.end.line < len(starts) else len(code)
+            for name in names:
+                for use in re.finditer(rf"\b{re.escape(name)}\b", code[end:body_end]):
+                    offset = end + use.start()
+                    if not _is_store(code, offset + len(name)):
+                        read_line, read_column = position(offset)
+                        reads.append(Range.of(read_line, read_column, read_line, read_column + len(name)))
+        reads.sort(key=lambda r: (r.start.line, r.start.character))
+        found.append((kernel, Range.of(line, column, line, column + len("__shared__")), names, reads))
     return found
+
+
+def _declared_names(declaration: str) -> tuple[str, ...]:
+    """The declarators' names of `float tile[256]`, `float a[16], b[16]`, `__align__(16) T smem[]`: the last
+    identifier of each comma-separated part, with brackets, parentheses and templates' arguments emptied."""
+    flat = declaration
+    for pattern in (r"\[[^\[\]]*\]", r"\([^()]*\)", r"<[^<>]*>"):
+        while True:
+            emptied = re.sub(pattern, "", flat)
+            if emptied == flat:
+                break
+            flat = emptied
+    names = []
+    for part in flat.split(","):
+        words = IDENTIFIER.findall(part.split("=")[0])
+        if words:
+            names.append(words[-1])
+    return tuple(names)
+
+
+def _is_store(code: str, offset: int) -> bool:
+    """Whether the name ending at `offset` is the target of a plain assignment: `name[...]... = ` or
+    `name.field = `, not `==`."""
+    i = offset
+    while True:
+        while i < len(code) and code[i] in " \t\r\n":
+            i += 1
+        if i < len(code) and code[i] == "[":
+            depth = 0
+            while i < len(code):
+                depth += code[i] == "["
+                depth -= code[i] == "]"
+                i += 1
+                if depth == 0:
+                    break
+            continue
+        member = re.match(r"\.\s*[A-Za-z_]\w*", code[i:i + 200])
+        if member:
+            i += member.end()
+            continue
+        break
+    return i < len(code) and code[i] == "=" and code[i + 1:i + 2] != "="
 
 
 def document_line(unit: CompileUnit, line: int) -> int | None:

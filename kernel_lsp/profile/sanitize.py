@@ -36,7 +36,7 @@ from typing import Any
 from kernel_lsp.compile.process import output_tail, run_process
 from kernel_lsp.findings import Finding, Range, Related, Severity, path_to_uri
 from kernel_lsp.compile.units import CUDA_SUFFIXES
-from kernel_lsp.profile.locations import kernel_locations, original_line, shared_declarations
+from kernel_lsp.profile.locations import SharedDeclaration, kernel_locations, original_line, shared_declarations
 from kernel_lsp.profile.ncu_run import driver_command, write_files
 from kernel_lsp.profile.program import (
     build_program,
@@ -420,8 +420,7 @@ def _shared_finding(answer: dict[str, Any], own_files: dict[str, str], origins: 
         message += (f"; the read is in {which}: the check sees the output, not the read, so this marks the "
                     "declaration")
         uri, rng = path_to_uri(where.file), where.range
-        related = tuple(Related(path_to_uri(d.location.file), d.location.range,
-                                f"shared memory of {d.kernel or 'a device function'}") for d in in_kernels[1:6])
+        related = _shared_related(in_kernels)
     else:
         message += ("; no `__shared__` declaration of the candidate's was found (shared memory a library or the "
                     "compiler declares)")
@@ -429,6 +428,20 @@ def _shared_finding(answer: dict[str, Any], own_files: dict[str, str], origins: 
         rng = Range.line(_model_line(files.get(candidate, "")))
     return Finding(uri, rng, Severity.ERROR, SOURCE, f"sanitizer-{SHARED_INIT}", message, related,
                    data={"tool": SHARED_INIT, "kind": "uninitialized-shared-read", "count": 1, "answer": answer})
+
+
+def _shared_related(declarations: list[SharedDeclaration]) -> tuple[Related, ...]:
+    """The reads of the declared arrays (one per line, the first eight), then the other declarations."""
+    reads: dict[tuple[str, int], Related] = {}
+    for declaration in declarations:
+        for read in declaration.reads:
+            key = (read.file, read.range.start.line)
+            names = "/".join(f"`{n}`" for n in declaration.names) or "it"
+            reads.setdefault(key, Related(path_to_uri(read.file), read.range,
+                                          f"a read of {names} (one of the reads the check cannot tell apart)"))
+    others = [Related(path_to_uri(d.location.file), d.location.range,
+                      f"shared memory of {d.kernel or 'a device function'}") for d in declarations[1:4]]
+    return (*list(reads.values())[:8], *others)
 
 
 def library_kernels(errors: list[dict[str, Any]]) -> str:

@@ -75,6 +75,7 @@ async def test_an_uninitialised_shared_read_is_found_by_shared_init(tmp_path: Pa
     [finding] = outcome.user_errors
     declaration = next(i for i, line in enumerate(text.splitlines()) if "__shared__" in line)
     assert (finding.code, finding.range.start.line) == ("sanitizer-shared-init", declaration), finding.message
+    assert [r.range.start.line for r in finding.related] == [cands.bug_line(text) - 1]  # the read, as related
     answer = finding.data["answer"]
     assert answer["unstable"] == 0 and answer["dependent"] * 2 == answer["elements"], answer  # the unwritten half
     assert outcome.summary == "errors found: initcheck 0 · shared-init 1", outcome.summary

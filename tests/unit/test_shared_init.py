@@ -182,11 +182,45 @@ def test_the_finding_sits_on_the_shared_declaration_of_the_candidates_kernel(tmp
     assert uri_to_path(finding.uri) == Path(path) and not library
     assert "524288 of 1048576 output elements" in finding.message and "scale_tile" in finding.message
     assert "0x5a5a5a5a then 0x3f803f80" in finding.message
+    # the read on the line marked BUG is related information: where the user looks next
+    assert [(uri_to_path(r.uri), r.range.start.line) for r in finding.related] == [
+        (Path(path), cands.bug_line(cands.UNINIT_SHARED) - 1)]
+    assert "a read of `tile`" in finding.related[0].message
     summary = summary_line(run, findings, library)
     assert summary == "errors found: shared-init 1", summary
     report = sanitize_report(run, findings, library)
     assert report["errors"] == 1 and not report["clean"]
     assert report["tools"][0]["sharedInit"]["dependent"] == 524288 and report["tools"][0]["complete"]
+
+
+KERNELS_CU = r"""
+#include <cuda_runtime.h>
+__device__ float helper(const float* p) { return p[0]; }
+__global__ void two(const float* x, float* y) {
+    __shared__ __align__(16) float a[32][33], b[64];  // one declaration, two arrays
+    extern __shared__ float dynamic_smem[];
+    a[threadIdx.y][threadIdx.x] = x[threadIdx.x];
+    b [threadIdx.x] += 1.f;
+    dynamic_smem[threadIdx.x] = a[threadIdx.x][0] == 0.f ? 1.f : 2.f;
+    float* alias = dynamic_smem;
+    // a[0][0] in a comment is not a read
+    y[threadIdx.x] = helper(b) + alias[1];
+}
+__global__ void other(float* y) { y[0] = 1.f; }
+"""
+
+
+def test_shared_declarations_name_their_arrays_and_find_their_reads():
+    lines = KERNELS_CU.splitlines()
+    found = shared_declarations({"k.cu": KERNELS_CU}, {"k.cu": "/src/k.cu"})
+    assert [(d.kernel, d.names, d.location.file, d.location.range.start.line) for d in found] == [
+        ("two", ("a", "b"), "/src/k.cu", 4), ("two", ("dynamic_smem",), "/src/k.cu", 5)]
+    reads = {(lines[r.range.start.line].strip(),
+              lines[r.range.start.line][r.range.start.character:r.range.end.character]) for r in found[0].reads}
+    assert reads == {("b [threadIdx.x] += 1.f;", "b"),  # a compound assignment reads
+                     ("dynamic_smem[threadIdx.x] = a[threadIdx.x][0] == 0.f ? 1.f : 2.f;", "a"),  # == is no store
+                     ("y[threadIdx.x] = helper(b) + alias[1];", "b")}
+    assert [lines[r.range.start.line].strip() for r in found[1].reads] == ["float* alias = dynamic_smem;"]
 
 
 def test_a_candidate_without_shared_declarations_gets_it_on_model_new():
