@@ -258,7 +258,8 @@ CODES: dict[str, CodeDoc] = {
     "sanitizer-shared-init": CodeDoc("error", "kernel-lsp's shared-memory check (initcheck does not check shared "
                                      "memory): output elements changed with what every SM's shared memory held "
                                      "before the forward call, so a kernel reads shared memory no thread of its "
-                                     "block wrote; on the `__shared__` declaration (it sees the output, not the read)",
+                                     "block wrote; on the `__shared__` declaration (it sees the output, not the read), "
+                                     "with the arrays' reads as related information",
                                      "write every element of the shared array a thread will read before the "
                                      "`__syncthreads()` that precedes the read, or read only what was written"),
     "program-error": CodeDoc("error", "a standalone `.cu` program (its own `main()`) run by the worker failed: a "
