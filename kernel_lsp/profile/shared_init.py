@@ -129,6 +129,7 @@ class Poisoner:
 
         if not torch.cuda.is_available():
             raise PoisonUnavailable("no CUDA device is visible to the candidate's process")
+        torch.cuda.set_device(device_index)  # the fill goes to the current context: this device's
         torch.zeros(1, device=f"cuda:{device_index}")  # the runtime makes the primary context current here
         props = torch.cuda.get_device_properties(device_index)
         self.bytes = int(getattr(props, "shared_memory_per_block_optin", 0) or 48 * 1024)
@@ -243,7 +244,10 @@ class RunTally:
             elements += stable.numel()
             unstable += int((~stable).sum())
             dependent += count
-        return {"elements": elements, "dependent": dependent, "unstable": unstable, "first": first}
+        answer = {"elements": elements, "dependent": dependent, "unstable": unstable, "first": first}
+        if not elements:
+            answer["problem"] = "the forward call's output holds no tensor values to compare"
+        return answer
 
 
 def compare(runs: Sequence[list[Any]], sequence: Sequence[int] = SEQUENCE) -> dict[str, Any]:

@@ -93,6 +93,8 @@ def test_compare_counts_what_follows_the_fill_and_what_is_only_noise():
     assert second["first"] == {"output": 1, "index": 2} and second["elements"] == 8
     changed = shared_init.compare([_leaves(a), _leaves(a, a), _leaves(a), _leaves(a)])
     assert changed["problem"] and changed["dependent"] == 0
+    nothing = shared_init.compare([shared_init.output_leaves(1.5)] * 4)  # a forward that returns no tensor
+    assert nothing["problem"] == "the forward call's output holds no tensor values to compare"
 
 
 def test_compare_works_in_chunks(monkeypatch):
