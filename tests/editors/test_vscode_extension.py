@@ -17,6 +17,7 @@ from kernel_lsp.config import (
     BASELINE_KINDS,
     CHECK_NAMES,
     RESOURCE_USAGE_MODES,
+    SANITIZER_TOOLS,
     SECRET_SETTINGS,
     VERIFY_DEVICES,
     Settings,
@@ -116,6 +117,7 @@ def test_settings_defaults_and_types_are_the_servers(built: dict[str, Any]) -> N
     assert contributed["resourceUsage"]["enum"] == list(RESOURCE_USAGE_MODES)
     assert contributed["verifyDevice"]["enum"] == list(VERIFY_DEVICES)
     assert contributed["baselines"]["items"]["enum"] == list(BASELINE_KINDS)
+    assert contributed["sanitizeTools"]["items"]["enum"] == list(SANITIZER_TOOLS)
     assert set(contributed["checks"]["properties"]) == set(CHECK_NAMES)
 
 

@@ -82,23 +82,3 @@ def test_every_cli_option_has_help():
     lines = [line for line in gen.cli_md().splitlines() if line.startswith("| `")]
     assert lines and all(not line.endswith("|  |") for line in lines), [l for l in lines if l.endswith("|  |")]
 
-
-def test_the_vscode_manifest_defaults_are_the_servers():
-    """A setting's default in editor_clients/vscode/package.json is the server's (VS Code sends it back as if the
-    user had set it), and a list setting's allowed items are the ones the server accepts."""
-    import json
-
-    from kernel_lsp import config
-
-    props = gen.vscode_properties()
-    wrong = []
-    for key, default, _, _ in gen.setting_rows():
-        prop = props.get(f"kernelLsp.{key}")
-        if prop is None or "default" not in prop:
-            continue
-        expected = json.loads(gen._json(default))
-        if prop["default"] != expected:
-            wrong.append(f"{key}: package.json {prop['default']!r}, server {expected!r}")
-    assert not wrong, wrong
-    tools = props["kernelLsp.sanitizeTools"]["items"]["enum"]
-    assert tools == list(config.SANITIZER_TOOLS)
