@@ -67,8 +67,8 @@ def unplaced_invalid_accesses(outcome: SanitizeOutcome) -> dict[str, Any] | None
         return None
     placed = next((f for f in outcome.findings if f.code == "sanitizer-library"), None)
     message = (f"compute-sanitizer memcheck: {len(invalid)} invalid memory accesses in kernels not placed on the "
-               f"candidate's lines ({library_kernels(invalid)}): an out-of-bounds access in its forward is unsafe whichever kernel "
-               "made it (a tensor it passes to PyTorch, or a kernel it builds at run time)")
+               f"candidate's lines ({library_kernels(invalid)}): an out-of-bounds access in its forward is unsafe "
+               "whichever kernel made it (a tensor it passes to PyTorch, or a kernel it builds at run time)")
     return {"line": placed.range.start.line + 1 if placed else 1, "code": "sanitizer-library", "tool": "memcheck",
             "message": _short(message)}
 

@@ -6,7 +6,6 @@ back through the generated cuda.cu's source map) and among @triton.jit and @cute
 
 from __future__ import annotations
 
-import bisect
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,7 +13,8 @@ from dataclasses import dataclass
 from kernel_lsp.compile.units import CUDA_SUFFIXES, CompileUnit
 from kernel_lsp.findings import Range
 from kernel_lsp.sources import assemble_load_inline, find_kernels, parse_python
-from kernel_lsp.sources.cuda import blank_comments_and_literals
+from kernel_lsp.sources import GeneratedFile, InlineExtension
+from kernel_lsp.sources.cuda import LineIndex, blank_comments_and_literals
 from kernel_lsp.sources.sourcemap import SourceMap
 
 
@@ -42,15 +42,23 @@ def _kernels_in(name: str, text: str) -> list[tuple[str, Range]]:
     model = parse_python(text)
     kernels = [(k.name, k.name_range) for k in model.triton_kernels]
     kernels += [(k.name, k.name_range) for k in model.cute_kernels if k.role == "kernel"]
-    for ext in model.extensions:
-        if ext.kind != "load_inline" or not ext.cuda_sources:
-            continue
-        cuda_file, _ = assemble_load_inline(ext)
+    for _, cuda_file in inline_cuda(model.extensions):
         for kernel in find_kernels(cuda_file.text):
             mapped = cuda_file.map.range_to_original(kernel.name_range) if kernel.has_body else None
             if mapped is not None:
                 kernels.append((kernel.name, mapped))
     return kernels
+
+
+def inline_cuda(extensions: Sequence[InlineExtension]) -> list[tuple[InlineExtension, GeneratedFile]]:
+    """The load_inline calls among a file's extensions that have CUDA sources, each with the cuda.cu it writes."""
+    found = []
+    for ext in extensions:
+        if ext.kind == "load_inline" and ext.cuda_sources:
+            cuda_file, _ = assemble_load_inline(ext)
+            if cuda_file is not None:
+                found.append((ext, cuda_file))
+    return found
 
 
 SHARED = re.compile(r"\b__shared__\b")
@@ -75,10 +83,7 @@ def shared_declarations(files: dict[str, str], origins: dict[str, str]) -> list[
             found += [SharedDeclaration(kernel, Location(path, rng), names, tuple(Location(path, r) for r in reads))
                       for kernel, rng, names, reads in _shared_in(text)]
         elif name.endswith(".py"):
-            for ext in parse_python(text).extensions:
-                if ext.kind != "load_inline" or not ext.cuda_sources:
-                    continue
-                cuda_file, _ = assemble_load_inline(ext)
+            for _, cuda_file in inline_cuda(parse_python(text).extensions):
                 for kernel, rng, names, reads in _shared_in(cuda_file.text):
                     mapped = cuda_file.map.range_to_original(rng)
                     if mapped is None:
@@ -94,31 +99,26 @@ def _shared_in(text: str) -> list[tuple[str | None, Range, tuple[str, ...], list
     A read is any later use in the kernel's body that is not the target of a plain `=` (`tile[i] = x` stores;
     `tile[i] += x`, `f(tile)` and `float* p = tile` read)."""
     code = blank_comments_and_literals(text)
-    starts = [0] + [i + 1 for i, c in enumerate(code) if c == "\n"]
+    lines = LineIndex(text)
     bodies = [(k.name, k.body_range) for k in find_kernels(text) if k.body_range is not None]
-
-    def position(offset: int) -> tuple[int, int]:
-        line = bisect.bisect_right(starts, offset) - 1
-        return line, offset - starts[line]
-
     found = []
     for match in SHARED.finditer(code):
-        line, column = position(match.start())
+        keyword = lines.range(match.start(), match.end())
+        line = keyword.start.line
         kernel, body = next(((name, body) for name, body in bodies if body.start.line <= line <= body.end.line),
                             (None, None))
         end = code.find(";", match.end())
         names = _declared_names(code[match.end():end if end >= 0 else len(code)])
         reads: list[Range] = []
         if body is not None and end >= 0:
-            body_end = starts[body.end.line] + body.end.character if body.end.line < len(starts) else len(code)
+            body_end = lines.offset(body.end)
             for name in names:
                 for use in re.finditer(rf"\b{re.escape(name)}\b", code[end:body_end]):
                     offset = end + use.start()
                     if not _is_store(code, offset + len(name)):
-                        read_line, read_column = position(offset)
-                        reads.append(Range.of(read_line, read_column, read_line, read_column + len(name)))
+                        reads.append(lines.range(offset, offset + len(name)))
         reads.sort(key=lambda r: (r.start.line, r.start.character))
-        found.append((kernel, Range.of(line, column, line, column + len("__shared__")), names, reads))
+        found.append((kernel, keyword, names, reads))
     return found
 
 

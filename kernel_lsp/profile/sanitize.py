@@ -36,7 +36,13 @@ from typing import Any
 from kernel_lsp.compile.process import output_tail, run_process
 from kernel_lsp.findings import Finding, Range, Related, Severity, path_to_uri
 from kernel_lsp.compile.units import CUDA_SUFFIXES
-from kernel_lsp.profile.locations import SharedDeclaration, kernel_locations, original_line, shared_declarations
+from kernel_lsp.profile.locations import (
+    SharedDeclaration,
+    inline_cuda,
+    kernel_locations,
+    original_line,
+    shared_declarations,
+)
 from kernel_lsp.profile.ncu_run import driver_command, write_files
 from kernel_lsp.profile.program import (
     build_program,
@@ -45,7 +51,7 @@ from kernel_lsp.profile.program import (
     run_program,
     runtime_findings,
 )
-from kernel_lsp.sources import assemble_load_inline, find_kernels, parse_python
+from kernel_lsp.sources import find_kernels, parse_python
 from kernel_lsp.verify.candidate_process import candidate_launch
 from kernel_lsp.verify.kernels import own_kernel_names
 from profilers.sanitizer import (
@@ -337,11 +343,8 @@ def inline_extensions(files: dict[str, str], origins: dict[str, str]) -> dict[st
     for name, text in files.items():
         if not name.endswith(".py"):
             continue
-        for ext in parse_python(text).extensions:
-            if ext.kind != "load_inline" or not ext.cuda_sources or not ext.name:
-                continue
-            cuda, _ = assemble_load_inline(ext)
-            if cuda is not None:
+        for ext, cuda in inline_cuda(parse_python(text).extensions):
+            if ext.name:
                 kernels = frozenset(k.name for k in find_kernels(cuda.text) if k.has_body)
                 found.setdefault(ext.name, ExtensionSource(origins.get(name, name), cuda, kernels))
     return found

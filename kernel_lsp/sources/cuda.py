@@ -75,7 +75,7 @@ _ANONYMOUS_NAMESPACE = "(anonymous namespace)"  # how c++filt spells it
 def find_kernels(text: str) -> list[CudaKernel]:
     """Every __global__ function definition or declaration, in document order."""
     code = blank_directives(blank_comments_and_literals(text))
-    lines = _LineIndex(text)
+    lines = LineIndex(text)
     brace_pairs, globals_found = _scan_scopes(code)
     scanner = _KernelScanner(code, brace_pairs, lines)
     offsets = [offset for offset, _ in globals_found]
@@ -92,7 +92,7 @@ def find_kernels(text: str) -> list[CudaKernel]:
 
 def find_includes(text: str) -> list[Include]:
     code = blank_comments_and_literals(text)
-    lines = _LineIndex(text)
+    lines = LineIndex(text)
     includes = []
     for match in _INCLUDE.finditer(text):
         if code[match.start(1)] != "#":  # the directive sits inside a comment or literal
@@ -162,7 +162,7 @@ def _namespace_opened(code: str, keyword_end: int, brace: int) -> str | None:
 class _KernelScanner:
     """Reads the declaration around each __global__ of one blanked text."""
 
-    def __init__(self, code: str, brace_pairs: dict[int, int], lines: "_LineIndex") -> None:
+    def __init__(self, code: str, brace_pairs: dict[int, int], lines: "LineIndex") -> None:
         self._code = code
         self._brace_pairs = brace_pairs
         self._lines = lines
@@ -352,7 +352,7 @@ def _c_integer(digits: str) -> int:
     return int(digits)
 
 
-class _LineIndex:
+class LineIndex:
     """Offset -> (line, character) for a text, with \\n, \\r\\n and \\r as line breaks (as LSP counts them)."""
 
     def __init__(self, text: str) -> None:
@@ -368,3 +368,7 @@ class _LineIndex:
 
     def range(self, start: int, end: int) -> Range:
         return Range(self.position(start), self.position(end))
+
+    def offset(self, position: Position) -> int:
+        """The offset of a position inside the text (the inverse of `position`)."""
+        return self._line_starts[position.line] + position.character
