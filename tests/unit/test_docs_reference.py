@@ -81,4 +81,3 @@ def test_the_site_carries_developers_md():
 def test_every_cli_option_has_help():
     lines = [line for line in gen.cli_md().splitlines() if line.startswith("| `")]
     assert lines and all(not line.endswith("|  |") for line in lines), [l for l in lines if l.endswith("|  |")]
-
