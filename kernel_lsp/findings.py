@@ -195,12 +195,16 @@ CODES: dict[str, CodeDoc] = {
                                       "fix the `# kernel-lsp: reference=` line or the `references` setting"),
     "verify-not-isolated": CodeDoc("warning", "the candidate's process could not be confined in part (no Landlock, no seccomp, or `verifyAllowNetwork`)",
                                    "run on a kernel with Landlock and seccomp, or accept the risk"),
+    "verify-shared-unpoisoned": CodeDoc("warning", "(CUDA) shared memory could not be filled with the poison before "
+                                                   "the runs (no libcuda, the fill's PTX did not load), so the rerun "
+                                                   "over other bytes cannot catch a read of shared memory never written",
+                                        "read the message; the sanitize job's shared-init check needs the same fill"),
     "verify-unavailable": CodeDoc("error", "no verdict: no worker, a job timed out or was lost, no GPU for device `cuda`, a broken reference",
                                   "read the message; `kernel-lsp doctor` shows what is missing"),
     "integrity-input-mutated": CodeDoc("error", "the candidate changed an input tensor (bytes, shape, stride or offset)",
                                        "write outputs to new tensors"),
-    "integrity-uninitialized-output": CodeDoc("error", "(CUDA) reruns over differently poisoned memory differ: it read memory it never wrote",
-                                              "initialise every output element"),
+    "integrity-uninitialized-output": CodeDoc("error", "(CUDA) reruns over differently poisoned memory (the free device memory and every SM's shared memory) differ: it read memory it never wrote",
+                                              "initialise every output element, and every element of shared memory before it is read"),
     "integrity-nondeterministic": CodeDoc("error", "(CPU) two runs on the same inputs gave different outputs",
                                           "remove races and uninitialised reads"),
     "integrity-no-custom-kernel": CodeDoc("error", "no kernel of the candidate's own ran (all stock or allowed ones, or none)",

@@ -162,6 +162,7 @@ class Host:
         self.module: Any = None  # the candidate's module, once loaded
         self.started_threads: list[str] = []
         self.random = random.Random(int.from_bytes(os.urandom(8), "little"))  # seeded before the candidate runs
+        self.shared_poison: Any = None  # verify/shared_fill.SharedPoison on CUDA, made before the candidate's import
 
     def op_load(self, request: dict[str, Any]) -> dict[str, Any]:
         from kernel_lsp.verify.integrity import thread_idents, timer_snapshot, torch_snapshot
@@ -171,8 +172,14 @@ class Host:
         torch = self.torch
         self.enter(request["task_dir"])
         self.target = resolve_device(request["device"])
-        self.before = (timer_snapshot(), thread_idents(), torch_snapshot())
         seconds: dict[str, float] = {}
+        if self.target.type == "cuda":
+            from kernel_lsp.verify.shared_fill import SharedPoison
+
+            with stopwatch(seconds, "candidate: shared-memory fill loaded"):
+                index = self.target.index if self.target.index is not None else torch.cuda.current_device()
+                self.shared_poison = SharedPoison(index)
+        self.before = (timer_snapshot(), thread_idents(), torch_snapshot())
         with stopwatch(seconds, "candidate: import"):
             module = self.module = load_module(request["candidate"], "kernel_lsp_candidate")
         with stopwatch(seconds, "candidate: model built"):
@@ -219,8 +226,10 @@ class Host:
                              "current_stream": w.current_stream} for w in session.windows]}
 
     def op_forward(self, request: dict[str, Any]) -> dict[str, Any]:
-        """One run of forward on the judge's inputs (over freshly poisoned memory); its output, as returned.
-        With own_copy, forward gets copies made in this process's memory (op_again then frees and reuses it)."""
+        """One run of forward on the judge's inputs (over freshly poisoned memory: the free device memory, then every
+        SM's shared memory, with the request's poison byte); its output, as returned. With own_copy, forward gets
+        copies made in this process's memory (op_again then frees and reuses it). `shared_fill`: "filled", or why
+        shared memory was not (None off CUDA)."""
         from kernel_lsp.verify.integrity import poison_free_memory, thread_idents, threads_started
 
         torch, target = self.torch, self.target
@@ -233,6 +242,10 @@ class Host:
         if request.get("own_copy"):
             inputs = tuple(v.clone() if isinstance(v, torch.Tensor) else v for v in inputs)
         self.inputs = inputs
+        shared_fill = None
+        if self.shared_poison is not None:  # last before forward: what ran after the fill could overwrite it
+            with stopwatch(seconds, "candidate: poisoning shared memory"):
+                shared_fill = self.shared_poison.fill(request["poison"])
         threads = thread_idents()
         recording = self.session.window() if request.get("record") and self.session is not None else nullcontext()
         with stopwatch(seconds, "candidate: forward"), torch.no_grad(), recording:
@@ -246,7 +259,8 @@ class Host:
         self.started_threads = threads_started(threads, thread_idents())
         with stopwatch(seconds, "candidate: sending output"):
             sent = self.exchange.send(output)
-        return {"output": sent, "plain": plain(output), "threads": self.started_threads, "seconds": seconds}
+        return {"output": sent, "plain": plain(output), "threads": self.started_threads, "seconds": seconds,
+                "shared_fill": shared_fill}
 
     def op_again(self, request: dict[str, Any]) -> dict[str, Any]:
         """forward once more on new values in old places (integrity-stale-output): in the same tensor objects as

@@ -51,6 +51,7 @@ from kernel_lsp.verify.integrity import (
     tensor_leaves,
 )
 from kernel_lsp.verify.kernels import KernelLaunch, Window, classify, launches_off_stream, own_kernel_names
+from kernel_lsp.verify.shared_fill import FILLED
 from kernel_lsp.verify.timing import (
     Timing,
     make_input_sets,
@@ -173,6 +174,7 @@ class Judge:
     hang: HangLimits
     overrides: dict[str, Tolerance] = field(default_factory=dict)  # tolerances by dtype
     own: set[str] = field(default_factory=set)  # the candidate's own kernel names
+    shared_fill: str | None = None  # CUDA: "filled" while each run's shared-memory fill ran, else the first reason not
     allowed: tuple[str, ...] = ()  # kernels the problem allows besides its own
 
     def ask(self, op: str, runs: int = 0, extra_s: float = 0.0, **fields: Any) -> dict[str, Any]:
@@ -272,7 +274,7 @@ def judge_candidate(judge: Judge, reference: str, candidate: str, trials: int, t
     report: dict[str, Any] = {"device": target.type, "correctness": trials_report, "integrity": verdict.integrity,
                               "kernels": trials_report.pop("kernels"), "timing": None,
                               "speedup": {"eager": None, "compile": None}, "gpu": None, "floor": None,
-                              "isolation": isolation}
+                              "isolation": isolation, "shared_memory_poison": judge.shared_fill}
     correct = trials_report["passed"] == trials_report["trials"] and not verdict.integrity
     if correct and timing:
         measure(report, judge, reference_module, ref_model, timed_calls, warmup, seed, baselines,
@@ -282,7 +284,8 @@ def judge_candidate(judge: Judge, reference: str, candidate: str, trials: int, t
 
 
 CANDIDATE_PHASES = ("candidate: import", "candidate: model built", "candidate: weights loaded",
-                    "candidate: receiving inputs", "candidate: poisoning free memory", "candidate: forward",
+                    "candidate: shared-memory fill loaded", "candidate: receiving inputs",
+                    "candidate: poisoning free memory", "candidate: poisoning shared memory", "candidate: forward",
                     "candidate: returning memory", "candidate: sending output")
 
 
@@ -406,6 +409,7 @@ def run_candidate(judge: Judge, inputs: tuple, poison: int, record: bool, own_co
                           reserve=JUDGE_FOOTPRINTS * footprint)
         returned = judge.exchange.receive(reply["output"])
     note_candidate_phases(reply.get("seconds"))
+    note_shared_fill(judge, reply.get("shared_fill"))
     with PHASES("pending-work checks"):
         first = input_snapshot(returned)  # a device copy where it fits, else a digest
         settled = judge.ask("settle", runs=1, join_s=THREAD_JOIN_S)
@@ -415,6 +419,14 @@ def run_candidate(judge: Judge, inputs: tuple, poison: int, record: bool, own_co
         mutated = [index for index, (given, kept) in enumerate(zip(tensor_leaves(shared), tensor_leaves(inputs)))
                    if differs(given, kept)]
     return CandidateRun(output, mutated, pending, list(reply["threads"]), bool(reply["plain"]), shared)
+
+
+def note_shared_fill(judge: Judge, said: Any) -> None:
+    """What the candidate's process says of its shared-memory fill before a run (verify/shared_fill.py), kept for the
+    report: "filled", or the first reason it was not. Its word, shown, never used to decide."""
+    if judge.target.type != "cuda" or judge.shared_fill not in (None, FILLED):
+        return
+    judge.shared_fill = said[:500] if isinstance(said, str) and said else "the candidate's process did not say"
 
 
 @PHASES("releasing")
@@ -555,9 +567,11 @@ def check_rerun(judge: Judge, inputs: tuple, first: CandidateRun, overrides: dic
     if outputs_agree(first.output, second.output, overrides):
         return
     if judge.target.type == "cuda":
+        filled = "the free memory and every SM's shared memory were" if judge.shared_fill == FILLED else \
+            "the free memory was"
         judge.verdict.reject("integrity-uninitialized-output",
                              "the output depends on memory the candidate never wrote: two runs on the same inputs "
-                             "differ after the free memory was filled with different bytes"
+                             f"differ after {filled} filled with different bytes"
                              + (" (the first run read NaN poison)" if comparison.reason == "nan" else ""))
     else:
         judge.verdict.reject("integrity-nondeterministic", "two runs on the same inputs gave different outputs")

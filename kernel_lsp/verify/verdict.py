@@ -9,6 +9,7 @@ from typing import Any
 
 from kernel_lsp.findings import Finding, Range, Severity
 from kernel_lsp.sources import parse_python
+from kernel_lsp.verify.shared_fill import FILLED
 
 SOURCE = "kernel-lsp"
 OUTPUT_REASONS = {"shape", "dtype", "device", "type", "structure"}
@@ -46,6 +47,11 @@ def report_findings(report: dict[str, Any], candidate_uri: str, candidate_text: 
     if gaps:
         findings.append(Finding(candidate_uri, where, Severity.WARNING, SOURCE, "verify-not-isolated",
                                 "the candidate ran without full isolation: " + "; ".join(gaps)))
+    unpoisoned = report.get("shared_memory_poison")
+    if isinstance(unpoisoned, str) and unpoisoned != FILLED:
+        findings.append(Finding(candidate_uri, where, Severity.WARNING, SOURCE, "verify-shared-unpoisoned",
+                                f"shared memory was not poisoned before the runs ({unpoisoned}): a kernel that "
+                                f"reads shared memory it never wrote could pass"))
     return findings
 
 

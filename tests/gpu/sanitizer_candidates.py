@@ -147,6 +147,19 @@ __global__ void relu_lib(const float* __restrict__ x, float* __restrict__ y, int
 }
 ''', prepare="torch.empty(4096, device=x.device).max()")
 
+# reads a shared array it never writes and multiplies it by zero: right whenever the stale values are finite (as
+# what earlier kernels left there usually is), NaN when they are NaN. The verifier's NaN fill of shared memory
+# before its runs catches it (tests/gpu/test_verify_pipeline_gpu.py); shared-init's finite patterns cannot (0 * A
+# and 0 * B are both 0). The never-true store keeps the compiler from taking the array for never written.
+STALE_SHARED = _candidate("verify_stale_shared", "relu_stale", r'''
+__global__ void relu_stale(const float* __restrict__ x, float* __restrict__ y, int n) {
+    __shared__ float spare[256];
+    if (n < 0) spare[threadIdx.x] = 1.f;
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = fmaxf(x[i], 0.f) + 0.f * spare[threadIdx.x];  // BUG: spare was never written
+}
+''')
+
 CANDIDATES = {"clean": CLEAN, "oob": OUT_OF_BOUNDS, "many": MANY_OUT_OF_BOUNDS, "race": RACE,
               "uninit_shared": UNINIT_SHARED, "uninit_global": UNINIT_GLOBAL, "sync": DIVERGENT_BARRIER,
               "library": LIBRARY_UNINIT}

@@ -10,6 +10,7 @@ import pytest
 from kernel_lsp.kinds.verify import verify_job
 from kernel_lsp.worker.client import WorkerClient
 from tests.gpu import candidates as c
+from tests.gpu import sanitizer_candidates as sc
 from tests.gpu.test_worker_gpu import gpu_present
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_present(), reason="needs an NVIDIA GPU with CUDA torch"),
@@ -49,6 +50,7 @@ async def test_honest_relu_is_verified_against_eager_and_compile(tmp_path: Path)
     assert report["floor"]["floor_ms"] < timing["candidate"]["median_ms"]
     assert "unavailable" not in report["gpu"]["before"] and report["gpu"]["after"]  # NVML read around the timing
     assert result["summary"].startswith("correct 5/5 · ")
+    assert report["shared_memory_poison"] == "filled" and "verify-shared-unpoisoned" not in codes(result)
 
 
 async def test_honest_matmul_is_verified_on_signed_and_scaled_inputs(tmp_path: Path):
@@ -69,3 +71,11 @@ async def test_honest_matmul_is_verified_on_signed_and_scaled_inputs(tmp_path: P
 async def test_cheating_relu_is_rejected_with_its_code(tmp_path: Path, candidate: str, code: str):
     result = await verify(tmp_path, candidate, c.RELU_PROBLEM, trials=2)
     assert result["verdict"] == "rejected" and code in codes(result), (result["summary"], result["findings"])
+
+
+async def test_a_kernel_that_reads_shared_memory_it_never_wrote_is_rejected(tmp_path: Path):
+    result = await verify(tmp_path, sc.STALE_SHARED, c.RELU_PROBLEM, trials=2)
+    messages = {problem["code"]: problem["message"] for problem in result["report"]["integrity"]}
+    assert result["verdict"] == "rejected", (result["summary"], result["findings"])
+    assert "every SM's shared memory" in messages.get("integrity-uninitialized-output", ""), messages
+    assert result["report"]["shared_memory_poison"] == "filled"

@@ -390,6 +390,7 @@ async def test_honest_triton_candidate_is_verified_with_cpu_timing(sandbox: Sand
                                  "output_from_kernel": True}
     assert report["timing"]["candidate"]["clock"] == "cpu-perf-counter" and report["speedup"]["eager"] > 0
     assert report["floor"]["bytes"] == 2 * 64 * 256 * 4
+    assert report["shared_memory_poison"] is None  # a CPU has no shared memory to fill: no warning either
     title = summary("verified", report)
     assert title == "correct 4/4 · run on the CPU: timings not comparable"  # the figures stay in the report
     assert report_findings(report, "file:///c.py", HONEST) == []

@@ -1,12 +1,11 @@
-"""shared-init, kernel-lsp's own check of shared memory read before any thread wrote it (issue 22), on the CPU:
-the fill kernel's PTX assembled by the real ptxas (its stores kept), the comparison of the runs' outputs, the
-check's sequence over a stand-in fill that a CPU model reads, the profile driver's --poison-shared answer without
-a GPU, and the worker's finding on the `__shared__` declaration, its problems and its summary. The fill on a real
-GPU is tests/gpu/test_sanitize_gpu.py's."""
+"""shared-init, kernel-lsp's own check of shared memory read before any thread wrote it (issue 22), on the CPU: the
+comparison of the runs' outputs, the check's sequence over a stand-in fill that a CPU model reads, the profile
+driver's --poison-shared answer without a GPU, and the worker's finding on the `__shared__` declaration, its
+problems and its summary. The fill itself is tests/unit/test_shared_fill.py's; on a real GPU,
+tests/gpu/test_sanitize_gpu.py's."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,6 @@ from kernel_lsp.findings import Severity, uri_to_path
 from kernel_lsp.kinds.sanitize import SanitizeOptions
 from kernel_lsp.profile import shared_init
 from kernel_lsp.profile.locations import shared_declarations
-from kernel_lsp.profile.program import nvcc_path
 from kernel_lsp.profile.sanitize import (
     CHECKS,
     SHARED_INIT,
@@ -30,25 +28,8 @@ from kernel_lsp.profile.sanitize import (
     shared_init_problem,
     summary_line,
 )
-from profilers.sass import parse_sass, sass_for_cubin
 from tests.gpu import sanitizer_candidates as cands
 
-
-
-def test_the_fill_kernels_ptx_assembles_and_keeps_its_shared_stores(tmp_path: Path):
-    ptxas = Path(nvcc_path()).with_name("ptxas")
-    if not ptxas.exists():
-        pytest.skip(f"needs ptxas (the CUDA toolkit's), not found beside {nvcc_path()}")
-    (tmp_path / "fill.ptx").write_text(shared_init.PTX)
-    for arch in ("sm_80", "sm_90"):
-        cubin = tmp_path / f"fill_{arch}.cubin"
-        done = subprocess.run([str(ptxas), f"-arch={arch}", str(tmp_path / "fill.ptx"), "-o", str(cubin)],
-                              capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr
-        [function] = parse_sass(sass_for_cubin(cubin))
-        assert function.mangled == shared_init.KERNEL
-        opcodes = [i.opcode for i in function.instructions]
-        assert "STS" in opcodes, opcodes  # the volatile store is not dropped as dead
 
 
 def _leaves(*tensors):
@@ -279,93 +260,3 @@ def test_the_agent_counts_a_shared_init_finding_as_an_error(tmp_path: Path):
     entry = sanitize_entry(outcome, path, tmp_path)
     assert entry["status"] == "errors" and entry["errors"][0]["tool"] == "shared-init"
     assert entry["errors"][0]["line"] == findings[0].range.start.line + 1
-
-
-# a stand-in for libcuda with the six entry points the fill uses: it records what it was given, so the ctypes
-# calls (argument order, the kernel's parameter array, NULL extra) are checked without a GPU. A real GPU runs the
-# real library in tests/gpu/test_sanitize_gpu.py.
-DRIVER_STUB = r"""
-#include <stdint.h>
-#include <string.h>
-static unsigned long long seen[12];
-static int fail_at = 0;  /* 1-5: that entry point returns 999 once */
-static int no_context = 0;
-unsigned long long* stub_seen(void) { return seen; }
-void stub_fail(int which) { fail_at = which; }
-void stub_no_context(int on) { no_context = on; }
-static int failing(int which) { if (fail_at == which) { fail_at = 0; return 1; } return 0; }
-int cuCtxGetCurrent(void** ctx) { *ctx = no_context ? 0 : (void*)0x1234; return failing(1) ? 999 : 0; }
-int cuModuleLoadData(void** module, const void* image) {
-    if (failing(2) || !strstr((const char*)image, ".entry kernel_lsp_poison")) return 999;
-    *module = (void*)0x10; return 0;
-}
-int cuModuleGetFunction(void** function, void* module, const char* name) {
-    if (failing(3) || module != (void*)0x10 || strcmp(name, "kernel_lsp_poison")) return 999;
-    *function = (void*)0x20; return 0;
-}
-int cuFuncSetAttribute(void* function, int attribute, int value) {
-    seen[0] = attribute; seen[1] = value; seen[2] = function == (void*)0x20; return failing(4) ? 999 : 0;
-}
-int cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                   unsigned shared, void* stream, void** params, void** extra) {
-    seen[3] = gx; seen[4] = gy * gz; seen[5] = bx; seen[6] = by * bz; seen[7] = shared;
-    seen[8] = (uintptr_t)stream; seen[9] = *(unsigned*)params[0]; seen[10] = *(unsigned*)params[1];
-    seen[11] = extra == 0 && f == (void*)0x20;
-    return failing(5) ? 999 : 0;
-}
-int cuGetErrorString(int code, const char** text) { *text = code == 999 ? "stub failure" : "?"; return 0; }
-"""
-
-
-@pytest.fixture(scope="module")
-def driver_stub(tmp_path_factory):
-    import ctypes
-    import shutil
-
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        pytest.skip("needs a C compiler (cc or gcc) to build the libcuda stand-in")
-    folder = tmp_path_factory.mktemp("driver_stub")
-    (folder / "stub.c").write_text(DRIVER_STUB)
-    subprocess.run([compiler, "-shared", "-fPIC", "-o", str(folder / "libcuda_stub.so"), str(folder / "stub.c")],
-                   check=True)
-    library = ctypes.CDLL(str(folder / "libcuda_stub.so"))
-    library.stub_seen.restype = ctypes.POINTER(ctypes.c_ulonglong)
-    return library
-
-
-def test_the_fill_calls_the_driver_api_with_the_kernels_launch(driver_stub):
-    fill = shared_init.DriverFill(driver_stub, 232448, 132 * shared_init.BLOCKS_PER_SM)
-    fill.launch(0x5A5A5A5A, 0xABC0)
-    seen = driver_stub.stub_seen()[:12]
-    assert seen[:3] == [shared_init.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 232448, 1]
-    assert seen[3:8] == [528, 1, 1024, 1, 232448]  # grid, grid's y*z, block, block's y*z, dynamic shared bytes
-    assert seen[8:] == [0xABC0, 0x5A5A5A5A, 232448 // 4, 1]  # stream, the two parameters, NULL extra
-    fill.launch(0x3F803F80, 0)
-    assert driver_stub.stub_seen()[8:11] == [0, 0x3F803F80, 232448 // 4]
-
-
-@pytest.mark.parametrize("which, what", [(1, "cuCtxGetCurrent"), (2, "cuModuleLoadData"),
-                                         (3, "cuModuleGetFunction"), (4, "cuFuncSetAttribute")])
-def test_a_driver_error_is_said_never_raised_past_the_check(driver_stub, which, what):
-    driver_stub.stub_fail(which)
-    with pytest.raises(shared_init.PoisonUnavailable, match=f"{what}.*CUDA error 999 \\(stub failure\\)"):
-        shared_init.DriverFill(driver_stub, 1024, 4)
-    driver_stub.stub_no_context(1)
-    try:
-        with pytest.raises(shared_init.PoisonUnavailable, match="no current CUDA context"):
-            shared_init.DriverFill(driver_stub, 1024, 4)
-    finally:
-        driver_stub.stub_no_context(0)
-    fill = shared_init.DriverFill(driver_stub, 1024, 4)
-    driver_stub.stub_fail(5)
-    with pytest.raises(shared_init.PoisonUnavailable, match="cuLaunchKernel"):
-        fill.launch(1, None)
-
-
-def test_kernel_params_point_at_each_value():
-    import ctypes
-
-    values = (ctypes.c_uint32(7), ctypes.c_uint32(0xFFFFFFFF))
-    params = shared_init.kernel_params(*values)
-    assert [ctypes.c_uint32.from_address(p).value for p in params] == [7, 0xFFFFFFFF]
