@@ -227,7 +227,7 @@ class Host:
 
     def op_forward(self, request: dict[str, Any]) -> dict[str, Any]:
         """One run of forward on the judge's inputs (over freshly poisoned memory: the free device memory, then every
-        SM's shared memory, with the request's poison byte); its output, as returned. With own_copy, forward gets
+        SM's shared memory, with the request's poison byte, or its shared_poison byte); its output, as returned. With own_copy, forward gets
         copies made in this process's memory (op_again then frees and reuses it). `shared_fill`: "filled", or why
         shared memory was not (None off CUDA)."""
         from kernel_lsp.verify.integrity import poison_free_memory, thread_idents, threads_started
@@ -245,7 +245,7 @@ class Host:
         shared_fill = None
         if self.shared_poison is not None:  # last before forward: what ran after the fill could overwrite it
             with stopwatch(seconds, "candidate: poisoning shared memory"):
-                shared_fill = self.shared_poison.fill(request["poison"])
+                shared_fill = self.shared_poison.fill(request.get("shared_poison", request["poison"]))
         threads = thread_idents()
         recording = self.session.window() if request.get("record") and self.session is not None else nullcontext()
         with stopwatch(seconds, "candidate: forward"), torch.no_grad(), recording:

@@ -396,17 +396,18 @@ def differs(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def run_candidate(judge: Judge, inputs: tuple, poison: int, record: bool, own_copy: bool = False,
-                  footprint: int = 0) -> CandidateRun:
+                  footprint: int = 0, shared_poison: int | None = None) -> CandidateRun:
     """Runs forward once in the candidate's process on a shared copy of `inputs` (with own_copy: on a copy of
     it in the candidate's own memory), over free memory poisoned with `poison` (POISON_FOOTPRINTS times the
-    run's `footprint` in bytes, the judge's room kept); what the judge then sees of its output and of its copy
-    of the inputs."""
+    run's `footprint` in bytes, the judge's room kept) and shared memory filled with `shared_poison` (without it,
+    `poison`); what the judge then sees of its output and of its copy of the inputs."""
     with PHASES("sending inputs"):
         sent, shared = judge.exchange.share(clone_inputs(inputs))  # on CUDA the candidate writes into this memory
     with PHASES("candidate runs"):
         reply = judge.ask("forward", runs=1, inputs=sent, poison=poison, record=record, own_copy=own_copy,
                           poison_bytes=max(POISON_MIN_BYTES, POISON_FOOTPRINTS * footprint),
-                          reserve=JUDGE_FOOTPRINTS * footprint)
+                          reserve=JUDGE_FOOTPRINTS * footprint,
+                          shared_poison=poison if shared_poison is None else shared_poison)
         returned = judge.exchange.receive(reply["output"])
     note_candidate_phases(reply.get("seconds"))
     note_shared_fill(judge, reply.get("shared_fill"))
@@ -562,19 +563,39 @@ def note_kernel_use(verdict: Verdict, use: Any, window: Window, where: str, deta
 def check_rerun(judge: Judge, inputs: tuple, first: CandidateRun, overrides: dict[str, Tolerance],
                 comparison: Comparison, footprint: int) -> None:
     """Run again on the same inputs over memory poisoned with other bytes: a changed output read garbage.
-    The first output stays held by the candidate's process until the trial's release, so it cannot move."""
+    The outputs stay held by the candidate's process until the trial's release, so they cannot move. When shared
+    memory was filled too, a third run changes the free memory's bytes only: whichever output it repeats names
+    the memory that was read (rejected candidates only pay for it)."""
     second = run_candidate(judge, inputs, SECOND_POISON_BYTE, record=False, footprint=footprint)
     if outputs_agree(first.output, second.output, overrides):
         return
     if judge.target.type == "cuda":
-        filled = "the free memory and every SM's shared memory were" if judge.shared_fill == FILLED else \
-            "the free memory was"
-        judge.verdict.reject("integrity-uninitialized-output",
-                             "the output depends on memory the candidate never wrote: two runs on the same inputs "
-                             f"differ after {filled} filled with different bytes"
-                             + (" (the first run read NaN poison)" if comparison.reason == "nan" else ""))
+        message = "the output depends on memory the candidate never wrote: two runs on the same inputs differ"
+        if judge.shared_fill == FILLED:
+            message += " after the free memory and every SM's shared memory were filled with different bytes"
+            third = run_candidate(judge, inputs, SECOND_POISON_BYTE, record=False, footprint=footprint,
+                                  shared_poison=POISON_BYTE)
+            message += "; " + which_memory(outputs_agree(first.output, third.output, overrides),
+                                           outputs_agree(second.output, third.output, overrides))
+        else:
+            message += " after the free memory was filled with different bytes"
+        if comparison.reason == "nan":
+            message += " (the first run read NaN poison)"
+        judge.verdict.reject("integrity-uninitialized-output", message)
     else:
         judge.verdict.reject("integrity-nondeterministic", "two runs on the same inputs gave different outputs")
+
+
+def which_memory(as_first: bool, as_second: bool) -> str:
+    """What a third run, with the second run's free-memory bytes and the first run's shared-memory fill, tells."""
+    if as_first and not as_second:
+        return ("with only the free memory's bytes changed, a third run gave the first run's output: a kernel read "
+                "shared memory that no thread of its block wrote")
+    if as_second and not as_first:
+        return ("with only the free memory's bytes changed, a third run gave the second run's output: it read device "
+                "memory it never wrote (an output or a temporary not fully written), not shared memory")
+    return ("with only the free memory's bytes changed, a third run matched neither: it read both, or its output "
+            "changes from run to run")
 
 
 def check_earlier_answer(judge: Judge, run: CandidateRun, index: int, get_inputs: Callable[[], list],

@@ -189,6 +189,8 @@ def test_the_candidates_process_fills_shared_memory_last_before_forward_and_says
     assert log == [("forward",), ("made", 0), ("fill", 0x3C3C3C3C), ("forward",)]
     assert reply["shared_fill"] == shared_fill.FILLED and "candidate: poisoning shared memory" in reply["seconds"]
     assert judge_end.receive(reply["output"]).tolist() == [0.0, 2.0, 4.0, 6.0]
+    host.op_forward({"inputs": sent, "poison": SECOND_POISON_BYTE, "shared_poison": POISON_BYTE})  # a third run's
+    assert log[-2:] == [("fill", 0xFFFFFFFF), ("forward",)]
 
 
 def _judge(device: str, shared_fill_said: str | None = None) -> SimpleNamespace:
@@ -210,16 +212,39 @@ def test_the_judge_keeps_the_first_reason_the_fill_did_not_run_and_nothing_off_c
     assert cpu.shared_fill is None
 
 
-@pytest.mark.parametrize("said, names_shared", [(shared_fill.FILLED, True), ("no libcuda", False)])
-def test_the_rerun_names_shared_memory_only_when_it_was_filled(monkeypatch, said, names_shared):
-    rerun = CandidateRun(torch.ones(4), [], False, [], True)
-    monkeypatch.setattr(verify_run, "run_candidate", lambda *args, **kwargs: rerun)
+def _rerun_problem(monkeypatch, said: str, outputs: list) -> tuple[dict, list]:
+    """check_rerun's integrity problem when the runs after the first return `outputs` in turn, and each such run's
+    poison bytes (free memory, shared memory)."""
+    asked: list = []
+
+    def run_candidate(judge, inputs, poison, record, own_copy=False, footprint=0, shared_poison=None):
+        asked.append((poison, poison if shared_poison is None else shared_poison))
+        return CandidateRun(outputs[len(asked) - 1], [], False, [], True)
+
+    monkeypatch.setattr(verify_run, "run_candidate", run_candidate)
     judge = _judge("cuda", said)
     check_rerun(judge, (), CandidateRun(torch.zeros(4), [], False, [], True), {}, SimpleNamespace(reason="nan"), 0)
     [problem] = judge.verdict.integrity
-    assert problem["code"] == "integrity-uninitialized-output"
-    assert ("every SM's shared memory" in problem["message"]) is names_shared, problem["message"]
-    assert problem["message"].endswith("(the first run read NaN poison)")
+    assert problem["code"] == "integrity-uninitialized-output" and problem["message"].endswith("read NaN poison)")
+    return problem, asked
+
+
+@pytest.mark.parametrize("third, names", [
+    (torch.zeros(4), "a third run gave the first run's output: a kernel read shared memory that no thread"),
+    (torch.ones(4), "a third run gave the second run's output: it read device memory it never wrote"),
+    (torch.full((4,), 2.0), "a third run matched neither"),
+], ids=["shared", "free", "both"])
+def test_a_third_run_changing_only_the_free_memory_says_which_memory_was_read(monkeypatch, third, names):
+    problem, asked = _rerun_problem(monkeypatch, shared_fill.FILLED, [torch.ones(4), third])
+    assert asked == [(SECOND_POISON_BYTE, SECOND_POISON_BYTE), (SECOND_POISON_BYTE, POISON_BYTE)]
+    assert "every SM's shared memory were filled with different bytes" in problem["message"]
+    assert names in problem["message"], problem["message"]
+
+
+def test_without_the_fill_the_rerun_names_the_free_memory_only_and_runs_no_third(monkeypatch):
+    problem, asked = _rerun_problem(monkeypatch, "no libcuda", [torch.ones(4)])
+    assert asked == [(SECOND_POISON_BYTE, SECOND_POISON_BYTE)]
+    assert "after the free memory was filled" in problem["message"] and "shared" not in problem["message"]
 
 
 def test_a_fill_that_did_not_run_is_a_warning_on_the_candidate():
