@@ -226,10 +226,10 @@ class Host:
                              "current_stream": w.current_stream} for w in session.windows]}
 
     def op_forward(self, request: dict[str, Any]) -> dict[str, Any]:
-        """One run of forward on the judge's inputs (over freshly poisoned memory: the free device memory, then every
-        SM's shared memory, with the request's poison byte, or its shared_poison byte); its output, as returned. With own_copy, forward gets
-        copies made in this process's memory (op_again then frees and reuses it). `shared_fill`: "filled", or why
-        shared memory was not (None off CUDA)."""
+        """One run of forward on the judge's inputs (over freshly poisoned memory: the free device memory with the
+        request's poison byte, then every SM's shared memory with its shared_poison byte, by default the same); its
+        output, as returned. With own_copy, forward gets copies made in this process's memory (op_again then frees
+        and reuses it). `shared_fill`: "filled", or why shared memory was not (None off CUDA)."""
         from kernel_lsp.verify.integrity import poison_free_memory, thread_idents, threads_started
 
         torch, target = self.torch, self.target

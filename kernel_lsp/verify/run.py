@@ -35,7 +35,7 @@ import torch
 from kernel_lsp.kinds.options import VerifyOptions, from_config
 from kernel_lsp.sources import parse_python
 from kernel_lsp.verify.baselines import BaselineCache, gpu_state
-from kernel_lsp.verify.candidate_process import CallLimit, CandidateProcess, candidate_process
+from kernel_lsp.verify.candidate_process import CallLimit, CandidateFailed, CandidateProcess, candidate_process
 from kernel_lsp.verify.compare import Comparison, Tolerance, chunks, compare_outputs, refused, tolerance_for
 from kernel_lsp.verify.exchange import Exchange
 from kernel_lsp.verify.models import WEIGHTS_SEED, load_module
@@ -573,10 +573,14 @@ def check_rerun(judge: Judge, inputs: tuple, first: CandidateRun, overrides: dic
         message = "the output depends on memory the candidate never wrote: two runs on the same inputs differ"
         if judge.shared_fill == FILLED:
             message += " after the free memory and every SM's shared memory were filled with different bytes"
-            third = run_candidate(judge, inputs, SECOND_POISON_BYTE, record=False, footprint=footprint,
-                                  shared_poison=POISON_BYTE)
-            message += "; " + which_memory(outputs_agree(first.output, third.output, overrides),
-                                           outputs_agree(second.output, third.output, overrides))
+            try:
+                third = run_candidate(judge, inputs, SECOND_POISON_BYTE, record=False, footprint=footprint,
+                                      shared_poison=POISON_BYTE)
+            except CandidateFailed:  # e.g. out of memory with three outputs held: the two runs have said enough
+                message += "; a third run, to tell which memory was read, failed"
+            else:
+                message += "; " + which_memory(outputs_agree(first.output, third.output, overrides),
+                                               outputs_agree(second.output, third.output, overrides))
         else:
             message += " after the free memory was filled with different bytes"
         if comparison.reason == "nan":

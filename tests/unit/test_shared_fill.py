@@ -17,6 +17,7 @@ from kernel_lsp.findings import Severity
 from kernel_lsp.profile.program import nvcc_path
 from kernel_lsp.verify import run as verify_run
 from kernel_lsp.verify import shared_fill
+from kernel_lsp.verify.candidate_process import CandidateFailed
 from kernel_lsp.verify.exchange import Exchange
 from kernel_lsp.verify.host import Host
 from kernel_lsp.verify.integrity import POISON_BYTE, SECOND_POISON_BYTE
@@ -219,7 +220,10 @@ def _rerun_problem(monkeypatch, said: str, outputs: list) -> tuple[dict, list]:
 
     def run_candidate(judge, inputs, poison, record, own_copy=False, footprint=0, shared_poison=None):
         asked.append((poison, poison if shared_poison is None else shared_poison))
-        return CandidateRun(outputs[len(asked) - 1], [], False, [], True)
+        output = outputs[len(asked) - 1]
+        if isinstance(output, Exception):
+            raise output
+        return CandidateRun(output, [], False, [], True)
 
     monkeypatch.setattr(verify_run, "run_candidate", run_candidate)
     judge = _judge("cuda", said)
@@ -239,6 +243,12 @@ def test_a_third_run_changing_only_the_free_memory_says_which_memory_was_read(mo
     assert asked == [(SECOND_POISON_BYTE, SECOND_POISON_BYTE), (SECOND_POISON_BYTE, POISON_BYTE)]
     assert "every SM's shared memory were filled with different bytes" in problem["message"]
     assert names in problem["message"], problem["message"]
+
+
+def test_a_third_run_that_fails_leaves_the_rejection_standing(monkeypatch):
+    failed = CandidateFailed({"status": "crash", "error_type": "OutOfMemoryError", "frames": []})
+    problem, asked = _rerun_problem(monkeypatch, shared_fill.FILLED, [torch.ones(4), failed])
+    assert len(asked) == 2 and "a third run, to tell which memory was read, failed" in problem["message"]
 
 
 def test_without_the_fill_the_rerun_names_the_free_memory_only_and_runs_no_third(monkeypatch):
