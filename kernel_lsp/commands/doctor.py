@@ -65,7 +65,18 @@ def gpu_checks() -> list[Check]:
                                                 "need a GPU (or a remote worker: --worker tcp:HOST:PORT)")]
     return [Check("ok", "GPU", f"{facts['name']} (sm_{facts['computeCapability'].replace('.', '')}, "
                                f"{facts['memoryFreeMiB']} MiB free of {facts['memoryTotalMiB']})"),
-            Check("ok", "driver / NVML", facts["driver"])]
+            Check("ok", "driver / NVML", facts["driver"]), shared_fill_check()]
+
+
+def shared_fill_check(library: Any = None) -> Check:
+    """The verifier's shared-memory fill (verify/shared_fill.py), loaded and run once here."""
+    from kernel_lsp.verify.shared_fill import PoisonUnavailable, self_test
+
+    try:
+        return Check("ok", "shared-memory fill", self_test(library))
+    except PoisonUnavailable as exc:
+        return Check("FAIL", "shared-memory fill", f"{exc}: verification cannot poison shared memory "
+                                                   f"(verify-shared-unpoisoned), nor can shared-init run")
 
 
 def isolation_checks() -> list[Check]:

@@ -87,10 +87,36 @@ class DriverFill:
                                              params, None), "cuLaunchKernel (the fill)")
 
     def _check(self, code: int, what: str) -> None:
-        if code:
-            text = ctypes.c_char_p()
-            self.cuda.cuGetErrorString(code, ctypes.byref(text))
-            raise PoisonUnavailable(f"{what} failed: CUDA error {code} ({(text.value or b'?').decode()})")
+        driver_check(self.cuda, code, what)
+
+
+def driver_check(cuda: Any, code: int, what: str) -> None:
+    """A driver API call's result: nothing when it succeeded, else PoisonUnavailable naming the call and the error."""
+    if code:
+        text = ctypes.c_char_p()
+        cuda.cuGetErrorString(code, ctypes.byref(text))
+        raise PoisonUnavailable(f"{what} failed: CUDA error {code} ({(text.value or b'?').decode()})")
+
+
+SELF_TEST_BYTES = 48 * 1024  # what every GPU gives a block without opting in
+
+
+def self_test(library: Any = None, device: int = 0) -> str:
+    """The fill loaded and run once through the driver API alone, in the device's primary context, without torch:
+    what `kernel-lsp doctor` shows. Its detail when it ran; PoisonUnavailable naming the step that failed."""
+    cuda = library or load_driver()
+    driver_check(cuda, cuda.cuInit(0), "cuInit")
+    handle = ctypes.c_int()
+    driver_check(cuda, cuda.cuDeviceGet(ctypes.byref(handle), ctypes.c_int(device)), "cuDeviceGet")
+    context = ctypes.c_void_p()
+    driver_check(cuda, cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), handle), "cuDevicePrimaryCtxRetain")
+    try:
+        driver_check(cuda, cuda.cuCtxSetCurrent(context), "cuCtxSetCurrent")
+        DriverFill(cuda, SELF_TEST_BYTES, 1).launch(word(0xFF), None)
+        driver_check(cuda, cuda.cuCtxSynchronize(), "cuCtxSynchronize (after the fill)")
+    finally:
+        cuda.cuDevicePrimaryCtxRelease_v2(handle)
+    return f"the fill kernel loaded from PTX and ran on device {device} (one block, {SELF_TEST_BYTES // 1024} KiB)"
 
 
 def kernel_params(*values: Any) -> Any:

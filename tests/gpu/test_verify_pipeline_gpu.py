@@ -83,3 +83,11 @@ async def test_a_kernel_that_reads_shared_memory_it_never_wrote_is_rejected(tmp_
     message = messages.get("integrity-uninitialized-output", "")
     assert "a kernel read shared memory that no thread of its block wrote" in message, messages
     assert result["report"]["shared_memory_poison"] == "filled"
+
+
+def test_the_shared_memory_fill_runs_through_the_real_driver():
+    from kernel_lsp.commands.doctor import shared_fill_check
+
+    check = shared_fill_check()  # the driver API alone, in device 0's primary context: what doctor shows
+    assert (check.level, check.detail) == ("ok", "the fill kernel loaded from PTX and ran on device 0 (one block, "
+                                                 "48 KiB)"), check.detail

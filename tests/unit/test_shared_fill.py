@@ -76,6 +76,17 @@ int cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
     return failing(5) ? 999 : 0;
 }
 int cuGetErrorString(int code, const char** text) { *text = code == 999 ? "stub failure" : "?"; return 0; }
+/* the primary-context calls of self_test: the context it retains, makes current and releases, in order */
+static unsigned long long context_seen[5];  /* device asked, context made current, syncs, releases, retained */
+unsigned long long* stub_context_seen(void) { return context_seen; }
+int cuInit(unsigned flags) { return failing(6) || flags ? 999 : 0; }
+int cuDeviceGet(int* device, int ordinal) { context_seen[0] = ordinal; *device = 40 + ordinal; return failing(7) ? 999 : 0; }
+int cuDevicePrimaryCtxRetain(void** ctx, int device) {
+    if (failing(8) || device < 40) return 999; *ctx = (void*)0x1234; context_seen[4] += 1; return 0;
+}
+int cuCtxSetCurrent(void* ctx) { context_seen[1] = (uintptr_t)ctx; return failing(9) ? 999 : 0; }
+int cuCtxSynchronize(void) { context_seen[2] += 1; return failing(10) ? 999 : 0; }
+int cuDevicePrimaryCtxRelease_v2(int device) { context_seen[3] += device >= 40; context_seen[4] -= 1; return 0; }
 """
 
 
@@ -93,6 +104,7 @@ def driver_stub(tmp_path_factory):
                    check=True)
     library = ctypes.CDLL(str(folder / "libcuda_stub.so"))
     library.stub_seen.restype = ctypes.POINTER(ctypes.c_ulonglong)
+    library.stub_context_seen.restype = ctypes.POINTER(ctypes.c_ulonglong)
     return library
 
 
@@ -277,3 +289,26 @@ def test_the_driver_library_is_taken_by_soname_first_and_its_absence_said(driver
     with pytest.raises(shared_fill.PoisonUnavailable, match="cannot load the CUDA driver library .*nolib.so.*"):
         shared_fill.load_driver((str(tmp_path / "nolib.so"),))
     assert searched == ["cuda"]  # searched only after the soname failed
+
+
+def test_the_self_test_runs_the_fill_in_the_primary_context_and_gives_it_back(driver_stub):
+    before = driver_stub.stub_context_seen()[:5]
+    detail = shared_fill.self_test(driver_stub, device=1)
+    assert detail == "the fill kernel loaded from PTX and ran on device 1 (one block, 48 KiB)"
+    after = driver_stub.stub_context_seen()[:5]
+    assert after[:2] == [1, 0x1234] and after[2] == before[2] + 1  # device 1's context made current; synchronized
+    assert after[3] == before[3] + 1 and after[4] == 0  # released as often as retained
+    assert driver_stub.stub_seen()[3:11] == [1, 1, 1024, 1, 48 * 1024, 0, 0xFFFFFFFF, 48 * 1024 // 4]
+
+
+@pytest.mark.parametrize("which, what", [(6, "cuInit"), (7, "cuDeviceGet"), (8, "cuDevicePrimaryCtxRetain"),
+                                         (9, "cuCtxSetCurrent"), (10, "cuCtxSynchronize"), (5, "cuLaunchKernel")])
+def test_a_self_test_that_fails_names_its_step_and_still_gives_the_context_back(driver_stub, which, what):
+    from kernel_lsp.commands.doctor import shared_fill_check
+
+    driver_stub.stub_fail(which)
+    check = shared_fill_check(driver_stub)
+    assert (check.level, check.item) == ("FAIL", "shared-memory fill")
+    assert check.detail.startswith(what) and "verify-shared-unpoisoned" in check.detail, check.detail
+    assert driver_stub.stub_context_seen()[4] == 0  # nothing left retained
+    assert shared_fill_check(driver_stub).level == "ok"  # the failure was once: the next check passes
