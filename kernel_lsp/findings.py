@@ -204,7 +204,7 @@ CODES: dict[str, CodeDoc] = {
     "integrity-input-mutated": CodeDoc("error", "the candidate changed an input tensor (bytes, shape, stride or offset)",
                                        "write outputs to new tensors"),
     "integrity-uninitialized-output": CodeDoc("error", "(CUDA) reruns over differently poisoned memory (the free device memory and every SM's shared memory) differ: it read memory it never wrote",
-                                              "initialise every output element, and every element of shared memory before it is read"),
+                                              "initialise every output element, and shared memory before it is read (clear a tile's padding, or mask it with a select, not `* 0`)"),
     "integrity-nondeterministic": CodeDoc("error", "(CPU) two runs on the same inputs gave different outputs",
                                           "remove races and uninitialised reads"),
     "integrity-no-custom-kernel": CodeDoc("error", "no kernel of the candidate's own ran (all stock or allowed ones, or none)",

@@ -564,23 +564,15 @@ def check_rerun(judge: Judge, inputs: tuple, first: CandidateRun, overrides: dic
                 comparison: Comparison, footprint: int) -> None:
     """Run again on the same inputs over memory poisoned with other bytes: a changed output read garbage.
     The outputs stay held by the candidate's process until the trial's release, so they cannot move. When shared
-    memory was filled too, a third run changes the free memory's bytes only: whichever output it repeats names
-    the memory that was read (rejected candidates only pay for it)."""
+    memory was filled too, a third run says which memory was read (rejected candidates only pay for it)."""
     second = run_candidate(judge, inputs, SECOND_POISON_BYTE, record=False, footprint=footprint)
     if outputs_agree(first.output, second.output, overrides):
         return
     if judge.target.type == "cuda":
         message = "the output depends on memory the candidate never wrote: two runs on the same inputs differ"
         if judge.shared_fill == FILLED:
-            message += " after the free memory and every SM's shared memory were filled with different bytes"
-            try:
-                third = run_candidate(judge, inputs, SECOND_POISON_BYTE, record=False, footprint=footprint,
-                                      shared_poison=POISON_BYTE)
-            except CandidateFailed:  # e.g. out of memory with three outputs held: the two runs have said enough
-                message += "; a third run, to tell which memory was read, failed"
-            else:
-                message += "; " + which_memory(outputs_agree(first.output, third.output, overrides),
-                                               outputs_agree(second.output, third.output, overrides))
+            message += " after the free memory and every SM's shared memory were filled with different bytes; "
+            message += which_memory(judge, inputs, first, second, overrides, footprint)
         else:
             message += " after the free memory was filled with different bytes"
         if comparison.reason == "nan":
@@ -590,16 +582,34 @@ def check_rerun(judge: Judge, inputs: tuple, first: CandidateRun, overrides: dic
         judge.verdict.reject("integrity-nondeterministic", "two runs on the same inputs gave different outputs")
 
 
-def which_memory(as_first: bool, as_second: bool) -> str:
-    """What a third run, with the second run's free-memory bytes and the first run's shared-memory fill, tells."""
-    if as_first and not as_second:
-        return ("with only the free memory's bytes changed, a third run gave the first run's output: a kernel read "
-                "shared memory that no thread of its block wrote")
-    if as_second and not as_first:
-        return ("with only the free memory's bytes changed, a third run gave the second run's output: it read device "
-                "memory it never wrote (an output or a temporary not fully written), not shared memory")
-    return ("with only the free memory's bytes changed, a third run matched neither: it read both, or its output "
-            "changes from run to run")
+def which_memory(judge: Judge, inputs: tuple, first: CandidateRun, second: CandidateRun,
+                 overrides: dict[str, Tolerance], footprint: int) -> str:
+    """A third run with the second run's free memory (0x3C) and the first run's shared memory (NaN): an output unlike
+    the second's followed shared memory (only it changed between them; NaN shows through `0 *` and fmaxf, where
+    another finite fill would not), one unlike the first's followed the free memory. Where the same elements read
+    both, the NaN from shared memory hides the free memory's part."""
+    try:
+        third = run_candidate(judge, inputs, SECOND_POISON_BYTE, record=False, footprint=footprint,
+                              shared_poison=POISON_BYTE)
+    except CandidateFailed as exc:
+        if exc.sandbox_failure.get("status") == "timeout":
+            raise  # its process was killed: nothing more can be asked of it (a hang, as in any other run)
+        return "a third run, to tell which memory was read, failed"  # e.g. out of memory with three outputs held
+    if judge.shared_fill != FILLED:
+        return f"a third run, to tell which memory was read, could not fill shared memory ({judge.shared_fill})"
+    shared = not outputs_agree(second.output, third.output, overrides)
+    free = not outputs_agree(first.output, third.output, overrides)
+    third_run = "a third run, with the second run's free memory and the first run's shared memory,"
+    if shared and free:
+        return (f"{third_run} differs from both: it read shared memory that no thread of its block wrote and device "
+                f"memory it never wrote")
+    if shared:
+        return (f"{third_run} gives the first run's output: a kernel read shared memory that no thread of its block "
+                f"wrote")
+    if free:
+        return (f"{third_run} gives the second run's output: it read device memory it never wrote (an output or a "
+                f"temporary not fully written), not shared memory")
+    return f"{third_run} gives the output of both: its output changes from run to run"
 
 
 def check_earlier_answer(judge: Judge, run: CandidateRun, index: int, get_inputs: Callable[[], list],

@@ -2,7 +2,9 @@
 on libcuda, from PTX: no compiler, and it loads in milliseconds) into torch's context. Shared memory keeps its
 contents from one kernel to the next (seen on an H100: after a kernel filled every SM's shared memory with a
 pattern, a later kernel's never-written shared array held that pattern in 100% of its words; tests/gpu/RESULTS.md,
-2026-12-05), so a kernel that reads shared memory no thread of its block wrote reads the fill.
+2026-12-05), so a kernel that reads shared memory no thread of its block wrote reads the fill. Assumed from that
+one probe, not guaranteed by CUDA: that the fill's BLOCKS_PER_SM blocks per SM reach every SM, and that a later
+block's shared window lies within what a block of the opt-in maximum wrote, whatever the L1/shared split then.
 
 Two users: the verifier's candidate process (verify/host.py) fills shared memory with the run's poison byte before
 each correctness run, as it fills the free device memory, so the rerun over other bytes catches a kernel whose
@@ -20,10 +22,10 @@ BLOCKS_PER_SM = 4  # the fill's grid: every SM gets a block (one fits per SM at 
 KERNEL = "kernel_lsp_poison"
 
 # st.volatile: the stores are never read back, so the compiler is told they matter (ptxas 13.0 keeps a plain
-# st.shared here too; the volatile one does not rest on that). tests/unit/test_shared_init.py assembles it.
+# st.shared here too; the volatile one does not rest on that). tests/unit/test_shared_fill.py assembles it.
 PTX = r"""
 .version 7.0
-.target sm_75
+.target sm_70
 .address_size 64
 
 .extern .shared .align 16 .b8 kernel_lsp_poison_smem[];
@@ -98,25 +100,48 @@ def driver_check(cuda: Any, code: int, what: str) -> None:
         raise PoisonUnavailable(f"{what} failed: CUDA error {code} ({(text.value or b'?').decode()})")
 
 
-SELF_TEST_BYTES = 48 * 1024  # what every GPU gives a block without opting in
+CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
+CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
 
 
 def self_test(library: Any = None, device: int = 0) -> str:
-    """The fill loaded and run once through the driver API alone, in the device's primary context, without torch:
-    what `kernel-lsp doctor` shows. Its detail when it ran; PoisonUnavailable naming the step that failed."""
+    """The fill loaded and run once as the verifier runs it (every SM's opt-in shared memory, BLOCKS_PER_SM blocks
+    per SM), through the driver API alone in the device's primary context, without torch: what `kernel-lsp doctor`
+    shows. The context current before is current again after, the module unloaded, the primary context released.
+    Its detail when it ran; PoisonUnavailable naming the step that failed (or the entry point libcuda lacks)."""
     cuda = library or load_driver()
+    try:
+        return _self_test(cuda, device)
+    except AttributeError as exc:  # ctypes: a symbol this libcuda does not export
+        raise PoisonUnavailable(f"the CUDA driver library lacks an entry point the fill needs: {exc}") from exc
+
+
+def _self_test(cuda: Any, device: int) -> str:
     driver_check(cuda, cuda.cuInit(0), "cuInit")
     handle = ctypes.c_int()
     driver_check(cuda, cuda.cuDeviceGet(ctypes.byref(handle), ctypes.c_int(device)), "cuDeviceGet")
-    context = ctypes.c_void_p()
+    sms, optin = ctypes.c_int(), ctypes.c_int()
+    driver_check(cuda, cuda.cuDeviceGetAttribute(ctypes.byref(sms), CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                                                 handle), "cuDeviceGetAttribute (SM count)")
+    driver_check(cuda, cuda.cuDeviceGetAttribute(ctypes.byref(optin),
+                                                 CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, handle),
+                 "cuDeviceGetAttribute (opt-in shared memory per block)")
+    before, context = ctypes.c_void_p(), ctypes.c_void_p()
+    driver_check(cuda, cuda.cuCtxGetCurrent(ctypes.byref(before)), "cuCtxGetCurrent")
     driver_check(cuda, cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), handle), "cuDevicePrimaryCtxRetain")
+    fill = None
     try:
         driver_check(cuda, cuda.cuCtxSetCurrent(context), "cuCtxSetCurrent")
-        DriverFill(cuda, SELF_TEST_BYTES, 1).launch(word(0xFF), None)
+        fill = DriverFill(cuda, optin.value, sms.value * BLOCKS_PER_SM)
+        fill.launch(word(0xFF), None)
         driver_check(cuda, cuda.cuCtxSynchronize(), "cuCtxSynchronize (after the fill)")
     finally:
+        if fill is not None:
+            cuda.cuModuleUnload(fill.module)
+        cuda.cuCtxSetCurrent(before)
         cuda.cuDevicePrimaryCtxRelease_v2(handle)
-    return f"the fill kernel loaded from PTX and ran on device {device} (one block, {SELF_TEST_BYTES // 1024} KiB)"
+    return (f"the fill kernel loaded from PTX and ran on device {device}: {sms.value * BLOCKS_PER_SM} blocks of "
+            f"{optin.value // 1024} KiB ({sms.value} SMs)")
 
 
 def kernel_params(*values: Any) -> Any:
@@ -188,8 +213,8 @@ class SharedPoison:
         self.problem: str | None = None
         try:
             self.filler = (make or Poisoner)(device_index)
-        except PoisonUnavailable as exc:
-            self.problem = str(exc)
+        except Exception as exc:  # the verifier's own set-up, before the candidate's import: never the candidate's
+            self.problem = str(exc) if isinstance(exc, PoisonUnavailable) else f"{type(exc).__name__}: {exc}"
 
     def fill(self, byte: int) -> str:
         """Every SM's shared memory set to word(byte): FILLED when done, else why not."""

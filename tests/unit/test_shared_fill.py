@@ -43,55 +43,76 @@ def test_the_fill_kernels_ptx_assembles_and_keeps_its_shared_stores(tmp_path: Pa
 
 
 
-# a stand-in for libcuda with the six entry points the fill uses: it records what it was given, so the ctypes
-# calls (argument order, the kernel's parameter array, NULL extra) are checked without a GPU. A real GPU runs the
-# real library in tests/gpu/test_sanitize_gpu.py.
+# a stand-in for libcuda with the entry points the fill and its self-test use: it records what it was given, so the
+# ctypes calls (argument order, the kernel's parameter array, NULL extra, handles above 4 GiB kept whole) are
+# checked without a GPU. A real GPU runs the real library in tests/gpu/test_verify_pipeline_gpu.py.
 DRIVER_STUB = r"""
 #include <stdint.h>
 #include <string.h>
+#define CONTEXT ((void*)0x7f3a00001234ULL)
+#define BEFORE ((void*)0x7f3a00005678ULL)
+#define MODULE ((void*)0x7f3a00000010ULL)
+#define FUNCTION ((void*)0x7f3a00000020ULL)
 static unsigned long long seen[12];
-static int fail_at = 0;  /* 1-5: that entry point returns 999 once */
+static int fail_at = 0;  /* 1-12: that entry point returns 999 once */
 static int no_context = 0;
 unsigned long long* stub_seen(void) { return seen; }
 void stub_fail(int which) { fail_at = which; }
 void stub_no_context(int on) { no_context = on; }
 static int failing(int which) { if (fail_at == which) { fail_at = 0; return 1; } return 0; }
-int cuCtxGetCurrent(void** ctx) { *ctx = no_context ? 0 : (void*)0x1234; return failing(1) ? 999 : 0; }
+static int current_is_set = 0;
+static void* current = 0;
+int cuCtxGetCurrent(void** ctx) {
+    *ctx = no_context ? 0 : current_is_set ? current : CONTEXT; return failing(1) ? 999 : 0;
+}
 int cuModuleLoadData(void** module, const void* image) {
     if (failing(2) || !strstr((const char*)image, ".entry kernel_lsp_poison")) return 999;
-    *module = (void*)0x10; return 0;
+    *module = MODULE; return 0;
 }
 int cuModuleGetFunction(void** function, void* module, const char* name) {
-    if (failing(3) || module != (void*)0x10 || strcmp(name, "kernel_lsp_poison")) return 999;
-    *function = (void*)0x20; return 0;
+    if (failing(3) || module != MODULE || strcmp(name, "kernel_lsp_poison")) return 999;
+    *function = FUNCTION; return 0;
 }
 int cuFuncSetAttribute(void* function, int attribute, int value) {
-    seen[0] = attribute; seen[1] = value; seen[2] = function == (void*)0x20; return failing(4) ? 999 : 0;
+    seen[0] = attribute; seen[1] = value; seen[2] = function == FUNCTION; return failing(4) ? 999 : 0;
 }
 int cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                    unsigned shared, void* stream, void** params, void** extra) {
     seen[3] = gx; seen[4] = gy * gz; seen[5] = bx; seen[6] = by * bz; seen[7] = shared;
     seen[8] = (uintptr_t)stream; seen[9] = *(unsigned*)params[0]; seen[10] = *(unsigned*)params[1];
-    seen[11] = extra == 0 && f == (void*)0x20;
+    seen[11] = extra == 0 && f == FUNCTION;
     return failing(5) ? 999 : 0;
 }
 int cuGetErrorString(int code, const char** text) { *text = code == 999 ? "stub failure" : "?"; return 0; }
-/* the primary-context calls of self_test: the context it retains, makes current and releases, in order */
-static unsigned long long context_seen[5];  /* device asked, context made current, syncs, releases, retained */
+/* the self-test's calls: device asked, the contexts made current (first, last), syncs, releases, still retained,
+   modules unloaded */
+static unsigned long long context_seen[7];
 unsigned long long* stub_context_seen(void) { return context_seen; }
+void stub_reset(void) { current_is_set = 0; current = 0; fail_at = 0; no_context = 0; }
+void stub_start_in(int before) { current_is_set = 1; current = before ? BEFORE : 0; context_seen[1] = 0; }
 int cuInit(unsigned flags) { return failing(6) || flags ? 999 : 0; }
-int cuDeviceGet(int* device, int ordinal) { context_seen[0] = ordinal; *device = 40 + ordinal; return failing(7) ? 999 : 0; }
-int cuDevicePrimaryCtxRetain(void** ctx, int device) {
-    if (failing(8) || device < 40) return 999; *ctx = (void*)0x1234; context_seen[4] += 1; return 0;
+int cuDeviceGet(int* device, int ordinal) {
+    context_seen[0] = ordinal; *device = 40 + ordinal; return failing(7) ? 999 : 0;
 }
-int cuCtxSetCurrent(void* ctx) { context_seen[1] = (uintptr_t)ctx; return failing(9) ? 999 : 0; }
-int cuCtxSynchronize(void) { context_seen[2] += 1; return failing(10) ? 999 : 0; }
-int cuDevicePrimaryCtxRelease_v2(int device) { context_seen[3] += device >= 40; context_seen[4] -= 1; return 0; }
+int cuDeviceGetAttribute(int* value, int attribute, int device) {
+    if (failing(11) || device < 40) return 999;
+    *value = attribute == 16 ? 132 : attribute == 97 ? 232448 : -1; return 0;
+}
+int cuDevicePrimaryCtxRetain(void** ctx, int device) {
+    if (failing(8) || device < 40) return 999; *ctx = CONTEXT; context_seen[4] += 1; return 0;
+}
+int cuCtxSetCurrent(void* ctx) {
+    if (!context_seen[1]) context_seen[1] = (uintptr_t)ctx;
+    context_seen[2] = (uintptr_t)ctx; current = ctx; return failing(9) ? 999 : 0;
+}
+int cuCtxSynchronize(void) { context_seen[3] += 1; return failing(10) ? 999 : 0; }
+int cuModuleUnload(void* module) { context_seen[6] += module == MODULE; return failing(12) ? 999 : 0; }
+int cuDevicePrimaryCtxRelease_v2(int device) { context_seen[5] += device >= 40; context_seen[4] -= 1; return 0; }
 """
 
 
 @pytest.fixture(scope="module")
-def driver_stub(tmp_path_factory):
+def driver_library(tmp_path_factory):
     import ctypes
     import shutil
 
@@ -108,13 +129,39 @@ def driver_stub(tmp_path_factory):
     return library
 
 
+@pytest.fixture
+def driver_stub(driver_library):
+    """The stand-in, built once, its state (current context, failures) reset for each test."""
+    driver_library.stub_reset()
+    return driver_library
+
+
+def _cuda_h_value(name: str, fallback: int) -> int:
+    """An enumerator's value as the toolkit's cuda.h has it (the fallback, its value in CUDA 13, without one)."""
+    header = Path(nvcc_path()).parent.parent / "include" / "cuda.h"
+    if header.is_file():
+        import re
+
+        found = re.search(rf"\b{name}\s*=\s*(\d+)", header.read_text(errors="replace"))
+        if found:
+            return int(found.group(1))
+    return fallback
+
+
+def test_the_driver_constants_are_cuda_hs():
+    for name, fallback in (("CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", 8),
+                           ("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT", 16),
+                           ("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", 97)):
+        assert getattr(shared_fill, name) == _cuda_h_value(name, fallback) == fallback, name
+
+
 def test_the_fill_calls_the_driver_api_with_the_kernels_launch(driver_stub):
     fill = shared_fill.DriverFill(driver_stub, 232448, 132 * shared_fill.BLOCKS_PER_SM)
-    fill.launch(0x5A5A5A5A, 0xABC0)
+    fill.launch(0x5A5A5A5A, 0x7F3A0000ABC0)
     seen = driver_stub.stub_seen()[:12]
-    assert seen[:3] == [shared_fill.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 232448, 1]
+    assert seen[:3] == [8, 232448, 1]  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, on the function
     assert seen[3:8] == [528, 1, 1024, 1, 232448]  # grid, grid's y*z, block, block's y*z, dynamic shared bytes
-    assert seen[8:] == [0xABC0, 0x5A5A5A5A, 232448 // 4, 1]  # stream, the two parameters, NULL extra
+    assert seen[8:] == [0x7F3A0000ABC0, 0x5A5A5A5A, 232448 // 4, 1]  # the stream, whole; the parameters; NULL extra
     fill.launch(0x3F803F80, 0)
     assert driver_stub.stub_seen()[8:11] == [0, 0x3F803F80, 232448 // 4]
 
@@ -179,6 +226,11 @@ def test_shared_poison_fills_each_byte_and_says_why_not_once_it_cannot():
 
     assert shared_fill.SharedPoison(0, make=unloadable).fill(0xFF).startswith("cannot load the CUDA driver")
 
+    def torch_refuses(index: int):
+        raise RuntimeError("CUDA error: invalid device ordinal")
+
+    assert shared_fill.SharedPoison(7, make=torch_refuses).fill(0xFF) == "RuntimeError: CUDA error: invalid device ordinal"
+
 
 class _Doubler(torch.nn.Module):
     def __init__(self, log: list) -> None:
@@ -190,20 +242,24 @@ class _Doubler(torch.nn.Module):
         return x * 2
 
 
-def test_the_candidates_process_fills_shared_memory_last_before_forward_and_says_so(tmp_path: Path):
+def test_the_candidates_process_fills_shared_memory_last_before_forward_and_says_so(tmp_path: Path, monkeypatch):
+    from kernel_lsp.verify import integrity
+
     log: list = []
+    monkeypatch.setattr(integrity, "poison_free_memory", lambda device, byte, *rest: log.append(("free", byte)))
     host = Host(str(tmp_path))  # its model set by hand: op_load would import a file and gc.freeze this process
     host.target, host.model = torch.device("cpu"), _Doubler(log)
     judge_end = Exchange(tmp_path, "judge")
     sent = judge_end.send((torch.arange(4.0),))
     assert host.op_forward({"inputs": sent, "poison": POISON_BYTE})["shared_fill"] is None  # none made: no fill
     host.shared_poison = shared_fill.SharedPoison(0, make=lambda index: _Filler(index, log))
-    reply = host.op_forward({"inputs": sent, "poison": SECOND_POISON_BYTE})
-    assert log == [("forward",), ("made", 0), ("fill", 0x3C3C3C3C), ("forward",)]
+    reply = host.op_forward({"inputs": sent, "poison": SECOND_POISON_BYTE, "own_copy": True})
+    assert log == [("free", 0xFF), ("forward",), ("made", 0),  # the free memory, then shared memory, then forward
+                   ("free", 0x3C), ("fill", 0x3C3C3C3C), ("forward",)]
     assert reply["shared_fill"] == shared_fill.FILLED and "candidate: poisoning shared memory" in reply["seconds"]
     assert judge_end.receive(reply["output"]).tolist() == [0.0, 2.0, 4.0, 6.0]
     host.op_forward({"inputs": sent, "poison": SECOND_POISON_BYTE, "shared_poison": POISON_BYTE})  # a third run's
-    assert log[-2:] == [("fill", 0xFFFFFFFF), ("forward",)]
+    assert log[-3:] == [("free", 0x3C), ("fill", 0xFFFFFFFF), ("forward",)]
 
 
 def _judge(device: str, shared_fill_said: str | None = None) -> SimpleNamespace:
@@ -225,9 +281,13 @@ def test_the_judge_keeps_the_first_reason_the_fill_did_not_run_and_nothing_off_c
     assert cpu.shared_fill is None
 
 
-def _rerun_problem(monkeypatch, said: str, outputs: list) -> tuple[dict, list]:
-    """check_rerun's integrity problem when the runs after the first return `outputs` in turn, and each such run's
-    poison bytes (free memory, shared memory)."""
+NAN = float("nan")
+
+
+def _rerun_problem(monkeypatch, said: str, outputs: list, first: list | None = None) -> tuple[dict, list]:
+    """check_rerun's integrity problem when the first run returned `first` and the runs after it return `outputs`
+    in turn (a value; an exception, raised; a callable, given the judge, for what the run does there), and each such
+    run's poison bytes (free memory, shared memory)."""
     asked: list = []
 
     def run_candidate(judge, inputs, poison, record, own_copy=False, footprint=0, shared_poison=None):
@@ -235,36 +295,51 @@ def _rerun_problem(monkeypatch, said: str, outputs: list) -> tuple[dict, list]:
         output = outputs[len(asked) - 1]
         if isinstance(output, Exception):
             raise output
-        return CandidateRun(output, [], False, [], True)
+        if callable(output):
+            output = output(judge)
+        return CandidateRun(torch.tensor(output), [], False, [], True)
 
     monkeypatch.setattr(verify_run, "run_candidate", run_candidate)
     judge = _judge("cuda", said)
-    check_rerun(judge, (), CandidateRun(torch.zeros(4), [], False, [], True), {}, SimpleNamespace(reason="nan"), 0)
+    check_rerun(judge, (), CandidateRun(torch.tensor(first or [0.0] * 4), [], False, [], True), {},
+                SimpleNamespace(reason="nan"), 0)
     [problem] = judge.verdict.integrity
     assert problem["code"] == "integrity-uninitialized-output" and problem["message"].endswith("read NaN poison)")
     return problem, asked
 
 
-@pytest.mark.parametrize("third, names", [
-    (torch.zeros(4), "a third run gave the first run's output: a kernel read shared memory that no thread"),
-    (torch.ones(4), "a third run gave the second run's output: it read device memory it never wrote"),
-    (torch.full((4,), 2.0), "a third run matched neither"),
-], ids=["shared", "free", "both"])
-def test_a_third_run_changing_only_the_free_memory_says_which_memory_was_read(monkeypatch, third, names):
-    problem, asked = _rerun_problem(monkeypatch, shared_fill.FILLED, [torch.ones(4), third])
+@pytest.mark.parametrize("first, second, third, names", [
+    ([NAN, 0.0], [0.5, 0.0], [NAN, 0.0], "gives the first run's output: a kernel read shared memory that no thread"),
+    ([NAN, 0.0], [0.5, 0.0], [0.5, 0.0], "gives the second run's output: it read device memory it never wrote"),
+    ([NAN, NAN], [0.5, 0.5], [NAN, 0.5], "differs from both: it read shared memory that no thread of its block wrote "
+                                         "and device memory"),
+    ([0.0, 0.0], [2e-4, 0.0], [1e-4, 0.0], "gives the output of both: its output changes from run to run"),
+], ids=["shared", "free", "both", "neither"])
+def test_a_third_run_changing_only_shared_memory_says_which_memory_was_read(monkeypatch, first, second, third, names):
+    problem, asked = _rerun_problem(monkeypatch, shared_fill.FILLED, [second, third], first)
     assert asked == [(SECOND_POISON_BYTE, SECOND_POISON_BYTE), (SECOND_POISON_BYTE, POISON_BYTE)]
     assert "every SM's shared memory were filled with different bytes" in problem["message"]
     assert names in problem["message"], problem["message"]
 
 
-def test_a_third_run_that_fails_leaves_the_rejection_standing(monkeypatch):
+def test_a_third_run_that_fails_leaves_the_rejection_standing_unless_it_hung(monkeypatch):
     failed = CandidateFailed({"status": "crash", "error_type": "OutOfMemoryError", "frames": []})
-    problem, asked = _rerun_problem(monkeypatch, shared_fill.FILLED, [torch.ones(4), failed])
+    problem, asked = _rerun_problem(monkeypatch, shared_fill.FILLED, [[1.0] * 4, failed])
     assert len(asked) == 2 and "a third run, to tell which memory was read, failed" in problem["message"]
+
+    def unfilled(judge):
+        judge.shared_fill = "cuLaunchKernel (the fill) failed: CUDA error 999 (stub)"
+        return [0.0] * 4
+
+    problem, _ = _rerun_problem(monkeypatch, shared_fill.FILLED, [[1.0] * 4, unfilled])
+    assert "could not fill shared memory (cuLaunchKernel" in problem["message"]  # no attribution on a third
+    hung = CandidateFailed({"status": "timeout", "error_type": None, "frames": [], "message": "did not return"})
+    with pytest.raises(CandidateFailed):  # its process is gone: the hang is the verdict, as in any run
+        _rerun_problem(monkeypatch, shared_fill.FILLED, [[1.0] * 4, hung])
 
 
 def test_without_the_fill_the_rerun_names_the_free_memory_only_and_runs_no_third(monkeypatch):
-    problem, asked = _rerun_problem(monkeypatch, "no libcuda", [torch.ones(4)])
+    problem, asked = _rerun_problem(monkeypatch, "no libcuda", [[1.0] * 4])
     assert asked == [(SECOND_POISON_BYTE, SECOND_POISON_BYTE)]
     assert "after the free memory was filled" in problem["message"] and "shared" not in problem["message"]
 
@@ -291,24 +366,42 @@ def test_the_driver_library_is_taken_by_soname_first_and_its_absence_said(driver
     assert searched == ["cuda"]  # searched only after the soname failed
 
 
-def test_the_self_test_runs_the_fill_in_the_primary_context_and_gives_it_back(driver_stub):
-    before = driver_stub.stub_context_seen()[:5]
+def test_the_self_test_runs_the_fill_as_the_verifier_does_and_leaves_the_context_as_it_was(driver_stub):
+    driver_stub.stub_start_in(1)  # some other context was current before
+    before = driver_stub.stub_context_seen()[:7]
     detail = shared_fill.self_test(driver_stub, device=1)
-    assert detail == "the fill kernel loaded from PTX and ran on device 1 (one block, 48 KiB)"
-    after = driver_stub.stub_context_seen()[:5]
-    assert after[:2] == [1, 0x1234] and after[2] == before[2] + 1  # device 1's context made current; synchronized
-    assert after[3] == before[3] + 1 and after[4] == 0  # released as often as retained
-    assert driver_stub.stub_seen()[3:11] == [1, 1, 1024, 1, 48 * 1024, 0, 0xFFFFFFFF, 48 * 1024 // 4]
+    assert detail == "the fill kernel loaded from PTX and ran on device 1: 528 blocks of 227 KiB (132 SMs)"
+    after = driver_stub.stub_context_seen()[:7]
+    assert after[:3] == [1, 0x7F3A00001234, 0x7F3A00005678]  # device 1's context made current, then the one before
+    assert after[3] == before[3] + 1 and after[6] == before[6] + 1  # synchronized; the module unloaded
+    assert after[5] == before[5] + 1 and after[4] == 0  # released as often as retained
+    assert driver_stub.stub_seen()[3:11] == [528, 1, 1024, 1, 232448, 0, 0xFFFFFFFF, 232448 // 4]
 
 
-@pytest.mark.parametrize("which, what", [(6, "cuInit"), (7, "cuDeviceGet"), (8, "cuDevicePrimaryCtxRetain"),
-                                         (9, "cuCtxSetCurrent"), (10, "cuCtxSynchronize"), (5, "cuLaunchKernel")])
+@pytest.mark.parametrize("which, what", [(6, "cuInit"), (7, "cuDeviceGet"), (11, "cuDeviceGetAttribute"),
+                                         (8, "cuDevicePrimaryCtxRetain"), (9, "cuCtxSetCurrent"),
+                                         (2, "cuModuleLoadData"), (5, "cuLaunchKernel"), (10, "cuCtxSynchronize")])
 def test_a_self_test_that_fails_names_its_step_and_still_gives_the_context_back(driver_stub, which, what):
     from kernel_lsp.commands.doctor import shared_fill_check
 
+    driver_stub.stub_start_in(0)
     driver_stub.stub_fail(which)
     check = shared_fill_check(driver_stub)
     assert (check.level, check.item) == ("FAIL", "shared-memory fill")
     assert check.detail.startswith(what) and "verify-shared-unpoisoned" in check.detail, check.detail
-    assert driver_stub.stub_context_seen()[4] == 0  # nothing left retained
+    seen = driver_stub.stub_context_seen()
+    assert seen[4] == 0 and (which in (6, 7, 11, 8) or seen[2] == 0)  # nothing retained; no context left current
     assert shared_fill_check(driver_stub).level == "ok"  # the failure was once: the next check passes
+
+
+def test_a_driver_without_an_entry_point_is_said_not_raised(tmp_path: Path):
+    import ctypes
+    import shutil
+
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("needs a C compiler (cc or gcc) to build the libcuda stand-in")
+    (tmp_path / "old.c").write_text("int cuInit(unsigned flags) { return 0; }\n")
+    subprocess.run([compiler, "-shared", "-fPIC", "-o", str(tmp_path / "old.so"), str(tmp_path / "old.c")], check=True)
+    with pytest.raises(shared_fill.PoisonUnavailable, match="lacks an entry point the fill needs: .*cuDeviceGet"):
+        shared_fill.self_test(ctypes.CDLL(str(tmp_path / "old.so")))
