@@ -89,5 +89,5 @@ def test_the_shared_memory_fill_runs_through_the_real_driver():
     from kernel_lsp.commands.doctor import shared_fill_check
 
     check = shared_fill_check()  # the driver API alone, in device 0's primary context: what doctor shows
-    assert (check.level, check.detail) == ("ok", "the fill kernel loaded from PTX and ran on device 0 (one block, "
-                                                 "48 KiB)"), check.detail
+    assert check.level == "ok", check.detail
+    assert check.detail.startswith("the fill kernel loaded from PTX and ran on device 0: ") and " KiB (" in check.detail
