@@ -65,31 +65,29 @@ class DriverFill:
     with ctypes), for `bytes` of dynamic shared memory per block and `blocks` blocks."""
 
     def __init__(self, library: Any, bytes_per_block: int, blocks: int) -> None:
-        self.cuda, self.bytes, self.blocks = library, bytes_per_block, blocks
+        cuda = self.cuda = library
+        self.bytes, self.blocks = bytes_per_block, blocks
         context = ctypes.c_void_p()
-        self._check(self.cuda.cuCtxGetCurrent(ctypes.byref(context)), "cuCtxGetCurrent")
+        driver_check(cuda, cuda.cuCtxGetCurrent(ctypes.byref(context)), "cuCtxGetCurrent")
         if not context.value:
             raise PoisonUnavailable("no current CUDA context (PyTorch has not initialised CUDA on this thread)")
         self.module = ctypes.c_void_p()
-        self._check(self.cuda.cuModuleLoadData(ctypes.byref(self.module), ctypes.c_char_p(PTX.encode())),
-                    "cuModuleLoadData (the fill kernel's PTX)")
+        driver_check(cuda, cuda.cuModuleLoadData(ctypes.byref(self.module), ctypes.c_char_p(PTX.encode())),
+                     "cuModuleLoadData (the fill kernel's PTX)")
         self.function = ctypes.c_void_p()
-        self._check(self.cuda.cuModuleGetFunction(ctypes.byref(self.function), self.module, KERNEL.encode()),
-                    "cuModuleGetFunction")
-        self._check(self.cuda.cuFuncSetAttribute(self.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                 ctypes.c_int(self.bytes)), "cuFuncSetAttribute")
+        driver_check(cuda, cuda.cuModuleGetFunction(ctypes.byref(self.function), self.module, KERNEL.encode()),
+                     "cuModuleGetFunction")
+        driver_check(cuda, cuda.cuFuncSetAttribute(self.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                   ctypes.c_int(self.bytes)), "cuFuncSetAttribute")
 
     def launch(self, pattern: int, stream: int | None) -> None:
         """The fill on `stream` (a CUstream handle; 0 or None: the legacy default stream), not waited for."""
         values = (ctypes.c_uint32(pattern), ctypes.c_uint32(self.bytes // 4))
         params = kernel_params(*values)
-        self._check(self.cuda.cuLaunchKernel(self.function, ctypes.c_uint(self.blocks), ctypes.c_uint(1),
-                                             ctypes.c_uint(1), ctypes.c_uint(FILL_THREADS), ctypes.c_uint(1),
-                                             ctypes.c_uint(1), ctypes.c_uint(self.bytes), ctypes.c_void_p(stream),
-                                             params, None), "cuLaunchKernel (the fill)")
-
-    def _check(self, code: int, what: str) -> None:
-        driver_check(self.cuda, code, what)
+        driver_check(self.cuda, self.cuda.cuLaunchKernel(
+            self.function, ctypes.c_uint(self.blocks), ctypes.c_uint(1), ctypes.c_uint(1), ctypes.c_uint(FILL_THREADS),
+            ctypes.c_uint(1), ctypes.c_uint(1), ctypes.c_uint(self.bytes), ctypes.c_void_p(stream), params, None),
+            "cuLaunchKernel (the fill)")
 
 
 def driver_check(cuda: Any, code: int, what: str) -> None:
@@ -116,23 +114,29 @@ def self_test(library: Any = None, device: int = 0) -> str:
         raise PoisonUnavailable(f"the CUDA driver library lacks an entry point the fill needs: {exc}") from exc
 
 
+def device_fill(cuda: Any, device: Any) -> DriverFill:
+    """The fill for every SM of `device` (a CUdevice), loaded into the current context: BLOCKS_PER_SM blocks per SM,
+    each of the opt-in maximum of shared memory. The verifier's, shared-init's and doctor's self-test's."""
+    sms, optin = ctypes.c_int(), ctypes.c_int()
+    driver_check(cuda, cuda.cuDeviceGetAttribute(ctypes.byref(sms), CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                                                 device), "cuDeviceGetAttribute (SM count)")
+    driver_check(cuda, cuda.cuDeviceGetAttribute(ctypes.byref(optin),
+                                                 CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device),
+                 "cuDeviceGetAttribute (opt-in shared memory per block)")
+    return DriverFill(cuda, optin.value, sms.value * BLOCKS_PER_SM)
+
+
 def _self_test(cuda: Any, device: int) -> str:
     driver_check(cuda, cuda.cuInit(0), "cuInit")
     handle = ctypes.c_int()
     driver_check(cuda, cuda.cuDeviceGet(ctypes.byref(handle), ctypes.c_int(device)), "cuDeviceGet")
-    sms, optin = ctypes.c_int(), ctypes.c_int()
-    driver_check(cuda, cuda.cuDeviceGetAttribute(ctypes.byref(sms), CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-                                                 handle), "cuDeviceGetAttribute (SM count)")
-    driver_check(cuda, cuda.cuDeviceGetAttribute(ctypes.byref(optin),
-                                                 CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, handle),
-                 "cuDeviceGetAttribute (opt-in shared memory per block)")
     before, context = ctypes.c_void_p(), ctypes.c_void_p()
     driver_check(cuda, cuda.cuCtxGetCurrent(ctypes.byref(before)), "cuCtxGetCurrent")
     driver_check(cuda, cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), handle), "cuDevicePrimaryCtxRetain")
     fill = None
     try:
         driver_check(cuda, cuda.cuCtxSetCurrent(context), "cuCtxSetCurrent")
-        fill = DriverFill(cuda, optin.value, sms.value * BLOCKS_PER_SM)
+        fill = device_fill(cuda, handle)
         fill.launch(word(0xFF), None)
         driver_check(cuda, cuda.cuCtxSynchronize(), "cuCtxSynchronize (after the fill)")
     finally:
@@ -140,8 +144,8 @@ def _self_test(cuda: Any, device: int) -> str:
             cuda.cuModuleUnload(fill.module)
         cuda.cuCtxSetCurrent(before)
         cuda.cuDevicePrimaryCtxRelease_v2(handle)
-    return (f"the fill kernel loaded from PTX and ran on device {device}: {sms.value * BLOCKS_PER_SM} blocks of "
-            f"{optin.value // 1024} KiB ({sms.value} SMs)")
+    return (f"the fill kernel loaded from PTX and ran on device {device}: {fill.blocks} blocks of "
+            f"{fill.bytes // 1024} KiB ({fill.blocks // BLOCKS_PER_SM} SMs)")
 
 
 def kernel_params(*values: Any) -> Any:
@@ -181,10 +185,11 @@ class Poisoner:
             raise PoisonUnavailable("no CUDA device is visible to the candidate's process")
         torch.cuda.set_device(device_index)  # the fill goes to the current context: this device's
         torch.zeros(1, device=f"cuda:{device_index}")  # the runtime makes the primary context current here
-        props = torch.cuda.get_device_properties(device_index)
-        self.bytes = int(getattr(props, "shared_memory_per_block_optin", 0) or 48 * 1024)
-        self.fill_kernel = DriverFill(library or load_driver(), self.bytes,
-                                      int(props.multi_processor_count) * BLOCKS_PER_SM)
+        cuda = library or load_driver()
+        device = ctypes.c_int()
+        driver_check(cuda, cuda.cuCtxGetDevice(ctypes.byref(device)), "cuCtxGetDevice")
+        self.fill_kernel = device_fill(cuda, device)
+        self.bytes = self.fill_kernel.bytes
 
     def fill(self, pattern: int) -> None:
         """Every word of every SM's shared memory (as much as one block may have) set to `pattern`; synchronous."""

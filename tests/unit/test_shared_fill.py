@@ -54,7 +54,7 @@ DRIVER_STUB = r"""
 #define MODULE ((void*)0x7f3a00000010ULL)
 #define FUNCTION ((void*)0x7f3a00000020ULL)
 static unsigned long long seen[12];
-static int fail_at = 0;  /* 1-12: that entry point returns 999 once */
+static int fail_at = 0;  /* 1-13: that entry point returns 999 once */
 static int no_context = 0;
 unsigned long long* stub_seen(void) { return seen; }
 void stub_fail(int which) { fail_at = which; }
@@ -94,6 +94,7 @@ int cuInit(unsigned flags) { return failing(6) || flags ? 999 : 0; }
 int cuDeviceGet(int* device, int ordinal) {
     context_seen[0] = ordinal; *device = 40 + ordinal; return failing(7) ? 999 : 0;
 }
+int cuCtxGetDevice(int* device) { *device = 40; return failing(13) ? 999 : 0; }  /* the current context's: 0 */
 int cuDeviceGetAttribute(int* value, int attribute, int device) {
     if (failing(11) || device < 40) return 999;
     *value = attribute == 16 ? 132 : attribute == 97 ? 232448 : -1; return 0;
@@ -405,3 +406,22 @@ def test_a_driver_without_an_entry_point_is_said_not_raised(tmp_path: Path):
     subprocess.run([compiler, "-shared", "-fPIC", "-o", str(tmp_path / "old.so"), str(tmp_path / "old.c")], check=True)
     with pytest.raises(shared_fill.PoisonUnavailable, match="lacks an entry point the fill needs: .*cuDeviceGet"):
         shared_fill.self_test(ctypes.CDLL(str(tmp_path / "old.so")))
+
+
+def test_the_verifiers_fill_is_sized_from_the_current_contexts_device_as_the_self_test_is(driver_stub, monkeypatch):
+    import types
+
+    calls: list = []  # torch's side, stood in: the context made current, and the stream the fill goes to
+    stream = types.SimpleNamespace(cuda_stream=0x7F3A0000ABC0)
+    for name, value in (("is_available", lambda: True), ("set_device", lambda i: calls.append(("device", i))),
+                        ("synchronize", lambda: calls.append(("sync",))), ("current_stream", lambda: stream)):
+        monkeypatch.setattr(torch.cuda, name, value)
+    monkeypatch.setattr(torch, "zeros", lambda *args, **kwargs: calls.append(("zeros", kwargs["device"])))
+    poisoner = shared_fill.Poisoner(0, library=driver_stub)
+    assert (poisoner.bytes, poisoner.fill_kernel.blocks) == (232448, 132 * shared_fill.BLOCKS_PER_SM)
+    poisoner.fill(0x3C3C3C3C)
+    assert calls == [("device", 0), ("zeros", "cuda:0"), ("sync",), ("sync",)]
+    assert driver_stub.stub_seen()[3:11] == [528, 1, 1024, 1, 232448, 0x7F3A0000ABC0, 0x3C3C3C3C, 232448 // 4]
+    driver_stub.stub_fail(13)
+    with pytest.raises(shared_fill.PoisonUnavailable, match="cuCtxGetDevice"):
+        shared_fill.Poisoner(0, library=driver_stub)
