@@ -199,6 +199,10 @@ CODES: dict[str, CodeDoc] = {
                                                    "the runs (no libcuda, the fill's PTX did not load), so the rerun "
                                                    "over other bytes cannot catch a read of shared memory never written",
                                         "read the message; the sanitize job's shared-init check needs the same fill"),
+    "verify-poison-short": CodeDoc("warning", "(CUDA) the free device memory could not be poisoned for the whole "
+                                              "output (the device too full beside the judge's copies), so an output "
+                                              "never written may read zeros instead of NaN",
+                                   "verify on a GPU with more memory, or trust a mismatch of unwritten elements less"),
     "verify-unavailable": CodeDoc("error", "no verdict: no worker, a job timed out or was lost, no GPU for device `cuda`, a broken reference",
                                   "read the message; `kernel-lsp doctor` shows what is missing"),
     "integrity-input-mutated": CodeDoc("error", "the candidate changed an input tensor (bytes, shape, stride or offset)",

@@ -229,7 +229,8 @@ class Host:
         """One run of forward on the judge's inputs (over freshly poisoned memory: the free device memory with the
         request's poison byte, then every SM's shared memory with its shared_poison byte, by default the same); its
         output, as returned. With own_copy, forward gets copies made in this process's memory (op_again then frees
-        and reuses it). `shared_fill`: "filled", or why shared memory was not (None off CUDA)."""
+        and reuses it). `shared_fill`: "filled", or why shared memory was not (None off CUDA); `poisoned_bytes`: the
+        size of the large block poisoned, which any output up to that size is split from (0 off CUDA)."""
         from kernel_lsp.verify.integrity import poison_free_memory, thread_idents, threads_started
 
         torch, target = self.torch, self.target
@@ -238,7 +239,8 @@ class Host:
             inputs = self.exchange.receive(request["inputs"])
         with stopwatch(seconds, "candidate: poisoning free memory"):
             gc.collect()  # the last run's dead tensors go first (poison_free_memory then empties the cache)
-            poison_free_memory(target, request["poison"], request.get("poison_bytes"), request.get("reserve", 0))
+            poisoned = poison_free_memory(target, request["poison"], request.get("poison_bytes"),
+                                          request.get("reserve", 0), request.get("poison_floor", 0))
         if request.get("own_copy"):
             inputs = tuple(v.clone() if isinstance(v, torch.Tensor) else v for v in inputs)
         self.inputs = inputs
@@ -260,7 +262,7 @@ class Host:
         with stopwatch(seconds, "candidate: sending output"):
             sent = self.exchange.send(output)
         return {"output": sent, "plain": plain(output), "threads": self.started_threads, "seconds": seconds,
-                "shared_fill": shared_fill}
+                "shared_fill": shared_fill, "poisoned_bytes": poisoned}
 
     def op_again(self, request: dict[str, Any]) -> dict[str, Any]:
         """forward once more on new values in old places (integrity-stale-output): in the same tensor objects as

@@ -127,20 +127,21 @@ def fill_chunks(device: torch.device, chunk_bytes: int, budget_bytes: int, chunk
             return
 
 
-def fill_largest_block(device: torch.device, budget_bytes: int, chunks: list[torch.Tensor], byte: int) -> None:
+def fill_largest_block(device: torch.device, budget_bytes: int, chunks: list[torch.Tensor], byte: int) -> int:
     """One block as large as the allocator grants (halving from the budget), poisoned.
 
     Any later large request, up to that size, is split from this one cached segment, so even an output
     of many GiB lands on poison rather than on memory the driver hands back with old contents (filling
-    100 GiB takes tens of milliseconds at HBM bandwidth).
+    100 GiB takes tens of milliseconds at HBM bandwidth). Returns its size in bytes (0: none was granted).
     """
     size = budget_bytes
     while size >= LARGE_CHUNK_BYTES:
         try:
             chunks.append(torch.empty(size, dtype=torch.uint8, device=device).fill_(byte))
-            return
+            return size
         except torch.cuda.OutOfMemoryError:
             size //= 2
+    return 0
 
 
 def fill_cached_blocks(device: torch.device, chunks: list[torch.Tensor], byte: int) -> None:
@@ -159,34 +160,43 @@ def fill_cached_blocks(device: torch.device, chunks: list[torch.Tensor], byte: i
             return
 
 
+def poison_budget(free_bytes: int, budget: int | None, reserve: int, floor: int) -> int:
+    """How many bytes to poison: `budget` (without it, POISON_FREE_FRACTION of the free memory), never taking the
+    last `reserve` bytes, except that at least `floor` bytes are poisoned wherever the free memory holds them: the
+    run's output must land on poison, or an output the candidate never writes reads memory the driver zeroed, not
+    NaN (seen on an 80 GB H100, where the judge's room left 1 GB for a 6.4 GB output)."""
+    usable = int(free_bytes * POISON_FREE_FRACTION)
+    room = max(max(0, usable - reserve), min(floor, usable))
+    return room if budget is None else min(max(budget, floor), room)
+
+
 def poison_free_memory(device: torch.device | str, byte: int = POISON_BYTE, budget: int | None = None,
-                       reserve: int = 0) -> bool:
-    """Fill the memory the CUDA caching allocator will hand out next with `byte` (NaN by default); True when it did.
+                       reserve: int = 0, floor: int = 0) -> int:
+    """Fill the memory the CUDA caching allocator will hand out next with `byte` (NaN by default); returns the size
+    of the one large block poisoned (0: none; what any larger request cannot land on).
 
     Wholly free cached segments go back to the driver; the free blocks of segments still partly in use are
-    filled; then a block of `budget` bytes (without budget: POISON_FREE_FRACTION of the free device memory),
-    never taking the last `reserve` bytes of the device (the judge's room), is allocated and filled. The chunks
-    go back to the allocator's cache, not to the driver, so a candidate's `torch.empty` output that it never
-    writes reads NaN instead of whatever the reference left there. (Allocating and freeing ~125 GB took 0.4 s on
-    an H200: a budget sized to the run keeps that cost to its footprint.) CPU allocations come straight from the
-    system allocator and cannot be poisoned this way: on CPU this does nothing and returns False.
+    filled; then a block of `poison_budget` bytes (the judge's `reserve` kept, but never less than `floor` where
+    the device has it) is allocated and filled. The chunks go back to the allocator's cache, not to the driver,
+    so a candidate's `torch.empty` output that it never writes reads NaN instead of whatever the reference left
+    there. (Allocating and freeing ~125 GB took 0.4 s on an H200: a budget sized to the run keeps that cost to its
+    footprint.) CPU allocations come straight from the system allocator and cannot be poisoned this way: on CPU
+    this does nothing and returns 0.
     """
     device = torch.device(device)
     if device.type != "cuda":
-        return False
+        return 0
     torch.cuda.synchronize(device)
     torch.cuda.empty_cache()
     free_bytes, _ = torch.cuda.mem_get_info(device)
-    room = max(0, int(free_bytes * POISON_FREE_FRACTION) - reserve)
-    budget = room if budget is None else min(budget, room)
+    budget = poison_budget(free_bytes, budget, reserve, floor)
     chunks: list[torch.Tensor] = []
     fill_cached_blocks(device, chunks, byte)  # e.g. a freed output beside a live one in the same segment
     fill_chunks(device, SMALL_CHUNK_BYTES, min(SMALL_POOL_POISON_BYTES, budget), chunks, byte)
-    fill_largest_block(device, budget - sum(c.numel() for c in chunks), chunks, byte)
+    largest = fill_largest_block(device, max(budget - sum(c.numel() for c in chunks), floor), chunks, byte)
     torch.cuda.synchronize(device)
-    poisoned = bool(chunks)
     del chunks
-    return poisoned
+    return largest
 
 
 def overwriter(spared: list[object]) -> Callable[[object], None]:

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -52,6 +52,7 @@ from kernel_lsp.verify.integrity import (
 )
 from kernel_lsp.verify.kernels import KernelLaunch, Window, classify, launches_off_stream, own_kernel_names
 from kernel_lsp.verify.shared_fill import FILLED
+from kernel_lsp.verify.verdict import COVERED
 from kernel_lsp.verify.timing import (
     Timing,
     make_input_sets,
@@ -122,6 +123,16 @@ class ReferenceFailed(Exception):
     """The reference itself cannot be imported, built or run: nothing can be verified against it."""
 
 
+class Footprint(NamedTuple):
+    """A run's bytes: its inputs and the reference's output (what the candidate's output will take)."""
+    inputs: int = 0
+    output: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.inputs + self.output
+
+
 @dataclass
 class CandidateRun:
     output: Any  # the settled output, as the judge sees it; dropped once compared (it may take GiBs)
@@ -175,6 +186,7 @@ class Judge:
     overrides: dict[str, Tolerance] = field(default_factory=dict)  # tolerances by dtype
     own: set[str] = field(default_factory=set)  # the candidate's own kernel names
     shared_fill: str | None = None  # CUDA: "filled" while each run's shared-memory fill ran, else the first reason not
+    free_poison: str | None = None  # CUDA: "covered" while each run's output fit its poisoned block, else the first why
     allowed: tuple[str, ...] = ()  # kernels the problem allows besides its own
 
     def ask(self, op: str, runs: int = 0, extra_s: float = 0.0, **fields: Any) -> dict[str, Any]:
@@ -274,7 +286,8 @@ def judge_candidate(judge: Judge, reference: str, candidate: str, trials: int, t
     report: dict[str, Any] = {"device": target.type, "correctness": trials_report, "integrity": verdict.integrity,
                               "kernels": trials_report.pop("kernels"), "timing": None,
                               "speedup": {"eager": None, "compile": None}, "gpu": None, "floor": None,
-                              "isolation": isolation, "shared_memory_poison": judge.shared_fill}
+                              "isolation": isolation, "shared_memory_poison": judge.shared_fill,
+                              "free_memory_poison": judge.free_poison}
     correct = trials_report["passed"] == trials_report["trials"] and not verdict.integrity
     if correct and timing:
         measure(report, judge, reference_module, ref_model, timed_calls, warmup, seed, baselines,
@@ -396,21 +409,25 @@ def differs(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def run_candidate(judge: Judge, inputs: tuple, poison: int, record: bool, own_copy: bool = False,
-                  footprint: int = 0, shared_poison: int | None = None) -> CandidateRun:
+                  footprint: Footprint = Footprint(), shared_poison: int | None = None) -> CandidateRun:
     """Runs forward once in the candidate's process on a shared copy of `inputs` (with own_copy: on a copy of
     it in the candidate's own memory), over free memory poisoned with `poison` (POISON_FOOTPRINTS times the
-    run's `footprint` in bytes, the judge's room kept) and shared memory filled with `shared_poison` (without it,
-    `poison`); what the judge then sees of its output and of its copy of the inputs."""
+    run's `footprint` in bytes, the judge's room kept, but at least the output's size and POISON_MIN_BYTES) and
+    shared memory filled with `shared_poison` (without it, `poison`); what the judge then sees of its output and
+    of its copy of the inputs."""
+    needed = footprint.output + (footprint.inputs if own_copy else 0)  # what lands on the poison before forward ends
     with PHASES("sending inputs"):
         sent, shared = judge.exchange.share(clone_inputs(inputs))  # on CUDA the candidate writes into this memory
     with PHASES("candidate runs"):
         reply = judge.ask("forward", runs=1, inputs=sent, poison=poison, record=record, own_copy=own_copy,
-                          poison_bytes=max(POISON_MIN_BYTES, POISON_FOOTPRINTS * footprint),
-                          reserve=JUDGE_FOOTPRINTS * footprint,
+                          poison_bytes=max(POISON_MIN_BYTES, POISON_FOOTPRINTS * footprint.total),
+                          reserve=JUDGE_FOOTPRINTS * footprint.total,
+                          poison_floor=needed + POISON_MIN_BYTES if needed else 0,
                           shared_poison=poison if shared_poison is None else shared_poison)
         returned = judge.exchange.receive(reply["output"])
     note_candidate_phases(reply.get("seconds"))
     note_shared_fill(judge, reply.get("shared_fill"))
+    note_free_poison(judge, reply.get("poisoned_bytes"), needed)
     with PHASES("pending-work checks"):
         first = input_snapshot(returned)  # a device copy where it fits, else a digest
         settled = judge.ask("settle", runs=1, join_s=THREAD_JOIN_S)
@@ -420,6 +437,27 @@ def run_candidate(judge: Judge, inputs: tuple, poison: int, record: bool, own_co
         mutated = [index for index, (given, kept) in enumerate(zip(tensor_leaves(shared), tensor_leaves(inputs)))
                    if differs(given, kept)]
     return CandidateRun(output, mutated, pending, list(reply["threads"]), bool(reply["plain"]), shared)
+
+
+def note_free_poison(judge: Judge, poisoned: Any, needed: int) -> None:
+    """Whether the run's output (and, with own_copy, the inputs' copies made before it) could land on poison: the
+    candidate's process says how large a block it poisoned (its word, shown, never used to decide). Where it was
+    smaller than the `needed` bytes (a device too full to give the judge its room and the output its poison), an
+    output the candidate never writes reads what the driver handed out (zeros, not NaN): a plain mismatch then,
+    or nothing where zeros happen to be right."""
+    if judge.target.type != "cuda" or judge.free_poison not in (None, COVERED):
+        return
+    if not isinstance(poisoned, int) or isinstance(poisoned, bool):
+        judge.free_poison = "the candidate's process did not say how much it poisoned"
+    elif poisoned < needed:
+        judge.free_poison = (f"the largest block poisoned, {gib(poisoned)}, is smaller than the {gib(needed)} the "
+                             f"run's output needs: the device had no more room beside the judge's copies")
+    else:
+        judge.free_poison = COVERED
+
+
+def gib(size: int) -> str:
+    return f"{size / (1 << 30):.3g} GiB"
 
 
 def note_shared_fill(judge: Judge, said: Any) -> None:
@@ -498,7 +536,7 @@ def run_trials(judge: Judge, get_inputs: Callable[[], list], ref_model: torch.nn
         used.append(distribution)
         inputs = draw_inputs(get_inputs, seed + index, target, distribution)
         expected = run_reference(ref_model, clone_inputs(inputs))
-        footprint = size_in_bytes(inputs) + size_in_bytes(expected)
+        footprint = Footprint(size_in_bytes(inputs), size_in_bytes(expected))
         run = run_candidate(judge, inputs, POISON_BYTE, record=True, own_copy=stale.get(index) == "storage",
                             footprint=footprint)
         comparison = compare_candidate(expected, run.output, run.plain, overrides)
@@ -561,7 +599,7 @@ def note_kernel_use(verdict: Verdict, use: Any, window: Window, where: str, deta
 
 
 def check_rerun(judge: Judge, inputs: tuple, first: CandidateRun, overrides: dict[str, Tolerance],
-                comparison: Comparison, footprint: int) -> None:
+                comparison: Comparison, footprint: Footprint) -> None:
     """Run again on the same inputs over memory poisoned with other bytes: a changed output read garbage.
     The outputs stay held by the candidate's process until the trial's release, so they cannot move. When shared
     memory was filled too, a third run says which memory was read (rejected candidates only pay for it)."""
@@ -583,7 +621,7 @@ def check_rerun(judge: Judge, inputs: tuple, first: CandidateRun, overrides: dic
 
 
 def which_memory(judge: Judge, inputs: tuple, first: CandidateRun, second: CandidateRun,
-                 overrides: dict[str, Tolerance], footprint: int) -> str:
+                 overrides: dict[str, Tolerance], footprint: Footprint) -> str:
     """A third run with the second run's free memory (0x3C) and the first run's shared memory (NaN): an output unlike
     the second's followed shared memory (only it changed between them; NaN shows through `0 *` and fmaxf, where
     another finite fill would not), one unlike the first's followed the free memory. Where the same elements read

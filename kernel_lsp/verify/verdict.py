@@ -11,6 +11,8 @@ from kernel_lsp.findings import Finding, Range, Severity
 from kernel_lsp.sources import parse_python
 from kernel_lsp.verify.shared_fill import FILLED
 
+COVERED = "covered"  # the report's free_memory_poison when every run's output fit the block poisoned for it
+
 SOURCE = "kernel-lsp"
 OUTPUT_REASONS = {"shape", "dtype", "device", "type", "structure"}
 
@@ -52,6 +54,13 @@ def report_findings(report: dict[str, Any], candidate_uri: str, candidate_text: 
         findings.append(Finding(candidate_uri, where, Severity.WARNING, SOURCE, "verify-shared-unpoisoned",
                                 f"shared memory was not poisoned before the runs ({unpoisoned}): a kernel that "
                                 f"reads shared memory it never wrote could pass"))
+    short = report.get("free_memory_poison")
+    if isinstance(short, str) and short != COVERED:
+        findings.append(Finding(candidate_uri, where, Severity.WARNING, SOURCE, "verify-poison-short",
+                                f"the free device memory could not be poisoned for the whole output ({short}): an "
+                                f"output the candidate never writes may read zeros instead of NaN, and then fails "
+                                f"as a mismatch rather than integrity-uninitialized-output, or passes where zeros "
+                                f"are right"))
     return findings
 
 

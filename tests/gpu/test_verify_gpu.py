@@ -19,7 +19,7 @@ def test_an_unwritten_output_reads_poison_after_poisoning():
     leftover = torch.full((1 << 20,), 3.0, device="cuda")  # what a reference would leave behind
     expected = leftover.clone()
     del leftover
-    assert poison_free_memory("cuda") is True
+    assert poison_free_memory("cuda") >= 1 << 20  # the large block it poisoned, in bytes
     lazy = torch.empty(1 << 20, device="cuda")  # a cheating candidate that writes nothing
     assert torch.isnan(lazy).all().item()
     verdict = compare_outputs(expected, lazy)
