@@ -193,7 +193,9 @@ def poison_free_memory(device: torch.device | str, byte: int = POISON_BYTE, budg
     chunks: list[torch.Tensor] = []
     fill_cached_blocks(device, chunks, byte)  # e.g. a freed output beside a live one in the same segment
     fill_chunks(device, SMALL_CHUNK_BYTES, min(SMALL_POOL_POISON_BYTES, budget), chunks, byte)
-    largest = fill_largest_block(device, max(budget - sum(c.numel() for c in chunks), floor), chunks, byte)
+    # the cached blocks and small chunks come out of the budget, but never out of the output's floor
+    largest = fill_largest_block(device, max(budget - sum(c.numel() for c in chunks), min(floor, budget)), chunks,
+                                 byte)
     torch.cuda.synchronize(device)
     del chunks
     return largest
