@@ -166,7 +166,7 @@ def poison_budget(free_bytes: int, budget: int | None, reserve: int, floor: int)
     run's output must land on poison, or an output the candidate never writes reads memory the driver zeroed, not
     NaN (seen on an 80 GB H100, where the judge's room left 1 GB for a 6.4 GB output)."""
     usable = int(free_bytes * POISON_FREE_FRACTION)
-    room = max(max(0, usable - reserve), min(floor, usable))
+    room = max(usable - reserve, min(floor, usable))  # never below 0: floor and usable are not
     return room if budget is None else min(max(budget, floor), room)
 
 

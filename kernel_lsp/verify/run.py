@@ -39,7 +39,7 @@ from kernel_lsp.verify.candidate_process import CallLimit, CandidateFailed, Cand
 from kernel_lsp.verify.compare import Comparison, Tolerance, chunks, compare_outputs, refused, tolerance_for
 from kernel_lsp.verify.exchange import Exchange
 from kernel_lsp.verify.models import WEIGHTS_SEED, load_module
-from kernel_lsp.verify.floor import Floor, below_floor, device_peaks, problem_work
+from kernel_lsp.verify.floor import Floor, below_floor, device_peaks, problem_work, readable_bytes
 from kernel_lsp.verify.integrity import (
     POISON_BYTE,
     SECOND_POISON_BYTE,
@@ -450,14 +450,11 @@ def note_free_poison(judge: Judge, poisoned: Any, needed: int) -> None:
     if not isinstance(poisoned, int) or isinstance(poisoned, bool):
         judge.free_poison = "the candidate's process did not say how much it poisoned"
     elif poisoned < needed:
-        judge.free_poison = (f"the largest block poisoned, {gib(poisoned)}, is smaller than the {gib(needed)} the "
-                             f"run's output needs: the device had no more room beside the judge's copies")
+        judge.free_poison = (f"the largest block poisoned, {readable_bytes(poisoned)}, is smaller than the "
+                             f"{readable_bytes(needed)} the run's output needs: the device had no more room beside "
+                             f"the judge's copies")
     else:
         judge.free_poison = COVERED
-
-
-def gib(size: int) -> str:
-    return f"{size / (1 << 30):.3g} GiB"
 
 
 def note_shared_fill(judge: Judge, said: Any) -> None:
