@@ -4,8 +4,10 @@ Candidates are untrusted code (most written by a model). Their children get only
 Triton and the compilers need, named here; everything else (the Anthropic API key, the worker's token, cloud
 credentials, tokens of any tool) stays behind, and so does any allowed name that looks like a credential.
 HOME points at a scratch folder of the child's own, so nothing under the user's home is found through it.
-The build caches a candidate needs (torch extensions, Triton) are given as folders of their own under the
-worker's cache, apart from the caches the verifier trusts (baselines/, peaks/).
+The build caches a candidate needs (torch extensions, Triton, the driver's JIT cache) are given as folders of their
+own under the worker's cache (builds/), apart from the caches the verifier trusts (baselines/, peaks/) and from the
+judge's own build caches (judge-builds/): Triton's cache holds the launcher libraries and cubins the reference's
+torch.compile loads, so a cache a candidate could write would run its code in the judge.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ ALLOWED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "NVCC_", "TORCH_", "PYTORCH_", "T
                     "MKL_", "KMP_", "OPENBLAS_", "GOMP_", "NCCL_")
 # an allowed prefix does not make a credential safe: TORCH_HUB_TOKEN, CUDA_..._SECRET and the like stay behind
 CREDENTIAL = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION)", re.IGNORECASE)
-BUILD_CACHES = {"TORCH_EXTENSIONS_DIR": "torch_extensions", "TRITON_CACHE_DIR": "triton"}
+BUILD_CACHES = {"TORCH_EXTENSIONS_DIR": "torch_extensions", "TRITON_CACHE_DIR": "triton", "CUDA_CACHE_PATH": "cuda"}
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding this kernel_lsp
 
 
@@ -41,12 +43,13 @@ def allowed(name: str) -> bool:
 
 def candidate_environment(environ: Mapping[str, str], home: str, build_cache_root: Path) -> dict[str, str]:
     """The environment of a candidate's child: the allowed variables of `environ`, HOME at `home`, and the build
-    caches (unless set) in folders of their own under build_cache_root."""
+    caches in folders of their own under build_cache_root, whatever `environ` says: a judge's environment names
+    the judge's folders (use_judge_build_caches), and a folder the worker's user set may be one the judge reads."""
     environment = {name: value for name, value in environ.items() if allowed(name)}
     environment["HOME"] = home
     environment.setdefault("TMPDIR", home)
     for name, folder in BUILD_CACHES.items():
-        environment.setdefault(name, str(build_cache_root / folder))
+        environment[name] = str(build_cache_root / folder)
     return environment
 
 
@@ -65,3 +68,18 @@ def withheld(environ: Mapping[str, str]) -> list[str]:
 def build_cache_root() -> Path:
     """Where candidates' build caches live: builds/ under the worker's cache folder."""
     return cache_dir() / "builds"
+
+
+def judge_build_root() -> Path:
+    """Where the judge's build caches live: judge-builds/ under the worker's cache folder, which no candidate's
+    confined process may write."""
+    return cache_dir() / "judge-builds"
+
+
+def use_judge_build_caches() -> None:
+    """Points this process's build caches at the judge's folders. A judge (verify/run.py, profile/measure.py) calls
+    it before any reference runs: the reference's torch.compile builds its Triton kernels there, and its compile
+    workers, started later, inherit it. The candidate's process it starts gets the candidates' folders back
+    (candidate_environment)."""
+    for name, folder in BUILD_CACHES.items():
+        os.environ[name] = str(judge_build_root() / folder)

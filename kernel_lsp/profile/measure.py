@@ -41,10 +41,13 @@ def measure_candidate(candidate: str, reference: str | None = None, cache_dir: s
                       allow_network: bool = False) -> dict[str, Any]:
     """The sandbox entry ("kernel_lsp.profile.measure:measure_candidate"). A candidate that fails raises
     CandidateFailed, so the sandbox reports it on the candidate's own line."""
+    from kernel_lsp.process.isolation import use_judge_build_caches
     from kernel_lsp.verify.candidate_process import candidate_process
     from kernel_lsp.verify.exchange import Exchange
     from kernel_lsp.verify.models import load_module
     from kernel_lsp.verify.run import init_inputs
+
+    use_judge_build_caches()  # this process runs the reference; the candidate's process gets the candidates' caches
 
     problems: list[str] = []
     reference_model = inputs = None

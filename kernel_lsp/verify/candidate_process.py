@@ -32,11 +32,10 @@ from typing import Any, NoReturn
 
 from kernel_lsp.process.confine import SIGNAL_SCOPE_ABI, landlock_abi
 from kernel_lsp.process.frames import read_frame, write_frame
-from kernel_lsp.process.isolation import build_cache_root, candidate_environment, with_package_on_path
+from kernel_lsp.process.isolation import BUILD_CACHES, build_cache_root, candidate_environment, with_package_on_path
 from kernel_lsp.process.keeper import KILL_WITHIN_S, KeeperLink, keeper_command, processes_isolation
 
 HOST_MODULE = "kernel_lsp.verify.host"
-BUILD_CACHE_VARIABLES = ("TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "CUDA_CACHE_PATH")
 ALWAYS_WRITABLE = ("/dev", "/proc")  # device nodes CUDA opens read-write; CUDA's driver writes under /proc/self
 LEFT_GRACE_S = 1.0  # what the candidate's process started may take this long to end after it
 CLOSE_S = 5.0  # the process exits by itself when asked; past this it is killed
@@ -51,10 +50,9 @@ def candidate_launch(home: Path) -> tuple[dict[str, str], list[str]]:
     environment = with_package_on_path(candidate_environment(os.environ, str(home), build_cache_root()))
     environment["HOME"] = environment["TMPDIR"] = str(home)
     writable = [str(home), *ALWAYS_WRITABLE]
-    for name in BUILD_CACHE_VARIABLES:
-        if environment.get(name):
-            Path(environment[name]).mkdir(parents=True, exist_ok=True)
-            writable.append(environment[name])
+    for name in BUILD_CACHES:  # the candidates' folders (candidate_environment), never the judge's
+        Path(environment[name]).mkdir(parents=True, exist_ok=True)
+        writable.append(environment[name])
     return environment, writable
 
 

@@ -33,6 +33,7 @@ from typing import Any, NamedTuple
 import torch
 
 from kernel_lsp.kinds.options import VerifyOptions, from_config
+from kernel_lsp.process.isolation import use_judge_build_caches
 from kernel_lsp.sources import parse_python
 from kernel_lsp.verify.baselines import BaselineCache, gpu_state
 from kernel_lsp.verify.candidate_process import CallLimit, CandidateFailed, CandidateProcess, candidate_process
@@ -202,6 +203,7 @@ def verify_candidate(reference: str, candidate: str, options: dict[str, Any] | N
     """The sandbox entry: a VerifyReport (docs/ARCHITECTURE.md), or {"verdict": "unavailable", "reason"}.
     `options`: the "verify" job's options as its config has them (kinds.options.VerifyOptions; camelCase keys,
     defaults for those missing)."""
+    use_judge_build_caches()  # before the reference's torch.compile builds anything
     opts = from_config(VerifyOptions, options or {})
     started = time.perf_counter()
     target = choose_device(opts.device)

@@ -30,7 +30,7 @@ def prebuilt_extensions(tmp_path_factory: pytest.TempPathFactory) -> None:
     folder = tmp_path_factory.mktemp("prebuild")
     environment = {**os.environ, "MAX_JOBS": "2"}
     for name, sub in BUILD_CACHES.items():
-        environment.setdefault(name, str(build_cache_root() / sub))
+        environment[name] = str(build_cache_root() / sub)  # where candidates' processes build (isolation.py)
     started = []
     for index, (problem, source) in enumerate(sorted(HONEST_SET.items())):
         if "load_inline" not in source:

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kernel_lsp.process.confine import landlock_abi
 from kernel_lsp.config import cache_dir
+from kernel_lsp.process.confine import landlock_abi
+from kernel_lsp.process.isolation import build_cache_root, judge_build_root
 from tests.gpu import candidates as c
 from tests.gpu.test_verify_pipeline_gpu import codes, verify
 from tests.gpu.test_worker_gpu import gpu_present
@@ -156,7 +157,10 @@ async def test_profiling_keeps_the_candidate_confined_in_both_of_its_processes(t
     (workspace / "problem_copy.py").write_text("original\n")
     honest = await verify(tmp_path, c.HONEST_RELU, c.RELU_PROBLEM, trials=1)  # baselines and peaks cached
     assert honest["verdict"] == "verified", honest["summary"]
-    stored = {path: path.read_bytes() for path in cache_dir().rglob("*.json")}
+    # all but the candidates' own build caches (builds/): the judge's Triton cache (judge-builds/, where the
+    # reference's torch.compile kept its kernels) among them
+    stored = {path: path.read_bytes() for path in cache_dir().rglob("*.json") if build_cache_root() not in path.parents}
+    assert any(judge_build_root() in path.parents for path in stored), sorted(map(str, stored))
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen(1)

@@ -19,8 +19,10 @@ from kernel_lsp.process.confine import landlock_abi
 from kernel_lsp.worker.sandbox import Sandbox, SandboxLimits, SandboxTask
 from tests.pipeline.test_verify_cpu import (
     HONEST,
+    LEAVES_A_JUDGE_BUILD,
     OPENS_SOCKET,
     RELU_PROBLEM,
+    REWRITES_BUILD_CACHES,
     REWRITES_TRUSTED_CACHES,
     TRITON_RELU,
     WRITES_WORKSPACE,
@@ -54,8 +56,8 @@ async def sandbox():
     await sandbox.close()
 
 
-async def measure(sandbox: Sandbox, cache: Path, candidate: str) -> dict:
-    files = {"cand.py": candidate, "reference/problem.py": RELU_PROBLEM}
+async def measure(sandbox: Sandbox, cache: Path, candidate: str, reference: str = RELU_PROBLEM) -> dict:
+    files = {"cand.py": candidate, "reference/problem.py": reference}
     task = SandboxTask(entry="kernel_lsp.profile.measure:measure_candidate", files=files,
                        origins={"cand.py": "/work/project/cand.py"},
                        args={"candidate": "cand.py", "reference": "reference/problem.py", "cache_dir": str(cache),
@@ -91,6 +93,26 @@ async def test_trusted_caches_cannot_be_rewritten_while_profiling(sandbox: Sandb
     stored = trusted_cache(cache)
     await measure(sandbox, cache, REWRITES_TRUSTED_CACHES.replace("{cache}", str(cache)))
     assert {path: path.read_bytes() for path in stored} == stored
+
+
+async def test_the_judges_build_caches_are_apart_from_the_candidates_while_profiling(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The measuring step's process runs the reference: its build caches are not the candidate's."""
+    needs_landlock()
+    worker_cache = tmp_path / "worker-cache"
+    monkeypatch.setenv("KERNEL_LSP_CACHE_DIR", str(worker_cache))
+    own = Sandbox(preload=("kernel_lsp.verify.prestart", "torch"))
+    try:
+        await measure(own, tmp_path / "cache", HONEST, reference=LEAVES_A_JUDGE_BUILD)
+        probes = list(worker_cache.rglob("judge-probe/kernel.json"))
+        assert len(probes) == 1, sorted(map(str, worker_cache.rglob("*")))
+        stored = probes[0].read_bytes()
+        await measure(own, tmp_path / "cache", REWRITES_BUILD_CACHES.replace("{cache}", str(worker_cache)),
+                      reference=LEAVES_A_JUDGE_BUILD)
+    finally:
+        await own.close()
+    assert probes[0].read_bytes() == stored, f"the candidate rewrote {probes[0]}"
+    assert (worker_cache / "builds" / "triton" / "candidate-build.json").exists()
 
 
 async def test_workspace_files_cannot_be_written_while_profiling(sandbox: Sandbox, tmp_path: Path):

@@ -530,6 +530,54 @@ async def test_trusted_caches_cannot_be_rewritten(sandbox: Sandbox, tmp_path: Pa
     assert later["timing"]["cached"]["eager"] and later["timing"]["eager"] == first["timing"]["eager"]
 
 
+# the reference runs in the judge: it leaves a file where the judge's Triton keeps its cache, as the reference's
+# torch.compile does on a GPU (its kernels' cubins, metadata and launcher libraries, which the judge loads)
+LEAVES_A_JUDGE_BUILD = RELU_PROBLEM + '''
+import os
+_folder = os.path.join(os.environ["TRITON_CACHE_DIR"], "judge-probe")
+os.makedirs(_folder, exist_ok=True)
+if not os.path.exists(os.path.join(_folder, "kernel.json")):
+    with open(os.path.join(_folder, "kernel.json"), "w") as _file:
+        _file.write('{"built by": "the judge"}')
+'''
+
+# appends to every JSON file of the worker's cache it can open, and leaves one in its own Triton cache
+REWRITES_BUILD_CACHES = HONEST + '''
+import glob, os
+for path in glob.glob("{cache}/**/*.json", recursive=True):
+    try:
+        with open(path, "a") as file:
+            file.write("# the candidate was here")
+    except OSError:
+        pass
+with open(os.path.join(os.environ["TRITON_CACHE_DIR"], "candidate-build.json"), "w") as file:
+    file.write("{}")
+'''
+
+
+async def test_the_judges_build_caches_are_apart_from_the_candidates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The judge's Triton cache (where the reference's torch.compile keeps what the judge loads) is not one the
+    candidate's process may write; the candidate's own build caches still work."""
+    if confined_here():
+        pytest.skip(confined_here())
+    worker_cache = tmp_path / "worker-cache"
+    monkeypatch.setenv("KERNEL_LSP_CACHE_DIR", str(worker_cache))
+    own = Sandbox(preload=("torch",))
+    try:
+        first = await verify(own, tmp_path / "cache", HONEST, reference=LEAVES_A_JUDGE_BUILD, trials=1)
+        assert first["verdict"] == "verified", first["integrity"]
+        probes = list(worker_cache.rglob("judge-probe/kernel.json"))
+        assert len(probes) == 1, sorted(map(str, worker_cache.rglob("*")))
+        stored = probes[0].read_bytes()
+        attacked = await verify(own, tmp_path / "cache", REWRITES_BUILD_CACHES.replace("{cache}", str(worker_cache)),
+                                reference=LEAVES_A_JUDGE_BUILD, trials=1)
+    finally:
+        await own.close()
+    assert attacked["verdict"] == "verified", attacked["integrity"]
+    assert probes[0].read_bytes() == stored, f"the candidate rewrote {probes[0]}"
+    assert (worker_cache / "builds" / "triton" / "candidate-build.json").exists()
+
+
 async def test_workspace_files_cannot_be_written(sandbox: Sandbox, cache_dir: Path, tmp_path: Path):
     if confined_here():
         pytest.skip(confined_here())
