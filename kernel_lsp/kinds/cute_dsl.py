@@ -69,16 +69,17 @@ class CuteDslOutcome:
     summary: str
     findings: list[Finding]
     kernels: list[dict[str, Any]]  # {"kernel": generated name, "function": @cute.kernel name or None, resources}
+    isolation: dict[str, str]  # how the process that ran the file was confined (files, network, processes)
 
     @classmethod
     def of(cls, result: Result) -> CuteDslOutcome:
         findings = [Finding.from_dict(f) for f in result.findings]
         if result.status != "ok":
             message = f"the CuTe DSL check {result.status}: {result.error or 'no message'}"
-            return cls("failed", message, findings, [])
+            return cls("failed", message, findings, [], {})
         metrics = result.metrics
         return cls(str(metrics.get("status") or "failed"), str(metrics.get("summary") or ""), findings,
-                   list(metrics.get("kernels") or []))
+                   list(metrics.get("kernels") or []), dict(metrics.get("isolation") or {}))
 
     @property
     def compile_errors(self) -> list[Finding]:
@@ -93,7 +94,7 @@ async def handle(job: Job, context: JobContext) -> Result:
     config = job.config
     origins: dict[str, str] = config.get("origins") or {}
     candidate = config["candidate"]
-    task = SandboxTask(entry="kernel_lsp.verify.cute_dsl:check_candidate", files=job.source_files, origins=origins,
+    task = SandboxTask(entry="kernel_lsp.verify.cute_dsl:check_confined", files=job.source_files, origins=origins,
                        args={"candidate": candidate, "reference": config.get("reference"),
                              "arch": config.get("arch") or DEFAULT_ARCH, "uses_cuda": False})
     await context.progress(f"compiling the CuTe DSL kernels of {candidate} (no launch)")
@@ -114,7 +115,8 @@ async def handle(job: Job, context: JobContext) -> Result:
     summary = _summary(report, kernels)
     return Result("ok", [f.to_dict() for f in findings],
                   {"status": report.get("status"), "summary": summary, "kernels": kernels,
-                   "version": report.get("version")}, {"stderr": outcome.stderr[-4000:]})
+                   "version": report.get("version"), "isolation": report.get("isolation") or {}},
+                  {"stderr": outcome.stderr[-4000:]})
 
 
 def _report_findings(report: dict[str, Any], origins: dict[str, str], candidate_uri: str) -> list[Finding]:

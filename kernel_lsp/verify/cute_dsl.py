@@ -38,12 +38,36 @@ class _Recorder:
             self.compiled.append(function)
 
 
+def check_confined(candidate: str, reference: str | None = None, arch: str = "sm_90a") -> dict[str, Any]:
+    """The sandbox entry: the check run in a process of its own, confined as a candidate's process is
+    (verify/candidate_process.py: allow-listed environment, writes only to its scratch folder and the candidates'
+    build caches, no network). Importing the file runs its code, which a model may have written: in the sandbox
+    child it could rewrite the worker's trusted caches (baseline timings, the judge's builds). The report's
+    `isolation` says how that process was confined."""
+    from kernel_lsp.verify.candidate_process import candidate_process
+
+    with candidate_process(allow_network=False, device="cpu") as host:
+        isolation = host.ready()
+        report = host.ask("call", entry=f"{__name__}:check_in_candidate_process", task_dir=os.getcwd(),
+                          arguments={"candidate": candidate, "reference": reference, "arch": arch})
+    return {**report, "isolation": isolation}
+
+
+def check_in_candidate_process(candidate: str, reference: str | None, arch: str, inputs: Any = None,
+                               init: Any = None) -> dict[str, Any]:
+    """check_candidate, as the candidate's process calls it (its op "call" passes no inputs here)."""
+    return check_candidate(candidate, reference, arch)
+
+
 def check_candidate(candidate: str, reference: str | None = None, arch: str = "sm_90a") -> dict[str, Any]:
     """The check's report (see the module's docstring); `candidate` and `reference` are relative to the task
     folder (the cwd)."""
+    import tempfile
+
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     os.environ["CUTE_DSL_KEEP"] = "cubin"
-    os.environ["CUTE_DSL_DUMP_DIR"] = os.path.realpath("cute-dsl-dump")
+    # in the process's scratch folder: a confined process may not write the task folder
+    os.environ["CUTE_DSL_DUMP_DIR"] = os.path.join(tempfile.gettempdir(), "cute-dsl-dump")
     os.makedirs(os.environ["CUTE_DSL_DUMP_DIR"], exist_ok=True)  # the DSL writes there only if it exists
     try:
         from cutlass.base_dsl import jit_executor

@@ -139,3 +139,36 @@ async def test_a_file_whose_run_calls_no_dsl_function_is_said_to_be_unchecked(cl
     outcome = await check(client, tmp_path, text)
     assert outcome.status == "ok" and outcome.kernels == []
     assert [f.code for f in outcome.findings] == ["cute-dsl-not-reached"]
+
+
+async def test_the_files_code_runs_confined(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Importing the file runs its code (a model's, in the agent): it runs in a confined process of its own, so it
+    cannot rewrite the worker's trusted caches or the workspace, and still compiles its kernels."""
+    from kernel_lsp.process.confine import landlock_abi
+
+    if landlock_abi() < 1:
+        pytest.skip("Landlock is not available in this kernel")
+    worker_cache = tmp_path / "worker-cache"
+    trusted = worker_cache / "baselines" / "abc.json"
+    trusted.parent.mkdir(parents=True)
+    trusted.write_text('{"timing": {"median_ms": 1.0}}')
+    workspace_file = tmp_path / "add_ref.py"
+    monkeypatch.setenv("KERNEL_LSP_CACHE_DIR", str(worker_cache))
+    attacks = ADD + f"""
+for _path in ({str(trusted)!r}, {str(workspace_file)!r}):
+    try:
+        with open(_path, "a") as _file:
+            _file.write("# the candidate was here")
+    except OSError:
+        pass
+"""
+    worker = WorkerClient()
+    try:
+        outcome = await check(worker, tmp_path, attacks)
+    finally:
+        await worker.close()
+    assert trusted.read_text() == '{"timing": {"median_ms": 1.0}}'
+    assert workspace_file.read_text() == REFERENCE
+    assert outcome.status == "ok", outcome.summary
+    assert len(outcome.kernels) == 1
+    assert outcome.isolation["files"].startswith("isolated"), outcome.isolation
