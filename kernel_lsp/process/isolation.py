@@ -4,10 +4,11 @@ Candidates are untrusted code (most written by a model). Their children get only
 Triton and the compilers need, named here; everything else (the Anthropic API key, the worker's token, cloud
 credentials, tokens of any tool) stays behind, and so does any allowed name that looks like a credential.
 HOME points at a scratch folder of the child's own, so nothing under the user's home is found through it.
-The build caches a candidate needs (torch extensions, Triton, the driver's JIT cache) are given as folders of their
-own under the worker's cache (builds/), apart from the caches the verifier trusts (baselines/, peaks/) and from the
+The build caches a candidate needs (torch extensions, Triton) are given as folders of their own under the
+worker's cache (builds/), apart from the caches the verifier trusts (baselines/, peaks/) and from the
 judge's own build caches (judge-builds/): Triton's cache holds the launcher libraries and cubins the reference's
-torch.compile loads, so a cache a candidate could write would run its code in the judge.
+torch.compile loads, so a cache a candidate could write would run its code in the judge. The driver's JIT cache
+is the process's own, in its scratch HOME.
 """
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ ALLOWED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "NVCC_", "TORCH_", "PYTORCH_", "T
                     "MKL_", "KMP_", "OPENBLAS_", "GOMP_", "NCCL_")
 # an allowed prefix does not make a credential safe: TORCH_HUB_TOKEN, CUDA_..._SECRET and the like stay behind
 CREDENTIAL = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION)", re.IGNORECASE)
-BUILD_CACHES = {"TORCH_EXTENSIONS_DIR": "torch_extensions", "TRITON_CACHE_DIR": "triton", "CUDA_CACHE_PATH": "cuda"}
+BUILD_CACHES = {"TORCH_EXTENSIONS_DIR": "torch_extensions", "TRITON_CACHE_DIR": "triton"}
+# the driver's JIT cache stays in the process's own HOME, removed after the run: shared, a candidate could plant the
+# SASS that another process's PTX (the verifier's shared-memory fill kernel, say) is loaded as
+SCRATCH_CACHES = {"CUDA_CACHE_PATH": ".nv/ComputeCache"}
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding this kernel_lsp
 
 
@@ -50,6 +54,8 @@ def candidate_environment(environ: Mapping[str, str], home: str, build_cache_roo
     environment.setdefault("TMPDIR", home)
     for name, folder in BUILD_CACHES.items():
         environment[name] = str(build_cache_root / folder)
+    for name, folder in SCRATCH_CACHES.items():
+        environment[name] = str(Path(home) / folder)
     return environment
 
 

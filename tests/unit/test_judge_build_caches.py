@@ -21,7 +21,7 @@ from kernel_lsp.verify.candidate_process import candidate_launch
 @pytest.fixture
 def worker_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("KERNEL_LSP_CACHE_DIR", str(tmp_path / "cache"))
-    for name in BUILD_CACHES:  # restored after the test, whatever use_judge_build_caches sets
+    for name in (*BUILD_CACHES, "CUDA_CACHE_PATH"):  # restored after the test, whatever use_judge_build_caches sets
         monkeypatch.setenv(name, str(tmp_path / "set-by-the-user" / name))
     return tmp_path / "cache"
 
@@ -30,8 +30,7 @@ def test_a_judge_builds_in_its_own_folders(worker_cache: Path):
     use_judge_build_caches()
     assert {name: os.environ[name] for name in BUILD_CACHES} == {
         "TORCH_EXTENSIONS_DIR": str(worker_cache / "judge-builds" / "torch_extensions"),
-        "TRITON_CACHE_DIR": str(worker_cache / "judge-builds" / "triton"),
-        "CUDA_CACHE_PATH": str(worker_cache / "judge-builds" / "cuda")}
+        "TRITON_CACHE_DIR": str(worker_cache / "judge-builds" / "triton")}
 
 
 def test_the_candidates_process_gets_the_candidates_folders_and_may_write_only_those(worker_cache: Path,
@@ -46,6 +45,7 @@ def test_the_candidates_process_gets_the_candidates_folders_and_may_write_only_t
     assert not [folder for folder in writable if Path(folder) == judge_build_root()
                 or judge_build_root() in Path(folder).parents], writable
     assert not [folder for folder in writable if "set-by-the-user" in folder], writable
+    assert environment["CUDA_CACHE_PATH"] == str(home / ".nv" / "ComputeCache")  # the driver's JIT cache: its own
 
 
 def test_a_folder_the_worker_was_given_is_not_the_candidates(worker_cache: Path, tmp_path: Path):
@@ -54,3 +54,4 @@ def test_a_folder_the_worker_was_given_is_not_the_candidates(worker_cache: Path,
     environment = candidate_environment(dict(os.environ), str(tmp_path), build_cache_root())
     assert environment["TRITON_CACHE_DIR"] == str(worker_cache / "builds" / "triton")
     assert environment["TORCH_EXTENSIONS_DIR"] == str(worker_cache / "builds" / "torch_extensions")
+    assert environment["CUDA_CACHE_PATH"] == str(tmp_path / ".nv" / "ComputeCache")
