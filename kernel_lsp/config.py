@@ -66,6 +66,7 @@ class Settings:
     baselines: tuple[str, ...] = _VERIFY.baselines
     allowed_kernels: tuple[str, ...] = _VERIFY.allowed_kernels  # stock kernels a candidate may also run
     verify_allow_network: bool = _VERIFY.allow_network  # a candidate's process may open sockets
+    require_isolation: bool = True  # the agent, bench and campaign refuse candidates when no sandbox can start
     hang_timeout_s: float = _VERIFY.hang_timeout_s  # plus 100x the reference's call per forward: it hangs
     sanitize_after_verify: bool = False  # compute-sanitizer after a candidate's first verified run of new content
     sanitize_tools: tuple[str, ...] = SANITIZER_TOOLS  # the tools a sanitize job runs, in this order

@@ -45,6 +45,8 @@ class VerifyOptions:
     allowed_kernels: tuple[str, ...] = ()  # fnmatch patterns of stock kernels a candidate may also run
     timing: bool = True  # off: correctness and integrity only
     allow_network: bool = False  # the candidate's process may open sockets (off: refused by seccomp)
+    # refuse to run the candidate when its sandbox (process/namespaces.py) cannot start, rather than warn
+    require_isolation: bool = False
     # a request to the candidate's process hangs after this plus, per forward, 100x the reference's slowest call
     # (or 10x the candidate's own slowest forward, if longer): verify/run.py HangLimits
     hang_timeout_s: float = DEFAULT_HANG_TIMEOUT_S

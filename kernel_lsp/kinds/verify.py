@@ -30,12 +30,15 @@ from kernel_lsp.worker.sandbox import SandboxTask
 KIND = "verify"
 
 
-def verify_options(settings: Settings, **overrides: Any) -> VerifyOptions:
+def verify_options(settings: Settings, unattended: bool = False, **overrides: Any) -> VerifyOptions:
     """The settings' verify entries as the job's options (the one place their names map), then `overrides`. The
-    sandbox's wall time is a share of jobTimeoutS, so that it, not the client, ends a run that never finishes."""
+    sandbox's wall time is a share of jobTimeoutS, so that it, not the client, ends a run that never finishes.
+    `unattended`: for the agent, bench and campaign, which run many candidates no one reads first: they refuse to
+    run one without its sandbox when requireIsolation is on (a person verifying one gets the warning instead)."""
     options = VerifyOptions(device=settings.verify_device, trials=settings.trials, timed_calls=settings.timed_calls,
                             warmup=settings.warmup_calls, baselines=settings.baselines,
                             allowed_kernels=settings.allowed_kernels, allow_network=settings.verify_allow_network,
+                            require_isolation=unattended and settings.require_isolation,
                             hang_timeout_s=settings.hang_timeout_s, limits=verify_limits(settings.job_timeout_s),
                             tolerances={dtype: dict(t) for dtype, t in settings.tolerances.items()})
     return dataclasses.replace(options, **overrides)

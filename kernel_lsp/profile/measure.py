@@ -59,7 +59,7 @@ def measure_candidate(candidate: str, reference: str | None = None, cache_dir: s
                 raise ProblemError(f"{Path(reference).name} defines no get_inputs()")
             inputs = make_inputs(inputs_module, device)
             reference_model = build_reference(inputs_module, device, problems)
-        exchange = Exchange(host.exchange_folder, "judge")
+        exchange = Exchange(host.exchange_folder, "judge", host.channel)
         isolation = host.ready()
         said = host.ask("call", entry=f"{__name__}:candidate_side", task_dir=os.getcwd(),
                         arguments={"candidate": str(Path(candidate).resolve()), "device": device,

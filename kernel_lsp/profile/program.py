@@ -23,7 +23,8 @@ from pathlib import Path
 
 from kernel_lsp.compile.process import ProcessResult, output_tail, run_process
 from kernel_lsp.findings import Finding, Range, Severity, path_to_uri
-from kernel_lsp.verify.candidate_process import candidate_launch
+from kernel_lsp.process.namespaces import isolation_status
+from kernel_lsp.verify.candidate_process import candidate_launch, in_sandbox
 
 HEADER_LINES = 20
 HEADER = re.compile(r"//\s*kernel-lsp:\s*(?P<body>.*)$")
@@ -114,7 +115,10 @@ def confined_launch(program: list[str], home: Path, allow_network: bool = False)
     plain run only: under ncu or compute-sanitizer the program is started directly with this environment."""
     environment, writable = candidate_launch(home)
     argv = [sys.executable, "-P", "-m", "kernel_lsp.process.confine", *(f"--writable={w}" for w in writable)]
-    return [*argv, *(["--allow-network"] if allow_network else []), "--", *program], environment
+    argv = [*argv, *(["--allow-network"] if allow_network else []), "--", *program]
+    if isolation_status().startswith("isolated"):  # the run's folder (the program, its task files) read-only
+        argv = in_sandbox(argv, writable, (str(home.parent),), allow_network)
+    return argv, environment
 
 
 async def run_program(argv: list[str], cwd: Path, env: dict[str, str] | None = None,

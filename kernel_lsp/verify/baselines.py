@@ -4,6 +4,11 @@ A baseline is keyed by everything that changes its number: the reference's text,
 version and the timing settings (timed calls, warm-up, input seed and shapes, L2 flush). Each one is a JSON
 file written atomically, so a crash mid-write never leaves a half file; an unreadable or corrupt file is a
 miss, never an error. Imports stay light: this runs in the sandbox child before torch may be needed.
+
+A baseline is cached only when the judge was fit to measure it (verify/schedule.py): a miss is where the caller
+starts timing, so `get` puts the judge's scheduling back as it started and checks it; `put` checks it again and
+writes nothing when either check found it disturbed (reniced, pinned to fewer CPUs, its CPU-time limits lowered).
+The timing is still the caller's to report for this verification; `schedule[kind]` says why it was not cached.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ import os
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from kernel_lsp.verify.schedule import judge_schedule, restore_schedule
 
 BASELINE_KINDS = ("eager", "compile")
 
@@ -45,6 +52,8 @@ class BaselineCache:
 
     def __init__(self, directory: Path) -> None:
         self.folder = Path(directory) / "baselines"
+        self.before: dict[str, str | None] = {}  # kind -> the judge's scheduling when a miss started timing it
+        self.schedule: dict[str, str] = {}  # kind -> why its fresh timing was not cached (the judge was disturbed)
 
     @staticmethod
     def key(reference_text: str, device_name: str, torch_version: str, settings: dict) -> str:
@@ -55,6 +64,14 @@ class BaselineCache:
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
     def get(self, key: str, kind: str) -> dict | None:
+        """The stored timing, or None: a miss, after which the caller times the baseline, so the judge's
+        scheduling is put back as it started and checked here (put checks it again)."""
+        timing = self.stored(key, kind)
+        if timing is None:
+            self.before[kind] = fit_to_measure()
+        return timing
+
+    def stored(self, key: str, kind: str) -> dict | None:
         stored = read_json_object(self.path(key, kind))
         if stored is None or stored.get("key") != key or stored.get("kind") != kind:
             return None
@@ -62,6 +79,13 @@ class BaselineCache:
         return timing if isinstance(timing, dict) else None
 
     def put(self, key: str, kind: str, timing_dict: dict) -> None:
+        """Store a fresh timing, unless the judge was not fit to measure when its miss was read (`get`) or is
+        not now: then nothing is written and `schedule[kind]` says why."""
+        self.path(key, kind)  # a bad key or kind is a programming error, whatever the schedule
+        problem = self.before.pop(kind, None) or judge_schedule()
+        if problem is not None:
+            self.schedule[kind] = problem
+            return
         try:
             write_json_atomically(self.path(key, kind), {"key": key, "kind": kind, "timing": timing_dict})
         except OSError:
@@ -73,6 +97,13 @@ class BaselineCache:
         if not key.isalnum():
             raise ValueError(f"baseline key must be a hex digest from BaselineCache.key, got {key!r}")
         return self.folder / f"{key}-{kind}.json"
+
+
+def fit_to_measure() -> str | None:
+    """Before a measurement that may be cached: put the judge's scheduling back as it started, then None when
+    it is fit to measure, else why not (what could not be put back)."""
+    restore_schedule()
+    return judge_schedule()
 
 
 def gpu_state(device: object) -> dict[str, Any]:

@@ -21,6 +21,7 @@ import os
 import resource
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -34,12 +35,15 @@ from kernel_lsp.process.confine import SIGNAL_SCOPE_ABI, landlock_abi
 from kernel_lsp.process.frames import read_frame, write_frame
 from kernel_lsp.process.isolation import BUILD_CACHES, build_cache_root, candidate_environment, with_package_on_path
 from kernel_lsp.process.keeper import KILL_WITHIN_S, KeeperLink, keeper_command, processes_isolation
+from kernel_lsp.process.namespaces import (TASK_DIR_ENV, SandboxPlan, isolation_status, make_readable, prepare_writable,
+                                           sandbox_command)
 
 HOST_MODULE = "kernel_lsp.verify.host"
 ALWAYS_WRITABLE = ("/dev", "/proc")  # device nodes CUDA opens read-write; CUDA's driver writes under /proc/self
 LEFT_GRACE_S = 1.0  # what the candidate's process started may take this long to end after it
 CLOSE_S = 5.0  # the process exits by itself when asked; past this it is killed
 KEEPER_START_S = 30.0
+INHERITED_LIMITS = ("RLIMIT_FSIZE", "RLIMIT_DATA", "RLIMIT_AS")  # what a task sets in the sandbox child
 
 
 def candidate_launch(home: Path) -> tuple[dict[str, str], list[str]]:
@@ -54,6 +58,15 @@ def candidate_launch(home: Path) -> tuple[dict[str, str], list[str]]:
         Path(environment[name]).mkdir(parents=True, exist_ok=True)
         writable.append(environment[name])
     return environment, writable
+
+
+def in_sandbox(command: list[str], writable: list[str], readable: tuple[str, ...], allow_network: bool) -> list[str]:
+    """`command` started in the candidate's sandbox (process/namespaces.py; the caller has checked that one starts
+    here): it writes `writable` (the sandbox's user owns them), reads `readable` and the system, nothing else."""
+    own = tuple(folder for folder in writable if folder not in ALWAYS_WRITABLE)
+    prepare_writable(own)
+    make_readable(readable)
+    return sandbox_command(command, SandboxPlan(writable=own, readable=readable, network=allow_network))
 
 
 @contextlib.contextmanager
@@ -94,29 +107,46 @@ class CallLimit:
 
 
 class CandidateProcess:
-    def __init__(self, scratch: Path, allow_network: bool) -> None:
+    """The candidate's process under its keeper, both in the candidate's sandbox (process/namespaces.py) where it
+    can start: `namespaces` says how it runs ("isolated: ..." or what is missing). `readable`: the folders of the
+    task's files (by default the sandbox child's task folder, TASK_DIR_ENV, else the current folder)."""
+
+    def __init__(self, scratch: Path, allow_network: bool, readable: tuple[str, ...] | None = None) -> None:
         self.scratch = scratch  # the caller removes it once the process is closed
         self.home = scratch / "candidate-home"
         self.exchange_folder = self.home / "exchange"
         self.exchange_folder.mkdir(parents=True, exist_ok=True)
         environment, writable = candidate_launch(self.home)
         self.interpret = environment.get("TRITON_INTERPRET") == "1"  # Triton reads it once, at import
+        self.namespaces = isolation_status()
+        sandboxed = self.namespaces.startswith("isolated")
         request_read, self._requests = os.pipe()
         self._replies, reply_write = os.pipe()
+        # device memory crosses as file descriptors over this socket: legacy CUDA IPC does not cross PID namespaces
+        self.channel, channel_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) if sandboxed else (None, None)
+        child_fds = (request_read, reply_write, *([channel_end.fileno()] if channel_end else []))
         self.link = KeeperLink()
         command = [sys.executable, "-P", "-m", HOST_MODULE, "--requests-fd", str(request_read),
                    "--replies-fd", str(reply_write), "--exchange", str(self.exchange_folder),
+                   *([f"--channel-fd={channel_end.fileno()}"] if channel_end else []),
                    *(f"--writable={folder}" for folder in writable), *(["--allow-network"] if allow_network else [])]
+        command = keeper_command(sys.executable, command, *self.link.child_fds, grace_s=LEFT_GRACE_S)
+        if sandboxed:
+            task = readable if readable is not None else (os.environ.get(TASK_DIR_ENV) or os.getcwd(),)
+            command = in_sandbox(command, writable, task, allow_network)
         try:
             self.process = subprocess.Popen(  # the keeper, whose one child is the candidate's process
-                keeper_command(sys.executable, command, *self.link.child_fds, grace_s=LEFT_GRACE_S),
-                stdin=subprocess.DEVNULL, env=environment, pass_fds=(request_read, reply_write, *self.link.child_fds))
+                command, stdin=subprocess.DEVNULL, env=environment, pass_fds=(*child_fds, *self.link.child_fds))
         except BaseException:
             self.link.close()
+            if self.channel is not None:
+                self.channel.close()
             raise
         finally:
             os.close(request_read)
             os.close(reply_write)
+            if channel_end is not None:
+                channel_end.close()
             self.link.started()
         self.confinement: dict[str, str] | None = None
         self.kept: dict[str, Any] | None = None  # the keeper's last report, once closed (None: it was killed)
@@ -128,15 +158,15 @@ class CandidateProcess:
             confinement = dict(self._read(None)["confinement"])
             scoped = confinement["files"].startswith("isolated") and landlock_abi() >= SIGNAL_SCOPE_ABI
             confinement["processes"] = processes_isolation(self.link.start(KEEPER_START_S), scoped)
+            confinement["namespaces"] = self.namespaces
             self.confinement = confinement
         return self.confinement
 
     def inherit_limits(self) -> None:
-        """A process started ahead of its task gets the file size limit the task set in this process since (a
-        process started now inherits it)."""
-        start = self.link.start(KEEPER_START_S)
-        if start is not None:
-            resource.prlimit(start["child"], resource.RLIMIT_FSIZE, resource.getrlimit(resource.RLIMIT_FSIZE))
+        """A process started ahead of its task gets the file size and memory limits the task set in this process
+        since (a process started now inherits them). The process sets them itself, before any of the candidate's
+        code runs: from outside, prlimit needs CAP_SYS_RESOURCE over a process of another user (the sandbox's)."""
+        self.ask("limit", limits={name: list(resource.getrlimit(getattr(resource, name))) for name in INHERITED_LIMITS})
 
     def ask(self, op: str, limit: CallLimit | None = None, **fields: Any) -> dict[str, Any]:
         """One request and its reply; raises CandidateFailed when the candidate raised, or hung past `limit`."""
@@ -177,6 +207,8 @@ class CandidateProcess:
                 self.process.wait()
         self.kept = self.link.end()
         self.link.close()
+        if self.channel is not None:
+            self.channel.close()
         for fd in (self._requests, self._replies):
             try:
                 os.close(fd)

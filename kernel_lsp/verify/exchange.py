@@ -4,7 +4,11 @@ A value crosses as a tree of plain descriptors: a tensor, a list or tuple of val
 int, float, str). Nothing is unpickled, so the other side cannot make this process run code by what it sends.
 
 - CUDA tensors cross by CUDA IPC: the receiver maps the sender's device memory (no copy, so an output of many
-  GiB costs nothing extra, and the judge reads what is really there, also later).
+  GiB costs nothing extra, and the judge reads what is really there, also later). Across PID namespaces (the
+  candidate in its sandbox, process/namespaces.py) legacy IPC handles do not open: with a `channel` (a unix
+  socket shared by both sides) a CUDA tensor is copied into memory of the driver's own (verify/device_share.py)
+  whose file descriptor crosses the socket, all of one value's descriptors in one message tagged with a random
+  batch name the value's descriptor carries (a batch the other side sent and never described is skipped).
 - CPU tensors cross as files in a shared folder, mapped with MAP_SHARED by both sides (torch.from_file), so the
   judge sees the bytes the candidate's process is holding when it looks, not a copy made on its say-so.
 
@@ -16,10 +20,15 @@ from __future__ import annotations
 
 import itertools
 import os
+import secrets
+import socket
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from kernel_lsp.process.namespaces import prepare_writable
+from kernel_lsp.verify import device_share
 
 SCALARS = (type(None), bool, int, float, str)
 
@@ -35,12 +44,15 @@ class Exchange:
     name prefix.
     """
 
-    def __init__(self, folder: str | Path, prefix: str) -> None:
+    def __init__(self, folder: str | Path, prefix: str, channel: socket.socket | None = None) -> None:
         self.folder = Path(folder)
         self.prefix = prefix
+        self.channel = channel  # CUDA tensors as file descriptors of the driver's memory over this socket
         self._names = itertools.count()
         self._written: list[Path] = []
         self._kept: list[torch.Tensor] = []  # CUDA tensors sent: their memory must outlive the other side's use
+        self._outgoing: list[int] = []  # the descriptors of the value being shared, sent once it is described
+        self._incoming: list[int] = []
 
     def send(self, value: Any) -> Any:
         return self.share(value)[0]
@@ -48,11 +60,25 @@ class Exchange:
     def share(self, value: Any) -> tuple[Any, Any]:
         """The descriptor of value, and value as the other side will see it: the same memory (a CUDA tensor's
         contiguous copy, a CPU tensor's shared file), so that what the other side does to it shows here."""
+        self._outgoing = []
+        try:
+            described, view = self._share(value)
+            if self._outgoing:
+                batch = secrets.token_hex(8)
+                device_share.send_fds(self.channel, batch, self._outgoing)
+                described = {**described, "batch": batch}
+        finally:
+            for fd in self._outgoing:
+                os.close(fd)
+            self._outgoing = []
+        return described, view
+
+    def _share(self, value: Any) -> tuple[Any, Any]:
         if isinstance(value, torch.Tensor):
             described, view = self._send_tensor(value)
             return {"tensor": described}, view
         if isinstance(value, (list, tuple)):
-            pairs = [self.share(item) for item in value]
+            pairs = [self._share(item) for item in value]
             views = [view for _, view in pairs]
             return ({"items": [described for described, _ in pairs], "tuple": isinstance(value, tuple)},
                     tuple(views) if isinstance(value, tuple) else views)
@@ -62,12 +88,32 @@ class Exchange:
                             "only tensors, lists and tuples of them, and plain scalars")
 
     def receive(self, descriptor: Any) -> Any:
+        batch = descriptor.get("batch") if isinstance(descriptor, dict) else None
+        if batch is None:
+            return self._receive(descriptor)
+        if self.channel is None:
+            raise ExchangeError("device memory descriptors came, but this side has no exchange socket")
+        try:
+            self._incoming = device_share.receive_fds(self.channel, str(batch))
+        except device_share.ShareError as error:
+            raise ExchangeError(str(error)) from None
+        try:
+            value = self._receive(descriptor)
+            if self._incoming:
+                raise ExchangeError(f"{len(self._incoming)} device memory descriptor(s) more than the value holds")
+            return value
+        finally:
+            for fd in self._incoming:
+                os.close(fd)
+            self._incoming = []
+
+    def _receive(self, descriptor: Any) -> Any:
         if not isinstance(descriptor, dict):
             raise ExchangeError(f"not a value descriptor: {type(descriptor).__name__}")
         if "tensor" in descriptor:
             return self._receive_tensor(descriptor["tensor"])
         if "items" in descriptor:
-            items = [self.receive(item) for item in descriptor["items"]]
+            items = [self._receive(item) for item in descriptor["items"]]
             return tuple(items) if descriptor.get("tuple") else items
         if "scalar" in descriptor and isinstance(descriptor["scalar"], SCALARS):
             return descriptor["scalar"]
@@ -89,6 +135,8 @@ class Exchange:
                                      "numel": flat.numel()}
         if flat.numel() == 0:
             return {**described, "empty": str(tensor.device)}, tensor
+        if flat.is_cuda and self.channel is not None:
+            return self._send_device_block(flat, described, tensor.shape)
         if flat.is_cuda:
             try:
                 shared = flat.untyped_storage()._share_cuda_()
@@ -103,6 +151,7 @@ class Exchange:
         nbytes = flat.numel() * flat.element_size()
         with open(path, "wb") as file:
             file.truncate(nbytes)
+        prepare_writable([str(path)])  # the candidate's side maps it read-write (as the sandbox's user)
         self._written.append(path)
         mapped = torch.from_file(str(path), shared=True, size=nbytes, dtype=torch.uint8)
         mapped.copy_(flat.view(torch.uint8))
@@ -119,6 +168,8 @@ class Exchange:
             raise ExchangeError(f"not a tensor descriptor: dtype {described['dtype']!r}, shape {shape}, numel {numel}")
         if "empty" in described:
             return torch.empty(shape, dtype=dtype, device=str(described["empty"]))
+        if "vmm" in described:
+            return self._receive_device_block(described, dtype, shape, numel)
         if "cuda" in described:
             device, handle, size, offset, counter, counter_offset, event, sync = described["cuda"]
             torch.cuda.init()  # opening an IPC handle before CUDA is initialised crashes the process
@@ -135,6 +186,39 @@ class Exchange:
         if path.stat().st_size != nbytes:
             raise ExchangeError(f"shared tensor file {name} holds {path.stat().st_size} bytes, not {nbytes}")
         return torch.from_file(str(path), shared=True, size=nbytes, dtype=torch.uint8).view(dtype).view(shape)
+
+
+    def _send_device_block(self, flat: torch.Tensor, described: dict[str, Any],
+                           shape: torch.Size) -> tuple[dict[str, Any], torch.Tensor]:
+        """A copy of `flat` in a block of the driver's memory, its descriptor queued for the batch."""
+        device = flat.device.index if flat.device.index is not None else torch.cuda.current_device()
+        nbytes = flat.numel() * flat.element_size()
+        try:
+            block = device_share.SharedBlock.allocate(device, nbytes)
+            copy = block.as_tensor(torch).view(flat.dtype)
+            copy.copy_(flat)
+            torch.cuda.current_stream(flat.device).synchronize()  # the other side reads it at once
+            self._outgoing.append(block.export())
+        except device_share.ShareError as error:
+            raise ExchangeError(str(error)) from None
+        self._kept.append(copy)
+        return {**described, "vmm": [device, block.size]}, copy.view(shape)
+
+    def _receive_device_block(self, described: dict[str, Any], dtype: torch.dtype, shape: list[int],
+                              numel: int) -> torch.Tensor:
+        if not self._incoming:
+            raise ExchangeError("a device tensor came without its memory descriptor")
+        try:
+            device, size = (int(value) for value in described["vmm"])
+        except (TypeError, ValueError) as error:
+            raise ExchangeError(f"not a device block descriptor: {error!r}") from None
+        nbytes = numel * torch.empty(0, dtype=dtype).element_size()
+        torch.cuda.init()
+        try:
+            block = device_share.SharedBlock.imported(self._incoming.pop(0), device, nbytes, size)
+        except device_share.ShareError as error:
+            raise ExchangeError(str(error)) from None
+        return block.as_tensor(torch).view(dtype).view(shape)
 
 
 def _product(shape: list[int]) -> int:

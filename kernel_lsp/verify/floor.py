@@ -5,21 +5,32 @@ and do its arithmetic (FLOPs counted on the reference, over the measured peak of
 candidate timed well below that floor skipped work, reused results or did the work outside the timed region.
 The floor assumes caches were flushed between timed calls, as time_callable does on CUDA; on the CPU, whose
 caches are not flushed, the bandwidth is the best of a cache-resident and a memory-sized copy.
+
+The peaks are cached per device and torch version, but only when they can be trusted: measured while the judge was
+scheduled as it started (verify/schedule.py; a candidate's processes once reniced and pinned the judge, and its
+copy bandwidth read 11 GB/s instead of ~160), and, on a GPU whose datasheet bandwidth NVML gives (memory clock and
+bus width), not under DATASHEET_FRACTION of it. A cached figure that low is measured again; a fresh one that low
+is not cached, and the datasheet figure stands in for it (a floor from a higher bandwidth is still a lower bound).
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import math
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from kernel_lsp.verify.baselines import read_json_object, write_json_atomically
+from kernel_lsp.verify.baselines import fit_to_measure, nvml_index_of, read_json_object, write_json_atomically
+from kernel_lsp.verify.schedule import judge_schedule
 from kernel_lsp.verify.timing import resolve_device, time_callable
+
+log = logging.getLogger(__name__)
 
 # How far under each bound a median may fall before it is impossible rather than excellent.
 # Bytes on a GPU: with the L2 flushed before each call, PyTorch's own memory-bound kernels on an H200 came no
@@ -30,6 +41,9 @@ from kernel_lsp.verify.timing import resolve_device, time_callable
 # reference, and an honest kernel may do fewer (a triangular or structured matmul skips the zeros).
 BYTES_FLOOR_MARGIN = {"cuda": 0.8}
 BELOW_FLOOR_MARGIN = 0.5
+# A measured copy bandwidth under this share of the datasheet's (2 × max memory clock × bus width) is not believed:
+# an undisturbed copy reaches most of it (the read and the written bytes both count)
+DATASHEET_FRACTION = 0.25
 
 
 @dataclass(frozen=True)
@@ -57,6 +71,8 @@ class Peaks:
     bandwidth_gbs: float  # measured copy bandwidth, bytes read + written per second, in GB/s
     peak_tflops: float  # measured fastest matmul, in TFLOP/s
     how: str  # what was measured, where
+    schedule: str | None = None  # why the judge was not fit to measure them (then not cached), or None
+    datasheet: str | None = None  # why the datasheet bandwidth stands in for the measured one (not cached), or None
 
 
 @dataclass(frozen=True)
@@ -69,8 +85,13 @@ class Floor:
         return floor_ms(self.work, self.peaks)
 
     def to_dict(self) -> dict[str, object]:
-        return {"bytes": self.work.bytes, "flops": self.work.flops, "floor_ms": self.ms,
-                "bandwidth_gbs": self.peaks.bandwidth_gbs, "peak_tflops": self.peaks.peak_tflops}
+        """The report's floor; `schedule` and `datasheet` only where the peaks were not trusted enough to cache."""
+        out: dict[str, object] = {"bytes": self.work.bytes, "flops": self.work.flops, "floor_ms": self.ms,
+                                  "bandwidth_gbs": self.peaks.bandwidth_gbs, "peak_tflops": self.peaks.peak_tflops}
+        for note in ("schedule", "datasheet"):
+            if getattr(self.peaks, note) is not None:
+                out[note] = getattr(self.peaks, note)
+        return out
 
 
 # --- the work a problem demands ---------------------------------------------------------------------------
@@ -118,18 +139,78 @@ def view_bytes(tensor: torch.Tensor) -> int:
 # --- what the device can do -------------------------------------------------------------------------------
 
 def device_peaks(device: str | torch.device, cache_dir: Path | None) -> Peaks:
-    """Measured bandwidth and matmul peak of device, measured once per (device, torch) and cached as JSON."""
+    """Measured bandwidth and matmul peak of device, measured once per (device, torch) and cached as JSON; not
+    cached when measured while the judge was disturbed or far under the datasheet bandwidth (see `trusted`)."""
     target = resolve_device(str(device))
+    datasheet = datasheet_bandwidth_gbs(target)
     if cache_dir is None:
-        return measure_peaks(target)
+        return trusted(target, datasheet)
     name = device_name(target)
     path = peaks_path(cache_dir, name)
     cached = read_cached_peaks(path, name)
     if cached is not None:
-        return cached
-    peaks = measure_peaks(target)
-    write_cached_peaks(path, name, peaks)
+        low = under_datasheet(cached.bandwidth_gbs, datasheet)
+        if low is None:
+            return cached
+        log.warning("cached peaks %s discarded, measuring again: %s", path, low)
+    peaks = trusted(target, datasheet)
+    if peaks.schedule is None and peaks.datasheet is None:
+        write_cached_peaks(path, name, peaks)
     return peaks
+
+
+def trusted(target: torch.device, datasheet_gbs: float | None) -> Peaks:
+    """measure_peaks with the judge's scheduling put back and checked before and checked after (a problem is the
+    peaks' `schedule`), and the datasheet bandwidth in place of a measured one far under it (`datasheet`)."""
+    before = fit_to_measure()
+    peaks = measure_peaks(target)
+    problem = before or judge_schedule()
+    low = under_datasheet(peaks.bandwidth_gbs, datasheet_gbs)
+    if low is not None and datasheet_gbs is not None:
+        peaks = replace(peaks, bandwidth_gbs=datasheet_gbs, datasheet=low,
+                        how=f"{peaks.how}; the datasheet bandwidth stands in ({low})")
+    if problem is not None:
+        peaks = replace(peaks, schedule=problem)
+    return peaks
+
+
+def under_datasheet(bandwidth_gbs: float, datasheet_gbs: float | None) -> str | None:
+    """Why a measured bandwidth is not believed (under DATASHEET_FRACTION of the datasheet's), or None."""
+    if datasheet_gbs is None or bandwidth_gbs >= DATASHEET_FRACTION * datasheet_gbs:
+        return None
+    return (f"the measured copy bandwidth {bandwidth_gbs:.3g} GB/s is under {DATASHEET_FRACTION:.0%} of the "
+            f"datasheet's {datasheet_gbs:.4g} GB/s")
+
+
+def datasheet_bandwidth_gbs(device: torch.device) -> float | None:
+    """The device's memory bandwidth by its datasheet, from NVML: 2 (double data rate) × the maximum memory clock
+    × the bus width. None on the CPU, without NVML, on a MIG-partitioned GPU (a slice gets part of it) or where
+    NVML does not say."""
+    if device.type != "cuda":
+        return None
+    nvml_index = nvml_index_of(device.index if device.index is not None else torch.cuda.current_device())
+    return nvml_datasheet_gbs(nvml_index) if nvml_index is not None else None
+
+
+@functools.lru_cache(maxsize=None)
+def nvml_datasheet_gbs(nvml_index: int) -> float | None:
+    try:
+        from profilers.nvml import _nvml
+
+        nvml = _nvml()
+        handle = nvml.nvmlDeviceGetHandleByIndex(nvml_index)
+        clock_mhz = nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_MEM)
+        bus_bits = nvml.nvmlDeviceGetMemoryBusWidth(handle)
+    except Exception:  # NvmlUnavailable, an NVMLError, an old nvidia-ml-py: no datasheet, nothing to compare
+        return None
+    try:
+        if nvml.nvmlDeviceGetMigMode(handle)[0] == getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1):
+            return None
+    except Exception:  # no MIG on this GPU or driver
+        pass
+    if not (is_positive_number(clock_mhz) and is_positive_number(bus_bits)):
+        return None
+    return 2 * clock_mhz * 1e6 * bus_bits / 8 / 1e9
 
 
 def device_name(device: torch.device) -> str:

@@ -20,6 +20,8 @@ import gc
 import importlib
 import os
 import random
+import resource
+import socket
 import sys
 import threading
 import time
@@ -38,12 +40,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--replies-fd", type=int, required=True)
     parser.add_argument("--exchange", required=True)
     parser.add_argument("--writable", action="append", default=[])
+    parser.add_argument("--channel-fd", type=int)  # device memory descriptors (verify/exchange.py), in a sandbox
     parser.add_argument("--allow-network", action="store_true")
     options = parser.parse_args(argv)
-    for fd in (options.requests_fd, options.replies_fd):
-        os.set_inheritable(fd, False)
+    for fd in (options.requests_fd, options.replies_fd, options.channel_fd):
+        if fd is not None:
+            os.set_inheritable(fd, False)
     confinement = confine(options.writable, options.allow_network)  # before torch: no thread may exist yet
-    host = Host(options.exchange)
+    channel = socket.socket(fileno=options.channel_fd) if options.channel_fd is not None else None
+    host = Host(options.exchange, channel)
     write_frame(options.replies_fd, {"ready": os.getpid(), "confinement": confinement.to_dict()})
     while (request := read_frame(options.requests_fd)) is not None:
         op = request.get("op")
@@ -57,6 +62,11 @@ def main(argv: list[str] | None = None) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def lowest(a: int, b: int) -> int:
+    """The lower of two resource limits (RLIM_INFINITY, -1, is the highest)."""
+    return b if a == resource.RLIM_INFINITY else a if b == resource.RLIM_INFINITY else min(a, b)
 
 
 class TimedCalls:
@@ -144,7 +154,7 @@ def stopwatch(seconds: dict[str, float], name: str) -> Iterator[None]:
 class Host:
     """The candidate's side of one verification; each op_* answers one request."""
 
-    def __init__(self, exchange_folder: str) -> None:
+    def __init__(self, exchange_folder: str, channel: socket.socket | None = None) -> None:
         import torch
         import torch._dynamo  # noqa: F401 - torch_snapshot needs it at load: imported while waiting instead
 
@@ -153,7 +163,7 @@ class Host:
         if torch.cuda.is_available():
             torch.empty(1, device="cuda")  # the CUDA context, made while waiting (about half a second)
         self.torch = torch
-        self.exchange = Exchange(exchange_folder, "candidate")
+        self.exchange = Exchange(exchange_folder, "candidate", channel)
         self.model: Any = None
         self.target = None
         self.session: Any = None
@@ -163,6 +173,17 @@ class Host:
         self.started_threads: list[str] = []
         self.random = random.Random(int.from_bytes(os.urandom(8), "little"))  # seeded before the candidate runs
         self.shared_poison: Any = None  # verify/shared_fill.SharedPoison on CUDA, made before the candidate's import
+
+    def op_limit(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The task's file size and memory limits, for a process started ahead of it (asked before the candidate's
+        import); only ever lowered."""
+        for name in ("RLIMIT_FSIZE", "RLIMIT_DATA", "RLIMIT_AS"):
+            if name in request["limits"]:
+                which = getattr(resource, name)
+                soft, hard = (int(value) for value in request["limits"][name])
+                hard = lowest(hard, resource.getrlimit(which)[1])
+                resource.setrlimit(which, (lowest(soft, hard), hard))
+        return {}
 
     def op_load(self, request: dict[str, Any]) -> dict[str, Any]:
         from kernel_lsp.verify.integrity import thread_idents, timer_snapshot, torch_snapshot

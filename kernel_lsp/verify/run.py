@@ -34,6 +34,7 @@ import torch
 
 from kernel_lsp.kinds.options import VerifyOptions, from_config
 from kernel_lsp.process.isolation import use_judge_build_caches
+from kernel_lsp.process.namespaces import isolation_status
 from kernel_lsp.sources import parse_python
 from kernel_lsp.verify.baselines import BaselineCache, gpu_state
 from kernel_lsp.verify.candidate_process import CallLimit, CandidateFailed, CandidateProcess, candidate_process
@@ -212,9 +213,14 @@ def verify_candidate(reference: str, candidate: str, options: dict[str, Any] | N
     needs_a_gpu = gpu_only_reason((files or {}).get(candidate, "")) if target.type == "cpu" else None
     if needs_a_gpu is not None:
         return {"verdict": "unavailable", "reason": needs_a_gpu}
+    sandbox = isolation_status()
+    if opts.require_isolation and not sandbox.startswith("isolated"):
+        return {"verdict": "unavailable", "reason": f"the candidate was not run: its sandbox cannot start here "
+                                                    f"({sandbox.removeprefix('not isolated: ')}), and requireIsolation "
+                                                    f"is on (kernel-lsp doctor says what is missing)"}
     PHASES.seconds.clear()
     with candidate_process(opts.allow_network, target.type) as host:
-        judge = Judge(host, Exchange(host.exchange_folder, "judge"), target, Verdict(device=target.type),
+        judge = Judge(host, Exchange(host.exchange_folder, "judge", host.channel), target, Verdict(device=target.type),
                       HangLimits(opts.hang_timeout_s))
         report = judge_candidate(judge, reference, candidate, opts.trials, opts.timed_calls, opts.warmup, opts.seed,
                                  opts.tolerances, opts.baselines, opts.allowed_kernels, opts.timing, cache_dir,
@@ -812,6 +818,8 @@ def measure(report: dict[str, Any], judge: Judge, reference_module: Any, ref_mod
         timings[kind] = timed.to_dict()
         if cache:
             cache.put(key, kind, timings[kind])
+    if cache and cache.schedule:
+        timings["schedule"] = dict(cache.schedule)  # kind -> why its fresh timing was not cached
     report["timing"] = timings
     with PHASES("GPU state (NVML)"):
         report["gpu"] = {"before": before, "after": gpu_state(target)}

@@ -61,7 +61,23 @@ def report_findings(report: dict[str, Any], candidate_uri: str, candidate_text: 
                                 f"output the candidate never writes may read zeros instead of NaN, and then fails "
                                 f"as a mismatch rather than integrity-uninitialized-output, or passes where zeros "
                                 f"are right"))
+    disturbed = judge_disturbances(report)
+    if disturbed:
+        findings.append(Finding(candidate_uri, where, Severity.WARNING, SOURCE, "verify-judge-disturbed",
+                                "figures measured in this run were used but not cached, and may be off: "
+                                + "; ".join(disturbed)))
     return findings
+
+
+def judge_disturbances(report: dict[str, Any]) -> list[str]:
+    """Why figures measured in this run were not cached: the judge's scheduling was disturbed while it timed a
+    baseline or measured the device's peaks, or the measured bandwidth was far under the datasheet's."""
+    timing, floor = report.get("timing") or {}, report.get("floor") or {}
+    notes = [f"the {kind} baseline: {why}" for kind, why in (timing.get("schedule") or {}).items()
+             if isinstance(why, str)]
+    notes += [f"the device's peaks: {floor[key]}" for key in ("schedule", "datasheet")
+              if isinstance(floor.get(key), str)]
+    return notes
 
 
 def isolation_gaps(report: dict[str, Any]) -> list[str]:

@@ -29,6 +29,7 @@ from kernel_lsp.process.isolation import build_cache_root, candidate_environment
 from kernel_lsp.process.failures import CUDA_ERROR_MARKERS, OUT_OF_MEMORY_MARKERS
 from kernel_lsp.process.frames import FRAME_HEADER, decode_frame_body, encode_frame
 from kernel_lsp.process.keeper import KILL_WITHIN_S, KeeperLink, keeper_command
+from kernel_lsp.process.namespaces import TASK_DIR_ENV
 from kernel_lsp.worker.child import user_frames
 
 log = logging.getLogger(__name__)
@@ -130,17 +131,19 @@ class Sandbox:
         if self._closed:
             raise RuntimeError("the sandbox is closed")
         self._preload = tuple(dict.fromkeys(self._preload + tuple(task.preload)))
-        task_dir = os.path.realpath(tempfile.mkdtemp(prefix=f"kernel-lsp-task-{owner_tag()}-"))
+        task_dir = None
         try:
-            task_frame = _task_frame(task, limits, task_dir)  # a task msgpack cannot carry fails before a child is used
+            _task_frame(task, limits, "")  # a task msgpack cannot carry fails before a child is used
             child = await self._take_child()
+            task_dir = child.task_dir  # made with the child: the candidate's process it starts ahead reads it
             self._prestart()  # the next child imports while this one runs, so back-to-back runs do not wait for it
             child.guard(task_dir, limits.disk_bytes)
-            return await _run_in(child, task_frame, limits, task_dir, task.origins)
+            return await _run_in(child, _task_frame(task, limits, task_dir), limits, task_dir, task.origins)
         except SandboxStartError as failure:
             return _start_failure_outcome(str(failure))
         finally:
-            shutil.rmtree(task_dir, ignore_errors=True)  # here, not in the child: a killed child cannot clean up
+            if task_dir is not None:
+                shutil.rmtree(task_dir, ignore_errors=True)  # here, not in the child: a killed child cannot clean up
             self._prestart()
 
     async def close(self) -> None:
@@ -181,10 +184,13 @@ class Sandbox:
 
     async def _spawn(self) -> _Child:
         home = tempfile.mkdtemp(prefix=f"kernel-lsp-home-{owner_tag()}-")  # its HOME and TMPDIR, removed with it
+        task_dir = os.path.realpath(tempfile.mkdtemp(prefix=f"kernel-lsp-task-{owner_tag()}-"))
         try:
-            child = await _Child.start(self._python, self._preload, _child_environment(self._env, home), home)
+            child = await _Child.start(self._python, self._preload, _child_environment(self._env, home, task_dir),
+                                       home, task_dir)
         except BaseException as error:
-            shutil.rmtree(home, ignore_errors=True)  # a child that never started leaves only its folder
+            for folder in (home, task_dir):  # a child that never started leaves only its folders
+                shutil.rmtree(folder, ignore_errors=True)
             if isinstance(error, OSError):
                 raise SandboxStartError(f"cannot start the sandbox's child with {self._python}: {error}") from None
             raise
@@ -277,10 +283,11 @@ class _Child:
     task. `process` is the keeper, which exits as the child did once nothing the child started is left."""
 
     def __init__(self, process: asyncio.subprocess.Process, link: KeeperLink, task_pipe: asyncio.WriteTransport,
-                 results: asyncio.StreamReader, results_pipe: asyncio.ReadTransport, home: str) -> None:
+                 results: asyncio.StreamReader, results_pipe: asyncio.ReadTransport, home: str, task_dir: str) -> None:
         self.process = process
         self.link = link
         self.home = home
+        self.task_dir = task_dir
         self.kept: dict[str, Any] | None = None  # the keeper's last report, once it has exited
         self._task_pipe = task_pipe
         self._results = results
@@ -289,7 +296,8 @@ class _Child:
         self.stderr = _CappedOutput(process.stderr)
 
     @classmethod
-    async def start(cls, python: str, preload: tuple[str, ...], env: dict[str, str], home: str) -> _Child:
+    async def start(cls, python: str, preload: tuple[str, ...], env: dict[str, str], home: str,
+                    task_dir: str) -> _Child:
         task_read, task_write = os.pipe()
         result_read, result_write = os.pipe()
         link = KeeperLink()
@@ -297,7 +305,7 @@ class _Child:
                  *(f"--preload={name}" for name in preload), f"--home={home}"]
         try:
             process = await asyncio.create_subprocess_exec(
-                *keeper_command(python, child, *link.child_fds, new_session=True, remove=[home]),
+                *keeper_command(python, child, *link.child_fds, new_session=True, remove=[home, task_dir]),
                 stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                 pass_fds=(task_read, result_write, *link.child_fds), env=env,
                 start_new_session=True,  # a signal to the worker's process group leaves the keeper to clean up
@@ -313,20 +321,20 @@ class _Child:
             os.close(result_write)
             link.started()
         try:
-            return await cls._connected(process, link, task_write, result_read, home)
+            return await cls._connected(process, link, task_write, result_read, home, task_dir)
         except BaseException:
             link.release()
             raise
 
     @classmethod
     async def _connected(cls, process: asyncio.subprocess.Process, link: KeeperLink, task_write: int,
-                         result_read: int, home: str) -> _Child:
+                         result_read: int, home: str, task_dir: str) -> _Child:
         loop = asyncio.get_running_loop()
         task_pipe, _ = await loop.connect_write_pipe(asyncio.Protocol, os.fdopen(task_write, "wb", buffering=0))
         results = asyncio.StreamReader()
         results_pipe, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(results),
                                                        os.fdopen(result_read, "rb", buffering=0))
-        return cls(process, link, task_pipe, results, results_pipe, home)
+        return cls(process, link, task_pipe, results, results_pipe, home, task_dir)
 
     def guard(self, task_dir: str, disk_bytes: int | None) -> None:
         """The run's folders (the home and the task folder) are the keeper's to watch and, should this worker die,
@@ -564,10 +572,12 @@ async def _exit_status(process: asyncio.subprocess.Process, timeout_s: float | N
     return process.returncode
 
 
-def _child_environment(env: dict[str, str], home: str) -> dict[str, str]:
+def _child_environment(env: dict[str, str], home: str, task_dir: str) -> dict[str, str]:
     """The child's environment: the allow-list of isolation.py (no secrets), HOME and TMPDIR at its scratch folder
     (so every file of the run, the candidate's process's included, is under the one folder its keeper removes),
-    and this kernel_lsp first on its path (the child must run the worker's own code)."""
+    this kernel_lsp first on its path (the child must run the worker's own code), and its task folder (the
+    candidate's process it starts ahead sees that folder alone of the worker's)."""
     environment = with_package_on_path(candidate_environment(env, home, build_cache_root()))
     environment["TMPDIR"] = home
+    environment[TASK_DIR_ENV] = task_dir
     return environment
