@@ -10,13 +10,15 @@ import sys
 from kernel_lsp import __version__
 from kernel_lsp.commands import bench, campaign, check, doctor, optimize, profile, sanitize, serve, verify, worker
 from kernel_lsp.commands.shared import EXIT_INTERRUPTED, EXIT_USAGE
+from kernel_lsp.findings import secrets_held
 
 COMMANDS = (serve, check, worker, doctor, verify, bench, profile, sanitize, optimize, campaign)  # in help order
 
 
 def main(argv: list[str] | None = None) -> int:
     """Runs the command asked for; Ctrl-C ends any of them with one line and 130, never a traceback (the command's
-    own clean-up, a worker shut down included, has run by then: asyncio.run cancels the work and waits for it)."""
+    own clean-up, a worker shut down included, has run by then: asyncio.run cancels the work and waits for it).
+    The credentials the command may use (findings.SECRET_VARIABLES) are held out of os.environ while it runs."""
     parser = build_parser()
     args = parser.parse_args(argv)
     setup_logging(args.log_level, getattr(args, "log_file", None))
@@ -24,7 +26,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     try:
-        return args.run(args)
+        # the API key and the worker's token leave os.environ for the command's lifetime: no child inherits them
+        with secrets_held():
+            return args.run(args)
     except KeyboardInterrupt:
         print(f"kernel-lsp {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -2,11 +2,21 @@
 
 Positions are 0-based (line, character), as in LSP; the CLI adds 1 when it prints.
 Checkers never import pygls: the server alone turns findings into LSP objects.
+
+A finding's message (and its related messages) is `scrub`bed when the finding is made: candidates are untrusted
+code, and what they raise or print becomes messages the editor shows and the model reads, so anything shaped like a
+credential, and the exact values of the credentials this process knows, are replaced with `[redacted]`, and the
+text is bounded. The credentials a command uses (the Anthropic API key, the worker's token) are taken out of
+os.environ for the command's lifetime (`secrets_held`, `secret_variable`), so no child it starts inherits them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import os
+import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +67,10 @@ class Related:
     range: Range
     message: str
 
+    def __post_init__(self) -> None:
+        if isinstance(self.message, str):
+            object.__setattr__(self, "message", scrub(self.message))
+
 
 @dataclass(frozen=True)
 class Finding:
@@ -68,6 +82,11 @@ class Finding:
     message: str
     related: tuple[Related, ...] = ()
     data: dict[str, Any] | None = field(default=None, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        # a candidate's exception text or output ends up here: no credential in it, and a bounded length
+        if isinstance(self.message, str):
+            object.__setattr__(self, "message", scrub(self.message))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -114,6 +133,185 @@ def uri_to_path(uri: str) -> Path:
     if parsed.scheme not in ("file", ""):
         raise ValueError(f"not a file URI: {uri}")
     return Path(unquote(parsed.path))
+
+
+# --- secrets: kept out of children's environments, and out of every message -----------------------------------------
+
+REDACTED = "[redacted]"
+MESSAGE_LIMIT = 8000  # characters a finding's message keeps (a candidate may raise or print megabytes)
+# the credentials kernel-lsp itself reads; a command holds them in this module, never in os.environ
+SECRET_VARIABLES = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "KERNEL_LSP_TOKEN")
+_WORDS = ("key", "token", "secret", "passw", "credential", "auth", "cookie")
+CREDENTIAL_WORDS = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE", re.IGNORECASE)
+_MIN_REGISTERED = 6  # a registered secret shorter than this is not searched for (it would hit ordinary words)
+_MIN_ENVIRONMENT = 8  # nor a credential-named variable's value shorter than this (flags such as "1" or "true")
+
+_registered: set[str] = set()
+_held: dict[str, str] | None = None  # while a command holds its secrets (secrets_held): name -> value
+_credential_names: dict[str, bool] = {}
+_raw_names: dict[bytes | str, bool] = {}
+
+# credential shapes, each with the text it cannot be without (the pattern runs only where that is found); a match
+# is replaced whole with REDACTED
+_SHAPES = [(needles, re.compile(pattern)) for needles, pattern in (
+    # a PEM private key, to its END line (or, cut short, over what is left of its base64)
+    (("PRIVATE KEY-----",),
+     r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----(?s:.*?-----END[A-Z0-9 ]*PRIVATE KEY-----|(?:[A-Za-z0-9+/=\s]|\\[nr])*)"),
+    (("sk-",), r"(?<![A-Za-z0-9_-])sk-ant-[A-Za-z0-9_-]{8,}"),  # Anthropic
+    (("sk-",), r"(?<![A-Za-z0-9_-])sk-[A-Za-z0-9_-]{20,}"),  # OpenAI and the like
+    (("gh", "github_pat_"), r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"),  # GitHub
+    (("AKIA", "ASIA"), r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![0-9A-Z])"),  # AWS access key id
+    (("xox",), r"(?<![A-Za-z0-9])xox[abprs]-[A-Za-z0-9-]{10,}"),  # Slack
+    (("AIza",), r"(?<![A-Za-z0-9_])AIza[0-9A-Za-z_-]{35}"),  # Google API key
+    (("hf_",), r"(?<![A-Za-z0-9_])hf_[A-Za-z0-9]{30,}"),  # Hugging Face
+    (("eyJ",), r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"),  # a JWT
+)]
+_BEARER = re.compile(r"(?i:\b(bearer)\s+)[A-Za-z0-9._~+/=-]{8,}")
+_URL_PASSWORD = re.compile(r"(?<=://)([^/\s:@\"']+):[^/\s@\"']+(?=@)")  # scheme://user:password@host
+# NAME=value, name: value, "name": "value", 'name' = 'value', --name=value: the value of a credential-named field
+_ASSIGNMENT = re.compile(
+    r"""(?<![\w.])(?P<name>\\?["']?[A-Za-z_][\w.-]*\\?["']?)(?P<sep>\s*[:=]\s*)"""
+    r"""(?P<scheme>(?:Bearer|Basic|Token)\s+)?"""
+    r"""(?P<value>\\?"[^"\\\n]*\\?"|\\?'[^'\\\n]*\\?'|[^\s"'\\,;&|<>(){}\[\]]+(?=$|[\s"'\\,;&|<>)}\]]))""")
+_NOT_CREDENTIAL = re.compile(r"(?:error|exception|warning|interrupt|exit)$|keyboard|keyword|monkey|author|tokeniz",
+                             re.IGNORECASE)
+
+
+def register_secret(value: str | None) -> None:
+    """A value `scrub` always redacts (the API key and the worker's token, where they are read), whatever its
+    shape."""
+    if value and len(value) >= _MIN_REGISTERED:
+        _registered.add(value)
+
+
+def credential_name(name: str) -> bool:
+    """Whether a variable or field of this name holds a credential (API_KEY, x-auth-token, db_password...)."""
+    known = _credential_names.get(name)
+    if known is None:
+        bare = name.strip("\\\"'")
+        known = _credential_names[name] = bool(CREDENTIAL_WORDS.search(bare)) and not _NOT_CREDENTIAL.search(bare)
+    return known
+
+
+def _known_values() -> list[str]:
+    """The values to redact wherever they appear: registered ones, held ones and those of credential-named
+    variables in os.environ now; longest first, so a value holding another is redacted whole."""
+    values = set(_registered)
+    if _held:
+        values.update(v for v in _held.values() if len(v) >= _MIN_REGISTERED)
+    values.update(_environment_credentials())
+    return sorted(values, key=len, reverse=True)
+
+
+def _environment_credentials() -> list[str]:
+    """The values of os.environ's credential-named variables, read from its raw mapping where it has one (every
+    finding is scrubbed: decoding the whole environment each time costs ten times as much)."""
+    raw = getattr(os.environ, "_data", None)
+    if not isinstance(raw, dict):
+        return [value for name, value in os.environ.items()
+                if len(value) >= _MIN_ENVIRONMENT and credential_name(name)]
+    found = []
+    for name, value in raw.items():
+        if len(value) < _MIN_ENVIRONMENT:
+            continue
+        known = _raw_names.get(name)
+        if known is None:
+            known = _raw_names[name] = credential_name(os.fsdecode(name) if isinstance(name, bytes) else name)
+        if known:
+            found.append(os.fsdecode(value) if isinstance(value, bytes) else value)
+    return found
+
+
+def _assignment(match: re.Match[str]) -> str:
+    name, value = match["name"], match["value"]
+    if not credential_name(name):
+        return match[0]
+    quote_open = re.match(r"\\?[\"']", value)
+    if quote_open:  # a quoted value: redacted unless too short to be a secret, or words ("the key is missing")
+        inner = value[len(quote_open[0]):-len(quote_open[0])]
+        if len(inner) < 6 or re.search(r"\s", inner):
+            return match[0]
+        return f"{name}{match['sep']}{match['scheme'] or ''}{quote_open[0]}{REDACTED}{quote_open[0]}"
+    environment_style = re.fullmatch(r"[A-Z][A-Z0-9_]*", name) is not None and match["sep"] == "="
+    looks_random = len(value) >= 8 and re.search(r"\d", value) and re.search(r"[A-Za-z]", value)
+    if not (match["scheme"] or (environment_style and len(value) >= 6) or looks_random):
+        return match[0]  # `key_len = 64`, `token: none`, `KEY=1`: ordinary text
+    return f"{name}{match['sep']}{match['scheme'] or ''}{REDACTED}"
+
+
+def scrub(text: str, limit: int | None = MESSAGE_LIMIT) -> str:
+    """`text` with every credential redacted (the exact values this process knows, then credential shapes: API keys
+    and tokens, PEM private keys, `Bearer ...`, a URL's password, the value of a credential-named assignment) and,
+    past `limit` characters, cut to its head with a note of how much went (at most `limit` characters in all; None:
+    no bound). Scrubbing scrubbed text changes nothing."""
+    original = len(text)
+    if limit is not None and original > 2 * limit + 4096:
+        text = text[:2 * limit + 4096]  # what the final cut drops anyway: the patterns never read megabytes
+    dropped = original - len(text)
+    for value in _known_values():
+        if value in text:
+            text = text.replace(value, REDACTED)
+    for needles, shape in _SHAPES:
+        for needle in needles:
+            if needle in text:
+                text = shape.sub(REDACTED, text)
+                break
+    if "://" in text:
+        text = _URL_PASSWORD.sub(lambda m: f"{m[1]}:{REDACTED}", text)
+    lower = text.lower()
+    if "bearer" in lower:
+        text = _BEARER.sub(lambda m: f"{m[1]} {REDACTED}", text)
+    if any(word in lower for word in _WORDS):  # most messages name no credential at all
+        text = _ASSIGNMENT.sub(_assignment, text)
+    if limit is not None and len(text) > limit:
+        keep = max(limit - len(f" [... {original + len(text)} characters cut]"), 0)  # the note's longest
+        text = text[:keep] + f" [... {len(text) - keep + dropped} characters cut]"
+    return text
+
+
+@contextlib.contextmanager
+def secrets_held(names: Iterable[str] = SECRET_VARIABLES) -> Iterator[None]:
+    """For a command's lifetime (kernel_lsp.cli.main): the credentials it may use taken out of os.environ into this
+    module, so no process it starts (a worker, a compiler, a Ray instance, and through them a candidate) inherits
+    them, and registered for `scrub`. `secret_variable` reads them. At the end they go back into os.environ (where
+    nothing set them since), so a caller in the same process (a test) finds its environment as it was."""
+    global _held
+    outer, taken = _held, {}
+    _held = {} if outer is None else dict(outer)
+    for name in names:
+        value = os.environ.pop(name, None)
+        if value is not None:
+            taken[name] = value
+            if value:
+                _held[name] = value
+                register_secret(value)
+    try:
+        yield
+    finally:
+        _held = outer
+        for name, value in taken.items():
+            os.environ.setdefault(name, value)
+
+
+def secret_variable(name: str) -> str | None:
+    """The credential in environment variable `name` (empty: None). While a command holds its secrets the value is
+    kept here and never left in os.environ (one set since is taken out too); outside a command (a library caller)
+    os.environ is read as it is."""
+    value = os.environ.get(name)
+    if _held is not None:
+        if value is not None:
+            os.environ.pop(name, None)
+            if value:
+                _held[name] = value
+        value = _held.get(name)
+    register_secret(value)
+    return value or None
+
+
+def held_secret_names() -> list[str]:
+    """The names of the credentials taken out of os.environ for this command (kernel-lsp doctor lists them among
+    those a candidate never gets)."""
+    return sorted(_held or ())
 
 
 @dataclass(frozen=True)
@@ -193,8 +391,19 @@ CODES: dict[str, CodeDoc] = {
                              "return the same outputs as the reference"),
     "verify-reference-error": CodeDoc("error", "the reference that a header line or `references` names does not exist",
                                       "fix the `# kernel-lsp: reference=` line or the `references` setting"),
-    "verify-not-isolated": CodeDoc("warning", "the candidate's process could not be confined in part (no Landlock, no seccomp, or `verifyAllowNetwork`)",
-                                   "run on a kernel with Landlock and seccomp, or accept the risk"),
+    "verify-not-isolated": CodeDoc("warning", "the candidate's process could not be confined in part: no sandbox "
+                                                  "(bubblewrap missing, user namespaces disabled), no Landlock, no "
+                                                  "seccomp, or `verifyAllowNetwork`",
+                                   "install bubblewrap (`kernel-lsp doctor` says what is missing), run on a kernel "
+                                   "with Landlock and seccomp, or accept the risk; `requireIsolation` refuses such "
+                                   "runs for the agent, bench and campaign"),
+    "verify-judge-disturbed": CodeDoc("warning", "the judge's own process was not scheduled as it started (reniced, "
+                                                 "pinned to fewer CPUs, its CPU-time limits lowered) while it measured "
+                                                 "a baseline or the device's peaks, or the measured bandwidth was far "
+                                                 "under the datasheet's: those figures were used for this run only, "
+                                                 "not cached",
+                                      "verify again on a quiet machine; if it repeats, look for processes of the "
+                                      "worker's user that outlive a candidate"),
     "verify-shared-unpoisoned": CodeDoc("warning", "(CUDA) shared memory could not be filled with the poison before "
                                                    "the runs (no libcuda, the fill's PTX did not load), so the rerun "
                                                    "over other bytes cannot catch a read of shared memory never written",

@@ -33,3 +33,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.editors)
         elif folder in SLOW_FOLDERS:
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture
+def without_sandbox(monkeypatch: pytest.MonkeyPatch):
+    """No candidate's sandbox (as on a machine without bubblewrap): for tests whose stand-in tools (a fake ncu or
+    compute-sanitizer, a shell script) write what they saw into the test's folder, which a sandbox hides."""
+    from kernel_lsp.process import namespaces
+
+    monkeypatch.setenv(namespaces.BWRAP_ENV, "/nonexistent/bwrap")
+    namespaces.isolation_status.cache_clear()
+    yield
+    namespaces.isolation_status.cache_clear()

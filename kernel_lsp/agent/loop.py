@@ -24,7 +24,7 @@ import json
 import logging
 import platform
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from kernel_lsp.agent.search import Node, SearchTree
 from kernel_lsp.agent.tools import WORKER_TOOLS, ToolResult, Workbench, candidate_ms
 from kernel_lsp.agent.trajectory import TrajectoryWriter
 from kernel_lsp.compile.toolchain import cutlass_headers
+from kernel_lsp.findings import scrub
 from kernel_lsp.kinds.options import to_config
 from kernel_lsp.verify.verdict import CPU_TIMINGS, best_so_far
 from kernel_lsp.worker.client import WorkerUnavailable
@@ -360,6 +361,8 @@ class Optimizer:
         else:
             self._emit(name, f"{name}…")
             result = await bench.execute(name, arguments)
+        # what a candidate raised or printed reaches the model here: never a credential (the tools bound its length)
+        result = replace(result, content=scrub(result.content, limit=None))
         for _ in range(result.worker_jobs):
             self.spend.add_evaluation()
         self.trajectory.write("tool_result", id=call["id"], name=name, content=result.content,
@@ -537,8 +540,8 @@ def problem_codes(evaluation: dict[str, Any]) -> list[str]:
 
 
 def tool_result_block(call: dict[str, Any], result: ToolResult) -> dict[str, Any]:
-    """A tool's answer as the next user message's content block."""
-    return {"type": "tool_result", "tool_use_id": call["id"], "content": result.content,
+    """A tool's answer as the next user message's content block (scrubbed of credentials: it goes to the model)."""
+    return {"type": "tool_result", "tool_use_id": call["id"], "content": scrub(result.content, limit=None),
             **({"is_error": True} if result.is_error else {})}
 
 

@@ -20,6 +20,8 @@ import anthropic
 import httpx2  # the SDK's HTTP library: a time-out or dropped connection in mid-stream arrives as its error, unwrapped
 
 from kernel_lsp.agent.setup import API_KEY_ENV, BASE_URL_ENV
+from kernel_lsp.agent.setup import api_key as environment_api_key
+from kernel_lsp.findings import register_secret
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +113,8 @@ class ModelClient:
         max_turn_s: float = DEFAULT_MAX_TURN_S,
         prices: tuple[float, float] | None = None,
     ) -> None:
-        self._api_key = api_key or os.environ.get(API_KEY_ENV) or None  # private: never logged, never in a repr
+        self._api_key = api_key or environment_api_key() or None  # private: never logged, never in a repr
+        register_secret(self._api_key)  # scrubbed from every finding and tool result, whatever its shape
         self.base_url = base_url or os.environ.get(BASE_URL_ENV) or None  # None: the SDK's default endpoint
         self.model = model
         self.max_tokens = max_tokens

@@ -10,12 +10,20 @@ from typing import TYPE_CHECKING, Any
 
 from kernel_lsp.agent.budget import Budget
 from kernel_lsp.config import Settings
+from kernel_lsp.findings import secret_variable
 from kernel_lsp.kinds.options import VerifyOptions
 
 if TYPE_CHECKING:  # the anthropic SDK takes ~2 s to import: only a pass itself pays for it
     from kernel_lsp.agent.loop import Optimizer
 
 API_KEY_ENV, BASE_URL_ENV = "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"  # where the key and endpoint come from
+
+
+def api_key() -> str | None:
+    """The Anthropic API key of the environment. A command (kernel_lsp.cli.main) holds it out of os.environ, so the
+    worker, the compilers and the candidates they run never inherit it; this reads it from where it is held
+    (findings.secret_variable), as often as asked."""
+    return secret_variable(API_KEY_ENV)
 
 
 class UnpricedModel(ValueError):
@@ -87,7 +95,7 @@ def build_optimizer(file: Path, reference: Path, start_text: str, workspace: Pat
 
     chosen = model or settings.agent_model
     prices = check_priced(settings, chosen, budget.dollars)
-    client = ModelClient(settings.anthropic_api_key or os.environ.get(API_KEY_ENV),
+    client = ModelClient(settings.anthropic_api_key or api_key(),
                          settings.anthropic_base_url or os.environ.get(BASE_URL_ENV) or None,
                          chosen, settings.agent_max_tokens, settings.agent_temperature,
                          max_retries=settings.agent_max_retries, timeout_s=settings.agent_timeout_s,

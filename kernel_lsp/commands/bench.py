@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         raise CommandUsageError(f"not a folder: {folder}")
     workspace, settings = nearest_settings(folder, "bench")
     pairs = _paired_candidates(folder, workspace, settings, kernelbench_roots(args, workspace, settings))
-    options = verify_options(settings, **verify_option_overrides(args))
+    options = verify_options(settings, unattended=True, **verify_option_overrides(args))
     started, start = datetime.now(UTC), time.monotonic()
     backend = args.backend or settings.backend
     run = {"tool": f"kernel-lsp {__version__}", "folder": str(folder), "device": options.device,

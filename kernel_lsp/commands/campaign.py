@@ -12,13 +12,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from kernel_lsp.agent.budget import Budget
-from kernel_lsp.agent.setup import API_KEY_ENV, UnpricedModel, check_priced
+from kernel_lsp.agent.setup import API_KEY_ENV, UnpricedModel, api_key, check_priced
 from kernel_lsp.commands.optimize import BUDGET_OPTIONS, add_pass_options, budget_of
 from kernel_lsp.commands.shared import (
     EXIT_INTERRUPTED,
@@ -69,11 +68,12 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise CommandUsageError(f"--{name} must be at least 1, got {getattr(args, name)}")
     workspace, settings = nearest_settings(folder, "campaign")
-    if not (settings.anthropic_api_key or os.environ.get(API_KEY_ENV)):
+    if not (settings.anthropic_api_key or api_key()):
         raise CommandUsageError(f"no Anthropic API key: set {API_KEY_ENV} (or the anthropicApiKey setting) to let "
                                 "the agent call Claude")
-    passes = PassSettings(settings, verify_options(settings, **verify_option_overrides(args)), budget_of(args, settings),
-                          _total_budget(args), args.model, args.plan, args.objective, args.target)
+    options = verify_options(settings, unattended=True, **verify_option_overrides(args))
+    passes = PassSettings(settings, options, budget_of(args, settings), _total_budget(args), args.model, args.plan,
+                          args.objective, args.target)
     try:
         check_priced(settings, args.model, passes.budget.dollars or passes.total.dollars)
     except UnpricedModel as error:

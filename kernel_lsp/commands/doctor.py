@@ -82,14 +82,16 @@ def shared_fill_check(library: Any = None) -> Check:
 def isolation_checks() -> list[Check]:
     """What a candidate's process is kept from: its environment (filtered here), and its files and network, as
     a throw-away child confined the same way finds them (process/confine.py's probe)."""
+    from kernel_lsp.findings import held_secret_names
     from kernel_lsp.process.confine import SIGNAL_SCOPE_ABI
     from kernel_lsp.process.isolation import withheld
 
-    names = withheld(os.environ)
+    names = withheld({**os.environ, **dict.fromkeys(held_secret_names(), "")})  # and those this command holds
     shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
     checks = [Check("ok", "candidate environment",
                     f"allow-list: {len(names)} variable(s) withheld{f' ({shown})' if names else ''}, HOME in a "
                     "scratch folder")]
+    checks.append(sandbox_check())
     try:
         probed = subprocess.run([sys.executable, "-m", "kernel_lsp.process.confine", "--probe"], capture_output=True,
                                 text=True, timeout=30, check=True)
@@ -105,6 +107,15 @@ def isolation_checks() -> list[Check]:
         checks.append(Check("ok" if held else "missing", f"candidate {part}",
                             status if held else f"not isolated: {status} (a probe's {tried}: {seen[tried]})"))
     return checks + [processes_check(confinement["files"].startswith("isolated") and seen["abi"] >= SIGNAL_SCOPE_ABI)]
+
+
+def sandbox_check() -> Check:
+    """Whether the candidate's sandbox (process/namespaces.py) starts here: bubblewrap run once; if not, what is
+    missing and the one command or setting that gives it."""
+    from kernel_lsp.process.namespaces import isolation_status
+
+    status = isolation_status()
+    return Check("ok" if status.startswith("isolated") else "missing", "candidate sandbox", status)
 
 
 def processes_check(signal_scoped: bool) -> Check:
@@ -151,9 +162,9 @@ def counter_permission() -> Check:
 
 
 def api_key_check() -> Check:
-    from kernel_lsp.agent.setup import API_KEY_ENV
+    from kernel_lsp.agent.setup import API_KEY_ENV, api_key
 
-    if os.environ.get(API_KEY_ENV):
+    if api_key():
         return Check("ok", API_KEY_ENV, "present")
     return Check("missing", API_KEY_ENV, "not set: 'Optimize this kernel' cannot call the model")
 

@@ -12,14 +12,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernel_lsp.agent.budget import Budget
-from kernel_lsp.agent.setup import API_KEY_ENV, UnpricedModel, build_optimizer, settings_budget
+from kernel_lsp.agent.setup import API_KEY_ENV, UnpricedModel, api_key, build_optimizer, settings_budget
 from kernel_lsp.commands.shared import (
     CommandUsageError,
     add_verify_options,
@@ -93,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     if not file.is_file() or file.suffix != ".py":
         raise CommandUsageError(f"not a .py file: {file}")
     workspace, settings = nearest_settings(file.parent, "optimize")
-    options = verify_options(settings, **verify_option_overrides(args))
+    options = verify_options(settings, unattended=True, **verify_option_overrides(args))
     if args.replay is not None:
         reference = _recorded_reference(args) or _reference(file, args, workspace, settings)
         return asyncio.run(_replay(file, reference, args, settings, options))
@@ -151,7 +150,7 @@ def _recorded_reference(args: argparse.Namespace) -> Path | None:
 
 def _optimizer(file: Path, reference: Path, args: argparse.Namespace, workspace: Path | None, settings: Settings,
                options: VerifyOptions) -> Optimizer:
-    if not (settings.anthropic_api_key or os.environ.get(API_KEY_ENV)):
+    if not (settings.anthropic_api_key or api_key()):
         raise CommandUsageError(f"no Anthropic API key: set {API_KEY_ENV} (or the anthropicApiKey setting) to let "
                                 "the agent call Claude")
     budget = budget_of(args, settings)

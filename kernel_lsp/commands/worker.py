@@ -35,7 +35,11 @@ def run(args: argparse.Namespace) -> int:
     daemon = WorkerDaemon(token=token, max_frame=args.max_frame_mib * 2**20, single_client=not args.listen,
                           handlers=job_handlers())
     if args.listen:
-        asyncio.run(run_listener(daemon, args.listen))
+        try:
+            asyncio.run(run_listener(daemon, args.listen))
+        except (UsageError, OSError) as exc:  # its token file or its socket could not be made
+            print(f"kernel-lsp worker: {exc}", file=sys.stderr)
+            return EXIT_USAGE
         return EXIT_OK
     protocol_out = private_stdout()
     asyncio.run(run_stdio(daemon, sys.stdin, protocol_out))

@@ -148,7 +148,7 @@ def sandbox_command(program: list[str], plan: SandboxPlan, *, bwrap: str | None 
         for node in nvidia_nodes():
             argv += ["--dev-bind", node, node]
     argv += ["--remount-ro", "/dev"]  # no file made in /dev (a stray /dev/kmsg); its nodes and /dev/shm still open
-    argv += ["--chdir", "/", "--"]
+    argv.append("--")  # the working folder stays where it is bound (the task's), else bwrap takes HOME
     if root:
         argv += [shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={plan.user}", f"--regid={plan.user}",
                  "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from kernel_lsp.kinds.options import DEFAULT_LAUNCH_COUNT
 from kernel_lsp.compile.process import output_tail, run_process
-from kernel_lsp.verify.candidate_process import candidate_launch
+from kernel_lsp.verify.candidate_process import candidate_launch, tool_in_sandbox
 from kernel_lsp.verify.kernels import CUTE_DSL_PREFIX
 from kernel_lsp.process.isolation import with_package_on_path
 from profilers.ncu import (
@@ -89,8 +89,10 @@ async def profile_launches(plan: NcuPlan, files: dict[str, str]) -> list[KernelL
         home.mkdir()
         environment, writable = candidate_launch(home)
         report = folder / "profile.ncu-rep"  # written by ncu itself, which is not confined
-        await run_ncu_async(profiling_command(plan, ncu, report, writable), plan.timeout_s, folder / "task",
-                            environment)
+        argv, _ = tool_in_sandbox(profiling_command(plan, ncu, report, writable), [*writable, str(folder)],
+                                  (str(folder / "task"), os.path.dirname(os.path.realpath(ncu))), plan.allow_network,
+                                  counters=True)
+        await run_ncu_async(argv, plan.timeout_s, folder / "task", environment)
         details = await run_ncu_async(import_command(report, "details", ncu=ncu), IMPORT_TIMEOUT_S, folder)
         raw = await run_ncu_async(import_command(report, "raw", ncu=ncu), IMPORT_TIMEOUT_S, folder)
     return with_raw(parse_details_csv(details), parse_raw_csv(raw))

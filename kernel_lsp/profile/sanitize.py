@@ -25,6 +25,7 @@ of the user's.
 from __future__ import annotations
 
 import json
+import os
 import re
 import tempfile
 import time
@@ -52,7 +53,7 @@ from kernel_lsp.profile.program import (
     runtime_findings,
 )
 from kernel_lsp.sources import find_kernels, parse_python
-from kernel_lsp.verify.candidate_process import candidate_launch
+from kernel_lsp.verify.candidate_process import candidate_launch, tool_in_sandbox
 from kernel_lsp.verify.kernels import own_kernel_names
 from profilers.sanitizer import (
     TOOLS,
@@ -173,7 +174,8 @@ async def run_sanitizer(plan: SanitizePlan, files: dict[str, str], cache_dir: Pa
             if tool == SHARED_INIT:
                 outcome.runs.append(await _shared_init(plan, folder, home, environment, writable))
             else:
-                outcome.runs.append(await _one_tool(plan, tool, sanitizer, folder, program, environment))
+                outcome.runs.append(await _one_tool(plan, tool, sanitizer, folder, program, environment,
+                                                    writable or [str(home)]))
     return outcome
 
 
@@ -183,8 +185,8 @@ async def _warm_candidate(plan: SanitizePlan, folder: Path, environment: dict[st
     if progress:
         await progress(f"building {plan.candidate} with -lineinfo and running it once")
     started = time.monotonic()
-    warm = await run_process(driver_argv(plan, writable, 1, 0), timeout_s=plan.warm_timeout_s,
-                             cwd=str(folder / "task"), env=environment)
+    warm = await run_process(sandboxed(plan, driver_argv(plan, writable, 1, 0), folder, writable),
+                             timeout_s=plan.warm_timeout_s, cwd=str(folder / "task"), env=environment)
     outcome.warm = {"exitCode": warm.returncode, "timedOut": warm.timed_out,
                     "wallS": round(time.monotonic() - started, 2), "tail": output_tail(warm.output)}
     if warm.timed_out:
@@ -236,7 +238,7 @@ async def _shared_init(plan: SanitizePlan, folder: Path, home: Path, environment
     """The driver's shared-memory poison check (profile/shared_init.py), confined as the warm call: one warm
     call of its own (lazy initialisation launches kernels), then the fills and forward calls."""
     answer = home / "shared-init.json"
-    argv = [*driver_argv(plan, writable, 1, 0), "--poison-shared", str(answer)]
+    argv = sandboxed(plan, [*driver_argv(plan, writable, 1, 0), "--poison-shared", str(answer)], folder, writable)
     started = time.monotonic()
     result = await run_process(argv, timeout_s=plan.tool_timeout_s, cwd=str(folder / "task"), env=environment)
     run = ToolRun(SHARED_INIT, None, time.monotonic() - started, timed_out=result.timed_out)
@@ -268,10 +270,21 @@ def shared_init_problem(answer: dict[str, Any] | None, exit_code: int | None, ti
     return None
 
 
+def sandboxed(plan: SanitizePlan, argv: list[str], folder: Path, writable: Sequence[str]) -> list[str]:
+    """`argv` with the candidate it runs in the candidate's sandbox where one starts here (tool_in_sandbox): the
+    run's task files and program read-only; `writable` and the tools' log folder writable (a driver confines
+    itself to `writable` inside, so it cannot write the logs)."""
+    logs = folder / "logs"
+    logs.mkdir(exist_ok=True)
+    readable = tuple(str(path) for path in (folder / "task", folder / "program") if path.exists())
+    tool = os.path.dirname(os.path.realpath(argv[0]))  # compute-sanitizer's installation, or Python's
+    return tool_in_sandbox(argv, [*writable, str(logs)], (*readable, tool), plan.allow_network)[0]
+
+
 async def _one_tool(plan: SanitizePlan, tool: str, sanitizer: str, folder: Path, program: list[str],
-                    environment: dict[str, str] | None) -> ToolRun:
-    log = folder / f"{tool}.log"  # written by compute-sanitizer itself, outside the driver's reach
-    argv = sanitizer_command(tool, program, log, sanitizer, plan.print_limit)
+                    environment: dict[str, str] | None, writable: Sequence[str]) -> ToolRun:
+    log = folder / "logs" / f"{tool}.log"  # written by compute-sanitizer itself, outside the driver's reach
+    argv = sandboxed(plan, sanitizer_command(tool, program, log, sanitizer, plan.print_limit), folder, writable)
     started = time.monotonic()
     try:
         result = await run_process(argv, timeout_s=plan.tool_timeout_s, cwd=str(folder / "task"), env=environment)

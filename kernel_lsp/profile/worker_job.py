@@ -38,6 +38,7 @@ from kernel_lsp.profile.report import (
 )
 from kernel_lsp.profile.static import REFERENCE_FOLDER, static_profile
 from kernel_lsp.verify.kernels import cute_kernel_function, own_kernel_names
+from kernel_lsp.verify.candidate_process import tool_isolation
 from kernel_lsp.verify.verdict import isolation_gaps
 from kernel_lsp.worker.jobs import JobContext, outcome_finding, sandbox_limits
 from kernel_lsp.worker.protocol import Job, Result
@@ -210,7 +211,8 @@ async def ncu_report(job: Job, options: ProfileOptions, measured: dict[str, Any]
     report = profile_report("ncu", kernels, gpu=state.get("name") or (ceilings.gpu if ceilings else None),
                             ceilings=ceilings, reference_kernels=measured["reference_kernels"], problems=problems)
     report["energy"] = energy
-    report["isolation"] = measured.get("isolation")  # of the measuring process; the ncu driver is started the same way
+    # of the measuring process, and of ncu's run of the candidate (in the sandbox where counters allow it)
+    report["isolation"] = {**(measured.get("isolation") or {}), "ncu": tool_isolation(counters=True)}
     report["reference_energy"] = measured.get("reference_energy")  # the reference forward, read the same way
     return report, roofline_artifacts(ceilings, launches)
 

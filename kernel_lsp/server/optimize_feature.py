@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
-import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from lsprotocol import types
 
-from kernel_lsp.agent.setup import API_KEY_ENV
+from kernel_lsp.agent.setup import api_key
 from kernel_lsp.config import Settings
 from kernel_lsp.compile.units import CUDA_SUFFIXES
 from kernel_lsp.findings import path_to_uri, uri_to_path
@@ -134,7 +133,7 @@ class OptimizeFeature(Feature):
         return [command_action(title, OPTIMIZE_ACTION_KIND, OPTIMIZE_COMMAND, [run_uri], reason)]
 
     def _no_key_reason(self) -> str | None:
-        if self.settings.settings.anthropic_api_key or os.environ.get(API_KEY_ENV):
+        if self.settings.settings.anthropic_api_key or api_key():
             return None
         return f"no Anthropic API key: {api_key_remedy(self.settings.client)}"
 
@@ -243,7 +242,8 @@ class OptimizeFeature(Feature):
 
         workspace = self.settings.folders[0] if self.settings.folders else None
         return build_optimizer(start.path, start.reference, start.start_text, workspace, settings,
-                               self.worker.client(settings), verify_options(settings), settings_budget(settings))
+                               self.worker.client(settings), verify_options(settings, unattended=True),
+                               settings_budget(settings))
 
     # --- the pass -------------------------------------------------------------------------------------------
 

@@ -43,6 +43,7 @@ ALWAYS_WRITABLE = ("/dev", "/proc")  # device nodes CUDA opens read-write; CUDA'
 LEFT_GRACE_S = 1.0  # what the candidate's process started may take this long to end after it
 CLOSE_S = 5.0  # the process exits by itself when asked; past this it is killed
 KEEPER_START_S = 30.0
+PROFILING_PARAMS = "/proc/driver/nvidia/params"  # the driver's RmProfilingAdminOnly
 INHERITED_LIMITS = ("RLIMIT_FSIZE", "RLIMIT_DATA", "RLIMIT_AS")  # what a task sets in the sandbox child
 
 
@@ -67,6 +68,35 @@ def in_sandbox(command: list[str], writable: list[str], readable: tuple[str, ...
     prepare_writable(own)
     make_readable(readable)
     return sandbox_command(command, SandboxPlan(writable=own, readable=readable, network=allow_network))
+
+
+def tool_in_sandbox(argv: list[str], writable: list[str], readable: tuple[str, ...], allow_network: bool,
+                    counters: bool = False) -> tuple[list[str], str]:
+    """A tool that runs a candidate (ncu, compute-sanitizer, a standalone program's run) with the candidate in the
+    candidate's sandbox where one starts here, and how it runs ("isolated: ..." or why not). The tool writes its
+    reports in `writable` folders the candidate, confined inside by Landlock to its own, cannot write. With
+    `counters` (ncu), a driver that keeps performance counters for root keeps the tool out of the sandbox."""
+    status = tool_isolation(counters)
+    if not status.startswith("isolated"):
+        return argv, status
+    return in_sandbox(argv, writable, readable, allow_network), status
+
+
+def tool_isolation(counters: bool = False) -> str:
+    """Whether a tool that runs a candidate runs it in the sandbox here (tool_in_sandbox), said plainly."""
+    status = isolation_status()
+    if status.startswith("isolated") and counters and counters_admin_only():
+        return ("not isolated: the NVIDIA driver lets only root read performance counters (RmProfilingAdminOnly: "
+                "1), and the sandbox never runs as root: ncu and its program run confined by Landlock and seccomp "
+                "only; 'options nvidia NVreg_RestrictProfilingToAdminUsers=0' lets the sandbox profile")
+    return status
+
+
+def counters_admin_only() -> bool:
+    try:
+        return "RmProfilingAdminOnly: 1" in Path(PROFILING_PARAMS).read_text()
+    except OSError:
+        return False
 
 
 @contextlib.contextmanager

@@ -55,7 +55,13 @@ class Exchange:
         self._incoming: list[int] = []
 
     def send(self, value: Any) -> Any:
-        return self.share(value)[0]
+        """The descriptor alone. Device blocks copied for it are let go here at once: the descriptor that crossed
+        (and the other side's mapping) keeps their memory alive, so an output does not cost its size twice."""
+        kept = len(self._kept)
+        described = self.share(value)[0]
+        if self.channel is not None:
+            del self._kept[kept:]
+        return described
 
     def share(self, value: Any) -> tuple[Any, Any]:
         """The descriptor of value, and value as the other side will see it: the same memory (a CUDA tensor's

@@ -319,7 +319,8 @@ class Host:
 
     def op_settle(self, request: dict[str, Any]) -> dict[str, Any]:
         """Everything this process started has finished: the device synchronized, the run's threads joined
-        (a while). On the CPU the output is sent again (the judge compares it with the first)."""
+        (a while). On the CPU, and across the sandbox on CUDA, the output is sent again (the judge compares it
+        with the first)."""
         if self.target.type == "cuda":
             self.torch.cuda.synchronize(self.target)
         for thread in threading.enumerate():
@@ -327,8 +328,9 @@ class Host:
                 thread.join(request.get("join_s", 1.0))
         if self.target.type == "cuda":
             self.torch.cuda.synchronize(self.target)
-            return {}
-        return {"output": self.exchange.send(self.output)}
+            if self.exchange.channel is None:  # the judge maps this process's memory: it sees what changed
+                return {}
+        return {"output": self.exchange.send(self.output)}  # a copy crossed: what the output holds now
 
     def op_release(self, request: dict[str, Any]) -> dict[str, Any]:
         """The last run's inputs and outputs are dropped; with return_memory, this process's cached memory (what

@@ -1,8 +1,10 @@
 """The server's side of the worker: start (or connect), hand over jobs, forward cancellation, time out,
 and restart a worker that died, with backoff and a message saying so.
 
-Address "" (the default) starts a local worker as a child process speaking over its stdin/stdout;
-"unix:PATH" and "tcp:HOST:PORT" connect to a worker that is already listening (e.g. on a GPU server).
+Address "" (the default) starts a local worker as a child process speaking over its stdin/stdout, with an
+allow-listed environment (worker_environment: no credential reaches it, nor the candidates it runs);
+"unix:PATH" and "tcp:HOST:PORT" connect to a worker that is already listening (e.g. on a GPU server), with the
+token given, else the one the worker made and wrote for its clients (protocol.token_file_for).
 """
 
 from __future__ import annotations
@@ -10,12 +12,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from kernel_lsp import __version__
+from kernel_lsp.process.isolation import CREDENTIAL, allowed
 from kernel_lsp.worker import protocol
 from kernel_lsp.worker.protocol import ConnectionClosed, Job, ProtocolError, Result
 
@@ -23,6 +28,20 @@ log = logging.getLogger(__name__)
 
 HANDSHAKE_TIMEOUT_S = 60.0
 BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
+# what the local worker gets beyond the candidates' allow-list: its real HOME (its cache folder, the user's site
+# packages), where its caches and settings are, and how its Python is set up; never a credential-named variable
+WORKER_NAMES = frozenset({"HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_RUNTIME_DIR", "TEMP", "TMP"})
+WORKER_PREFIXES = ("KERNEL_LSP_", "PYTHON", "CONDA_")
+
+
+def worker_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a local worker started by a client: the candidates' allow-list (process/isolation.py)
+    and WORKER_NAMES / WORKER_PREFIXES, minus anything named like a credential (the Anthropic API key, the worker's
+    token, cloud and tool tokens): nothing a candidate must not read is ever in the worker's environment."""
+    environ = os.environ if environ is None else environ
+    return {name: value for name, value in environ.items()
+            if allowed(name) or ((name in WORKER_NAMES or name.startswith(WORKER_PREFIXES))
+                                 and not CREDENTIAL.search(name))}
 
 
 @dataclass
@@ -172,7 +191,7 @@ class WorkerClient:
             # command that dies instead leaves the worker its stdin's end, and the worker exits
             process = await asyncio.create_subprocess_exec(
                 self.python, "-m", "kernel_lsp", "worker", "--stdio", stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE, limit=2**20, start_new_session=True)
+                stdout=asyncio.subprocess.PIPE, limit=2**20, start_new_session=True, env=worker_environment())
             reader, writer = process.stdout, process.stdin
         elif self.address.startswith("unix:"):
             reader, writer = await asyncio.open_unix_connection(self.address[5:], limit=2**20)
@@ -183,8 +202,7 @@ class WorkerClient:
             raise WorkerUnavailable(f"worker address must be empty (local), unix:PATH or tcp:HOST:PORT, "
                                     f"got '{self.address}'")
         connection = _Connection(reader, writer, process)
-        await connection.send(protocol.hello(f"kernel-lsp {__version__}", self.token),
-                              self.max_frame)
+        await connection.send(protocol.hello(f"kernel-lsp {__version__}", self._token()), self.max_frame)
         reply = await protocol.read_message(reader, self.max_frame)
         if reply["kind"] != "welcome":
             await self._drop(connection)
@@ -195,6 +213,14 @@ class WorkerClient:
                          message=None)
         connection.reader_task = asyncio.ensure_future(self._read_loop(connection))
         return connection
+
+    def _token(self) -> str | None:
+        """The token given, else the one a worker listening here made for its clients (read at each connection:
+        a restarted worker makes another)."""
+        if self.token is not None:
+            return self.token
+        path = protocol.token_file_for(self.address)
+        return protocol.read_token_file(path) if path is not None else None
 
     async def _read_loop(self, connection: _Connection) -> None:
         try:

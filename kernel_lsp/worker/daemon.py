@@ -2,23 +2,27 @@
 
 One connection = one client (the server's local worker speaks over stdin/stdout; a GPU server
 listens on a unix socket or TCP). Every connection starts with hello/welcome; a wrong token closes
-it. Jobs run concurrently as asyncio tasks; untrusted code runs only inside the sandbox's children.
-A malformed message gets an error reply; the worker itself never dies of one.
+it. A listening worker always asks for a token, on a unix socket too: one given (KERNEL_LSP_TOKEN,
+--token-file), else one it makes and writes, readable by its user only, where its clients look
+(protocol.token_file_for). Jobs run concurrently as asyncio tasks; untrusted code runs only inside the
+sandbox's children. A malformed message gets an error reply; the worker itself never dies of one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import os
 import platform
+import secrets
+from pathlib import Path
 from typing import Awaitable, BinaryIO, Callable
 
 from kernel_lsp import __version__
 from kernel_lsp.worker import protocol
 from kernel_lsp.config import cache_dir
+from kernel_lsp.findings import register_secret, secret_variable
 from kernel_lsp.worker.environment import device_summary, package_version
 from kernel_lsp.worker.jobs import JOB_KINDS, Handler, JobContext
 from kernel_lsp.worker.protocol import ConnectionClosed, Job, ProtocolError, Result
@@ -164,8 +168,8 @@ class WorkerDaemon:
                 await send(protocol.error(message.get("id"), "not-authenticated", "send hello first"))
                 continue
             if not protocol.check_token(message.get("token"), self.token):
-                log.warning("refused a client with a wrong or missing token")
-                await send(protocol.error(None, "auth-failed", "wrong or missing token"))
+                log.warning("refused a client with a %s token", "missing" if message.get("token") is None else "wrong")
+                await send(protocol.error(None, "auth-failed", AUTH_FAILED))
                 return False
             await send(protocol.welcome(f"kernel-lsp {__version__}", self.versions(), device_summary(), True))
             return True
@@ -228,23 +232,55 @@ async def _quiet(awaitable: Awaitable[None]) -> None:
         pass
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+TOKEN_ENV = "KERNEL_LSP_TOKEN"
+AUTH_FAILED = ("wrong or missing token: this worker asks every client for its token (KERNEL_LSP_TOKEN, --token-file "
+               "or the workerTokenFile setting; a worker listening without one given made its own, readable by its "
+               "user only, beside its unix socket (PATH.token) or under the cache folder's worker-tokens/)")
 
 
 def read_token(token_file: str | None) -> str | None:
+    """The token in `token_file`, else $KERNEL_LSP_TOKEN (held out of os.environ by the command: no child inherits
+    it); registered, so it never shows in a message."""
     if token_file:
         with open(token_file, encoding="utf-8") as f:
             token = f.read().strip()
         if not token:
             raise UsageError(f"token file {token_file} is empty")
+        register_secret(token)
         return token
-    return os.environ.get("KERNEL_LSP_TOKEN") or None
+    return secret_variable(TOKEN_ENV)
+
+
+def make_token(daemon: WorkerDaemon, address: str) -> Path | None:
+    """A listener given no token makes one (every socket asks for a token, a unix socket's too) and writes it, mode
+    0600, where its clients look for it (protocol.token_file_for), before it listens. The file it wrote, or None
+    when a token was given."""
+    if daemon.token is not None:
+        return None
+    path = protocol.token_file_for(address)
+    if path is None:  # parse_listen refuses a non-loopback TCP address without a token before this
+        raise UsageError(f"refusing to listen on {address} without a token (KERNEL_LSP_TOKEN or --token-file)")
+    token = secrets.token_urlsafe(32)
+    if address.startswith("tcp:"):  # under the cache folder; a unix socket's folder is the user's to make
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()  # a worker's before this one: never written through (O_EXCL, no symlink followed)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise UsageError(f"cannot write the worker's token to {path}: {exc}") from exc
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(token + "\n")
+    register_secret(token)
+    daemon.token = token
+    return path
+
+
+def _remove_token_file(path: Path, token: str) -> None:
+    """The token file this worker wrote, unless another worker has written its own there since."""
+    if protocol.read_token_file(path) == token:
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 def parse_listen(address: str, token: str | None) -> tuple[str, str | int]:
@@ -256,7 +292,7 @@ def parse_listen(address: str, token: str | None) -> tuple[str, str | int]:
         host, _, port = rest.rpartition(":")
         if not host or not port.isdigit():
             raise UsageError(f"--listen tcp:HOST:PORT expected, got '{address}'")
-        if token is None and not is_loopback(host.strip("[]")):
+        if token is None and not protocol.is_loopback(host.strip("[]")):
             raise UsageError(f"refusing to listen on {host} without a token: anyone who can reach it could run "
                              "code on this machine. Set KERNEL_LSP_TOKEN or --token-file, or listen on 127.0.0.1 "
                              "and reach it through an ssh tunnel (docs/PROTOCOL.md).")
@@ -279,16 +315,24 @@ async def run_stdio(daemon: WorkerDaemon, stdin: BinaryIO, stdout: BinaryIO) -> 
 
 
 async def run_listener(daemon: WorkerDaemon, address: str) -> None:
+    """Listens on `address` until stopped; every client must present the token (given, or made here: make_token).
+    UsageError or OSError: it could not start (the caller says so, exit status 2)."""
     host, port = parse_listen(address, daemon.token)
-    if host == "unix":
-        server = await asyncio.start_unix_server(daemon.serve, path=str(port))
-        os.chmod(str(port), 0o600)  # only this user may connect to an unauthenticated unix socket
-    else:
-        server = await asyncio.start_server(daemon.serve, host=host, port=port)
-    log.warning("kernel-lsp worker listening on %s", address)
-    daemon.start_warmup()
+    made = make_token(daemon, address)
     try:
-        async with server:
-            await daemon.stopped.wait()
+        if host == "unix":
+            server = await asyncio.start_unix_server(daemon.serve, path=str(port))
+            os.chmod(str(port), 0o600)  # only this user may connect at all; the token is asked for all the same
+        else:
+            server = await asyncio.start_server(daemon.serve, host=host, port=port)
+        log.warning("kernel-lsp worker listening on %s%s", address,
+                    f" (its token, for clients: {made})" if made else " (clients need its token)")
+        daemon.start_warmup()
+        try:
+            async with server:
+                await daemon.stopped.wait()
+        finally:
+            await daemon.sandbox.close()
     finally:
-        await daemon.sandbox.close()
+        if made is not None and daemon.token is not None:
+            _remove_token_file(made, daemon.token)

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import ipaddress
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -333,9 +335,45 @@ def shutdown() -> dict[str, Any]:
 
 
 def check_token(presented: str | None, expected: str | None) -> bool:
-    """Whether a hello's token opens this worker; compared in constant time."""
+    """Whether a hello's token opens this worker; compared in constant time. Only the stdio worker (a pipe, no
+    listener) runs without a token; a listening one always has one (daemon.run_listener)."""
     if expected is None:
         return True
     if not isinstance(presented, str):
         return False
     return hmac.compare_digest(presented.encode("utf-8"), expected.encode("utf-8"))
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def token_file_for(address: str) -> Path | None:
+    """Where a worker listening on `address` with no token given writes the one it made (mode 0600), and where a
+    client of that address with no token of its own reads it: beside the socket for unix:PATH (PATH.token), under
+    the cache folder's worker-tokens/ for tcp:HOST:PORT on a loopback host. None otherwise (the stdio worker, a
+    remote host: there the token is given on both sides)."""
+    scheme, _, rest = address.partition(":")
+    if scheme == "unix" and rest:
+        return Path(rest + ".token")
+    if scheme == "tcp":
+        host, _, port = rest.rpartition(":")
+        host = host.strip("[]")
+        if host and port.isdigit() and is_loopback(host):
+            from kernel_lsp.config import cache_dir
+
+            return cache_dir() / "worker-tokens" / f"tcp-{host.replace(':', '_')}-{port}.token"
+    return None
+
+
+def read_token_file(path: Path) -> str | None:
+    """The token in `path`, or None when there is none to read."""
+    try:
+        return path.read_text(encoding="utf-8").strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None

@@ -155,7 +155,7 @@ class Sandbox:
         waiting.cancel()
         await asyncio.wait([waiting])
         if not waiting.cancelled() and waiting.exception() is None:
-            await waiting.result().stop()
+            await waiting.result().discard()
 
     def _prestart(self) -> None:
         if not self._closed and self._waiting is None:
@@ -172,7 +172,7 @@ class Sandbox:
             else:
                 if child.process.returncode is None:
                     return child
-                await child.stop()  # it died while waiting, killed from outside
+                await child.discard()  # it died while waiting, killed from outside
         return await self._started(asyncio.create_task(self._spawn()))
 
     async def _started(self, spawning: asyncio.Task[_Child]) -> _Child:
@@ -198,10 +198,10 @@ class Sandbox:
             ready = await child.read_frame()
         except BaseException:
             child.kill()
-            await asyncio.shield(child.stop())
+            await asyncio.shield(child.discard())
             raise
         if ready is None:
-            await child.stop()
+            await child.discard()
             raise SandboxStartError(f"the sandbox's child ended before it was ready (exit status "
                                     f"{child.process.returncode}): {_tail(child.stderr.text())}")
         return child
@@ -387,7 +387,12 @@ class _Child:
         self.kept = self.link.end()
         _log_keeper(self.link.lines, self.kept)
         self.link.close()
-        shutil.rmtree(self.home, ignore_errors=True)
+        shutil.rmtree(self.home, ignore_errors=True)  # the task folder stays until the run's outcome is read
+
+    async def discard(self) -> None:
+        """Stops a child that ran no task, and removes its task folder too."""
+        await self.stop()
+        shutil.rmtree(self.task_dir, ignore_errors=True)
 
     def ending(self) -> _Ending:
         return _Ending(self.process.returncode, self.stdout.text(), self.stderr.text(),

@@ -34,4 +34,8 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
     -d .gpu_carry/wheels pygls lsprotocol cattrs watchdog anthropic distro jiter docstring-parser pydantic \
     pydantic-core annotated-types typing-inspection httpx2 httpcore2 truststore opentelemetry-api sniffio pytest-asyncio pytest-lsp nvidia-cutlass==4.2.0.0 \
     2>&1 | grep -v '^WARNING' || true
+# bubblewrap for the candidate's sandbox (the GPU machine has no package registry): its .deb, unpacked there by
+# on_device.sh when no bwrap is installed
+mkdir -p .gpu_carry/debs && (cd .gpu_carry/debs && apt-get download bubblewrap libcap2 >/dev/null 2>&1) \
+    || echo "carry.sh: apt-get download bubblewrap failed: the GPU tests of the sandbox will fail" >&2
 du -sh .gpu_carry

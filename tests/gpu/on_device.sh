@@ -25,6 +25,15 @@ if [ -d .gpu_carry_dsl/part2 ] && ls /tmp/kernel-lsp-dsl/*.whl.aa >/dev/null 2>&
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
         /tmp/kernel-lsp-dsl/*.whl || exit 1
 fi
+# bubblewrap for the candidate's sandbox, from the carried .deb when the image has none (process/namespaces.py)
+if ! command -v bwrap >/dev/null 2>&1 && ls .gpu_carry/debs/bubblewrap_*.deb >/dev/null 2>&1; then
+    rm -rf /tmp/kernel-lsp-bwrap && for deb in .gpu_carry/debs/*.deb; do dpkg -x "$deb" /tmp/kernel-lsp-bwrap; done
+    chmod 755 /tmp/kernel-lsp-bwrap/usr/bin/bwrap
+    export KERNEL_LSP_BWRAP=/tmp/kernel-lsp-bwrap/usr/bin/bwrap
+    ldconfig -p | grep -q libcap.so.2 || export LD_LIBRARY_PATH="/tmp/kernel-lsp-bwrap/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+fi
+# the sandbox's user (uid 65534) reads the checkout and the carried packages
+chmod -R o+rX "$PWD" /tmp/site 2>/dev/null
 # the DSL's package adds its folder with a .pth file, which PYTHONPATH entries do not read
 export PYTHONPATH="$PWD:/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader

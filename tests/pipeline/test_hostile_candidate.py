@@ -91,17 +91,17 @@ def candidate_text(targets: dict) -> str:
     return HOSTILE.replace("__TARGETS__", repr(json.dumps(targets)))
 
 
-async def run_hostile(targets: dict, cache_dir: str) -> dict:
-    """The hostile candidate verified through the worker's sandbox: the report."""
+async def run_hostile(targets: dict, cache_dir: str, device: str = "cpu", memory: int = MEMORY_LIMIT) -> dict:
+    """The hostile candidate verified through the worker's sandbox: the run's ending (its exception's message)."""
     files = {"cand.py": candidate_text(targets), "reference/problem.py": relu_problem("torch.rand(8, 32) - 0.5")}
     task = SandboxTask(entry="kernel_lsp.verify.run:verify_candidate", files=files,
-                       args={"reference": "reference/problem.py", "candidate": "cand.py",
-                             "options": {"device": "cpu", "trials": 1, "timedCalls": 2, "warmup": 1,
+                       args={"reference": "reference/problem.py", "candidate": "cand.py", "uses_cuda": device == "cuda",
+                             "options": {"device": device, "trials": 1, "timedCalls": 2, "warmup": 1,
                                          "baselines": ["eager"]},
                              "cache_dir": cache_dir, "files": files})
     sandbox = Sandbox(preload=("torch",))
     try:
-        outcome = await sandbox.run(task, SandboxLimits(wall_time_s=300, host_memory_bytes=MEMORY_LIMIT))
+        outcome = await sandbox.run(task, SandboxLimits(wall_time_s=300, host_memory_bytes=memory))
     finally:
         await sandbox.close()
     # the candidate raises with its attempts: the run ends as its exception

@@ -51,6 +51,9 @@ Available Kernels:
 """
 
 
+# the stand-in ncu writes what it was given into the test's folder, which the candidate's sandbox hides
+pytestmark = pytest.mark.usefixtures("without_sandbox")
+
 def fake_ncu(folder: Path, monkeypatch, output: str, status: int = 1) -> Path:
     """An `ncu` first on PATH that prints `output` and exits with `status`, as the real one does."""
     folder.mkdir(exist_ok=True)

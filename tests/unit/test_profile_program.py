@@ -12,6 +12,7 @@ import pytest
 
 from kernel_lsp.findings import uri_to_path
 from kernel_lsp.kinds.files import gather_files
+from kernel_lsp.process.namespaces import bwrap_path, isolation_status
 from kernel_lsp.profile.program import (
     ProgramHeader,
     build_program,
@@ -75,7 +76,10 @@ def test_the_program_builds_and_its_confined_run_reports_its_cuda_error(tmp_path
     home = tmp_path / "home"
     home.mkdir()
     argv, environment = confined_launch([str(tmp_path / "program"), *header.run], home)
-    assert argv[:4] == [sys.executable, "-P", "-m", "kernel_lsp.process.confine"] and "ANTHROPIC_API_KEY" not in environment
+    confine = [sys.executable, "-P", "-m", "kernel_lsp.process.confine"]
+    assert confine == argv[argv.index(sys.executable):][:4] and "ANTHROPIC_API_KEY" not in environment
+    if isolation_status().startswith("isolated"):  # in the candidate's sandbox, confined inside it
+        assert argv[0] == bwrap_path() and argv.index("--") < argv.index(sys.executable)
     result = asyncio.run(run_program(argv, source.parent, environment, timeout_s=60))
     if result.returncode == 0:
         pytest.skip("this machine has a GPU: the program ran (tests/gpu covers that)")

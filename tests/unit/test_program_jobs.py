@@ -60,7 +60,7 @@ def _script(path: Path, text: str) -> None:
 
 
 @pytest.fixture
-def stand_ins(tmp_path: Path, monkeypatch) -> Path:
+def stand_ins(tmp_path: Path, monkeypatch, without_sandbox) -> Path:
     bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
     bin_dir.mkdir()
     calls.mkdir()
