@@ -51,6 +51,7 @@ from kernel_lsp.verify.integrity import (
     input_snapshot,
     overwriter,
     tensor_leaves,
+    tensor_metadata,
 )
 from kernel_lsp.verify.kernels import KernelLaunch, Window, classify, launches_off_stream, own_kernel_names
 from kernel_lsp.verify.shared_fill import FILLED
@@ -424,12 +425,14 @@ def run_candidate(judge: Judge, inputs: tuple, poison: int, record: bool, own_co
     shared memory filled with `shared_poison` (without it, `poison`); what the judge then sees of its output and
     of its copy of the inputs."""
     needed = footprint.output + (footprint.inputs if own_copy else 0)  # what lands on the poison before forward ends
+    copied = judge.exchange.channel is not None and judge.target.type == "cuda"  # device memory as VMM copies
     with PHASES("sending inputs"):
         sent, shared = judge.exchange.share(clone_inputs(inputs))  # on CUDA the candidate writes into this memory
     with PHASES("candidate runs"):
         reply = judge.ask("forward", runs=1, inputs=sent, poison=poison, record=record, own_copy=own_copy,
                           poison_bytes=max(POISON_MIN_BYTES, POISON_FOOTPRINTS * footprint.total),
-                          reserve=JUDGE_FOOTPRINTS * footprint.total,
+                          # across the sandbox the output crosses as copies (sent, then settled): room for them
+                          reserve=JUDGE_FOOTPRINTS * footprint.total + (2 * footprint.output if copied else 0),
                           poison_floor=needed + POISON_MIN_BYTES if needed else 0,
                           shared_poison=poison if shared_poison is None else shared_poison)
         returned = judge.exchange.receive(reply["output"])
@@ -437,7 +440,9 @@ def run_candidate(judge: Judge, inputs: tuple, poison: int, record: bool, own_co
     note_shared_fill(judge, reply.get("shared_fill"))
     note_free_poison(judge, reply.get("poisoned_bytes"), needed)
     with PHASES("pending-work checks"):
-        first = input_snapshot(returned)  # a device copy where it fits, else a digest
+        # a device copy where it fits, else a digest; a copy that crossed the sandbox is one already
+        first = [(tensor_metadata(t), as_bytes(t)) for t in tensor_leaves(returned)] if copied \
+            else input_snapshot(returned)
         settled = judge.ask("settle", runs=1, join_s=THREAD_JOIN_S)
         output = judge.exchange.receive(settled["output"]) if "output" in settled else returned
         pending = bool(changed_since(first, output))
@@ -637,7 +642,8 @@ def which_memory(judge: Judge, inputs: tuple, first: CandidateRun, second: Candi
     except CandidateFailed as exc:
         if exc.sandbox_failure.get("status") == "timeout":
             raise  # its process was killed: nothing more can be asked of it (a hang, as in any other run)
-        return "a third run, to tell which memory was read, failed"  # e.g. out of memory with three outputs held
+        why = (str(exc.sandbox_failure.get("message") or exc).strip().splitlines() or ["no message"])[0][:300]
+        return f"a third run, to tell which memory was read, failed ({why})"  # e.g. out of memory, three outputs held
     if judge.shared_fill != FILLED:
         return f"a third run, to tell which memory was read, could not fill shared memory ({judge.shared_fill})"
     shared = not outputs_agree(second.output, third.output, overrides)

@@ -65,7 +65,7 @@ def test_run_candidate_asks_for_the_outputs_floor_and_notes_what_was_poisoned():
                     "poisoned_bytes": RELU.output + POISON_MIN_BYTES}
         return {}
 
-    exchange = SimpleNamespace(share=lambda inputs: ("sent", inputs), receive=lambda sent: torch.zeros(2))
+    exchange = SimpleNamespace(share=lambda inputs: ("sent", inputs), receive=lambda sent: torch.zeros(2), channel=None)
     judge = SimpleNamespace(target=torch.device("cuda"), exchange=exchange, ask=ask, shared_fill=None,
                             free_poison=None)
     verify_run.run_candidate(judge, (torch.ones(2),), POISON_BYTE, record=False, footprint=RELU)
