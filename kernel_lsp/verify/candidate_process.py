@@ -261,6 +261,9 @@ class CandidateProcess:
     def _died(self) -> NoReturn:
         """The candidate's process ended without answering: this process ends the same way."""
         returncode = self.process.wait()  # the keeper's, which exits as the candidate's process did
+        ended = self.link.end()  # in the sandbox, bwrap exits 128+N for a signal N: the keeper's report says which
+        if ended is not None and isinstance(ended.get("status"), int):
+            returncode = ended["status"]
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         faulthandler.disable()  # the candidate's own dump is the last one on stderr, as the sandbox expects
