@@ -105,11 +105,7 @@ async def test_a_unix_socket_without_a_given_token_makes_one_and_asks_for_it(tmp
         token = token_file.read_text().strip()
         assert len(token) >= 32
         await refused_then_served(f"unix:{path}", token, process)
-        found = WorkerClient(address=f"unix:{path}")  # no token given: the one beside the socket
-        try:
-            assert (await found.run(NOOP)).status == "ok"
-        finally:
-            await found.close()
+        await served_by_the_token_file(f"unix:{path}")  # no token given: the one beside the socket
     finally:
         stop(process)
     assert not token_file.exists()  # removed when the worker stops
@@ -127,6 +123,15 @@ async def test_a_unix_socket_with_a_given_token_asks_for_that_one(tmp_path: Path
         stop(process)
 
 
+async def served_by_the_token_file(address: str) -> None:
+    """A client given no token finds the one the worker made, and is served."""
+    found = WorkerClient(address=address)
+    try:
+        assert (await found.run(NOOP)).status == "ok"
+    finally:
+        await found.close()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -142,11 +147,7 @@ async def test_tcp_on_loopback_without_a_given_token_makes_one_too(tmp_path: Pat
     try:
         assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
         await refused_then_served(address, token_file.read_text().strip(), process)
-        found = WorkerClient(address=address)
-        try:
-            assert (await found.run(NOOP)).status == "ok"
-        finally:
-            await found.close()
+        await served_by_the_token_file(address)
     finally:
         stop(process)
 
