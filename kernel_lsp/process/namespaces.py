@@ -228,7 +228,8 @@ def isolation_status() -> str:
     if tried.returncode != 0:
         detail = (tried.stderr.strip().splitlines() or ["no message"])[-1]
         hint = ("enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1 and "
-                "user.max_user_namespaces > 0), or run the worker in a container that allows them"
+                "user.max_user_namespaces > 0; on Ubuntu 24.04 also kernel.apparmor_restrict_unprivileged_userns=0 "
+                "or an AppArmor profile for bwrap), or run the worker in a container that allows them"
                 if not running_as_root() else "the container must allow mount and PID namespaces "
                 "(e.g. docker run --security-opt seccomp=unconfined --cap-add SYS_ADMIN)")
         return f"not isolated: bubblewrap failed ({detail}); {hint}"
