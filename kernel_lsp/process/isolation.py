@@ -31,7 +31,9 @@ ALLOWED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "NVCC_", "TORCH_", "PYTORCH_", "T
                     "MKL_", "KMP_", "OPENBLAS_", "GOMP_", "NCCL_")
 # an allowed prefix does not make a credential safe: TORCH_HUB_TOKEN, CUDA_..._SECRET and the like stay behind
 CREDENTIAL = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION)", re.IGNORECASE)
-BUILD_CACHES = {"TORCH_EXTENSIONS_DIR": "torch_extensions", "TRITON_CACHE_DIR": "triton"}
+# torch.compile's cache too: its default (/tmp/torchinductor_<user>) is one folder for the judge and every candidate
+BUILD_CACHES = {"TORCH_EXTENSIONS_DIR": "torch_extensions", "TRITON_CACHE_DIR": "triton",
+                "TORCHINDUCTOR_CACHE_DIR": "torchinductor"}
 # the driver's JIT cache stays in the process's own HOME, removed after the run: shared, a candidate could plant the
 # SASS that another process's PTX (the verifier's shared-memory fill kernel, say) is loaded as
 SCRATCH_CACHES = {"CUDA_CACHE_PATH": ".nv/ComputeCache"}

@@ -41,6 +41,7 @@ from pathlib import Path
 
 SANDBOX_UID = 65534  # "nobody": the user root's sandboxes run as
 SYSTEM_READABLE = ("/usr", "/etc", "/opt", "/sys", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+PRIVATE = ("/", "/tmp", "/dev", "/dev/shm", "/proc")  # the sandbox's own: a folder of the plan never covers them
 PROC_READ_ONLY = ("/proc/sys", "/proc/irq", "/proc/bus", "/proc/fs")
 NVIDIA_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
 DEFAULT_PIDS = max(1024, 8 * (os.cpu_count() or 1))  # processes and threads: torch starts a thread per core
@@ -123,9 +124,9 @@ def sandbox_command(program: list[str], plan: SandboxPlan, *, bwrap: str | None 
         argv.append("--unshare-net")
     if not root:
         argv += ["--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
-    writable = _outermost(plan.writable)
+    writable = [path for path in _outermost(plan.writable) if path not in PRIVATE]
     readable = [path for path in _outermost([*system_readable(), *plan.readable])
-                if not any(path == w or path.startswith(w.rstrip("/") + "/") for w in writable)]
+                if path not in PRIVATE and not any(path == w or path.startswith(w.rstrip("/") + "/") for w in writable)]
     argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp", "--perms", "1777",
              "--tmpfs", "/dev/shm"]
     # the kernel's settings read-only, whatever uid the host gives the sandbox: sysctl writes are checked against

@@ -51,7 +51,8 @@ def measure_candidate(candidate: str, reference: str | None = None, cache_dir: s
 
     problems: list[str] = []
     reference_model = inputs = None
-    with candidate_process(allow_network, device) as host:  # it starts now: its imports overlap the reference's set-up
+    files = (candidate, *([reference] if reference else []))
+    with candidate_process(allow_network, device, files) as host:  # it starts now: its imports overlap the reference's
         measured_ceilings = ceilings(device, cache_dir, problems)  # before any candidate code ran anywhere
         if reference is not None:
             inputs_module = load_module(reference, "kernel_lsp_reference")

@@ -61,6 +61,13 @@ def candidate_launch(home: Path) -> tuple[dict[str, str], list[str]]:
     return environment, writable
 
 
+def task_folders(files: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """What a candidate's process reads of the host besides the system: the task folder (the sandbox child's, made
+    with it, else the current folder) and the folders of the task's files."""
+    task = os.environ.get(TASK_DIR_ENV) or os.getcwd()
+    return tuple(dict.fromkeys([task, *(os.path.dirname(os.path.abspath(file)) for file in files)]))
+
+
 def in_sandbox(command: list[str], writable: list[str], readable: tuple[str, ...], allow_network: bool) -> list[str]:
     """`command` started in the candidate's sandbox (process/namespaces.py; the caller has checked that one starts
     here): it writes `writable` (the sandbox's user owns them), reads `readable` and the system, nothing else."""
@@ -100,18 +107,20 @@ def counters_admin_only() -> bool:
 
 
 @contextlib.contextmanager
-def candidate_process(allow_network: bool, device: str) -> Iterator[CandidateProcess]:
+def candidate_process(allow_network: bool, device: str, files: tuple[str, ...] = ()) -> Iterator[CandidateProcess]:
     """The candidate's process for one task: the one this sandbox child started while it waited
     (verify/prestart.py) if it suits, else a new one; closed and its scratch folder removed afterwards.
     For the CPU it runs Triton's interpreter (TRITON_INTERPRET=1), which Triton reads when it is imported: the
-    process must start with it."""
+    process must start with it. `files`: the task's files it loads (their folders are readable in its sandbox,
+    besides the task folder)."""
     if device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
     prestart = sys.modules.get("kernel_lsp.verify.prestart")  # imported only where the worker preloads it
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
-    host = prestart.take(allow_network, interpret) if prestart is not None else None
+    readable = task_folders(files)
+    host = prestart.take(allow_network, interpret, readable) if prestart is not None else None
     if host is None:
-        host = CandidateProcess(Path(tempfile.mkdtemp(prefix="kernel-lsp-judge-")), allow_network)
+        host = CandidateProcess(Path(tempfile.mkdtemp(prefix="kernel-lsp-judge-")), allow_network, readable)
     try:
         yield host
     finally:
@@ -161,9 +170,9 @@ class CandidateProcess:
                    *([f"--channel-fd={channel_end.fileno()}"] if channel_end else []),
                    *(f"--writable={folder}" for folder in writable), *(["--allow-network"] if allow_network else [])]
         command = keeper_command(sys.executable, command, *self.link.child_fds, grace_s=LEFT_GRACE_S)
+        self.readable = readable if readable is not None else task_folders()
         if sandboxed:
-            task = readable if readable is not None else (os.environ.get(TASK_DIR_ENV) or os.getcwd(),)
-            command = in_sandbox(command, writable, task, allow_network)
+            command = in_sandbox(command, writable, self.readable, allow_network)
         try:
             self.process = subprocess.Popen(  # the keeper, whose one child is the candidate's process
                 command, stdin=subprocess.DEVNULL, env=environment, pass_fds=(*child_fds, *self.link.child_fds))
@@ -179,24 +188,44 @@ class CandidateProcess:
                 channel_end.close()
             self.link.started()
         self.confinement: dict[str, str] | None = None
+        self._pending_ready: dict[str, Any] | None = None  # the ready frame, when inherit_limits read it first
         self.kept: dict[str, Any] | None = None  # the keeper's last report, once closed (None: it was killed)
         self.wall_s: dict[str, float] = {}  # per op, the judge's clock from request to reply
 
     def ready(self) -> dict[str, str]:
         """Waits for the process to be up and confined; how it is confined (files, network, processes)."""
         if self.confinement is None:
-            confinement = dict(self._read(None)["confinement"])
+            ready, self._pending_ready = self._pending_ready or self._read(None), None
+            confinement = dict(ready["confinement"])
             scoped = confinement["files"].startswith("isolated") and landlock_abi() >= SIGNAL_SCOPE_ABI
             confinement["processes"] = processes_isolation(self.link.start(KEEPER_START_S), scoped)
             confinement["namespaces"] = self.namespaces
             self.confinement = confinement
         return self.confinement
 
-    def inherit_limits(self) -> None:
+    def reads(self, folders: tuple[str, ...]) -> bool:
+        """Whether each of `folders` lies in a folder this process may read (a process started ahead of its task
+        serves only a task whose files it can see)."""
+        return all(any(Path(folder).is_relative_to(own) for own in self.readable) for folder in folders)
+
+    def inherit_limits(self) -> bool:
         """A process started ahead of its task gets the file size and memory limits the task set in this process
         since (a process started now inherits them). The process sets them itself, before any of the candidate's
-        code runs: from outside, prlimit needs CAP_SYS_RESOURCE over a process of another user (the sandbox's)."""
-        self.ask("limit", limits={name: list(resource.getrlimit(getattr(resource, name))) for name in INHERITED_LIMITS})
+        code runs: from outside, prlimit needs CAP_SYS_RESOURCE over a process of another user (the sandbox's).
+        False when it did not answer so (no candidate code ran yet: the caller starts another, and this process
+        must not end the way it did, as it would for a candidate's death)."""
+        limits = {name: list(resource.getrlimit(getattr(resource, name))) for name in INHERITED_LIMITS}
+        try:
+            if self.confinement is None:
+                ready = read_frame(self._replies, time.monotonic() + KEEPER_START_S)
+                if ready is None or "confinement" not in ready:
+                    return False
+                self._pending_ready = ready
+            write_frame(self._requests, {"op": "limit", "limits": limits})
+            reply = read_frame(self._replies, time.monotonic() + KEEPER_START_S)
+        except (OSError, TimeoutError, ValueError):
+            return False
+        return reply is not None and "error" not in reply
 
     def ask(self, op: str, limit: CallLimit | None = None, **fields: Any) -> dict[str, Any]:
         """One request and its reply; raises CandidateFailed when the candidate raised, or hung past `limit`."""

@@ -25,17 +25,19 @@ _waiting: CandidateProcess | None = CandidateProcess(Path(tempfile.mkdtemp(prefi
                                                      allow_network=False)
 
 
-def take(allow_network: bool, interpret: bool) -> CandidateProcess | None:
-    """The process started while waiting, if it suits the task (network, Triton's interpreter) and still lives,
-    under the task's file size limit; at most once."""
+def take(allow_network: bool, interpret: bool, readable: tuple[str, ...] = ()) -> CandidateProcess | None:
+    """The process started while waiting, if it suits the task (network, Triton's interpreter, the task's files
+    within what its sandbox reads) and still lives, under the task's file size and memory limits; at most once."""
     global _waiting
     waiting, _waiting = _waiting, None
     if waiting is None:
         return None
-    if allow_network or waiting.interpret != interpret or waiting.process.poll() is not None:
+    suits = not allow_network and waiting.interpret == interpret and waiting.reads(readable)
+    if not suits or waiting.process.poll() is not None or not waiting.inherit_limits():
+        waiting.kill()
         waiting.close()
+        shutil.rmtree(waiting.scratch, ignore_errors=True)
         return None
-    waiting.inherit_limits()
     return waiting
 
 

@@ -220,7 +220,7 @@ def verify_candidate(reference: str, candidate: str, options: dict[str, Any] | N
                                                     f"({sandbox.removeprefix('not isolated: ')}), and requireIsolation "
                                                     f"is on (kernel-lsp doctor says what is missing)"}
     PHASES.seconds.clear()
-    with candidate_process(opts.allow_network, target.type) as host:
+    with candidate_process(opts.allow_network, target.type, (candidate, reference)) as host:
         judge = Judge(host, Exchange(host.exchange_folder, "judge", host.channel), target, Verdict(device=target.type),
                       HangLimits(opts.hang_timeout_s))
         report = judge_candidate(judge, reference, candidate, opts.trials, opts.timed_calls, opts.warmup, opts.seed,

@@ -1,9 +1,8 @@
-"""Entry functions a sandboxed child calls (SandboxTask.entry "kernel_lsp.worker.tasks:NAME")."""
+"""Entry functions a sandboxed child calls (SandboxTask.entry "kernel_lsp.worker.tasks:NAME"); CPU only."""
 
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -11,23 +10,8 @@ from typing import Any
 
 
 def call_function(file: str, function: str, kwargs: dict[str, Any] | None = None) -> Any:
-    """Imports `file` (relative to the task directory) and returns function(**kwargs), a msgpack value, in a
-    candidate's process (verify/candidate_process.py: its sandbox, Landlock, seccomp, the allow-listed
-    environment): a run-python job's code is a candidate's like any other, never run in this sandbox child."""
-    from kernel_lsp.verify.candidate_process import candidate_process
-
-    gpu = any(os.path.exists(node) for node in ("/dev/nvidiactl", "/dev/nvidia0"))
-    with candidate_process(allow_network=False, device="cuda" if gpu else "cpu") as host:
-        host.ready()
-        reply = host.ask("call", entry=f"{__name__}:call_in_candidate_process", task_dir=os.getcwd(),
-                         arguments={"file": file, "function": function, "kwargs": kwargs or {}})
-    return reply["value"]
-
-
-def call_in_candidate_process(file: str, function: str, kwargs: dict[str, Any], inputs: Any = None,
-                              init: Any = None) -> dict[str, Any]:
-    """call_function's work, as the candidate's process calls it (its op "call" passes no inputs here)."""
-    return {"value": getattr(_import_file(Path(file)), function)(**kwargs)}
+    """Imports `file` (relative to the task directory) and returns function(**kwargs), a msgpack value."""
+    return getattr(_import_file(Path(file)), function)(**(kwargs or {}))
 
 
 def _import_file(path: Path) -> ModuleType:

@@ -30,7 +30,8 @@ def test_a_judge_builds_in_its_own_folders(worker_cache: Path):
     use_judge_build_caches()
     assert {name: os.environ[name] for name in BUILD_CACHES} == {
         "TORCH_EXTENSIONS_DIR": str(worker_cache / "judge-builds" / "torch_extensions"),
-        "TRITON_CACHE_DIR": str(worker_cache / "judge-builds" / "triton")}
+        "TRITON_CACHE_DIR": str(worker_cache / "judge-builds" / "triton"),
+        "TORCHINDUCTOR_CACHE_DIR": str(worker_cache / "judge-builds" / "torchinductor")}
 
 
 def test_the_candidates_process_gets_the_candidates_folders_and_may_write_only_those(worker_cache: Path,

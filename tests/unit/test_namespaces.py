@@ -113,3 +113,11 @@ def test_require_isolation_refuses_before_any_candidate_code_runs(fresh_status, 
     report = verify_candidate("ref.py", "cand.py", options, files={"cand.py": ""})
     assert report["verdict"] == "unavailable" and "requireIsolation is on" in report["reason"]
     assert "bubblewrap (bwrap) is not installed" in report["reason"] and not marker.exists()
+
+
+def test_a_plan_never_covers_the_sandboxs_own_tmp_or_root():
+    """A task file straight in /tmp (or a current folder of /) must not bind the host's /tmp over the private one,
+    where torch's and Triton's caches would then be the host's and not writable."""
+    argv = sandbox_command(["true"], SandboxPlan(readable=("/tmp", "/"), writable=("/tmp",)), bwrap="bwrap")
+    binds = pairs(argv, "--ro-bind") + pairs(argv, "--bind")
+    assert "/tmp" not in binds and "/" not in binds

@@ -103,7 +103,7 @@ def test_without_a_reference_the_candidates_file_is_measured_in_its_own_process(
     measured = measure_candidate(write(tmp_path, "both.py", PROBLEM + CANDIDATE), device="cpu")
     problems = " | ".join(measured["problems"])
     assert "no reference kernel list: CUDA is not available" in problems  # said by the candidate's process
-    assert set(measured["isolation"]) == {"files", "network", "processes"}  # under a keeper, as verification is
+    assert set(measured["isolation"]) == {"files", "network", "processes", "namespaces"}  # as verification is
     assert "kernel_lsp_candidate" not in sys.modules  # never imported by the measuring process
 
 
