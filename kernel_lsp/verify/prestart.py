@@ -34,9 +34,7 @@ def take(allow_network: bool, interpret: bool, readable: tuple[str, ...] = ()) -
         return None
     suits = not allow_network and waiting.interpret == interpret and waiting.reads(readable)
     if not suits or waiting.process.poll() is not None or not waiting.inherit_limits():
-        waiting.kill()
-        waiting.close()
-        shutil.rmtree(waiting.scratch, ignore_errors=True)
+        _end(waiting)
         return None
     return waiting
 
@@ -47,6 +45,11 @@ def discard() -> None:
     global _waiting
     waiting, _waiting = _waiting, None
     if waiting is not None:
-        waiting.kill()
-        waiting.close()
-        shutil.rmtree(waiting.scratch, ignore_errors=True)
+        _end(waiting)
+
+
+def _end(waiting: CandidateProcess) -> None:
+    """Kills a process no task takes, and removes its scratch folder."""
+    waiting.kill()
+    waiting.close()
+    shutil.rmtree(waiting.scratch, ignore_errors=True)
