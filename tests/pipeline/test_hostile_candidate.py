@@ -97,7 +97,7 @@ async def run_hostile(targets: dict, cache_dir: str, device: str = "cpu", memory
     task = SandboxTask(entry="kernel_lsp.verify.run:verify_candidate", files=files,
                        args={"reference": "reference/problem.py", "candidate": "cand.py", "uses_cuda": device == "cuda",
                              "options": {"device": device, "trials": 1, "timedCalls": 2, "warmup": 1,
-                                         "baselines": ["eager"]},
+                                         "baselines": ["eager"], "requireIsolation": True},
                              "cache_dir": cache_dir, "files": files})
     sandbox = Sandbox(preload=("torch",))
     try:
@@ -154,10 +154,15 @@ def check(seen: dict[str, str], report: dict, targets: dict, key: str, listeners
 
 def unmasked_proc(argv: list[str]) -> list[str]:
     """A sandbox command with the host's /proc whole instead of its own, parts read-only: the kernel lets a user
-    namespace mount a new /proc (the inner sandbox's) only where no part of an existing one is covered."""
+    namespace mount a new /proc (the inner sandbox's) only where no part of an existing one is covered, and bwrap's
+    own /proc always has parts covered. The host's /proc shows the host's PIDs, so this sandbox keeps the host's
+    PID namespace: the inner bubblewrap finds its child under /proc by the PID it knows it by."""
     kept: list[str] = []
     index = 0
     while index < len(argv):
+        if argv[index] == "--unshare-pid":
+            index += 1
+            continue
         if argv[index] == "--ro-bind" and argv[index + 2].startswith("/proc/"):
             index += 3
             continue
