@@ -375,6 +375,11 @@ CODES: dict[str, CodeDoc] = {
                               "check indices and launch configuration; run with `compute-sanitizer`"),
     "run-python-exception": CodeDoc("error", "the candidate raised a Python exception, placed on the deepest line of your file",
                                     "fix the exception"),
+    "run-not-isolated": CodeDoc("warning", "a run-python job or an extension's build ran its code without the "
+                                           "candidate's full sandbox: no namespaces (bubblewrap missing, user "
+                                           "namespaces disabled), no Landlock or no seccomp",
+                                "install bubblewrap (`kernel-lsp doctor` says what is missing) or run on a kernel "
+                                "with Landlock and seccomp"),
     "run-compile-error": CodeDoc("error", "building the candidate's extension or Triton kernel failed at run time",
                                  "read the compiler output in the message"),
     "run-disk-limit": CodeDoc("error", "the run's files (its folders, and files its processes hold open after deleting "

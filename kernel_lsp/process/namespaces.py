@@ -174,10 +174,16 @@ def _parents(path: str, made: set[str]) -> list[str]:
 
 
 def prepare_writable(folders: Iterable[str], user: int = SANDBOX_UID) -> None:
-    """Run by root: the folders a sandbox writes belong to its user (SANDBOX_UID). No-op otherwise."""
+    """Run by root: the folders a sandbox writes belong to its user (SANDBOX_UID). No-op otherwise. A folder that
+    belongs to it already is not walked again (a build cache holds thousands of files, all made by that user)."""
     if not running_as_root():
         return
     for folder in folders:
+        try:
+            if os.lstat(folder).st_uid == user:
+                continue
+        except OSError:
+            continue
         _give(folder, user)
         for base, dirs, files in os.walk(folder):
             for entry in (*dirs, *files):

@@ -37,10 +37,15 @@ def main(argv: list[str] | None = None) -> None:
     for fd in (options.task_fd, options.result_fd):
         os.set_inheritable(fd, False)  # the candidate's own subprocesses must not hold the frame pipes open
     faulthandler.enable(all_threads=False)  # a crash in native code still names the Python line (Sandbox parses it)
+    ready: dict[str, Any] = {"ready": os.getpid()}
+    if options.confine:  # user code runs here: confined before any import can start a thread
+        from kernel_lsp.process.confine import confine
+
+        ready["confinement"] = confine(options.writable, allow_network=False).to_dict()
     _preload(options.preload)
     _create_cuda_context()
     try:
-        write_frame(options.result_fd, {"ready": os.getpid()})
+        write_frame(options.result_fd, ready)
         task = read_frame(options.task_fd)
     except OSError:  # the sandbox's process died while this child was starting
         task = None
@@ -69,6 +74,9 @@ def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--result-fd", type=int, required=True)
     parser.add_argument("--preload", action="append", default=[])
     parser.add_argument("--home", help="this child's scratch folder, removed if no task ever comes")
+    parser.add_argument("--confine", action="store_true",
+                        help="user code runs here: Landlock (writes to --writable only) and seccomp (no IP sockets)")
+    parser.add_argument("--writable", action="append", default=[], help="with --confine: a folder it may write")
     return parser.parse_args(argv)
 
 

@@ -82,6 +82,10 @@ class WorkerDaemon:
         self._warm = warm
         self.stopped = asyncio.Event()
         self.cache_dir = cache_dir()
+        # user code (run-python, an extension's build) runs in children confined like a candidate's process; they
+        # also write the built extensions, which later run-python jobs load
+        self.user_sandbox = Sandbox(preload=("torch",) if package_version("torch") else (),
+                                    confined=(str(self.cache_dir / "extensions"),))
         self._gpu = asyncio.Semaphore(1)  # timing needs the GPU alone: GPU jobs queue, builds do not
         self._gpu_waiting = 0
         self._build_locks: dict[str, asyncio.Lock] = {}
@@ -102,7 +106,8 @@ class WorkerDaemon:
             self._gpu.release()
 
     def job_context(self, progress: Callable[..., Awaitable[None]]) -> JobContext:
-        return JobContext(progress=progress, sandbox=self.sandbox, warmup=self.warmup, cache_dir=self.cache_dir,
+        return JobContext(progress=progress, sandbox=self.sandbox, user_sandbox=self.user_sandbox,
+                          warmup=self.warmup, cache_dir=self.cache_dir,
                           gpu_slot=lambda: self.gpu_slot(progress), build_lock=self.build_lock,
                           versions=self.versions)
 
@@ -120,10 +125,14 @@ class WorkerDaemon:
 
     async def _prestart_sandbox(self) -> None:
         """The first candidate finds a child waiting too; a child that cannot start is retried per run."""
-        try:
+        try:  # the user code's sandbox starts with its first job: the editor's own jobs never use it
             await self.sandbox.start()
         except SandboxStartError as exc:
             log.warning("sandbox child did not start: %s", exc)
+
+    async def close_sandboxes(self) -> None:
+        await self.sandbox.close()
+        await self.user_sandbox.close()
 
     def versions(self) -> dict[str, str | None]:
         from profilers.nvml import driver_version
@@ -311,7 +320,7 @@ async def run_stdio(daemon: WorkerDaemon, stdin: BinaryIO, stdout: BinaryIO) -> 
     try:
         await daemon.serve(reader, writer)
     finally:
-        await daemon.sandbox.close()
+        await daemon.close_sandboxes()
 
 
 async def run_listener(daemon: WorkerDaemon, address: str) -> None:
@@ -332,7 +341,7 @@ async def run_listener(daemon: WorkerDaemon, address: str) -> None:
             async with server:
                 await daemon.stopped.wait()
         finally:
-            await daemon.sandbox.close()
+            await daemon.close_sandboxes()
     finally:
         if made is not None and daemon.token is not None:
             _remove_token_file(made, daemon.token)

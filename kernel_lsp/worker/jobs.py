@@ -35,7 +35,8 @@ class JobContext:
     """What a handler may use of the worker that runs it."""
 
     progress: Callable[..., Awaitable[None]]  # progress(text, fraction=None): to the client that sent the job
-    sandbox: "Sandbox"  # runs a task in a fresh child under limits
+    sandbox: "Sandbox"  # runs a task in a fresh child under limits: the judge's side (it starts candidates itself)
+    user_sandbox: "Sandbox"  # the same, with each child confined like a candidate's process: for user code
     warmup: "Warmup"  # torch imported and CUDA initialised (await warmup.wait(); cuda_available, problem)
     cache_dir: Path  # the worker's cache folder
     gpu_slot: Callable[[], AbstractAsyncContextManager[None]]  # `async with context.gpu_slot():` the GPU alone
@@ -96,10 +97,25 @@ async def _run_python(job: Job, context: JobContext) -> Result:
                              "kwargs": config.get("kwargs") or {}, "uses_cuda": bool(config.get("usesCuda"))},
                        files=job.source_files, origins=config.get("origins") or {})
     await context.progress(f"running {config['function']} from {config['file']} in a sandbox")
-    outcome = await context.sandbox.run(task, sandbox_limits(config.get("limits") or {}))
-    findings = [] if outcome.status == "ok" else [outcome_finding(outcome, task).to_dict()]
+    outcome = await context.user_sandbox.run(task, sandbox_limits(config.get("limits") or {}))
+    findings = user_code_findings(outcome, task)
     return Result("ok", findings, {"durationS": outcome.duration_s, "status": outcome.status},
                   {"outcome": outcome.to_dict()})
+
+
+def user_code_findings(outcome: SandboxOutcome, task: SandboxTask) -> list[dict[str, Any]]:
+    """How user code's run ended (nothing when it returned), and what kept it in, when that was not all."""
+    findings = [] if outcome.status == "ok" else [outcome_finding(outcome, task)]
+    gaps = [f"{part}: {status}" for part, status in (outcome.isolation or {}).items()
+            if not status.startswith("isolated")]
+    if gaps:
+        findings.append(Finding(path_to_uri(_first_file(task)), Range.line(0), Severity.WARNING, SOURCE,
+                                "run-not-isolated", "the code ran without full isolation: " + "; ".join(gaps)))
+    return [finding.to_dict() for finding in findings]
+
+
+def _first_file(task: SandboxTask) -> str:
+    return next(iter(task.origins.values()), next(iter(task.files), "candidate"))
 
 
 def outcome_finding(outcome: SandboxOutcome, task: SandboxTask) -> Finding:
@@ -109,15 +125,15 @@ def outcome_finding(outcome: SandboxOutcome, task: SandboxTask) -> Finding:
     if frame is not None:
         uri, rng = path_to_uri(frame.file), Range.line(max(frame.line - 1, 0))
     else:
-        first = next(iter(task.origins.values()), next(iter(task.files), "candidate"))
-        uri, rng = path_to_uri(first), Range.line(0)
+        uri, rng = path_to_uri(_first_file(task)), Range.line(0)
     return Finding(uri, rng, Severity.ERROR, SOURCE, f"run-{outcome.status}", outcome.message,
                    data={"status": outcome.status, "errorType": outcome.error_type,
                          "signal": outcome.signal_name, "exitCode": outcome.exit_code})
 
 
 async def build_extension(job: Job, context: JobContext) -> Result:
-    """A load_inline extension built once per content hash: the same sources and flags reuse the build.
+    """A load_inline extension built once per content hash: the same sources and flags reuse the build. It is
+    built in a child confined like a candidate's process (its code runs when it loads); the child makes its folder.
 
     Builds use the CPU and never wait for the GPU slot, so they overlap with GPU jobs.
     """
@@ -127,17 +143,16 @@ async def build_extension(job: Job, context: JobContext) -> Result:
     async with context.build_lock(key):
         cached = (directory / BUILT_MARKER).is_file()
         await context.progress(f"{'loading cached' if cached else 'building'} extension {config['name']}")
-        directory.mkdir(parents=True, exist_ok=True)
         task = SandboxTask(entry="kernel_lsp.worker.tasks:build_extension", files={},
                            args={"name": config["name"], "cpp_sources": [job.source_files.get("main.cpp", "")],
                                  "cuda_sources": [job.source_files["cuda.cu"]] if "cuda.cu" in job.source_files else [],
                                  "functions": config.get("functions"), "extra_cflags": config.get("extraCflags", []),
                                  "extra_cuda_cflags": config.get("extraCudaCflags", []),
                                  "build_directory": str(directory)})
-        outcome = await context.sandbox.run(task, sandbox_limits(config.get("limits") or {"wallTimeS": 900}))
+        outcome = await context.user_sandbox.run(task, sandbox_limits(config.get("limits") or {"wallTimeS": 900}))
         if outcome.status == "ok":
             (directory / BUILT_MARKER).write_text(key)
-    findings = [] if outcome.status == "ok" else [outcome_finding(outcome, task).to_dict()]
+    findings = user_code_findings(outcome, task)
     return Result("ok", findings, {"durationS": outcome.duration_s, "status": outcome.status, "cached": cached,
                                    "buildDirectory": str(directory)}, {"outcome": outcome.to_dict()})
 

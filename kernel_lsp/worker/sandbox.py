@@ -25,11 +25,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from kernel_lsp.process.isolation import build_cache_root, candidate_environment, with_package_on_path
+from kernel_lsp.process.isolation import BUILD_CACHES, build_cache_root, candidate_environment, with_package_on_path
 from kernel_lsp.process.failures import CUDA_ERROR_MARKERS, OUT_OF_MEMORY_MARKERS
 from kernel_lsp.process.frames import FRAME_HEADER, decode_frame_body, encode_frame
 from kernel_lsp.process.keeper import KILL_WITHIN_S, KeeperLink, keeper_command
-from kernel_lsp.process.namespaces import TASK_DIR_ENV
+from kernel_lsp.process.namespaces import TASK_DIR_ENV, isolation_status
+from kernel_lsp.verify.candidate_process import ALWAYS_WRITABLE, in_sandbox
 from kernel_lsp.worker.child import user_frames
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,9 @@ class SandboxOutcome:
     signal_name: str | None
     traceback: list[TracebackFrame]  # oldest first; the last frame is where it failed
     error_type: str | None
+    # a confined sandbox's run: how its child was kept in ("namespaces", "files", "network": "isolated: ..." or
+    # what was missing); None for the judge's own children
+    isolation: dict[str, str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -100,13 +104,20 @@ class Sandbox:
     """Runs each task in a fresh child process of this one; one child waits, warm, for the next task.
 
     A run's wall time is counted from sending the task, so a child's own start-up is never charged to it.
+
+    `confined` (a tuple of folders, maybe empty) makes it a sandbox for user code (a run-python job, an
+    extension's build): each child starts in the candidate's sandbox (process/namespaces.py, where one starts
+    here) and confines itself with Landlock and seccomp before it imports anything, writing only its own folders,
+    the candidates' build caches and the folders given. Without it (None), children are the judge's: they run
+    kernel-lsp's own code, which starts candidates in their sandbox itself (verify/candidate_process.py).
     """
 
     def __init__(self, python: str = sys.executable, preload: tuple[str, ...] = (),
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, confined: tuple[str, ...] | None = None) -> None:
         self._python = python
         self._preload = tuple(preload)
         self._env = dict(os.environ if env is None else env)
+        self._confined = confined
         self._waiting: asyncio.Task[_Child] | None = None
         self._closed = False
 
@@ -138,7 +149,8 @@ class Sandbox:
             task_dir = child.task_dir  # made with the child: the candidate's process it starts ahead reads it
             self._prestart()  # the next child imports while this one runs, so back-to-back runs do not wait for it
             child.guard(task_dir, limits.disk_bytes)
-            return await _run_in(child, _task_frame(task, limits, task_dir), limits, task_dir, task.origins)
+            outcome = await _run_in(child, _task_frame(task, limits, task_dir), limits, task_dir, task.origins)
+            return dataclasses.replace(outcome, isolation=child.isolation)
         except SandboxStartError as failure:
             return _start_failure_outcome(str(failure))
         finally:
@@ -187,7 +199,7 @@ class Sandbox:
         task_dir = os.path.realpath(tempfile.mkdtemp(prefix=f"kernel-lsp-task-{owner_tag()}-"))
         try:
             child = await _Child.start(self._python, self._preload, _child_environment(self._env, home, task_dir),
-                                       home, task_dir)
+                                       home, task_dir, self._confined)
         except BaseException as error:
             for folder in (home, task_dir):  # a child that never started leaves only its folders
                 shutil.rmtree(folder, ignore_errors=True)
@@ -204,6 +216,8 @@ class Sandbox:
             await child.discard()
             raise SandboxStartError(f"the sandbox's child ended before it was ready (exit status "
                                     f"{child.process.returncode}): {_tail(child.stderr.text())}")
+        if child.isolation is not None:
+            child.isolation.update(ready.get("confinement") or {})
         return child
 
 
@@ -294,18 +308,28 @@ class _Child:
         self._results_pipe = results_pipe
         self.stdout = _CappedOutput(process.stdout)
         self.stderr = _CappedOutput(process.stderr)
+        self.isolation: dict[str, str] | None = None  # a confined child's (Sandbox's `confined`)
+        self.sandboxed = False  # started by bubblewrap, which exits 128+N when the child dies of signal N
 
     @classmethod
     async def start(cls, python: str, preload: tuple[str, ...], env: dict[str, str], home: str,
-                    task_dir: str) -> _Child:
+                    task_dir: str, confined: tuple[str, ...] | None = None) -> _Child:
         task_read, task_write = os.pipe()
         result_read, result_write = os.pipe()
         link = KeeperLink()
         child = [python, "-P", "-m", CHILD_MODULE, "--task-fd", str(task_read), "--result-fd", str(result_write),
                  *(f"--preload={name}" for name in preload), f"--home={home}"]
+        writable = None if confined is None else confined_writable(env, home, task_dir, confined)
+        if writable is not None:
+            child += ["--confine", *(f"--writable={folder}" for folder in writable)]
+        namespaces = None if writable is None else isolation_status()
+        sandboxed = namespaces is not None and namespaces.startswith("isolated")
+        if sandboxed:  # the keeper stays outside: should this worker die, it removes the folders the sandbox hides
+            child = in_sandbox(child, writable, (), allow_network=False)
+        command = keeper_command(python, child, *link.child_fds, new_session=True, remove=[home, task_dir])
         try:
             process = await asyncio.create_subprocess_exec(
-                *keeper_command(python, child, *link.child_fds, new_session=True, remove=[home, task_dir]),
+                *command,
                 stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                 pass_fds=(task_read, result_write, *link.child_fds), env=env,
                 start_new_session=True,  # a signal to the worker's process group leaves the keeper to clean up
@@ -321,10 +345,14 @@ class _Child:
             os.close(result_write)
             link.started()
         try:
-            return await cls._connected(process, link, task_write, result_read, home, task_dir)
+            started = await cls._connected(process, link, task_write, result_read, home, task_dir)
         except BaseException:
             link.release()
             raise
+        if namespaces is not None:
+            started.isolation = {"namespaces": namespaces}
+        started.sandboxed = sandboxed
+        return started
 
     @classmethod
     async def _connected(cls, process: asyncio.subprocess.Process, link: KeeperLink, task_write: int,
@@ -395,8 +423,20 @@ class _Child:
         shutil.rmtree(self.task_dir, ignore_errors=True)
 
     def ending(self) -> _Ending:
-        return _Ending(self.process.returncode, self.stdout.text(), self.stderr.text(),
+        returncode = self.process.returncode
+        if self.sandboxed and returncode is not None and 128 < returncode < 128 + signal.NSIG:
+            returncode = 128 - returncode  # bubblewrap's 128+N: the child died of signal N
+        return _Ending(returncode, self.stdout.text(), self.stderr.text(),
                        self.stdout.truncated or self.stderr.truncated, self.kept)
+
+
+def confined_writable(env: dict[str, str], home: str, task_dir: str, extra: tuple[str, ...]) -> list[str]:
+    """What a confined child writes: its home and task folder, the candidates' build caches (named in its
+    environment), the folders its sandbox was given, and /dev and /proc (process/confine.py's ALWAYS_WRITABLE)."""
+    caches = [env[name] for name in BUILD_CACHES if env.get(name)]
+    for folder in (*caches, *extra):
+        os.makedirs(folder, exist_ok=True)
+    return list(dict.fromkeys([home, task_dir, *caches, *extra, *ALWAYS_WRITABLE]))
 
 
 _said_keeper_problem = False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -29,6 +30,7 @@ def build_extension(name: str, cpp_sources: list[str], cuda_sources: list[str], 
     """Builds (or, when the directory already holds this build, only loads) a load_inline extension."""
     from torch.utils.cpp_extension import load_inline
 
+    os.makedirs(build_directory, exist_ok=True)  # here, so that it belongs to the confined child's user
     module = load_inline(name=name, cpp_sources=cpp_sources, cuda_sources=cuda_sources or None,
                          functions=functions, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
                          build_directory=build_directory, verbose=False)

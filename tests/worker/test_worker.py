@@ -202,7 +202,7 @@ async def test_extension_built_once_per_content(client: WorkerClient, tmp_path: 
     assert second.metrics["durationS"] < first.metrics["durationS"] / 3
     broken = await client.run(Job("build-extension", {"main.cpp": "int add_one(int x) { return y; }"},
                                   {"name": "kl_broken", "functions": ["add_one"]}, ""), timeout_s=900)
-    assert [f["code"] for f in broken.findings] == ["run-compile-error"]
+    assert [f["code"] for f in broken.findings] == ["run-compile-error"], [f["message"] for f in broken.findings]
 
 
 @pytest.mark.parametrize("source, limits, code", [
@@ -213,6 +213,8 @@ async def test_extension_built_once_per_content(client: WorkerClient, tmp_path: 
 async def test_crashing_candidates_through_the_worker(client: WorkerClient, source: str, limits: dict, code: str):
     result = await client.run(python_job(source, limits=limits))
     assert [f["code"] for f in result.findings] == [code], result.artifacts["outcome"]
+    if code == "run-signal":  # the signal itself, not the 128+N its sandbox's bubblewrap exits with
+        assert result.artifacts["outcome"]["signal_name"] == "SIGSEGV", result.artifacts["outcome"]
     assert (await client.run(python_job(SLEEPER, seconds=0))).status == "ok"
 
 
