@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -39,6 +41,19 @@ def local_ray():
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, object_store_memory=100 * 2**20)
     yield
     ray.shutdown()
+
+
+@pytest.fixture
+def markers() -> Path:
+    """Where the sleeper jobs leave their markers: a run-python job's code is confined like a candidate's, and of
+    the host writes only the candidates' build caches and the worker's built extensions (whose cache folder the
+    actors' workers share with this test: KERNEL_LSP_CACHE_DIR, tests/conftest.py)."""
+    extensions = Path(os.environ["KERNEL_LSP_CACHE_DIR"]) / "extensions"
+    extensions.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="ray-markers-", dir=extensions))
+    folder.chmod(0o777)  # the sandbox's user (nobody, when the tests run as root) writes here
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def sleeper(markers: Path, name: str, seconds: float) -> Job:
@@ -95,11 +110,11 @@ async def test_a_batch_across_actors_gives_the_verdicts_of_the_local_worker(loca
     assert backend.status.state == "stopped"
 
 
-async def test_an_actor_killed_mid_job_is_retried_and_the_batch_completes(local_ray, tmp_path: Path):
+async def test_an_actor_killed_mid_job_is_retried_and_the_batch_completes(local_ray, markers: Path):
     backend = RayBackend(actors=2)
     try:
         await backend.ping()
-        jobs = [sleeper(tmp_path, f"job{i}", 4.0) for i in range(4)]
+        jobs = [sleeper(markers, f"job{i}", 4.0) for i in range(4)]
         batch = asyncio.gather(*(backend.run(job) for job in jobs))
         deadline = time.monotonic() + 30
         while not any(a.running for a in backend.actors):
@@ -117,18 +132,18 @@ async def test_an_actor_killed_mid_job_is_retried_and_the_batch_completes(local_
         while backend.capacity < 2:  # the lost actor was replaced
             assert time.monotonic() < deadline
             await asyncio.sleep(0.2)
-        assert (await backend.run(sleeper(tmp_path, "after", 0.0))).status == "ok"
+        assert (await backend.run(sleeper(markers, "after", 0.0))).status == "ok"
     finally:
         await backend.close()
 
 
-async def test_cancellation_stops_queued_and_running_jobs(local_ray, tmp_path: Path):
+async def test_cancellation_stops_queued_and_running_jobs(local_ray, markers: Path):
     backend = RayBackend(actors=2)
     try:
         await backend.ping()
-        tasks = [asyncio.ensure_future(backend.run(sleeper(tmp_path, f"job{i}", 6.0))) for i in range(5)]
+        tasks = [asyncio.ensure_future(backend.run(sleeper(markers, f"job{i}", 6.0))) for i in range(5)]
         deadline = time.monotonic() + 30
-        while len(list(tmp_path.glob("*.started"))) < 2:
+        while len(list(markers.glob("*.started"))) < 2:
             assert time.monotonic() < deadline
             await asyncio.sleep(0.05)
         for task in tasks:
@@ -136,11 +151,11 @@ async def test_cancellation_stops_queued_and_running_jobs(local_ray, tmp_path: P
         outcomes = await asyncio.gather(*tasks, return_exceptions=True)
         assert all(isinstance(o, asyncio.CancelledError) for o in outcomes), outcomes
         await asyncio.sleep(8.0)  # past the time the running ones would have needed
-        assert len(list(tmp_path.glob("*.started"))) == 2  # the three queued never started
-        assert list(tmp_path.glob("*.finished")) == []  # the two running were stopped
+        assert len(list(markers.glob("*.started"))) == 2  # the three queued never started
+        assert list(markers.glob("*.finished")) == []  # the two running were stopped
         assert backend.status.running_jobs == 0
         started = time.monotonic()
-        results = await asyncio.gather(*(backend.run(sleeper(tmp_path, f"next{i}", 0.0)) for i in range(2)))
+        results = await asyncio.gather(*(backend.run(sleeper(markers, f"next{i}", 0.0)) for i in range(2)))
         assert [r.status for r in results] == ["ok", "ok"] and time.monotonic() - started < 30
     finally:
         await backend.close()
