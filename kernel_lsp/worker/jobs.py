@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernel_lsp.findings import Finding, Range, Severity, path_to_uri
 from kernel_lsp.jobs.cache import cache_key
+from kernel_lsp.verify.verdict import isolation_gaps
 from kernel_lsp.worker.environment import device_summary, package_version
 from kernel_lsp.worker.protocol import Job, Result
 from kernel_lsp.worker.sandbox import SandboxLimits, SandboxOutcome, SandboxTask
@@ -106,8 +107,7 @@ async def _run_python(job: Job, context: JobContext) -> Result:
 def user_code_findings(outcome: SandboxOutcome, task: SandboxTask) -> list[dict[str, Any]]:
     """How user code's run ended (nothing when it returned), and what kept it in, when that was not all."""
     findings = [] if outcome.status == "ok" else [outcome_finding(outcome, task)]
-    gaps = [f"{part}: {status}" for part, status in (outcome.isolation or {}).items()
-            if not status.startswith("isolated")]
+    gaps = isolation_gaps({"isolation": outcome.isolation})
     if gaps:
         findings.append(Finding(path_to_uri(_first_file(task)), Range.line(0), Severity.WARNING, SOURCE,
                                 "run-not-isolated", "the code ran without full isolation: " + "; ".join(gaps)))

@@ -309,7 +309,6 @@ class _Child:
         self.stdout = _CappedOutput(process.stdout)
         self.stderr = _CappedOutput(process.stderr)
         self.isolation: dict[str, str] | None = None  # a confined child's (Sandbox's `confined`)
-        self.sandboxed = False  # started by bubblewrap, which exits 128+N when the child dies of signal N
 
     @classmethod
     async def start(cls, python: str, preload: tuple[str, ...], env: dict[str, str], home: str,
@@ -323,8 +322,7 @@ class _Child:
         if writable is not None:
             child += ["--confine", *(f"--writable={folder}" for folder in writable)]
         namespaces = None if writable is None else isolation_status()
-        sandboxed = namespaces is not None and namespaces.startswith("isolated")
-        if sandboxed:  # the keeper stays outside: should this worker die, it removes the folders the sandbox hides
+        if namespaces is not None and namespaces.startswith("isolated"):  # the keeper stays outside: should this worker die, it removes the folders the sandbox hides
             child = in_sandbox(child, writable, (), allow_network=False)
         command = keeper_command(python, child, *link.child_fds, new_session=True, remove=[home, task_dir])
         try:
@@ -351,8 +349,12 @@ class _Child:
             raise
         if namespaces is not None:
             started.isolation = {"namespaces": namespaces}
-        started.sandboxed = sandboxed
         return started
+
+    @property
+    def sandboxed(self) -> bool:
+        """Started by bubblewrap, which exits 128+N when the child dies of signal N."""
+        return self.isolation is not None and self.isolation["namespaces"].startswith("isolated")
 
     @classmethod
     async def _connected(cls, process: asyncio.subprocess.Process, link: KeeperLink, task_write: int,

@@ -1,4 +1,4 @@
-"""Entry functions a sandboxed child calls (SandboxTask.entry "kernel_lsp.worker.tasks:NAME"); CPU only."""
+"""Entry functions a sandboxed child calls (SandboxTask.entry "kernel_lsp.worker.tasks:NAME")."""
 
 from __future__ import annotations
 
