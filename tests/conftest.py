@@ -45,3 +45,14 @@ def without_sandbox(monkeypatch: pytest.MonkeyPatch):
     namespaces.isolation_status.cache_clear()
     yield
     namespaces.isolation_status.cache_clear()
+
+
+@pytest.fixture
+def sandbox_available() -> None:
+    """The candidate's sandbox starts here (bubblewrap, namespaces), else the test skips saying what is missing."""
+    from kernel_lsp.process.namespaces import isolation_status
+    from tests.editors.missing import missing
+
+    status = isolation_status()
+    if not status.startswith("isolated"):
+        missing(f"the candidate's sandbox cannot start here: {status}")

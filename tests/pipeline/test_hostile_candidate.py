@@ -25,9 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from kernel_lsp.process.namespaces import SANDBOX_UID, SandboxPlan, isolation_status, prepare_writable, sandbox_command
+from kernel_lsp.process.namespaces import SANDBOX_UID, SandboxPlan, prepare_writable, sandbox_command
 from kernel_lsp.worker.sandbox import Sandbox, SandboxLimits, SandboxTask
-from tests.editors.missing import missing
 from tests.pipeline.hostile_candidate import HOSTILE
 from tests.problems import relu_problem
 
@@ -173,13 +172,6 @@ def unmasked_proc(argv: list[str]) -> list[str]:
         kept.append(argv[index])
         index += 1
     return kept
-
-
-@pytest.fixture
-def sandbox_available() -> None:
-    status = isolation_status()
-    if not status.startswith("isolated"):
-        missing(f"the candidate's sandbox cannot start here: {status}")
 
 
 @pytest.mark.asyncio
