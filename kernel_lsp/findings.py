@@ -438,8 +438,6 @@ CODES: dict[str, CodeDoc] = {
     "integrity-timer-patched": CodeDoc("error", "a timing or synchronisation function was replaced", "do not patch timers"),
     "integrity-torch-patched": CodeDoc("error", "the candidate replaced a public torch callable or changed a global numerics flag",
                                        "leave torch and its global flags as they are"),
-    "integrity-timing-forged": CodeDoc("error", "the reported timings are far below what the judge's own clock saw",
-                                       "do not alter the timing loop"),
     "integrity-timed-output": CodeDoc("error", "the output of a timed call differs from the reference's for its inputs",
                                       "compute the result in every call"),
     "integrity-stale-output": CodeDoc("error", "forward returned an earlier answer when called with new values",

@@ -84,3 +84,18 @@ class ModelNew(nn.Module):
         ModelNew.cache[id(x)] = (x, out)
         return out
 """
+
+
+def assert_not_tampered(stored: dict) -> None:
+    """The trusted cache files read before a candidate ran ({path: bytes}) are as they were, except a baseline the
+    judge itself timed again (its check rounds no longer agreed with it: verify/run.py measure), which a
+    candidate's x50 rewrite of median_ms would show."""
+    import json
+
+    for path, before in stored.items():
+        after = path.read_bytes()
+        if after == before:
+            continue
+        assert "baselines" in str(path), f"{path} changed"
+        old, new = json.loads(before)["timing"], json.loads(after)["timing"]
+        assert new["clock"] == "judge-wall" and new["median_ms"] < 10 * old["median_ms"], (path, old, new)

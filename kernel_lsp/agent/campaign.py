@@ -223,7 +223,8 @@ def read_killed_pass(trajectory: Path) -> tuple[dict[str, Any], dict[str, Any] |
     fastest = min(verified, key=lambda e: candidate_ms(e["evaluation"]))
     report = fastest["evaluation"].get("report") or {}
     return spend, {"source": fastest["source"], "ms": candidate_ms(fastest["evaluation"]),
-                   "speedup": report.get("speedup") or {}, "summary": fastest.get("summary"), "energy_mj": None,
+                   "speedup": report.get("speedup") or {}, "interval": report.get("interval") or {},
+                   "summary": fastest.get("summary"), "energy_mj": None,
                    "device": report.get("device")}, ended
 
 
@@ -349,7 +350,8 @@ class Campaign:
                       improved=outcome.improved, nodes=outcome.nodes, best=None)
         if outcome.best_source is not None:
             self.state.offer_best(entry, record, outcome.best_source, {
-                "ms": outcome.best_ms, "speedup": outcome.best_speedup or {}, "summary": outcome.best_summary,
+                "ms": outcome.best_ms, "speedup": outcome.best_speedup or {}, "interval": outcome.best_interval or {},
+                "summary": outcome.best_summary,
                 "energy_mj": outcome.best_energy_mj,
                 "device": outcome.best_device or self.passes.options.device})
         stopped = outcome.error_kind is not None or outcome.stop_reason.startswith("the campaign's")
@@ -410,6 +412,7 @@ def problem_result(entry: dict[str, Any]) -> ProblemResult:
     return ProblemResult(candidate=(best or {}).get("file") or entry["file"], reference=entry["source"],
                          level=entry["level"], problem_id=entry["problem_id"], name=entry["name"], verdict=verdict,
                          device=(best or {}).get("device"), speedup=dict((best or {}).get("speedup") or {}),
+                         interval=dict((best or {}).get("interval") or {}),
                          candidate_ms=(best or {}).get("ms"), reason=reason, summary=(best or {}).get("summary"))
 
 

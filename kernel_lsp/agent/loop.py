@@ -173,6 +173,7 @@ class PassOutcome:
     attempts: list[dict[str, Any]] = field(default_factory=list)  # one per evaluated node: id, parent, outcome
     best_ms: float | None = None  # the best candidate's median time per call
     best_energy_mj: float | None = None  # its energy per call, where a profile read it (a GPU with NVML)
+    best_interval: dict[str, Any] | None = None  # the 95% interval of each of best_speedup
     best_device: str | None = None  # where the best ran: "cuda", or "cpu" (its speedups say nothing of a GPU)
     verified: int = 0  # the verified candidates, the original not counted
 
@@ -502,6 +503,7 @@ class Optimizer:
         outcome = PassOutcome(
             best_source=best.source if best else None, best_summary=best.evaluation.get("summary") if best else None,
             best_speedup=((best.evaluation.get("report") or {}).get("speedup")) if best else None,
+            best_interval=((best.evaluation.get("report") or {}).get("interval")) if best else None,
             improved=improved, improvement=sentence, stop_reason=reason, spend=self.spend.to_dict(),
             trajectory_path=self.trajectory.path, side_file=side_file,
             original_verdict=(self.tree.root.evaluation or {}).get("verdict"), error_kind=self._error_kind,

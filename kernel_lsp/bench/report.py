@@ -52,6 +52,9 @@ def metrics_lines(metrics: BenchMetrics, noun: str, cpu: bool = False) -> list[s
         table += [[f"vs {b}", *(_number(v) for v in metrics.fast_p[b].values())] for b in baselines]
         lines += _aligned(table)
         lines += [f"geomean speedup vs {b}: {_geomean_text(metrics, b)}" for b in baselines]
+        lines += [f"not counted in fast_p vs {b}: {count} speedup{'s' if count != 1 else ''} over 1x whose 95% "
+                  f"interval holds 1x (no significant difference)"
+                  for b, count in metrics.not_significant.items() if count]
     return lines
 
 

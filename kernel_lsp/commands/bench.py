@@ -136,7 +136,7 @@ def problem_result(pairing: Pairing, result: Result, shown: str) -> ProblemResul
     return ProblemResult(
         candidate=shown, reference=str(pairing.reference), level=name.level, problem_id=name.problem_id,
         name=name.name, verdict=outcome.verdict, device=report.get("device"), speedup=dict(report.get("speedup") or {}),
-        candidate_ms=((report.get("timing") or {}).get("candidate") or {}).get("median_ms"),
+        interval=dict(report.get("interval") or {}), candidate_ms=((report.get("timing") or {}).get("candidate") or {}).get("median_ms"),
         reason=None if outcome.verdict == "verified" else outcome.reason(), summary=outcome.summary,
         report=report or None, findings=list(result.findings))
 

@@ -19,7 +19,6 @@ import argparse
 import gc
 import importlib
 import os
-import random
 import resource
 import socket
 import sys
@@ -70,50 +69,31 @@ def lowest(a: int, b: int) -> int:
 
 
 class TimedCalls:
-    """The timing loop's watch (verify/timing.py CallWatch) in the candidate's process.
+    """What the judge's timing protocol (verify/run.py measure) keeps of the timed calls in the candidate's process:
+    the outputs the judge asked to keep (one per input set, chosen by the judge once each batch was over), and the
+    kernel recordings of the extra calls it asked for between batches (verify/kernels.py). Both are this process's
+    word: the judge compares the outputs with its own reference and judges the launches like a trial's."""
 
-    Kept outputs: for each input set, one timed call's output, picked after the call returned (reservoir
-    sampling: the k-th call of a set replaces the kept one with probability 1/k), so no call can know while it
-    runs whether its output will be compared. Recorded calls: `recorded_calls` calls at random positions run
-    under a kernel recording (verify/kernels.py) instead of being timed; their launches are judged like a
-    trial's. Both are this process's word, as everything here is (a candidate that rewrote this code could
-    choose what is kept); the judge compares what it receives with its own reference outputs.
-    """
-
-    def __init__(self, calls: int, recorded_calls: int, device: str, rng: random.Random) -> None:
-        self.recorded_calls = max(0, min(recorded_calls, calls))
+    def __init__(self, device: str) -> None:
         self.device = device
-        self.rng = rng
-        self.to_record = set(rng.sample(range(calls + self.recorded_calls), self.recorded_calls))
-        self.seen: dict[int, int] = {}
         self.kept: dict[int, tuple[int, Any]] = {}  # input set -> (call index, output)
         self.sessions: list[tuple[int, Any]] = []  # (call index, RecordingSession of that call)
-        self.recorded_ms = 0.0
-
-    def recording(self, index: int) -> Any:
-        return self._record(index) if index in self.to_record else None
 
     @contextmanager
-    def _record(self, index: int) -> Iterator[None]:
+    def record(self, index: int) -> Iterator[None]:
         from kernel_lsp.verify.kernels import RecordingSession
 
-        started = time.perf_counter()
         session = RecordingSession(self.device)
         try:
             with session, session.window():
                 yield
         finally:
             self.sessions.append((index, session))
-            self.recorded_ms += (time.perf_counter() - started) * 1e3
 
-    def returned(self, index: int, set_index: int, output: Any) -> None:
-        if index in self.to_record:
-            return  # a recorded call may be told apart (the profiler is on): only timed calls are kept
-        self.seen[set_index] = self.seen.get(set_index, 0) + 1
-        if self.rng.random() * self.seen[set_index] < 1:
-            # a copy: what the caller saw when the call returned, even from a candidate that returns the same
-            # buffer every call (CUDA graphs do)
-            self.kept[set_index] = (index, copied(output))
+    def keep(self, index: int, set_index: int, output: Any) -> None:
+        # a copy: what the caller saw when the call returned, even from a candidate that returns the same buffer
+        # every call (CUDA graphs do)
+        self.kept[set_index] = (index, copied(output))
 
 
 def plain(output: Any) -> bool:
@@ -171,7 +151,6 @@ class Host:
         self.inputs: Any = None  # the last run's inputs, as forward got them
         self.module: Any = None  # the candidate's module, once loaded
         self.started_threads: list[str] = []
-        self.random = random.Random(int.from_bytes(os.urandom(8), "little"))  # seeded before the candidate runs
         self.shared_poison: Any = None  # verify/shared_fill.SharedPoison on CUDA, made before the candidate's import
 
     def op_limit(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -345,26 +324,57 @@ class Host:
                 self.torch.cuda.empty_cache()
         return {}
 
-    def op_time(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Times forward; one output per input set is kept for the judge and a few calls are recorded
-        (TimedCalls), outside the timed stretch of every other call."""
-        from kernel_lsp.verify.integrity import overwriter
-        from kernel_lsp.verify.timing import time_callable
+    def op_timing_sets(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The timing's input sets, held for the batches that follow (verify/run.py measure): the judge's shared
+        memory, whose values it changes between rounds."""
+        self.timing_sets = [tuple(self.exchange.receive(d)) for d in request["input_sets"]]
+        self.watch = TimedCalls(str(self.target))
+        self.batch_outputs: list[Any] = []
+        return {}
 
-        input_sets = [tuple(self.exchange.receive(d)) for d in request["input_sets"]]
-        model, torch = self.model, self.torch
+    def timing_call(self, *inputs: Any) -> Any:
+        with self.torch.no_grad():
+            return self.model(*inputs)
 
-        def call(*inputs: Any) -> Any:
-            with torch.no_grad():
-                return model(*inputs)
-        watch = TimedCalls(request["calls"], request.get("recorded_calls", 0), str(self.target), self.random)
-        timing = time_callable(call, input_sets, device=str(self.target), calls=request["calls"],
-                               warmup=request["warmup"], warmup_ms=request["warmup_ms"], watch=watch,
-                               discard=overwriter([*input_sets, *model.parameters(), *model.buffers()])).to_dict()
-        timing["busy_ms"] += watch.recorded_ms  # the judge's clock saw the recorded calls too
+    def settle_device(self) -> None:
+        if self.target.type == "cuda":
+            self.torch.cuda.synchronize()  # the whole device, not only the current stream
+
+    def op_ping(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Nothing: the judge's clock around it is a request's round trip."""
+        return {}
+
+    def op_batch(self, request: dict[str, Any]) -> dict[str, Any]:
+        """One batch, timed by the judge's clock around this request: forward on each named input set, back to
+        back, then the device synchronized. The outputs stay alive until op_after_batch."""
+        from kernel_lsp.verify.timing import time_batch
+
+        self.batch_outputs = time_batch(self.timing_call, self.timing_sets, request["sets"], self.settle_device)
+        return {}
+
+    def op_after_batch(self, request: dict[str, Any]) -> dict[str, Any]:
+        """After a batch, still on the judge's clock: the outputs of the calls the judge chose (`keep`, their offsets
+        in the batch) are kept, a copy each; the others are let go. `first` is the batch's first call's index."""
+        for offset, (set_index, output) in enumerate(zip(request["sets"], self.batch_outputs)):
+            if offset in request["keep"]:
+                self.watch.keep(request["first"] + offset, set_index, output)
+        self.batch_outputs = []
+        self.settle_device()
+        return {}
+
+    def op_record_call(self, request: dict[str, Any]) -> dict[str, Any]:
+        """One extra call on input set `set`, under a kernel recording (the judge asks between batches)."""
+        with self.watch.record(request["call"]):
+            self.timing_call(*self.timing_sets[request["set"]])
+            self.settle_device()
+        return {}
+
+    def op_timed_report(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The timed calls' kept outputs (one per input set) and the recorded calls' launches."""
+        watch = self.watch
         self.output = [output for _, output in watch.kept.values()]  # held until release, as forward's output
-        return {"timing": timing,
-                "kept": [{"set": set_index, "call": index, "output": self.exchange.send(output),
+        self.timing_sets, self.batch_outputs = [], []  # the timing is over
+        return {"kept": [{"set": set_index, "call": index, "output": self.exchange.send(output),
                           "plain": plain(output)}
                          for set_index, (index, output) in sorted(watch.kept.items())],
                 "recorded": [{"call": index, "how": session.how, "reason": session.reason,

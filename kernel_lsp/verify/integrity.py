@@ -13,7 +13,7 @@ import importlib
 import inspect
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from itertools import zip_longest
 from pathlib import Path
 from typing import NamedTuple
@@ -199,25 +199,6 @@ def poison_free_memory(device: torch.device | str, byte: int = POISON_BYTE, budg
     torch.cuda.synchronize(device)
     del chunks
     return largest
-
-
-def overwriter(spared: list[object]) -> Callable[[object], None]:
-    """What the timing loop does with each output it is done with: its memory is overwritten with poison (NaN),
-    so the next call cannot return memory that still holds an earlier call's answer (a `torch.empty` output
-    left unwritten when timed, served by the allocator from the block the last output freed). Storage shared
-    with `spared` (the inputs, the model's parameters and buffers: an output that is a view of them) is kept."""
-    kept = {t.untyped_storage().data_ptr() for t in tensor_leaves(spared)}
-
-    def overwrite(output: object) -> None:
-        for leaf in tensor_leaves(output):
-            try:
-                storage = leaf.untyped_storage()
-                if storage.nbytes() and storage.data_ptr() not in kept:
-                    # a byte view of the whole storage (UntypedStorage.fill_ takes ~10 ms for 64 KB on a CPU)
-                    torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage).fill_(POISON_BYTE)
-            except (RuntimeError, NotImplementedError):  # storage of a kind that cannot be written (meta, sparse)
-                continue
-    return overwrite
 
 
 def flush_allocator(device: torch.device | str) -> None:

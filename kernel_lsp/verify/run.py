@@ -10,8 +10,9 @@ candidate started has finished (pending work), at its copy of the inputs (mutati
 trial, and any failing one, are run again over differently poisoned memory: an output that changes read
 memory it never wrote. What only the candidate's process can see (the kernels it launched, torch patched, timers
 replaced, threads left) it reports, and the judge records it as reported. Only a candidate that passed
-everything is timed: it times itself, and the judge's clock around that loop must agree with the sum it
-reports (integrity-timing-forged); the baselines are timed here, in the clean process.
+everything is timed, by the judge's clock alone: whole batches of its calls, in rounds interleaved with the
+baselines' batches (run here, in the clean process, by the same batch function), on input values the judge
+changes between rounds; nothing the candidate's process says of its own time is used (`measure`).
 
 Every request after the candidate's load (its import and build, bounded by the sandbox's wall time) has a time
 limit derived from the reference's own slowest call (HangLimits): a candidate that hangs is a `timeout`
@@ -23,7 +24,10 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import math
 import os
+import random
+import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -49,7 +53,6 @@ from kernel_lsp.verify.integrity import (
     changed_since,
     flush_allocator,
     input_snapshot,
-    overwriter,
     tensor_leaves,
     tensor_metadata,
 )
@@ -57,38 +60,44 @@ from kernel_lsp.verify.kernels import KernelLaunch, Window, classify, launches_o
 from kernel_lsp.verify.shared_fill import FILLED
 from kernel_lsp.verify.verdict import COVERED
 from kernel_lsp.verify.timing import (
+    JUDGE_CLOCK,
+    MAX_WARMUP_CALLS,
     Timing,
+    l2_scratch,
     make_input_sets,
+    median_interval,
     resolve_device,
     speedup,
-    time_callable,
-    time_cpu_calls,
-    time_cuda_calls,
-    l2_scratch,
+    speedup_interval,
+    summarize,
+    time_batch,
 )
 
 DISTRIBUTIONS = ("own", "normal", "scaled")
 SCALE = 16.0  # "scaled" inputs: the problem's own values times this, so magnitudes outside [0, 1) are covered
 TIMING_SEED = 10_000  # timed inputs are drawn apart from the trials' seeds
 STALE_SEED = 20_000  # and so are the new values of the stale-output checks
+REFRESH_SEED = 1_000_000  # and the timing's sets' values after their first round (verify/run.py TimingSets)
 ABLATION_SEED = 30_000  # and the inputs of the output-from-kernel check
 STOCK_OPS_LISTED = 5  # stock kernels and operators named in integrity-output-not-from-kernel
-MAX_TIMING_INPUT_SETS = 4
-TIMING_MEMORY_FRACTION = 0.25  # rotated input sets may take this much of the free device memory
+MAX_TIMING_INPUT_SETS = 64
+TIMING_MEMORY_FRACTION = 0.25  # the timing's input sets (and their outputs) may take this much free device memory
+TIMING_CPU_BYTES = 256 << 20  # and this much memory on the CPU
+ROUND_TRIPS = 5  # pings to the candidate's process; their median is its round trip
+ROUND_TRIP_FACTOR = 50  # a batch is sized to take at least this many round trips
+MIN_ROUNDS = 10  # interleaved rounds at the least (unless timedCalls asks for fewer calls), however large a batch
+CACHE_CHECK_ROUNDS = 3  # rounds a cached baseline runs to show it still holds
+CACHE_SLACK = 0.05
 WARMUP_MS = 250.0  # warm-up calls run at least this long before a candidate or a baseline is timed
 TORCH_PATCHES_LISTED = 5  # names in the integrity-torch-patched message
 THREAD_JOIN_S = 1.0  # how long a thread the candidate left running gets to finish before outputs are compared
-# integrity-timing-forged: the judge's clock around the candidate's timing loop, less the loop's own cost, must
-# not exceed the sum the candidate reports by more than this factor and this many milliseconds
-FORGED_FACTOR = 2.0
-FORGED_MIN_GAP_MS = 50.0
 # each trial's run gets this many times its footprint (inputs and the reference's output, in bytes) of poisoned
 # memory in the candidate's allocator; the judge keeps room for its own copies
 POISON_FOOTPRINTS = 2
 POISON_MIN_BYTES = 256 << 20
 JUDGE_FOOTPRINTS = 4
 KEEP_CACHE_FREE_FRACTION = 0.5  # between trials, the judge keeps its cached memory while this much is free
-TIMED_CALLS_RECORDED = 1  # timed calls run under a kernel recording instead (each costs a profiler start on CUDA)
+TIMED_CALLS_RECORDED = 1  # extra calls between the timed batches, recorded (each costs a profiler start on CUDA)
 # a request to the candidate's process hangs after hangTimeoutS plus, per forward it runs, this many times the
 # reference's slowest call (the candidate's first call may compile: the floor covers that) or OWN_FACTOR times the
 # candidate's own slowest forward so far, whichever is longer (Triton's interpreter on the CPU is that much slower)
@@ -98,7 +107,11 @@ PROCESSES_LISTED = 3  # named in integrity-process-left
 # what each request to the candidate's process runs, as a hang's message names it
 ASKED = {"forward": "forward", "again": "forward (called again on new inputs)",
          "settle": "the candidate's pending work (its threads, its device work)",
-         "ablate": "forward (the output-from-kernel check)", "time": "the candidate's timing loop",
+         "ablate": "forward (the output-from-kernel check)", "batch": "a timed batch of forward calls",
+         "after_batch": "the candidate's process (between timed batches)", "ping": "the candidate's process (a ping)",
+         "timing_sets": "the candidate's process (receiving the timing's inputs)",
+         "record_call": "forward (a recorded call between the timed batches)",
+         "timed_report": "the candidate's process (its timed outputs)",
          "record": "the candidate's process (a kernel recording)",
          "release": "the candidate's process (releasing a run's tensors)",
          "report": "the candidate's process (its report on itself)"}
@@ -763,14 +776,18 @@ def note_process_changes(seen: dict[str, list[str]], verdict: Verdict) -> None:
 
 
 @PHASES("timing input sets")
-def timing_input_sets(get_inputs: Callable[[], list], target: torch.device, seed: int) -> list[tuple]:
-    """Rotated input sets, as many as fit in a quarter of the free memory (at least one, at most four)."""
+def timing_input_sets(get_inputs: Callable[[], list], target: torch.device, seed: int,
+                      output_bytes: int) -> list[tuple]:
+    """Input sets for the timing, as many as fit (each with room for two outputs: held until its batch is over,
+    and a kept copy) in a quarter of the free device memory, or TIMING_CPU_BYTES on the CPU: at least one, at most
+    MAX_TIMING_INPUT_SETS. A batch calls each set at most once, so a batch is never longer than this."""
     first = make_input_sets(get_inputs, 1, seed + TIMING_SEED, str(target))
-    count = MAX_TIMING_INPUT_SETS
+    size = size_in_bytes(first[0]) + 2 * output_bytes
+    budget = TIMING_CPU_BYTES
     if target.type == "cuda":
-        size = size_in_bytes(first[0])
         free, _ = torch.cuda.mem_get_info(target)
-        count = max(1, min(MAX_TIMING_INPUT_SETS, int(free * TIMING_MEMORY_FRACTION // max(size, 1))))
+        budget = int(free * TIMING_MEMORY_FRACTION)
+    count = max(1, min(MAX_TIMING_INPUT_SETS, budget // max(size, 1)))
     return first + make_input_sets(get_inputs, count - 1, seed + TIMING_SEED + 1, str(target))
 
 
@@ -781,81 +798,329 @@ def no_grad_call(model: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
+class Contender:
+    """One of the timed: the candidate's process or a baseline, each run the same way by rounds (`measure`)."""
+
+    kind: str
+    round_trip_ms: float = 0.0
+    warm_calls: int = 0
+
+    def batch(self, indices: list[int]) -> float:
+        """Runs one batch; its wall time by the judge's clock, in seconds."""
+        raise NotImplementedError
+
+    def after(self, indices: list[int], first: int, keep: tuple[int, ...] = ()) -> float:
+        """What follows a batch: the outputs of the calls at offsets `keep` kept, the others let go; the seconds it
+        took by the judge's clock, of which the candidate's own share counts (`measure`)."""
+        return 0.0
+
+
+class CandidateBatches(Contender):
+    """The candidate's batches: each a request to its process, timed around the whole round trip."""
+
+    kind = "candidate"
+
+    def __init__(self, judge: Judge) -> None:
+        self.judge = judge
+
+    def batch(self, indices: list[int]) -> float:
+        started = time.perf_counter()
+        self.judge.ask("batch", runs=len(indices), sets=indices)
+        return time.perf_counter() - started
+
+    def after(self, indices: list[int], first: int, keep: tuple[int, ...] = ()) -> float:
+        started = time.perf_counter()
+        self.judge.ask("after_batch", runs=len(keep), sets=indices, first=first, keep=list(keep))
+        return time.perf_counter() - started
+
+
+class BaselineBatches(Contender):
+    """A baseline's batches, run in the judge's process by the same batch function (verify/timing.py time_batch)
+    on the same input sets; its outputs are held until the batch is over, as the candidate's are."""
+
+    def __init__(self, kind: str, model: Callable[..., Any], input_sets: list[tuple], target: torch.device) -> None:
+        self.kind, self.model, self.input_sets, self.target = kind, no_grad_call(model), input_sets, target
+        self.held: list[Any] = []
+
+    def batch(self, indices: list[int]) -> float:
+        started = time.perf_counter()
+        self.held = time_batch(self.model, self.input_sets, indices, lambda: settle(self.target))
+        return time.perf_counter() - started
+
+    def after(self, indices: list[int], first: int, keep: tuple[int, ...] = ()) -> float:
+        self.held = []
+        return 0.0
+
+
+def settle(target: torch.device) -> None:
+    if target.type == "cuda":
+        torch.cuda.synchronize()
+
+
+class TimingSets:
+    """The timing's input sets as both processes see them (the judge's view of the shared memory, which the
+    baselines run on too), refreshed by the judge between rounds: each set used in a round gets new values,
+    drawn by the problem's get_inputs with a seed of its own (set, round), written in place. No timed call sees
+    contents an earlier call saw, so an answer kept from one (a cache keyed by identity, pointer, version or any
+    function of the values) is wrong, and the kept outputs are compared on exactly the values they were made
+    from. On CUDA the judge also flushes the L2 cache between batches (its own scratch: the cache is the
+    device's)."""
+
+    def __init__(self, judge: Judge, get_inputs: Callable[[], list], seed: int, first: list[tuple]) -> None:
+        self.get_inputs, self.seed, self.target = get_inputs, seed, judge.target
+        shared = [judge.exchange.share(inputs) for inputs in first]
+        self.descriptors = [described for described, _ in shared]
+        self.views: list[tuple] = [view for _, view in shared]
+        self.count = len(self.views)
+        self.scratch = l2_scratch(judge.target) if judge.target.type == "cuda" else None
+
+    def values(self, set_index: int, round_number: int) -> tuple:
+        """The values set `set_index` holds in round `round_number` (round 0: as first drawn)."""
+        seed = self.seed + TIMING_SEED + (set_index if round_number == 0 else
+                                          REFRESH_SEED + set_index + self.count * round_number)
+        return make_input_sets(self.get_inputs, 1, seed, str(self.target))[0]
+
+    def refresh(self, indices: list[int], round_number: int) -> None:
+        for set_index in indices:
+            for view, value in zip(tensor_leaves(self.views[set_index]),
+                                   tensor_leaves(self.values(set_index, round_number))):
+                view.copy_(value)
+        settle(self.target)
+
+    def flush(self) -> None:
+        if self.scratch is not None:
+            self.scratch.zero_()
+            settle(self.target)
+
+
+def warm_up(contender: Contender, sets: int, calls: int, minimum_ms: float) -> float:
+    """Untimed batches of `contender` (at least `calls` calls, then more, doubling, until they took minimum_ms
+    or MAX_WARMUP_CALLS ran); milliseconds per call of the last batch, by the judge's clock."""
+    done, spent_ms, size, per_call_ms = 0, 0.0, max(1, min(calls, sets)), 0.0
+    while done < max(calls, 1) or (spent_ms < minimum_ms and done < MAX_WARMUP_CALLS):
+        indices = [(done + offset) % sets for offset in range(size)]
+        seconds = contender.batch(indices)
+        contender.after(indices, done)
+        spent_ms += seconds * 1e3
+        per_call_ms = seconds * 1e3 / size
+        done += size
+        size = min(sets, size * 2)
+    contender.warm_calls = done
+    return per_call_ms
+
+
+def batch_size(round_trip_ms: float, per_call_ms: float, sets: int) -> int:
+    """Calls per batch: enough that the round trip is at most 1/ROUND_TRIP_FACTOR of the batch (a power of two, so
+    that small changes in the estimate keep the cached baselines' setting), at most one call per input set."""
+    wanted = ROUND_TRIP_FACTOR * round_trip_ms / max(per_call_ms, 1e-6)
+    return max(1, min(sets, 1 << max(0, math.ceil(math.log2(max(wanted, 1.0))))))
+
+
+def judged_timing(contender: Contender, samples: list[float], batch: int, device: str, sets: int,
+                  seed: int) -> Timing:
+    return summarize(samples, device=device, clock=JUDGE_CLOCK, warmup=contender.warm_calls, input_sets=sets,
+                     l2_flushed=device == "cuda", busy_ms=sum(samples) * batch, calls=len(samples) * batch,
+                     rounds=len(samples), batch=batch, round_trip_ms=contender.round_trip_ms,
+                     samples_ms=[round(v, 6) for v in samples], median_interval_ms=median_interval(samples, seed))
+
+
+class Keeper:
+    """Which timed calls' outputs the candidate's process keeps for the judge: chosen by the judge once the batch
+    is over (reservoir sampling per input set: the k-th call of a set replaces the kept one with probability
+    1/k), with a generator the candidate's process never sees, so no call can know while it runs whether its
+    output will be compared. The candidate's copies of them are made under the judge's clock (`Rounds`)."""
+
+    def __init__(self) -> None:
+        self.rng = random.Random(int.from_bytes(os.urandom(8), "little"))
+        self.seen: dict[int, int] = {}
+        self.kept: dict[int, tuple[int, int]] = {}  # input set -> (call, round) whose output was asked for
+
+    def choose(self, indices: list[int], first: int, round_number: int) -> tuple[int, ...]:
+        """The offsets in this batch (each set appears once in it) whose outputs replace the kept ones."""
+        chosen = []
+        for offset, set_index in enumerate(indices):
+            self.seen[set_index] = self.seen.get(set_index, 0) + 1
+            if self.rng.random() * self.seen[set_index] < 1:
+                chosen.append(offset)
+                self.kept[set_index] = (first + offset, round_number)
+        return tuple(chosen)
+
+
+class Rounds:
+    """The judge's timing protocol (docs/verification.md): rounds in which every contender runs one batch of
+    `batch` calls on distinct input sets, the order rotating round by round (so drift and a noisy neighbour
+    reach each alike), the judge's clock around each batch. The candidate's sample of a round is its batch plus
+    the request that keeps the outputs the judge chose (so nothing it computes there is free), less what the
+    judge's own copy of as many outputs of that size takes; between rounds the judge refreshes the sets used."""
+
+    def __init__(self, sets: TimingSets, batch: int, keep_probe: Any,
+                 recorded: Callable[[int, int], None] | None = None) -> None:
+        self.sets, self.batch, self.keep_probe, self.recorded = sets, batch, keep_probe, recorded
+        self.keeper = Keeper()
+        self.samples: dict[str, list[float]] = {}
+        self.next_round = 0
+
+    def run(self, contenders: list[Contender], rounds: int, only_first: dict[str, int] | None = None) -> None:
+        """`only_first[kind]`: a contender that runs in the first so many of these rounds only (a cached
+        baseline's check)."""
+        only_first = only_first or {}
+        for step in range(rounds):
+            number = self.next_round = self.next_round + 1
+            shift = number % len(contenders)
+            indices = [(number * self.batch + offset) % self.sets.count for offset in range(self.batch)]
+            self.sets.refresh(indices, number)
+            for contender in contenders[shift:] + contenders[:shift]:
+                if step >= only_first.get(contender.kind, rounds):
+                    continue
+                self.sets.flush()
+                seconds = contender.batch(indices)
+                if contender.kind == "candidate":
+                    keep = self.keeper.choose(indices, number * self.batch, number)
+                    seconds += contender.after(indices, number * self.batch, keep) - self.copy_cost(len(keep))
+                    if self.recorded is not None:
+                        self.recorded(number, number * self.batch)
+                else:
+                    contender.after(indices, number * self.batch)
+                self.samples.setdefault(contender.kind, []).append(max(seconds, 0.0) * 1e3 / self.batch)
+
+    def copy_cost(self, count: int) -> float:
+        """Seconds the judge takes to copy `count` outputs of the reference's size: what an honest keep costs."""
+        if not count:
+            return 0.0
+        started = time.perf_counter()
+        copies = [clone_output(self.keep_probe) for _ in range(count)]
+        settle(self.sets.target)
+        seconds = time.perf_counter() - started
+        del copies
+        return seconds
+
+
+def clone_output(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, (tuple, list)):
+        return [clone_output(item) for item in value]
+    return value
+
+
 def measure(report: dict[str, Any], judge: Judge, reference_module: Any, ref_model: torch.nn.Module, calls: int,
             warmup: int, seed: int, baselines: tuple[str, ...], cache_dir: Path | None, reference_text: str) -> None:
-    """Candidate and baseline timings (baselines from the cache when the same setting was timed before), the
-    GPU's state around them, the cross-check of the candidate's own figures, and the physical floor check."""
+    """The candidate and its baselines timed by the judge's clock, in interleaved rounds (`Rounds`); the speedup
+    is the ratio of the medians, with a 95% interval. A cached baseline runs CACHE_CHECK_ROUNDS rounds only, and
+    is timed afresh when those differ from it by more than its interval. Then the kept timed outputs are
+    compared with the reference on the values they were made from, and the physical floor is checked."""
     target, verdict = judge.target, judge.verdict
     release(judge, return_memory=True)
-    input_sets = timing_input_sets(reference_module.get_inputs, target, seed)
+    get_inputs = reference_module.get_inputs
+    probe = run_reference(ref_model, clone_inputs(make_input_sets(get_inputs, 1, seed + TIMING_SEED, str(target))[0]))
+    with PHASES("timing input sets"):
+        sets = TimingSets(judge, get_inputs, seed, timing_input_sets(get_inputs, target, seed, size_in_bytes(probe)))
     with PHASES("GPU state (NVML)"):
         before = gpu_state(target)
-    with PHASES("timing the candidate"):
-        sent = [judge.exchange.send(inputs) for inputs in input_sets]
-        reply = judge.ask("time", runs=calls + warmup + TIMED_CALLS_RECORDED, extra_s=WARMUP_MS / 1e3,
-                          input_sets=sent, calls=calls, warmup=warmup, warmup_ms=WARMUP_MS,
-                          recorded_calls=TIMED_CALLS_RECORDED)
-        candidate = Timing(**reply["timing"])
-    with PHASES("checking timed calls"):
-        recorded = reply["recorded"][:TIMED_CALLS_RECORDED]
-        check_timed_outputs(judge, reply["kept"], input_sets, ref_model,
-                            timed_sets(calls, len(input_sets), {item.get("call") for item in recorded}))
-        check_timed_kernels(judge, recorded)
-    release(judge)
-    with PHASES("checking the candidate's timing"):
-        check_reported_timing(judge, candidate, input_sets, ref_model)
-    timings: dict[str, Any] = {"candidate": candidate.to_dict(), "eager": None, "compile": None,
-                               "compileError": None, "cached": {"eager": False, "compile": False}}
-    cache = BaselineCache(cache_dir) if cache_dir is not None else None
-    key = cache.key(reference_text, device_name(target), torch.__version__,
-                    {"calls": calls, "warmup": warmup, "seed": seed, "sets": len(input_sets),
-                     "shapes": input_signature(input_sets[0])}) if cache else ""
+    candidate = CandidateBatches(judge)
+    with PHASES("timing: set-up"):
+        judge.ask("timing_sets", input_sets=sets.descriptors)
+        trips = []
+        for _ in range(ROUND_TRIPS):
+            started = time.perf_counter()
+            judge.ask("ping")
+            trips.append((time.perf_counter() - started) * 1e3)
+        candidate.round_trip_ms = statistics.median(trips)
+    contenders: list[Contender] = [candidate]
+    timings: dict[str, Any] = {"candidate": None, "eager": None, "compile": None, "compileError": None,
+                               "cached": {"eager": False, "compile": False}}
     for kind in baselines:
-        cached = cache.get(key, kind) if cache else None
-        if cached is not None:
-            timings[kind], timings["cached"][kind] = cached, True
-            continue
         try:
-            with PHASES(f"timing the {kind} baseline"):
-                timed = time_baseline(kind, ref_model, input_sets, target, calls, warmup)
+            with PHASES(f"timing: the {kind} baseline's set-up"):
+                model: Callable[..., Any] = ref_model
+                if kind == "compile":
+                    model = torch.compile(ref_model)
+                    no_grad_call(model)(*sets.views[0])  # compiled here, not in its first batch
+                contenders.append(BaselineBatches(kind, model, sets.views, target))
         except Exception as exc:  # torch.compile fails on some models and machines: say why, keep eager
             timings["compileError"] = first_line(exc)
-            continue
-        timings[kind] = timed.to_dict()
-        if cache:
+    with PHASES("timing: warm-up"):
+        per_call = {c.kind: warm_up(c, sets.count, warmup, WARMUP_MS) for c in contenders}
+    batch = batch_size(candidate.round_trip_ms, min(per_call.values()), sets.count)
+    rounds = max(min(MIN_ROUNDS, calls), math.ceil(calls / batch))  # fewer only when fewer calls are asked
+    cache = BaselineCache(cache_dir) if cache_dir is not None else None
+    key = cache.key(reference_text, device_name(target), torch.__version__,
+                    {"protocol": JUDGE_CLOCK, "rounds": rounds, "batch": batch, "warmup": warmup, "seed": seed,
+                     "sets": sets.count, "shapes": input_signature(sets.views[0])}) if cache else ""
+    cached = {c.kind: Timing(**stored) for c in contenders[1:]
+              if cache and (stored := cache.get(key, c.kind)) is not None and stored.get("clock") == JUDGE_CLOCK}
+    chosen = set(random.Random(int.from_bytes(os.urandom(8), "little")).sample(range(1, rounds + 1),
+                                                                              min(TIMED_CALLS_RECORDED, rounds)))
+
+    def record(number: int, first_call: int) -> None:
+        if number in chosen:  # an extra call, recorded: its launches are judged, its time is no sample
+            judge.ask("record_call", runs=1, set=first_call % sets.count, call=-number)
+    timed = Rounds(sets, batch, probe, record)
+    with PHASES("timing: interleaved rounds"):
+        timed.run(contenders, rounds, {kind: min(CACHE_CHECK_ROUNDS, rounds) for kind in cached})
+    samples = timed.samples
+    stale = [kind for kind, timing in cached.items() if not within_interval(statistics.median(samples[kind]), timing)]
+    if stale:  # cached figures no longer hold: those baselines are timed in full, again against the candidate
+        with PHASES("timing: rounds against re-timed baselines"):
+            for kind in stale:
+                del samples[kind], cached[kind]
+            timed.run([c for c in contenders if c.kind == "candidate" or c.kind in stale], rounds)
+    with PHASES("checking timed calls"):
+        reply = judge.ask("timed_report")
+        check_timed_outputs(judge, reply["kept"], sets, ref_model, timed.keeper.kept)
+        check_timed_kernels(judge, reply["recorded"][:TIMED_CALLS_RECORDED])
+    release(judge)
+    device = target.type
+    judged = {c.kind: (cached[c.kind] if c.kind in cached
+                       else judged_timing(c, samples[c.kind], batch, device, sets.count, seed)) for c in contenders}
+    timings["candidate"] = judged["candidate"].to_dict()
+    for contender in contenders[1:]:
+        kind = contender.kind
+        timings[kind] = judged[kind].to_dict()
+        timings["cached"][kind] = kind in cached
+        if kind in cached:
+            timings[kind]["check_ms"] = [round(v, 6) for v in samples[kind]]
+        elif cache:
             cache.put(key, kind, timings[kind])
     if cache and cache.schedule:
         timings["schedule"] = dict(cache.schedule)  # kind -> why its fresh timing was not cached
     report["timing"] = timings
     with PHASES("GPU state (NVML)"):
         report["gpu"] = {"before": before, "after": gpu_state(target)}
-    for kind in baselines:
-        if timings[kind] is not None:
-            report["speedup"][kind] = speedup(Timing(**timings[kind]), candidate)
-    report["floor"] = physical_floor(ref_model, input_sets[0], target, cache_dir, candidate, verdict)
+    intervals, significant = report.setdefault("interval", {}), report.setdefault("significant", {})
+    for contender in contenders[1:]:
+        kind, base = contender.kind, judged[contender.kind]
+        report["speedup"][kind] = speedup(base, judged["candidate"])
+        low, high = speedup_interval(list(base.samples_ms), list(judged["candidate"].samples_ms), seed)
+        intervals[kind] = [low, high]
+        significant[kind] = not low <= 1.0 <= high
+    first_values = sets.values(0, 0)
+    report["floor"] = physical_floor(ref_model, first_values, target, cache_dir, judged["candidate"], verdict)
 
 
-def timed_sets(calls: int, sets: int, recorded: set[Any]) -> set[int]:
-    """The input sets that had at least one timed call: call i used set i % sets; recorded calls were not timed
-    (`calls` timed calls ran besides them)."""
-    return {index % sets for index in range(calls + len(recorded)) if index not in recorded}
+def within_interval(fresh_ms: float, cached: Timing) -> bool:
+    """A cached baseline still holds: the median of its check rounds lies in its median's 95% interval, widened
+    by CACHE_SLACK on each side (a few check rounds are noisier than the many that made the interval)."""
+    low, high = cached.median_interval_ms or (cached.median_ms, cached.median_ms)
+    return low * (1 - CACHE_SLACK) <= fresh_ms <= high * (1 + CACHE_SLACK)
 
 
-def check_timed_outputs(judge: Judge, kept: list[dict[str, Any]], input_sets: list[tuple],
-                        ref_model: torch.nn.Module, expected_sets: set[int]) -> None:
-    """The outputs the candidate's process kept of its timed calls (one per input set, picked after each call
-    returned) against the judge's reference output for that input set: integrity-timed-output."""
-    missing = expected_sets - {item.get("set") for item in kept}
-    if missing:
-        judge.verdict.reject("integrity-timed-output", f"the candidate's process returned no timed output for "
-                                                       f"{len(missing)} of the {len(input_sets)} input sets")
+def check_timed_outputs(judge: Judge, kept: list[dict[str, Any]], sets: TimingSets, ref_model: torch.nn.Module,
+                        asked: dict[int, tuple[int, int]]) -> None:
+    """The outputs the candidate's process kept of its timed calls (one per input set, the call the judge chose
+    after each batch) against the judge's reference output on the values that call got: integrity-timed-output."""
+    returned = {item.get("set"): item.get("call") for item in kept}
+    wrong = [set_index for set_index, (call, _) in asked.items() if returned.get(set_index) != call]
+    if wrong:
+        judge.verdict.reject("integrity-timed-output", f"the candidate's process did not return the timed output the "
+                                                       f"judge asked for, for {len(wrong)} of the {len(asked)} input "
+                                                       f"sets")
     for item in kept:
         set_index, call = item.get("set"), item.get("call")
-        if not isinstance(set_index, int) or not 0 <= set_index < len(input_sets):
-            judge.verdict.reject("integrity-timed-output", f"a timed output named no input set ({set_index!r})")
+        if not isinstance(set_index, int) or set_index not in asked or asked[set_index][0] != call:
             continue
         actual = judge.exchange.receive(item["output"])
-        expected = run_reference(ref_model, clone_inputs(input_sets[set_index]))
+        expected = run_reference(ref_model, sets.values(set_index, asked[set_index][1]))
         comparison = compare_candidate(expected, actual, bool(item.get("plain")), judge.overrides)
         del expected, actual
         if not comparison.ok:
@@ -865,61 +1130,19 @@ def check_timed_outputs(judge: Judge, kept: list[dict[str, Any]], input_sets: li
 
 
 def check_timed_kernels(judge: Judge, recorded: list[dict[str, Any]]) -> None:
-    """What the recorded timed calls launched, judged like a trial's run (no custom kernel, other streams)."""
+    """What the recorded calls between the timed batches launched, judged like a trial's run (no custom kernel,
+    other streams)."""
     for item in recorded:
         if item.get("how") == "none":
             continue  # nothing could observe launches here: the trials already said so
         window = Window([KernelLaunch(*launch) for launch in item.get("launches", [])], item.get("current_stream"))
         note_kernel_use(judge.verdict, classify(window.launches, judge.own, judge.allowed), window,
-                        f"timed call {item.get('call')}")
-
-
-def check_reported_timing(judge: Judge, candidate: Timing, input_sets: list[tuple],
-                          ref_model: torch.nn.Module) -> None:
-    """The candidate's process reports how long its calls took (warm-up included); the judge's clock ran around
-    that whole request. Less what the timing loop itself costs (measured here, on a call that returns an output
-    of the reference's size, which the loop overwrites as it does the candidate's) and one round trip, the two
-    must agree: a candidate that shrinks its figures is integrity-timing-forged."""
-    calls_run = candidate.calls + candidate.warmup
-    output = run_reference(ref_model, clone_inputs(input_sets[0]))
-    loop_ms = loop_cost_ms(judge.target, input_sets, calls_run, output)
-    del output
-    seen_ms = judge.host.wall_s["time"] * 1e3 - loop_ms - judge.host.wall_s["release"] * 1e3
-    gap = seen_ms - candidate.busy_ms
-    if seen_ms > FORGED_FACTOR * candidate.busy_ms and gap > FORGED_MIN_GAP_MS:
-        judge.verdict.reject(
-            "integrity-timing-forged",
-            f"the candidate's process reported its {calls_run} calls took {candidate.busy_ms:.1f} ms in all, but "
-            f"they took {seen_ms:.1f} ms by the judge's clock (after {loop_ms:.1f} ms for the timing loop itself)")
-
-
-def loop_cost_ms(target: torch.device, input_sets: list[tuple], calls: int, output: Any = None) -> float:
-    """What `calls` calls of a function that does nothing but return `output` cost in the timing loop, its
-    overwrite of each output included, by this process's clock."""
-    def nothing(*inputs: Any) -> Any:
-        return output
-    discard = overwriter(list(input_sets))
-    started = time.perf_counter()
-    if target.type == "cuda":
-        time_cuda_calls(nothing, input_sets, calls, target, l2_scratch(target), discard=discard)
-    else:
-        time_cpu_calls(nothing, input_sets, calls, discard=discard)
-    return (time.perf_counter() - started) * 1e3
+                        "a call between the timed batches")
 
 
 def first_line(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {lines[0][:300]}" if lines else type(exc).__name__
-
-
-def time_baseline(kind: str, ref_model: torch.nn.Module, input_sets: list[tuple], target: torch.device, calls: int,
-                  warmup: int) -> Timing:
-    model: Callable[..., Any] = ref_model
-    if kind == "compile":
-        model = torch.compile(ref_model)
-        no_grad_call(model)(*input_sets[0])  # compiles here, so warm-up calls time the compiled code only
-    return time_callable(no_grad_call(model), input_sets, device=str(target), calls=calls, warmup=warmup,
-                         warmup_ms=WARMUP_MS)
 
 
 def device_name(target: torch.device) -> str:

@@ -1,30 +1,35 @@
-"""Honest timing of a callable: the numbers a speedup claim rests on.
+"""Timing: the judge's protocol's parts (verify/run.py measure) and a self-timed loop for measurements.
 
-On CUDA each call is bracketed by CUDA events, with a full-device synchronize before and after it (work the
-candidate left on other streams is counted), and the L2 cache is overwritten before each call so no call is
-served warm by the previous one. Calls rotate through several input sets, so a candidate that caches results
-by the identity or data pointer of its inputs gets no free calls. Warm-up calls run first and are not timed:
-at least the given number, and, with warmup_ms, more until they have taken that long (on an H200, the median of
-a freshly compiled model's first 100 timed calls after 10 warm-up calls was 4% above its median 220 calls
-later, with the SM clock at 1980 MHz throughout), capped at MAX_WARMUP_CALLS.
-The median and the spread (p10..p90 over the median) are reported together with how they were measured.
+A verification's figures are the judge's: it times whole batches of calls (time_batch: the calls back to back,
+then the device synchronized) by its own clock, in rounds interleaved with the baselines; summarize gives the
+median and spread of the rounds' samples, median_interval and speedup_interval their 95% bootstrap intervals.
 
-On CPU the clock is time.perf_counter_ns and the timing says so: CPU and GPU timings are never compared.
+time_callable times each call by its own clock instead, for measurements that run in a trusted process (the
+profile job's, the physical floor's): on CUDA each call is bracketed by CUDA events, with a full-device
+synchronize before and after it, and the L2 cache is overwritten before each call. Warm-up calls run first and
+are not timed: at least the given number, and, with warmup_ms, more until they have taken that long (on an H200,
+the median of a freshly compiled model's first 100 timed calls after 10 warm-up calls was 4% above its median 220
+calls later, with the SM clock at 1980 MHz throughout), capped at MAX_WARMUP_CALLS.
+
+On CPU the clock is time.perf_counter and the timing says so: CPU and GPU timings are never compared.
 """
 
 from __future__ import annotations
 
-import contextlib
+import random
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
 CUDA_EVENTS = "cuda-events"
 CPU_PERF_COUNTER = "cpu-perf-counter"
+JUDGE_CLOCK = "judge-wall"  # the judge's time.perf_counter around whole batches of calls (verify/run.py)
+BOOTSTRAP_RESAMPLES = 2000
+INTERVAL = (0.025, 0.975)  # a 95% interval
 L2_FLUSH_FACTOR = 2  # writing twice the L2 size evicts every line even with a non-LRU replacement policy
 MAX_WARMUP_CALLS = 1000
 
@@ -44,23 +49,16 @@ class Timing:
     spread: float  # (p90 - p10) / median
     input_sets: int
     l2_flushed: bool
-    busy_ms: float = 0.0  # all calls' times added up, warm-up included: what the judge's clock must have seen
+    busy_ms: float = 0.0  # all calls' times added up, warm-up included
+    # by the judge's clock (JUDGE_CLOCK): rounds of `batch` calls each, one sample (milliseconds per call) a round
+    rounds: int = 0
+    batch: int = 0
+    round_trip_ms: float = 0.0  # a request's round trip to the process that ran the calls (0: the judge's own)
+    samples_ms: tuple[float, ...] | list[float] = ()
+    median_interval_ms: tuple[float, float] | list[float] | None = None  # 95% bootstrap interval of the median
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
-
-
-class CallWatch(Protocol):
-    """What a caller may see of the timed calls (verify/host.py checks them), outside the timed stretch of each."""
-
-    recorded_calls: int  # calls run under a recording instead of timed: run in addition to the timed ones
-
-    def recording(self, index: int) -> contextlib.AbstractContextManager[Any] | None:
-        """For call `index`: a recording to run it under instead of timing it (its time is not a sample), or None;
-        exactly `recorded_calls` of the calls get one."""
-
-    def returned(self, index: int, set_index: int, output: Any) -> None:
-        """Call `index` (of input set `set_index`) returned `output`, after the device finished it."""
 
 
 def resolve_device(device: str) -> torch.device:
@@ -86,15 +84,51 @@ def relative_spread(p10: float, p90: float, median: float) -> float:
     return 0.0 if p90 == p10 else float("inf")
 
 
-def summarize(samples_ms: list[float], *, device: str, clock: str, warmup: int, input_sets: int,
-              l2_flushed: bool, busy_ms: float = 0.0) -> Timing:
-    ordered = sorted(samples_ms)
+def summarize(samples: list[float], *, device: str, clock: str, warmup: int, input_sets: int,
+              l2_flushed: bool, busy_ms: float = 0.0, calls: int | None = None, **judged: Any) -> Timing:
+    """The figures of a list of samples (`calls`: how many calls they cover, when a sample is a batch's mean);
+    `judged`: the JUDGE_CLOCK fields (rounds, batch, round_trip_ms, samples_ms, median_interval_ms)."""
+    ordered = sorted(samples)
     median = statistics.median(ordered)
     p10, p90 = percentile(ordered, 0.1), percentile(ordered, 0.9)
-    return Timing(device=device, clock=clock, calls=len(ordered), warmup=warmup, median_ms=median,
-                  mean_ms=statistics.fmean(ordered), min_ms=ordered[0], max_ms=ordered[-1], p10_ms=p10,
-                  p90_ms=p90, spread=relative_spread(p10, p90, median), input_sets=input_sets,
-                  l2_flushed=l2_flushed, busy_ms=busy_ms)
+    return Timing(device=device, clock=clock, calls=len(ordered) if calls is None else calls, warmup=warmup,
+                  median_ms=median, mean_ms=statistics.fmean(ordered), min_ms=ordered[0], max_ms=ordered[-1],
+                  p10_ms=p10, p90_ms=p90, spread=relative_spread(p10, p90, median), input_sets=input_sets,
+                  l2_flushed=l2_flushed, busy_ms=busy_ms, **judged)
+
+
+def time_batch(fn: Callable[..., object], input_sets: Sequence[tuple], indices: Sequence[int],
+               settle: Callable[[], None] = lambda: None) -> list[object]:
+    """One batch of the judge's protocol: fn on each named input set, back to back, then `settle` (on CUDA the
+    whole device synchronized); the outputs, in order. Nothing else runs in it (no flush, no overwrite, no
+    per-call clock): the judge's clock around the whole request is the measurement."""
+    outputs = [fn(*input_sets[index]) for index in indices]
+    settle()
+    return outputs
+
+
+def bootstrap_interval(statistic: Callable[[random.Random], float], seed: int) -> tuple[float, float]:
+    """The 95% percentile interval of `statistic` over BOOTSTRAP_RESAMPLES draws (each draws its own resample
+    with the given generator, seeded: the same samples always give the same interval)."""
+    rng = random.Random(seed)
+    values = sorted(statistic(rng) for _ in range(BOOTSTRAP_RESAMPLES))
+    return percentile(values, INTERVAL[0]), percentile(values, INTERVAL[1])
+
+
+def resampled_median(samples: Sequence[float], rng: random.Random) -> float:
+    return statistics.median(rng.choices(samples, k=len(samples)))
+
+
+def median_interval(samples: Sequence[float], seed: int = 0) -> tuple[float, float]:
+    """95% bootstrap interval of the median of samples."""
+    return bootstrap_interval(lambda rng: resampled_median(samples, rng), seed)
+
+
+def speedup_interval(reference: Sequence[float], candidate: Sequence[float], seed: int = 0) -> tuple[float, float]:
+    """95% bootstrap interval of median(reference) / median(candidate), each resampled on its own (the rounds
+    interleave them, so drift reaches both alike)."""
+    return bootstrap_interval(lambda rng: resampled_median(reference, rng) / max(resampled_median(candidate, rng),
+                                                                                  1e-12), seed)
 
 
 def l2_scratch(device: torch.device) -> torch.Tensor:
@@ -104,69 +138,37 @@ def l2_scratch(device: torch.device) -> torch.Tensor:
 
 
 def time_cuda_calls(fn: Callable[..., object], input_sets: list[tuple], count: int, device: torch.device,
-                    scratch: torch.Tensor | None, watch: CallWatch | None = None,
-                    discard: Callable[[object], None] | None = None) -> list[float]:
-    """Milliseconds per call from CUDA events; the flush runs before the start event, so it is not counted.
-    Calls the watch records give no sample."""
+                    scratch: torch.Tensor | None) -> list[float]:
+    """Milliseconds per call from CUDA events; the flush runs before the start event, so it is not counted."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
-    def timed(inputs: tuple) -> tuple[object, float]:
+    def timed(inputs: tuple) -> float:
         if scratch is not None:
             scratch.zero_()
         start.record()
-        output = fn(*inputs)
+        fn(*inputs)
         end.record()
         torch.cuda.synchronize()  # the whole device, not just the event's stream
-        return output, start.elapsed_time(end)
+        return start.elapsed_time(end)
     with torch.cuda.device(device):
-        return run_calls(fn, input_sets, count, timed, watch, settle=torch.cuda.synchronize, discard=discard)
+        torch.cuda.synchronize()
+        return [timed(input_sets[index % len(input_sets)]) for index in range(count)]
 
 
-def time_cpu_calls(fn: Callable[..., object], input_sets: list[tuple], count: int,
-                   watch: CallWatch | None = None, discard: Callable[[object], None] | None = None) -> list[float]:
-    def timed(inputs: tuple) -> tuple[object, float]:
+def time_cpu_calls(fn: Callable[..., object], input_sets: list[tuple], count: int) -> list[float]:
+    def timed(inputs: tuple) -> float:
         began = time.perf_counter_ns()
-        output = fn(*inputs)
-        return output, (time.perf_counter_ns() - began) / 1e6
-    return run_calls(fn, input_sets, count, timed, watch, discard=discard)
-
-
-def run_calls(fn: Callable[..., object], input_sets: list[tuple], count: int,
-              timed: Callable[[tuple], tuple[object, float]], watch: CallWatch | None,
-              settle: Callable[[], None] = lambda: None,
-              discard: Callable[[object], None] | None = None) -> list[float]:
-    """`count` calls, call i on input_sets[i % len(input_sets)]: each timed by `timed` (its output and
-    milliseconds), except those the watch records, which run under its recording and give no sample. `settle`
-    runs before each call and after a recorded one (the device synchronized). `discard` gets each output once
-    the watch saw it, outside the timed stretch (the verifier overwrites it there)."""
-    samples: list[float] = []
-    for index in range(count):
-        inputs = input_sets[index % len(input_sets)]
-        settle()
-        recording = watch.recording(index) if watch is not None else None
-        if recording is not None:
-            with recording:
-                output = fn(*inputs)
-                settle()
-        else:
-            output, milliseconds = timed(inputs)
-            samples.append(milliseconds)
-        if watch is not None:
-            watch.returned(index, index % len(input_sets), output)
-        if discard is not None:
-            discard(output)
-        del output
-    return samples
+        fn(*inputs)
+        return (time.perf_counter_ns() - began) / 1e6
+    return [timed(input_sets[index % len(input_sets)]) for index in range(count)]
 
 
 def time_callable(fn: Callable[..., object], input_sets: list[tuple], *, device: str, calls: int = 100,
-                  warmup: int = 10, flush_l2: bool = True, warmup_ms: float = 0.0,
-                  watch: CallWatch | None = None, discard: Callable[[object], None] | None = None) -> Timing:
+                  warmup: int = 10, flush_l2: bool = True, warmup_ms: float = 0.0) -> Timing:
     """Run fn untimed warmup times (and, with warmup_ms, until the warm-up calls took that long), then calls
-    times timed; call i gets input_sets[i % len(input_sets)]. A watch sees the timed calls (not the warm-up):
-    each output once the device finished it, and it may record some calls instead of timing them (those add to
-    the calls run: `calls` samples are taken all the same). `discard`, if given, gets every output (warm-up
-    included) after the call, outside its timed stretch."""
+    times timed, each by its own clock (CUDA events, or perf_counter on the CPU); call i gets
+    input_sets[i % len(input_sets)]. The profile job and the physical floor's measurements use it; a
+    verification's timing is the judge's (verify/run.py measure)."""
     if calls < 1:
         raise ValueError(f"calls must be at least 1, got {calls}")
     if warmup < 0 or warmup_ms < 0:
@@ -177,15 +179,15 @@ def time_callable(fn: Callable[..., object], input_sets: list[tuple], *, device:
     if target.type == "cuda":
         scratch = l2_scratch(target) if flush_l2 else None
 
-        def run(count: int, watch: CallWatch | None = None) -> list[float]:
-            return time_cuda_calls(fn, input_sets, count, target, scratch, watch, discard)
+        def run(count: int) -> list[float]:
+            return time_cuda_calls(fn, input_sets, count, target, scratch)
         clock, flushed = CUDA_EVENTS, flush_l2
     else:
-        def run(count: int, watch: CallWatch | None = None) -> list[float]:
-            return time_cpu_calls(fn, input_sets, count, watch, discard)
+        def run(count: int) -> list[float]:
+            return time_cpu_calls(fn, input_sets, count)
         clock, flushed = CPU_PERF_COUNTER, False  # no portable way to flush CPU caches from Python
     warm = warm_up(run, warmup, warmup_ms)
-    samples = run(calls + (watch.recorded_calls if watch is not None else 0), watch)
+    samples = run(calls)
     return summarize(samples, device=target.type, clock=clock, warmup=len(warm), input_sets=len(input_sets),
                      l2_flushed=flushed, busy_ms=sum(warm) + sum(samples))
 

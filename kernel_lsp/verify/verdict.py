@@ -107,7 +107,8 @@ def best_so_far(speedup_eager: float | None, verified: int = 0, cpu: bool = Fals
 
 
 def summary(verdict: str, report: dict[str, Any] | None, reason: str = "") -> str:
-    """The code lens title: 'correct 5/5 · 1.84× eager · 0.97× compile · 3.1 ms' or why not. A run on the CPU
+    """The code lens title: 'correct 5/5 · 1.84× eager · ≈1× compile · 3.1 ms' or why not (≈1×: the speedup's
+    95% interval holds 1x). A run on the CPU
     (Triton's interpreter, eager PyTorch on the CPU) shows no times or speedups: they vary 2× between runs and
     say nothing of a GPU."""
     if verdict == "unavailable" or report is None:
@@ -127,7 +128,9 @@ def summary(verdict: str, report: dict[str, Any] | None, reason: str = "") -> st
         for kind in ("eager", "compile"):
             value = (report.get("speedup") or {}).get(kind)
             if value is not None:
-                parts.append(f"{value:.3g}× {kind}")
+                # a difference the rounds could not tell from noise (its interval holds 1x) is shown as such
+                shown = "≈1" if (report.get("significant") or {}).get(kind) is False else f"{value:.3g}"
+                parts.append(f"{shown}× {kind}")
         timing = report.get("timing") or {}
         if timing.get("candidate"):
             parts.append(readable_ms(timing["candidate"]["median_ms"]))

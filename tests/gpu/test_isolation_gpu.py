@@ -11,6 +11,7 @@ import pytest
 from kernel_lsp.config import cache_dir
 from kernel_lsp.process.confine import landlock_abi
 from kernel_lsp.process.isolation import build_cache_root, judge_build_root
+from tests.problems import assert_not_tampered
 from tests.gpu import candidates as c
 from tests.gpu.test_verify_pipeline_gpu import codes, verify
 from tests.gpu.test_worker_gpu import gpu_present
@@ -36,10 +37,12 @@ torch.relu = lambda x: torch.zeros_like(x)
 torch.Tensor.relu = lambda self: torch.zeros_like(self)
 '''
 
+# every figure its own process could report, divided by 100 (the judge's summary of its samples too, were it here)
 FORGES_TIMING = c.HONEST_RELU + '''
 import kernel_lsp.verify.timing as timing
-_real = timing.time_cuda_calls
+_real, _summarize = timing.time_cuda_calls, timing.summarize
 timing.time_cuda_calls = lambda fn, sets, count, device, scratch, *rest: [s / 100 for s in _real(fn, sets, count, device, scratch, *rest)]
+timing.summarize = lambda samples, **fields: _summarize([s / 100 for s in samples], **fields)
 '''
 
 REWRITES_CACHES = c.HONEST_RELU + '''
@@ -86,10 +89,13 @@ async def test_patched_torch_leaves_the_reference_alone(tmp_path: Path):
     assert {"verify-mismatch", "integrity-torch-patched"} <= set(codes(result)), result["summary"]
 
 
-async def test_forged_timing_is_caught_by_the_judges_clock(tmp_path: Path):
-    result = await verify(tmp_path, FORGES_TIMING, c.RELU_PROBLEM, trials=2, timedCalls=30)
-    assert result["report"]["correctness"]["passed"] == 2
-    assert "integrity-timing-forged" in codes(result), (result["summary"], result["findings"])
+async def test_the_stated_time_is_the_judges_whatever_the_candidate_reports(tmp_path: Path):
+    honest = await verify(tmp_path, c.HONEST_RELU, c.RELU_PROBLEM, trials=2, timedCalls=30)
+    forged = await verify(tmp_path, FORGES_TIMING, c.RELU_PROBLEM, trials=2, timedCalls=30)
+    assert forged["report"]["correctness"]["passed"] == 2
+    times = [result["report"]["timing"]["candidate"] for result in (honest, forged)]
+    assert all(timing["clock"] == "judge-wall" for timing in times)
+    assert times[1]["median_ms"] > 0.5 * times[0]["median_ms"], times  # not a hundredth: the judge's clock
 
 
 async def test_trusted_caches_are_out_of_reach(tmp_path: Path):
@@ -100,9 +106,9 @@ async def test_trusted_caches_are_out_of_reach(tmp_path: Path):
     assert honest["verdict"] == "verified" and any("baselines" in str(path) for path in stored)
     attacked = await verify(tmp_path, REWRITES_CACHES.replace("{cache}", str(cache_dir())), c.RELU_PROBLEM, trials=1)
     assert attacked["verdict"] == "verified", attacked["summary"]
-    assert {path: path.read_bytes() for path in stored} == stored
+    assert_not_tampered(stored)
     later = await verify(tmp_path, c.HONEST_RELU, c.RELU_PROBLEM, trials=1)
-    assert later["report"]["timing"]["eager"] == honest["report"]["timing"]["eager"]
+    assert later["report"]["timing"]["eager"]["median_ms"] < 10 * honest["report"]["timing"]["eager"]["median_ms"]
 
 
 async def test_workspace_network_and_secrets_stay_out_of_reach(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

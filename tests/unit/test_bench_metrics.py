@@ -121,6 +121,27 @@ def test_the_lens_line_of_a_cpu_run_has_correctness_and_no_timings():
     assert verdict_summary("verified", on_gpu) == "correct 5/5 · 1.84× eager · 0.97× compile · 3.1 ms"
 
 
+def test_a_speedup_whose_interval_holds_one_is_shown_as_about_one_and_not_counted():
+    on_gpu = {"correctness": {"passed": 5, "trials": 5}, "device": "cuda", "speedup": {"eager": 1.08, "compile": 2.4},
+              "interval": {"eager": [0.93, 1.21], "compile": [2.2, 2.6]},
+              "significant": {"eager": False, "compile": True}, "timing": {"candidate": {"median_ms": 0.0052}}}
+    assert verdict_summary("verified", on_gpu) == "correct 5/5 · ≈1× eager · 2.4× compile · 5.2 µs"
+    noisy = ProblemResult(candidate="add.py", reference="kb/level2/add.py", level=2, problem_id=1, name="Add",
+                          verdict="verified", device="cuda", speedup=on_gpu["speedup"], interval=on_gpu["interval"])
+    sure = result("Relu", eager=1.6, compile=1.3)  # no interval stated (an older report): its figure counts
+    narrow = ProblemResult(**{**noisy.to_dict(), "name": "Mul", "speedup": {"eager": 1.6, "compile": 1.6},
+                              "interval": {"eager": [1.45, 1.7], "compile": [1.55, 1.65]}})
+    run = [noisy, sure, narrow]
+    assert fast_p(run, "eager", 1) == pytest.approx(2 / 3)  # 1.08 with [0.93, 1.21] is no speedup
+    assert fast_p(run, "compile", 2) == pytest.approx(1 / 3)  # 2.4 with [2.2, 2.6] is over 2
+    assert fast_p(run, "compile", 1.5) == pytest.approx(2 / 3)  # [1.55, 1.65] is over 1.5 as a whole
+    assert fast_p(run, "eager", 1.5) == pytest.approx(1 / 3)  # 1.6 with [1.45, 1.7] is not, surely
+    metrics = bench_metrics(run, BASELINES)
+    assert metrics.not_significant == {"eager": 1, "compile": 0}
+    assert "not counted in fast_p vs eager: 1 speedup over 1x whose 95% interval holds 1x" in text_report(run, metrics)
+    assert ProblemResult.from_dict(json.loads(json.dumps(noisy.to_dict()))) == noisy
+
+
 def test_problem_name_from_the_kernelbench_reference(tmp_path: Path):
     pairing = Pairing(tmp_path / "c" / "x.py", tmp_path / "kb" / "level2" / "17_Conv_ReLU.py", "kernelbench", "")
     assert problem_name(pairing) == ProblemName(2, 17, "Conv_ReLU")

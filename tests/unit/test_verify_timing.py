@@ -1,8 +1,9 @@
-"""timing: CPU clock figures, untimed warm-up, rotated inputs, seeded input sets, and speedups that refuse to mix clocks."""
+"""timing: the judge's batches and intervals, CPU clock figures, untimed warm-up, rotated inputs, seeded input sets, and speedups that refuse to mix clocks."""
 
 from __future__ import annotations
 
 import random
+import statistics
 import time
 from dataclasses import replace
 
@@ -13,8 +14,11 @@ from kernel_lsp.verify.timing import (
     MAX_WARMUP_CALLS,
     Timing,
     make_input_sets,
+    median_interval,
     percentile,
     speedup,
+    speedup_interval,
+    time_batch,
     time_callable,
 )
 
@@ -149,40 +153,44 @@ def test_warm_up_runs_until_it_took_warmup_ms():
     assert quick.warmup == MAX_WARMUP_CALLS  # a bound, however long the minimum
 
 
-class StaleBuffer:
-    """Computes its answer on the first call only, then returns the same buffer unwritten (what `torch.empty`
-    returns when the allocator hands back the block the last output freed)."""
-
-    def __init__(self) -> None:
-        self.buffer: torch.Tensor | None = None
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.buffer is None:
-            self.buffer = x * 2
-        return self.buffer
+def test_a_batch_runs_each_named_set_once_then_settles() -> None:
+    seen: list[int] = []
+    settled: list[int] = []
+    outputs = time_batch(lambda x: seen.append(int(x)) or int(x) * 2, [(0,), (1,), (2,)], [2, 0, 1],
+                         lambda: settled.append(len(seen)))
+    assert (seen, outputs, settled) == ([2, 0, 1], [4, 0, 2], [3])
 
 
-def test_the_verifiers_timing_overwrites_each_output_so_a_stale_buffer_reads_nan() -> None:
-    from kernel_lsp.verify.host import TimedCalls
-    from kernel_lsp.verify.integrity import overwriter
+def test_the_speedup_interval_holds_the_ratio_and_excludes_one_only_when_it_should() -> None:
+    rng = random.Random(5)
+    fast = [1.0 + rng.gauss(0, 0.02) for _ in range(30)]
+    slow = [2.0 + rng.gauss(0, 0.04) for _ in range(30)]
+    low, high = speedup_interval(slow, fast, seed=1)
+    assert low < 2.0 < high and low > 1.8 and high < 2.2
+    assert speedup_interval(slow, fast, seed=1) == (low, high)  # seeded: the same samples, the same interval
+    same = [1.0 + rng.gauss(0, 0.05) for _ in range(30)]
+    low, high = speedup_interval(same, fast, seed=1)
+    assert low < 1.0 < high
+    low, high = median_interval(fast)
+    assert low <= statistics.median(fast) <= high
 
-    inputs = [(torch.arange(6, dtype=torch.float32),)]  # one input set: a stale answer would be the right one
-    for discard, stale_seen in ((None, True), (overwriter(inputs), False)):
-        fn = StaleBuffer()
-        watch = TimedCalls(5, 0, "cpu", random.Random(0))
-        time_callable(fn, inputs, device="cpu", calls=5, warmup=2, watch=watch, discard=discard)
-        _, kept = watch.kept[0]
-        assert torch.equal(kept, inputs[0][0] * 2) is stale_seen
-        assert stale_seen or bool(kept.isnan().all())
-    assert torch.equal(inputs[0][0], torch.arange(6, dtype=torch.float32))
+
+def test_batches_are_sized_so_the_round_trip_is_a_small_part() -> None:
+    from kernel_lsp.verify.run import ROUND_TRIP_FACTOR, batch_size
+
+    assert batch_size(0.1, 10.0, 64) == 1  # a long call: one a batch
+    size = batch_size(0.1, 0.005, 64)  # 5 us calls and a 100 us round trip: the most the sets allow
+    assert size == 64
+    size = batch_size(0.1, 0.5, 64)
+    assert size * 0.5 >= ROUND_TRIP_FACTOR * 0.1 and size & (size - 1) == 0 and size // 2 * 0.5 < ROUND_TRIP_FACTOR * 0.1
 
 
-def test_the_overwrite_spares_outputs_that_share_the_inputs_or_the_models_storage() -> None:
-    from kernel_lsp.verify.integrity import overwriter
+def test_the_judge_keeps_one_call_per_set_chosen_after_the_batch() -> None:
+    from kernel_lsp.verify.run import Keeper
 
-    x, weight = torch.arange(4, dtype=torch.float32), torch.nn.Parameter(torch.ones(3))
-    overwrite = overwriter([(x,), weight])
-    own = torch.zeros(2)
-    overwrite((x[1:], {"w": weight.view(3, 1)}, [own]))
-    assert torch.equal(x, torch.arange(4, dtype=torch.float32)) and bool((weight == 1).all())
-    assert bool(own.isnan().all())
+    keeper = Keeper()
+    first = keeper.choose([0, 1, 2], 0, 1)
+    assert first == (0, 1, 2) and keeper.kept == {0: (0, 1), 1: (1, 1), 2: (2, 1)}  # a set's first call is kept
+    replaced = sum(bool(keeper.choose([0, 1, 2], 3 * n, n + 1)) for n in range(1, 300))
+    assert 0 < replaced < 150  # later calls replace it ever more rarely (1/k)
+    assert all(call % 3 == s for s, (call, _) in keeper.kept.items())
