@@ -83,6 +83,7 @@ STOCK_OPS_LISTED = 5  # stock kernels and operators named in integrity-output-no
 MAX_TIMING_INPUT_SETS = 64
 TIMING_MEMORY_FRACTION = 0.25  # the timing's input sets (and their outputs) may take this much free device memory
 TIMING_CPU_BYTES = 256 << 20  # and this much memory on the CPU
+COPY_TRIES = 3  # copies of an output the judge times: the fastest is what keeping one costs
 ROUND_TRIPS = 5  # pings to the candidate's process; their median is its round trip
 ROUND_TRIP_FACTOR = 50  # a batch is sized to take at least this many round trips
 MIN_ROUNDS = 10  # interleaved rounds at the least (unless timedCalls asks for fewer calls), however large a batch
@@ -951,11 +952,12 @@ class Rounds:
     `batch` calls on distinct input sets, the order rotating round by round (so drift and a noisy neighbour
     reach each alike), the judge's clock around each batch. The candidate's sample of a round is its batch plus
     the request that keeps the outputs the judge chose (so nothing it computes there is free), less what the
-    judge's own copy of as many outputs of that size takes; between rounds the judge refreshes the sets used."""
+    judge's own copy of as many outputs of that size takes (`copy_s` each, timed once before the rounds); between
+    rounds the judge refreshes the sets used."""
 
-    def __init__(self, sets: TimingSets, batch: int, keep_probe: Any,
+    def __init__(self, sets: TimingSets, batch: int, copy_s: float,
                  recorded: Callable[[int, int], None] | None = None) -> None:
-        self.sets, self.batch, self.keep_probe, self.recorded = sets, batch, keep_probe, recorded
+        self.sets, self.batch, self.copy_s, self.recorded = sets, batch, copy_s, recorded
         self.keeper = Keeper()
         self.samples: dict[str, list[float]] = {}
         self.next_round = 0
@@ -976,23 +978,26 @@ class Rounds:
                 seconds = contender.batch(indices)
                 if contender.kind == "candidate":
                     keep = self.keeper.choose(indices, number * self.batch, number)
-                    seconds += contender.after(indices, number * self.batch, keep) - self.copy_cost(len(keep))
+                    seconds += contender.after(indices, number * self.batch, keep) - self.copy_s * len(keep)
                     if self.recorded is not None:
                         self.recorded(number, number * self.batch)
                 else:
                     contender.after(indices, number * self.batch)
                 self.samples.setdefault(contender.kind, []).append(max(seconds, 0.0) * 1e3 / self.batch)
 
-    def copy_cost(self, count: int) -> float:
-        """Seconds the judge takes to copy `count` outputs of the reference's size: what an honest keep costs."""
-        if not count:
-            return 0.0
+
+
+def copy_seconds(output: Any, target: torch.device) -> float:
+    """What the judge takes to copy one output of the reference's (the fastest of COPY_TRIES): what an honest keep
+    of one costs the candidate's process."""
+    best = float("inf")
+    for _ in range(COPY_TRIES):
         started = time.perf_counter()
-        copies = [clone_output(self.keep_probe) for _ in range(count)]
-        settle(self.sets.target)
-        seconds = time.perf_counter() - started
-        del copies
-        return seconds
+        copy = clone_output(output)
+        settle(target)
+        best = min(best, time.perf_counter() - started)
+        del copy
+    return best
 
 
 def clone_output(value: Any) -> Any:
@@ -1013,8 +1018,10 @@ def measure(report: dict[str, Any], judge: Judge, reference_module: Any, ref_mod
     release(judge, return_memory=True)
     get_inputs = reference_module.get_inputs
     probe = run_reference(ref_model, clone_inputs(make_input_sets(get_inputs, 1, seed + TIMING_SEED, str(target))[0]))
+    output_bytes, copy_s = size_in_bytes(probe), copy_seconds(probe, target)
+    del probe  # the judge holds no output of its own while the candidate runs
     with PHASES("timing input sets"):
-        sets = TimingSets(judge, get_inputs, seed, timing_input_sets(get_inputs, target, seed, size_in_bytes(probe)))
+        sets = TimingSets(judge, get_inputs, seed, timing_input_sets(get_inputs, target, seed, output_bytes))
     with PHASES("GPU state (NVML)"):
         before = gpu_state(target)
     candidate = CandidateBatches(judge)
@@ -1055,7 +1062,7 @@ def measure(report: dict[str, Any], judge: Judge, reference_module: Any, ref_mod
     def record(number: int, first_call: int) -> None:
         if number in chosen:  # an extra call, recorded: its launches are judged, its time is no sample
             judge.ask("record_call", runs=1, set=first_call % sets.count, call=-number)
-    timed = Rounds(sets, batch, probe, record)
+    timed = Rounds(sets, batch, copy_s, record)
     with PHASES("timing: interleaved rounds"):
         timed.run(contenders, rounds, {kind: min(CACHE_CHECK_ROUNDS, rounds) for kind in cached})
     samples = timed.samples

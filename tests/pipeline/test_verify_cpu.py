@@ -520,7 +520,8 @@ async def test_the_stated_time_is_the_judges_whatever_the_candidate_reports(sand
     assert honest["verdict"] == "verified", honest["integrity"]
     for report in (honest, forged):
         timing = report["timing"]["candidate"]
-        assert timing["clock"] == "judge-wall" and timing["rounds"] >= 10 and len(timing["samples_ms"]) == timing["rounds"]
+        # timedCalls 5: 5 rounds, 5 more where a cached baseline was timed again
+        assert timing["clock"] == "judge-wall" and timing["rounds"] in (5, 10) and len(timing["samples_ms"]) == timing["rounds"]
         assert timing["round_trip_ms"] > 0
     # the forger's figures would be a thousand times smaller; the judge's clock, in its own process, is not
     ratio = forged["timing"]["candidate"]["median_ms"] / honest["timing"]["candidate"]["median_ms"]
