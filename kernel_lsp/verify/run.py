@@ -308,7 +308,8 @@ def judge_candidate(judge: Judge, reference: str, candidate: str, trials: int, t
         note_process_changes(judge.ask("report"), verdict)
     report: dict[str, Any] = {"device": target.type, "correctness": trials_report, "integrity": verdict.integrity,
                               "kernels": trials_report.pop("kernels"), "timing": None,
-                              "speedup": {"eager": None, "compile": None}, "gpu": None, "floor": None,
+                              "speedup": {"eager": None, "compile": None}, "interval": {}, "significant": {},
+                              "gpu": None, "floor": None,
                               "isolation": isolation, "shared_memory_poison": judge.shared_fill,
                               "free_memory_poison": judge.free_poison}
     correct = trials_report["passed"] == trials_report["trials"] and not verdict.integrity
