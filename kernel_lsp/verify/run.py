@@ -77,6 +77,7 @@ DISTRIBUTIONS = ("own", "normal", "scaled")
 SCALE = 16.0  # "scaled" inputs: the problem's own values times this, so magnitudes outside [0, 1) are covered
 TIMING_SEED = 10_000  # timed inputs are drawn apart from the trials' seeds
 STALE_SEED = 20_000  # and so are the new values of the stale-output checks
+SCATTERED_FRACTION = 0.001  # of the elements the "scattered" stale-output check changes
 REFRESH_SEED = 1_000_000  # and the timing's sets' values after their first round (verify/run.py TimingSets)
 ABLATION_SEED = 30_000  # and the inputs of the output-from-kernel check
 STOCK_OPS_LISTED = 5  # stock kernels and operators named in integrity-output-not-from-kernel
@@ -713,17 +714,40 @@ def check_output_from_kernel(judge: Judge, get_inputs: Callable[[], list], seed:
 
 def stale_checks(trials: int) -> dict[int, str]:
     """Which trials are followed by a stale-output check, and how: the second in the same tensor objects, the
-    third in storage freed and reused (the first is followed by the rerun over other poison)."""
-    return {index: how for index, how in ((1, "objects"), (2, "storage")) if index < trials}
+    third in storage freed and reused, the fourth with a few scattered elements changed in the same objects (the
+    first is followed by the rerun over other poison)."""
+    return {index: how for index, how in ((1, "objects"), (2, "storage"), (3, "scattered")) if index < trials}
+
+
+def scattered(inputs: tuple, fresh: tuple, seed: int) -> tuple:
+    """`inputs` with SCATTERED_FRACTION of each tensor's elements (at least one, at random places drawn by seed)
+    taken from `fresh` (another draw of the problem's inputs, so every value stays one the problem can have): a
+    cache keyed by a sample of the values, which most likely misses every changed place, answers for the old
+    values."""
+    changed = []
+    generator = torch.Generator().manual_seed(seed)
+    for old, new in zip(inputs, fresh):
+        if isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor) and old.shape == new.shape and old.numel():
+            count = max(1, int(old.numel() * SCATTERED_FRACTION))
+            places = torch.randperm(old.numel(), generator=generator)[:count].to(old.device)
+            value = old.clone()
+            value.view(-1)[places] = new.reshape(-1)[places].to(old.dtype)
+            changed.append(value)
+        else:
+            changed.append(old)
+    return tuple(changed)
 
 
 def check_stale(judge: Judge, run: CandidateRun, values: tuple, ref_model: torch.nn.Module, how: str) -> None:
     """forward again on new values in the old places: written into the very tensor objects of the run just
-    checked, or copied into tensors that took the storage of its inputs once freed. An answer computed for the
-    old values (a cache keyed by identity, data pointer or version) is integrity-stale-output."""
+    checked (all of them, or a few scattered elements: `scattered`), or copied into tensors that took the storage
+    of its inputs once freed. An answer computed for the old values (a cache keyed by identity, data pointer,
+    version or a sample of the values) is integrity-stale-output."""
+    if how == "scattered":
+        values = scattered(tuple(run.shared), values, STALE_SEED)
     expected = run_reference(ref_model, clone_inputs(values))
     with PHASES("stale-output checks"):
-        if how == "objects":
+        if how in ("objects", "scattered"):
             for given, value in zip(tensor_leaves(run.shared), tensor_leaves(values)):
                 given.copy_(value)
             if judge.target.type == "cuda":
@@ -736,6 +760,8 @@ def check_stale(judge: Judge, run: CandidateRun, values: tuple, ref_model: torch
         del output, expected
     if not comparison.ok:
         place = ("the same tensor objects, their values changed in place" if how == "objects" else
+                 f"the same tensor objects, {SCATTERED_FRACTION:.1%} of their elements changed in place"
+                 if how == "scattered" else
                  "new tensors in the storage of the last inputs, freed" +
                  ("" if reply.get("reused") else " (the allocator gave other addresses this time)"))
         judge.verdict.reject("integrity-stale-output", f"called again on {place}, forward returned a wrong answer "

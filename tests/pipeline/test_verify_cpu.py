@@ -269,6 +269,20 @@ class ModelNew(nn.Module):
 # these answer from a cache keyed by where or what the input is, not by its values
 CACHES_BY_IDENTITY = TRITON_RELU + caches_by_identity("triton_relu")
 
+# keyed by 64 of the values, spread evenly over the input (issue 39: "memoization by content")
+CACHES_BY_SAMPLED_VALUES = TRITON_RELU + '''
+class ModelNew(nn.Module):
+    cache = {}
+
+    def forward(self, x):
+        flat = x.reshape(-1)
+        places = torch.linspace(0, flat.numel() - 1, 64).long()
+        key = (tuple(x.shape), tuple(flat[places].tolist()))
+        if key not in ModelNew.cache:
+            ModelNew.cache[key] = triton_relu(x.contiguous())
+        return ModelNew.cache[key].clone()
+'''
+
 CACHES_BY_DATA_POINTER = TRITON_RELU + '''
 class ModelNew(nn.Module):
     cache = {}
@@ -455,13 +469,14 @@ async def test_each_trial_draws_fresh_inputs(sandbox: Sandbox, cache_dir: Path):
     (CACHES_BY_IDENTITY, "integrity-stale-output"),
     (CACHES_BY_DATA_POINTER, "integrity-stale-output"),
     (CACHES_BY_VERSION, "integrity-stale-output"),
+    (CACHES_BY_SAMPLED_VALUES, "integrity-stale-output"),
     (DECOY_ON_SCRATCH, "integrity-output-not-from-kernel"),
     (DECOY_RESULT_UNUSED, "integrity-output-not-from-kernel"),
     (DECOY_OVERWRITTEN, "integrity-output-not-from-kernel"),
 ], ids=["mutates-input", "stock-only", "falls-back", "patches-timer", "thread", "nondeterministic",
         "patches-torch-relu", "patches-tensor-method", "patches-nn-module",
         "changes-numerics-flags", "slacks-after-checks", "slacks-under-the-timer", "slacks-on-repeated-inputs",
-        "caches-by-identity", "caches-by-data-pointer", "caches-by-version", "decoy-on-scratch",
+        "caches-by-identity", "caches-by-data-pointer", "caches-by-version", "caches-by-sampled-values", "decoy-on-scratch",
         "decoy-result-unused", "decoy-overwritten"])
 async def test_cheating_candidate_is_rejected_with_its_code(sandbox: Sandbox, cache_dir: Path, candidate: str,
                                                             code: str):
