@@ -8,7 +8,10 @@ and once with every result of the candidate's own code destroyed as soon as it i
   extensions (load_inline / load modules reachable from the candidate's module and its model) runs as usual;
   then every tensor it wrote (its tensor arguments whose bytes changed, and the tensors a function returned) is
   overwritten: NaN for floating point, bits flipped for integers, negated for booleans;
-- if the final output is bitwise the same as the plain run's, nothing the candidate's own code wrote reached it.
+- then once more with a finite value (FINITE) instead of NaN: a result that reaches the output only through
+  `0 * k` or a `clamp(min=k * 0)` bound carries NaN through but not a finite value;
+- if the final output is bitwise the same as the plain run's in either pass, what the candidate's own code
+  wrote does not make it.
 
 "Wrote" is seen as bytes that changed. So that a kernel writing the same values a buffer already held is not
 missed, the plain run is made on inputs A, then forward runs once on other inputs B (buffers kept across calls
@@ -39,26 +42,39 @@ from kernel_lsp.verify.models import installed_file
 
 
 
+FINITE = 1234.5  # the finite pass's value: exact in every float dtype, and far from what a kernel usually writes
+
+
 def ablate(model: Callable[..., Any], roots: list[Any], own_kernels: set[str], inputs: tuple,
            others: tuple) -> dict[str, Any]:
-    """forward on `inputs` as it is, on `others`, then on `inputs` with the results of the candidate's own code
-    destroyed: whether the output changed, what was intercepted, and the stock operators of the last run."""
+    """forward on `inputs` as it is, then per pass (NaN, then FINITE) on `others` and on `inputs` with the results
+    of the candidate's own code destroyed: whether the output changed in every pass (`changed_by` says per pass),
+    what was intercepted, and the stock operators of the last run."""
     with torch.no_grad():
         plain = input_snapshot(model(*inputs))
-        model(*others)  # buffers the candidate keeps across calls now hold other values
-    ablation, stock = Ablation(own_kernels, roots), StockOps()
-    with torch.no_grad(), ablation:
-        with stock:
-            output = model(*inputs)
-        changed = bool(changed_since(plain, output))
-    return {"changed": changed, "launches": ablation.launches, "destroyed": ablation.destroyed,
-            "names": sorted(ablation.names), "stock": stock.names}
+    changed_by: dict[str, bool] = {}
+    counts: list[tuple[int, int]] = []  # (launches, destroyed) of each pass
+    names: set[str] = set()
+    stock = StockOps()
+    for value in (float("nan"), FINITE):
+        with torch.no_grad():
+            model(*others)  # buffers the candidate keeps across calls now hold other values
+        ablation, stock = Ablation(own_kernels, roots, value), StockOps(value)
+        with torch.no_grad(), ablation:
+            with stock:
+                output = model(*inputs)
+            changed_by["nan" if value != value else "finite"] = bool(changed_since(plain, output))
+        counts.append((ablation.launches, ablation.destroyed))
+        names |= ablation.names
+    # per forward, the fewer of the two passes' (what one pass only saw is not reliably the candidate's work)
+    return {"changed": all(changed_by.values()), "changed_by": changed_by, "launches": min(c[0] for c in counts),
+            "destroyed": min(c[1] for c in counts), "names": sorted(names), "stock": stock.names}
 
 
-def destroy(tensor: torch.Tensor) -> None:
-    """Overwrites a result so that anything computed from it changes."""
+def destroy(tensor: torch.Tensor, value: float = float("nan")) -> None:
+    """Overwrites a result so that anything computed from it changes: floats with `value`."""
     if tensor.is_floating_point() or tensor.is_complex():
-        tensor.fill_(float("nan"))
+        tensor.fill_(value)
     elif tensor.dtype == torch.bool:
         tensor.logical_not_()
     else:
@@ -71,7 +87,8 @@ class Ablation:
     `launches`: own launches and calls intercepted; `destroyed`: tensors overwritten; `names`: what was seen.
     """
 
-    def __init__(self, own_kernels: set[str], roots: list[Any]) -> None:
+    def __init__(self, own_kernels: set[str], roots: list[Any], value: float = float("nan")) -> None:
+        self.value = value  # what floating-point results are overwritten with
         self.own = {name.rsplit("::", 1)[-1] for name in own_kernels}
         self.roots = roots  # the candidate's module and its model: where extension modules are found
         self.launches = 0
@@ -146,7 +163,7 @@ class Ablation:
             seen = {id(t) for t in written}
             written += [t for t in tensor_leaves(results) if id(t) not in seen]
             for tensor in written:
-                destroy(tensor)
+                destroy(tensor, self.value)
                 self.destroyed += 1
 
 
@@ -161,15 +178,16 @@ class StockOps(TorchDispatchMode):
     allocates with destroy()'s values, so that a kernel writing into a fresh buffer always changes its bytes
     (the same values as a freed buffer that a previous call left there would otherwise look unwritten)."""
 
-    def __init__(self) -> None:
+    def __init__(self, value: float = float("nan")) -> None:
         super().__init__()
+        self.value = value
         self.names: list[str] = []
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         name = func.overloadpacket.__name__
         result = func(*args, **(kwargs or {}))
         if name in UNINITIALIZED and isinstance(result, torch.Tensor):
-            destroy(result)
+            destroy(result, self.value)
         elif name not in self.names and not name.startswith(FACTORY_AND_VIEW_OPS):
             self.names.append(name)
         return result

@@ -693,22 +693,32 @@ def check_earlier_answer(judge: Judge, run: CandidateRun, index: int, get_inputs
 
 def check_output_from_kernel(judge: Judge, get_inputs: Callable[[], list], seed: int, stock: list[str]) -> bool | None:
     """Does the output depend on what the candidate's own kernels wrote? The candidate's process runs forward
-    plainly and with every result of its own code destroyed (verify/ablation.py); an unchanged output is
+    plainly and with every result of its own code destroyed, once with NaN and once with a finite value
+    (verify/ablation.py); an output unchanged by either, or own code that ran but wrote nothing, is
     integrity-output-not-from-kernel. None when its own code could not be intercepted (no verdict then)."""
     inputs, others = (draw_inputs(get_inputs, seed + ABLATION_SEED + k, judge.target, "own") for k in (0, 1))
     with PHASES("output-from-kernel check"):
-        reply = judge.ask("ablate", runs=3, inputs=judge.exchange.send(inputs), others=judge.exchange.send(others),
+        reply = judge.ask("ablate", runs=5, inputs=judge.exchange.send(inputs), others=judge.exchange.send(others),
                           own=sorted(judge.own))
         release(judge)
-    if not reply.get("destroyed"):
+    ran = ", ".join(map(str, reply.get("names", [])[:3]))
+    if not reply.get("launches"):
         return None
+    made_by = ", ".join(str(name) for name in [*stock, *reply.get("stock", [])][:STOCK_OPS_LISTED]) or "none seen"
+    if not reply.get("destroyed"):
+        judge.verdict.reject("integrity-output-not-from-kernel",
+                             f"the candidate's own code ran ({ran}: {reply.get('launches')} launches or calls) but "
+                             f"wrote nothing: stock operators made the output ({made_by})")
+        return False
     if reply.get("changed"):
         return True
-    made_by = ", ".join(str(name) for name in [*stock, *reply.get("stock", [])][:STOCK_OPS_LISTED]) or "none seen"
+    by = reply.get("changed_by") or {}
+    how = ("overwritten with a finite value (it reached the output only where NaN shows through, as `0 * k` or a "
+           "clamp bound does)" if by.get("nan") and not by.get("finite") else "overwritten")
     judge.verdict.reject("integrity-output-not-from-kernel",
-                         f"the output does not depend on what the candidate's own code wrote: "
-                         f"{', '.join(map(str, reply.get('names', [])[:3]))} ran, but with everything it wrote "
-                         f"overwritten, forward returned the same output; stock operators made it ({made_by})")
+                         f"the output does not depend on what the candidate's own code wrote: {ran} ran, but with "
+                         f"everything it wrote {how}, forward returned the same output; stock operators made it "
+                         f"({made_by})")
     return False
 
 

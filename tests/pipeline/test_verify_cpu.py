@@ -323,6 +323,28 @@ class ModelNew(nn.Module):
         return torch.maximum(x, torch.zeros_like(x)) + 0 * mine.isnan().any()  # mine is NaN-free either way
 '''
 
+# its own result reaches the output only where NaN shows through (issue 39): as 0 * k, or as a clamp bound k * 0
+DECOY_TIMES_ZERO = TRITON_RELU + '''
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return x.clamp(min=0) + 0 * triton_relu(x.contiguous())
+'''
+
+DECOY_CLAMP_BOUND = TRITON_RELU + '''
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return x.clamp(min=triton_relu(x.contiguous()) * 0)
+'''
+
+# its own kernel is launched (one program) over no element at all, beside the stock op that does the work
+DECOY_EMPTY_LAUNCH = TRITON_RELU + '''
+class ModelNew(nn.Module):
+    def forward(self, x):
+        out = torch.relu(x)
+        relu_kernel[(1,)](x, out, 0, BLOCK=4096)  # every lane masked off: it writes nothing
+        return out
+'''
+
 DECOY_OVERWRITTEN = TRITON_RELU + '''
 import torch.nn.functional as F
 
@@ -473,11 +495,15 @@ async def test_each_trial_draws_fresh_inputs(sandbox: Sandbox, cache_dir: Path):
     (DECOY_ON_SCRATCH, "integrity-output-not-from-kernel"),
     (DECOY_RESULT_UNUSED, "integrity-output-not-from-kernel"),
     (DECOY_OVERWRITTEN, "integrity-output-not-from-kernel"),
+    (DECOY_TIMES_ZERO, "integrity-output-not-from-kernel"),
+    (DECOY_CLAMP_BOUND, "integrity-output-not-from-kernel"),
+    (DECOY_EMPTY_LAUNCH, "integrity-output-not-from-kernel"),
 ], ids=["mutates-input", "stock-only", "falls-back", "patches-timer", "thread", "nondeterministic",
         "patches-torch-relu", "patches-tensor-method", "patches-nn-module",
         "changes-numerics-flags", "slacks-after-checks", "slacks-under-the-timer", "slacks-on-repeated-inputs",
         "caches-by-identity", "caches-by-data-pointer", "caches-by-version", "caches-by-sampled-values", "decoy-on-scratch",
-        "decoy-result-unused", "decoy-overwritten"])
+        "decoy-result-unused", "decoy-overwritten",
+        "decoy-times-zero", "decoy-clamp-bound", "decoy-empty-launch"])
 async def test_cheating_candidate_is_rejected_with_its_code(sandbox: Sandbox, cache_dir: Path, candidate: str,
                                                             code: str):
     report = await verify(sandbox, cache_dir, candidate)

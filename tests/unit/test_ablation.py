@@ -93,6 +93,20 @@ def test_a_decoys_output_stays_the_same(ext, forward):
     assert {"clamp", "maximum", "relu"} & set(seen["stock"]), seen["stock"]
 
 
+@pytest.mark.parametrize("forward", [
+    lambda m, self, x: x.clamp(min=0) + 0 * m.ops.relu(x),
+    lambda m, self, x: x.clamp(min=m.ops.relu(x) * 0),
+], ids=["times-zero", "clamp-bound"])
+def test_a_result_that_shows_only_through_nan_is_caught_by_the_finite_pass(ext, forward):
+    seen = run(ext, forward)
+    assert seen["changed_by"] == {"nan": True, "finite": False} and not seen["changed"], seen
+
+
+def test_an_honest_result_changes_in_both_passes(ext):
+    seen = run(ext, lambda m, self, x: m.ops.relu(x))
+    assert seen["changed_by"] == {"nan": True, "finite": True} and seen["changed"], seen
+
+
 def test_nothing_intercepted_is_said(ext):
     seen = run(ext, lambda m, self, x: x.clamp(min=0))  # no own code called at all: no verdict possible
     assert seen["launches"] == seen["destroyed"] == 0
