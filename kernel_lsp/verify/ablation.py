@@ -31,6 +31,7 @@ from __future__ import annotations
 import sys
 import types
 from collections.abc import Callable, Iterator
+import contextlib
 from contextlib import contextmanager
 from typing import Any
 
@@ -95,15 +96,19 @@ class Ablation:
         self.destroyed = 0
         self.names: set[str] = set()
         self._restore: list[Callable[[], None]] = []
+        self._handled = contextlib.ExitStack()
 
     def __enter__(self) -> Ablation:
-        for owner in triton_launchers():
-            self._replace(owner, "run", self._triton_run(owner.__dict__["run"]))
+        from kernel_lsp.verify.interpose import handled
+
+        for owner in triton_launchers():  # through its hook (verify/interpose.py): `run` stays the same object
+            self._handled.enter_context(handled(owner, "run", self._triton_run))
         for module in extension_modules(self.roots):
             self._wrap_extension(module)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
+        self._handled.close()
         for restore in reversed(self._restore):
             restore()
         self._restore.clear()

@@ -179,6 +179,10 @@ class Host:
             with stopwatch(seconds, "candidate: shared-memory fill loaded"):
                 index = self.target.index if self.target.index is not None else torch.cuda.current_device()
                 self.shared_poison = SharedPoison(index)
+        with stopwatch(seconds, "candidate: launch hooks installed"):
+            from kernel_lsp.verify.interpose import install_triton
+
+            install_triton()  # before the candidate's import: what watches its launches is in place from the start
         self.before = (timer_snapshot(), thread_idents(), torch_snapshot())
         with stopwatch(seconds, "candidate: import"):
             module = self.module = load_module(request["candidate"], "kernel_lsp_candidate")

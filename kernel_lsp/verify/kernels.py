@@ -335,7 +335,8 @@ def _stream_of(event) -> int | None:
 
 
 class _InterpreterWatch:
-    """@triton.jit launches under TRITON_INTERPRET=1, by wrapping the interpreter's GridExecutor for the session.
+    """@triton.jit launches under TRITON_INTERPRET=1, seen through the interpreter's GridExecutor for the session
+    (its hook, verify/interpose.py: the attribute stays the same object whether a session watches or not).
     A launch counts once at least one program of its grid ran: an empty grid does no work."""
 
     how = "triton-launcher"
@@ -344,7 +345,7 @@ class _InterpreterWatch:
         self.launches: list[tuple[int, KernelLaunch]] = []  # (window, launch)
         self.programs = 0  # programs the interpreter started, all launches together
         self.window: int | None = None
-        self._restore: list[Callable[[], None]] = []
+        self._handled = contextlib.ExitStack()
 
     def start(self) -> None:
         try:
@@ -355,8 +356,10 @@ class _InterpreterWatch:
             raise Unobservable("TRITON_INTERPRET=1 is not set: Triton kernels do not run on the CPU without it")
         from triton.runtime.interpreter import GridExecutor, InterpreterBuilder
 
-        self._wrap(GridExecutor, "__call__", self._recorded_launch)
-        self._wrap(InterpreterBuilder, "set_grid_idx", self._counted_program)
+        from kernel_lsp.verify.interpose import handled
+
+        self._handled.enter_context(handled(GridExecutor, "__call__", self._recorded_launch))
+        self._handled.enter_context(handled(InterpreterBuilder, "set_grid_idx", self._counted_program))
 
     def open_window(self, index: int) -> None:
         self.window = index
@@ -365,15 +368,8 @@ class _InterpreterWatch:
         self.window = None
 
     def stop(self, windows: int) -> list[tuple[list[KernelLaunch], int | None]]:
-        for restore in reversed(self._restore):
-            restore()
-        self._restore.clear()
+        self._handled.close()
         return [([launch for window, launch in self.launches if window == index], None) for index in range(windows)]
-
-    def _wrap(self, owner: type, attribute: str, make_wrapper: Callable[[Callable], Callable]) -> None:
-        original = owner.__dict__[attribute]
-        setattr(owner, attribute, make_wrapper(original))
-        self._restore.append(lambda: setattr(owner, attribute, original))
 
     def _recorded_launch(self, original: Callable) -> Callable:
         def launch(executor, *args, **kwargs):

@@ -321,7 +321,7 @@ def judge_candidate(judge: Judge, reference: str, candidate: str, trials: int, t
     return report
 
 
-CANDIDATE_PHASES = ("candidate: import", "candidate: model built", "candidate: weights loaded",
+CANDIDATE_PHASES = ("candidate: launch hooks installed", "candidate: import", "candidate: model built", "candidate: weights loaded",
                     "candidate: shared-memory fill loaded", "candidate: receiving inputs",
                     "candidate: poisoning free memory", "candidate: poisoning shared memory", "candidate: forward",
                     "candidate: returning memory", "candidate: sending output")

@@ -323,6 +323,19 @@ class ModelNew(nn.Module):
         return torch.maximum(x, torch.zeros_like(x)) + 0 * mine.isnan().any()  # mine is NaN-free either way
 '''
 
+# runs its kernel only while watched: it saved what the recordings and the ablation would replace, at import, and
+# compares (issue 39: "watched or not"); unwatched, the stock op answers
+RUNS_ONLY_WHILE_WATCHED = TRITON_RELU + '''
+from triton.runtime.interpreter import GridExecutor, InterpretedFunction, InterpreterBuilder
+_SAVED = (GridExecutor.__call__, InterpretedFunction.run, InterpreterBuilder.set_grid_idx)
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        if (GridExecutor.__call__, InterpretedFunction.run, InterpreterBuilder.set_grid_idx) != _SAVED:
+            return triton_relu(x.contiguous())
+        return torch.relu(x)
+'''
+
 # its own result reaches the output only where NaN shows through (issue 39): as 0 * k, or as a clamp bound k * 0
 DECOY_TIMES_ZERO = TRITON_RELU + '''
 class ModelNew(nn.Module):
@@ -498,12 +511,13 @@ async def test_each_trial_draws_fresh_inputs(sandbox: Sandbox, cache_dir: Path):
     (DECOY_TIMES_ZERO, "integrity-output-not-from-kernel"),
     (DECOY_CLAMP_BOUND, "integrity-output-not-from-kernel"),
     (DECOY_EMPTY_LAUNCH, "integrity-output-not-from-kernel"),
+    (RUNS_ONLY_WHILE_WATCHED, "integrity-no-custom-kernel"),
 ], ids=["mutates-input", "stock-only", "falls-back", "patches-timer", "thread", "nondeterministic",
         "patches-torch-relu", "patches-tensor-method", "patches-nn-module",
         "changes-numerics-flags", "slacks-after-checks", "slacks-under-the-timer", "slacks-on-repeated-inputs",
         "caches-by-identity", "caches-by-data-pointer", "caches-by-version", "caches-by-sampled-values", "decoy-on-scratch",
         "decoy-result-unused", "decoy-overwritten",
-        "decoy-times-zero", "decoy-clamp-bound", "decoy-empty-launch"])
+        "decoy-times-zero", "decoy-clamp-bound", "decoy-empty-launch", "runs-only-while-watched"])
 async def test_cheating_candidate_is_rejected_with_its_code(sandbox: Sandbox, cache_dir: Path, candidate: str,
                                                             code: str):
     report = await verify(sandbox, cache_dir, candidate)
