@@ -105,3 +105,66 @@ async def test_the_honest_relu_passes_the_new_checks(tmp_path: Path):
     result = await verify(tmp_path, c.HONEST_RELU, c.RELU_PROBLEM, trials=3, timedCalls=20)
     assert result["verdict"] == "verified", (result["summary"], result["findings"])
     assert result["report"]["kernels"]["output_from_kernel"] is True
+
+
+# issue 39's classes with CUDA load_inline candidates: a cache keyed by a sample of the values, results that reach
+# the output only where NaN shows through, a batch that does half its calls, and its own summary rewritten
+CACHES_BY_SAMPLED_VALUES = c.PRELUDE + '''
+class ModelNew(nn.Module):
+    cache = {}
+
+    def forward(self, x):
+        flat = x.reshape(-1)
+        places = torch.linspace(0, flat.numel() - 1, 64, device=x.device).long()
+        key = (tuple(x.shape), tuple(flat[places].tolist()))
+        if key not in ModelNew.cache:
+            ModelNew.cache[key] = ops.relu(x.contiguous())
+        return ModelNew.cache[key].clone()
+'''
+DECOY_TIMES_ZERO = c.relu_candidate("x.clamp(min=0) + 0 * ops.relu(x.contiguous())")
+DECOY_CLAMP_BOUND = c.relu_candidate("x.clamp(min=ops.relu(x.contiguous()) * 0)")
+HALF_THE_BATCH = c.HONEST_RELU + '''
+import sys
+import kernel_lsp.verify.host as host
+def _half(self, request):
+    sets = request["sets"]
+    done = [self.timing_call(*self.timing_sets[i]) for i in sets[: max(1, len(sets) // 2)]]
+    self.settle_device()
+    self.batch_outputs = done + [done[0]] * (len(sets) - len(done))
+    return {}
+for module in (host, sys.modules["__main__"]):
+    if hasattr(module, "Host"):
+        module.Host.op_batch = _half
+'''
+SMALL_RELU_64 = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(64, 1024)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.parametrize(("candidate", "code", "small"), [
+    (CACHES_BY_SAMPLED_VALUES, "integrity-stale-output", True),
+    (DECOY_TIMES_ZERO, "integrity-output-not-from-kernel", False),
+    (DECOY_CLAMP_BOUND, "integrity-output-not-from-kernel", False),
+    (HALF_THE_BATCH, "integrity-timed-output", True),
+], ids=["caches-by-sampled-values", "decoy-times-zero", "decoy-clamp-bound", "half-the-batch"])
+async def test_issue_39s_cheats_are_rejected_with_their_codes(tmp_path: Path, candidate: str, code: str, small: bool):
+    problem: str | Path = c.RELU_PROBLEM
+    if small:  # a launch-bound size: the judge's batches hold many calls, and a cache holds many answers cheaply
+        (tmp_path / "small.py").write_text(SMALL_RELU_64)
+        problem = tmp_path / "small.py"
+    result = await verify(tmp_path, candidate, problem, trials=4, timedCalls=40)
+    assert result["verdict"] == "rejected", result["summary"]
+    assert code in codes(result), (result["summary"], result["findings"])
