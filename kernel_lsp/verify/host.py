@@ -152,6 +152,7 @@ class Host:
         self.module: Any = None  # the candidate's module, once loaded
         self.started_threads: list[str] = []
         self.shared_poison: Any = None  # verify/shared_fill.SharedPoison on CUDA, made before the candidate's import
+        self.watch: TimedCalls | None = None  # while the judge times this process (op_timing_sets .. op_timed_report)
 
     def op_limit(self, request: dict[str, Any]) -> dict[str, Any]:
         """The task's file size and memory limits, for a process started ahead of it (asked before the candidate's
@@ -329,11 +330,13 @@ class Host:
         return {}
 
     def op_timing_sets(self, request: dict[str, Any]) -> dict[str, Any]:
-        """The timing's input sets, held for the batches that follow (verify/run.py measure): the judge's shared
-        memory, whose values it changes between rounds."""
-        self.timing_sets = [tuple(self.exchange.receive(d)) for d in request["input_sets"]]
-        self.watch = TimedCalls(str(self.target))
-        self.batch_outputs: list[Any] = []
+        """More of the timing's input sets, held for the batches that follow (verify/run.py measure): the judge's
+        shared memory, whose values it changes between rounds."""
+        if self.watch is None:
+            self.timing_sets: list[tuple] = []
+            self.watch = TimedCalls(str(self.target))
+            self.batch_outputs: list[Any] = []
+        self.timing_sets += [tuple(self.exchange.receive(d)) for d in request["input_sets"]]
         return {}
 
     def timing_call(self, *inputs: Any) -> Any:
@@ -377,7 +380,7 @@ class Host:
         """The timed calls' kept outputs (one per input set) and the recorded calls' launches."""
         watch = self.watch
         self.output = [output for _, output in watch.kept.values()]  # held until release, as forward's output
-        self.timing_sets, self.batch_outputs = [], []  # the timing is over
+        self.timing_sets, self.batch_outputs, self.watch = [], [], None  # the timing is over
         return {"kept": [{"set": set_index, "call": index, "output": self.exchange.send(output),
                           "plain": plain(output)}
                          for set_index, (index, output) in sorted(watch.kept.items())],

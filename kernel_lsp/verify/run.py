@@ -82,6 +82,7 @@ REFRESH_SEED = 1_000_000  # and the timing's sets' values after their first roun
 ABLATION_SEED = 30_000  # and the inputs of the output-from-kernel check
 STOCK_OPS_LISTED = 5  # stock kernels and operators named in integrity-output-not-from-kernel
 MAX_TIMING_INPUT_SETS = 64
+FIRST_TIMING_SETS = 4  # drawn before the warm-up; more, up to the batch size, once it is known
 TIMING_MEMORY_FRACTION = 0.25  # the timing's input sets (and their outputs) may take this much free device memory
 TIMING_CPU_BYTES = 256 << 20  # and this much memory on the CPU
 COPY_TRIES = 3  # copies of an output the judge times: the fastest is what keeping one costs
@@ -814,19 +815,16 @@ def note_process_changes(seen: dict[str, list[str]], verdict: Verdict) -> None:
 
 
 @PHASES("timing input sets")
-def timing_input_sets(get_inputs: Callable[[], list], target: torch.device, seed: int,
-                      output_bytes: int) -> list[tuple]:
-    """Input sets for the timing, as many as fit (each with room for two outputs: held until its batch is over,
-    and a kept copy) in a quarter of the free device memory, or TIMING_CPU_BYTES on the CPU: at least one, at most
-    MAX_TIMING_INPUT_SETS. A batch calls each set at most once, so a batch is never longer than this."""
-    first = make_input_sets(get_inputs, 1, seed + TIMING_SEED, str(target))
-    size = size_in_bytes(first[0]) + 2 * output_bytes
+def timing_sets_that_fit(first: tuple, target: torch.device, output_bytes: int) -> int:
+    """How many input sets the timing may use: as many as fit (each with room for two outputs: held until its
+    batch is over, and a kept copy) in a quarter of the free device memory, or TIMING_CPU_BYTES on the CPU; at
+    least one, at most MAX_TIMING_INPUT_SETS. A batch calls each set at most once, so no batch is longer."""
+    size = size_in_bytes(first) + 2 * output_bytes
     budget = TIMING_CPU_BYTES
     if target.type == "cuda":
         free, _ = torch.cuda.mem_get_info(target)
         budget = int(free * TIMING_MEMORY_FRACTION)
-    count = max(1, min(MAX_TIMING_INPUT_SETS, budget // max(size, 1)))
-    return first + make_input_sets(get_inputs, count - 1, seed + TIMING_SEED + 1, str(target))
+    return max(1, min(MAX_TIMING_INPUT_SETS, budget // max(size, 1)))
 
 
 def no_grad_call(model: Callable[..., Any]) -> Callable[..., Any]:
@@ -904,13 +902,23 @@ class TimingSets:
     from. On CUDA the judge also flushes the L2 cache between batches (its own scratch: the cache is the
     device's)."""
 
-    def __init__(self, judge: Judge, get_inputs: Callable[[], list], seed: int, first: list[tuple]) -> None:
-        self.get_inputs, self.seed, self.target = get_inputs, seed, judge.target
-        shared = [judge.exchange.share(inputs) for inputs in first]
-        self.descriptors = [described for described, _ in shared]
-        self.views: list[tuple] = [view for _, view in shared]
-        self.count = len(self.views)
+    def __init__(self, judge: Judge, get_inputs: Callable[[], list], seed: int, count: int) -> None:
+        self.judge, self.get_inputs, self.seed, self.target = judge, get_inputs, seed, judge.target
+        self.views: list[tuple] = []  # the baselines hold this list: sets added later reach them too
         self.scratch = l2_scratch(judge.target) if judge.target.type == "cuda" else None
+        self.grow(count)
+
+    @property
+    def count(self) -> int:
+        return len(self.views)
+
+    def grow(self, count: int) -> None:
+        """Sets up to `count` (drawn as round 0's values, shared, and sent to the candidate's process)."""
+        if count <= self.count:
+            return
+        shared = [self.judge.exchange.share(self.values(index, 0)) for index in range(self.count, count)]
+        self.judge.ask("timing_sets", input_sets=[described for described, _ in shared])
+        self.views.extend(view for _, view in shared)
 
     def values(self, set_index: int, round_number: int) -> tuple:
         """The values set `set_index` holds in round `round_number` (round 0: as first drawn)."""
@@ -1058,12 +1066,13 @@ def measure(report: dict[str, Any], judge: Judge, reference_module: Any, ref_mod
     output_bytes, copy_s = size_in_bytes(probe), copy_seconds(probe, target)
     del probe  # the judge holds no output of its own while the candidate runs
     with PHASES("timing input sets"):
-        sets = TimingSets(judge, get_inputs, seed, timing_input_sets(get_inputs, target, seed, output_bytes))
+        fit = timing_sets_that_fit(make_input_sets(get_inputs, 1, seed + TIMING_SEED, str(target))[0], target,
+                                   output_bytes)
+        sets = TimingSets(judge, get_inputs, seed, min(fit, FIRST_TIMING_SETS))  # more once the batch is known
     with PHASES("GPU state (NVML)"):
         before = gpu_state(target)
     candidate = CandidateBatches(judge)
     with PHASES("timing: set-up"):
-        judge.ask("timing_sets", input_sets=sets.descriptors)
         trips = []
         for _ in range(ROUND_TRIPS):
             started = time.perf_counter()
@@ -1085,7 +1094,10 @@ def measure(report: dict[str, Any], judge: Judge, reference_module: Any, ref_mod
             timings["compileError"] = first_line(exc)
     with PHASES("timing: warm-up"):
         per_call = {c.kind: warm_up(c, sets.count, warmup, WARMUP_MS) for c in contenders}
-    batch = batch_size(candidate.round_trip_ms, min(per_call.values()), sets.count)
+    # the round trip is the candidate's alone: its batches are sized to make it small (the baselines' are the same)
+    batch = batch_size(candidate.round_trip_ms, per_call["candidate"], fit)
+    with PHASES("timing input sets"):
+        sets.grow(batch)
     rounds = max(min(MIN_ROUNDS, calls), math.ceil(calls / batch))  # fewer only when fewer calls are asked
     cache = BaselineCache(cache_dir) if cache_dir is not None else None
     key = cache.key(reference_text, device_name(target), torch.__version__,
