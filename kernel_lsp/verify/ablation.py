@@ -51,19 +51,22 @@ def ablate(model: Callable[..., Any], roots: list[Any], own_kernels: set[str], i
     """forward on `inputs` as it is, then per pass (NaN, then FINITE) on `others` and on `inputs` with the results
     of the candidate's own code destroyed: whether the output changed in every pass (`changed_by` says per pass),
     what was intercepted, and the stock operators of the last run."""
+    def fresh(values: tuple) -> tuple:  # each run on its own copy: a candidate that writes into its inputs
+        return tuple(v.clone() if isinstance(v, torch.Tensor) else v for v in values)  # changes none of the next
     with torch.no_grad():
-        plain = input_snapshot(model(*inputs))
+        plain = input_snapshot(model(*fresh(inputs)))
     changed_by: dict[str, bool] = {}
     counts: list[tuple[int, int]] = []  # (launches, destroyed) of each pass
     names: set[str] = set()
     stock = StockOps()
     for value in (float("nan"), FINITE):
         with torch.no_grad():
-            model(*others)  # buffers the candidate keeps across calls now hold other values
+            model(*fresh(others))  # buffers the candidate keeps across calls now hold other values
         ablation, stock = Ablation(own_kernels, roots, value), StockOps(value)
         with torch.no_grad(), ablation:
+            ablated = fresh(inputs)
             with stock:
-                output = model(*inputs)
+                output = model(*ablated)
             changed_by["nan" if value != value else "finite"] = bool(changed_since(plain, output))
         counts.append((ablation.launches, ablation.destroyed))
         names |= ablation.names
