@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.gpu import candidates as c
-from tests.problems import caches_by_identity
+from tests.problems import caches_by_identity, relu_problem
 from tests.gpu.test_verify_pipeline_gpu import codes, verify
 from tests.gpu.test_worker_gpu import gpu_present
 
@@ -136,24 +136,6 @@ for module in (host, sys.modules["__main__"]):
     if hasattr(module, "Host"):
         module.Host.op_batch = _half
 '''
-SMALL_RELU_64 = """import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-
-
-def get_inputs():
-    return [torch.randn(64, 1024)]
-
-
-def get_init_inputs():
-    return []
-"""
-
-
 @pytest.mark.parametrize(("candidate", "code", "small"), [
     (CACHES_BY_SAMPLED_VALUES, "integrity-stale-output", True),
     (DECOY_TIMES_ZERO, "integrity-output-not-from-kernel", False),
@@ -163,7 +145,7 @@ def get_init_inputs():
 async def test_issue_39s_cheats_are_rejected_with_their_codes(tmp_path: Path, candidate: str, code: str, small: bool):
     problem: str | Path = c.RELU_PROBLEM
     if small:  # a launch-bound size: the judge's batches hold many calls, and a cache holds many answers cheaply
-        (tmp_path / "small.py").write_text(SMALL_RELU_64)
+        (tmp_path / "small.py").write_text(relu_problem("torch.randn(64, 1024)"))
         problem = tmp_path / "small.py"
     result = await verify(tmp_path, candidate, problem, trials=4, timedCalls=40)
     assert result["verdict"] == "rejected", result["summary"]
