@@ -155,7 +155,9 @@ import torch
 import triton
 import triton.language as tl
 from triton.runtime.interpreter import GridExecutor, InterpreterBuilder
+from kernel_lsp.verify.interpose import hook, install_triton
 from kernel_lsp.verify.kernels import KernelRecorder, classify, own_kernel_names
+install_triton()  # as the candidate's process does before the candidate's import
 
 @triton.jit
 def add_one(x_ptr, n, BLOCK: tl.constexpr):
@@ -180,7 +182,8 @@ try:
         raise KeyError("candidate crashed")
 except KeyError:
     pass
-report["restored"] = (GridExecutor.__call__, InterpreterBuilder.set_grid_idx) == originals
+report["restored"] = (GridExecutor.__call__, InterpreterBuilder.set_grid_idx) == originals  # the same objects
+report["unhooked"] = not hook(GridExecutor, "__call__").stack and not hook(InterpreterBuilder, "set_grid_idx").stack
 with KernelRecorder("cpu") as after:
     pass
 add_one[(1,)](x, 100, BLOCK=64)  # outside any block: recorded nowhere
@@ -204,12 +207,14 @@ def run_script(tmp_path: Path, script: str, interpret: bool) -> dict:
 
 
 def test_recorder_sees_triton_launches_on_the_cpu_and_unhooks_after(tmp_path: Path) -> None:
+    """The recordings go through verify/interpose.py's hooks: the hooked attributes stay the same objects
+    throughout, and nothing of a session is left on them once it ended (a crash in it included)."""
     report = run_script(tmp_path, RECORDER_SCRIPT, interpret=True)
     assert report["custom"] == ["triton-launcher", [{"name": "add_one", "stream": None, "source": "triton-launcher"}],
                                 ["add_one"]]
     assert report["written"] == 100.0
     assert report["stock"] == ["triton-launcher", [], "no custom kernel ran: no kernel launch was seen"]
-    assert report["restored"] is True
+    assert report["restored"] is True and report["unhooked"] is True
     assert report["after"] == []
 
 
