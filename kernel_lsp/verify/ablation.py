@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
-from kernel_lsp.verify.integrity import changed_since, input_snapshot, tensor_leaves
+from kernel_lsp.verify.integrity import changed_since, copied, input_snapshot, tensor_leaves
 from kernel_lsp.verify.models import installed_file
 
 
@@ -51,20 +51,19 @@ def ablate(model: Callable[..., Any], roots: list[Any], own_kernels: set[str], i
     """forward on `inputs` as it is, then per pass (NaN, then FINITE) on `others` and on `inputs` with the results
     of the candidate's own code destroyed: whether the output changed in every pass (`changed_by` says per pass),
     what was intercepted, and the stock operators of the last run."""
-    def fresh(values: tuple) -> tuple:  # each run on its own copy: a candidate that writes into its inputs
-        return tuple(v.clone() if isinstance(v, torch.Tensor) else v for v in values)  # changes none of the next
+    # each run on its own copy (`copied`): a candidate that writes into its inputs changes none of the next run's
     with torch.no_grad():
-        plain = input_snapshot(model(*fresh(inputs)))
+        plain = input_snapshot(model(*copied(inputs)))
     changed_by: dict[str, bool] = {}
     counts: list[tuple[int, int]] = []  # (launches, destroyed) of each pass
     names: set[str] = set()
     stock = StockOps()
     for value in (float("nan"), FINITE):
         with torch.no_grad():
-            model(*fresh(others))  # buffers the candidate keeps across calls now hold other values
+            model(*copied(others))  # buffers the candidate keeps across calls now hold other values
         ablation, stock = Ablation(own_kernels, roots, value), StockOps(value)
         with torch.no_grad(), ablation:
-            ablated = fresh(inputs)
+            ablated = copied(inputs)
             with stock:
                 output = model(*ablated)
             changed_by["nan" if value != value else "finite"] = bool(changed_since(plain, output))

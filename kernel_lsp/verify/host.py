@@ -91,6 +91,8 @@ class TimedCalls:
             self.sessions.append((index, session))
 
     def keep(self, index: int, set_index: int, output: Any) -> None:
+        from kernel_lsp.verify.integrity import copied
+
         # a copy: what the caller saw when the call returned, even from a candidate that returns the same buffer
         # every call (CUDA graphs do)
         self.kept[set_index] = (index, copied(output))
@@ -103,21 +105,6 @@ def plain(output: Any) -> bool:
     from kernel_lsp.verify.integrity import tensor_leaves
 
     return all(type(t) is torch.Tensor for t in tensor_leaves(output))
-
-
-def copied(value: Any) -> Any:
-    """Tensors cloned, in the same tuples, lists and dicts."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return value.clone()
-    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple takes its items one by one
-        return type(value)(*(copied(item) for item in value))
-    if isinstance(value, (tuple, list)):
-        return type(value)(copied(item) for item in value)
-    if isinstance(value, dict):
-        return {key: copied(item) for key, item in value.items()}
-    return value
 
 
 @contextmanager

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import zip_longest
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -29,6 +29,19 @@ CHECKSUM_PRIME = 65521
 LARGE_CHUNK_BYTES = 64 << 20  # the smallest single block tried for the large pool
 SMALL_CHUNK_BYTES = 512 << 10  # the caching allocator serves requests <= 1 MiB from a separate small pool
 SMALL_POOL_POISON_BYTES = 64 << 20
+
+
+def copied(value: Any) -> Any:
+    """Tensors cloned, in the same tuples, lists and dicts."""
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple takes its items one by one
+        return type(value)(*(copied(item) for item in value))
+    if isinstance(value, (tuple, list)):
+        return type(value)(copied(item) for item in value)
+    if isinstance(value, dict):
+        return {key: copied(item) for key, item in value.items()}
+    return value
 
 
 def tensor_leaves(obj: object) -> Iterator[torch.Tensor]:

@@ -51,6 +51,7 @@ from kernel_lsp.verify.integrity import (
     SECOND_POISON_BYTE,
     as_bytes,
     changed_since,
+    copied,
     flush_allocator,
     input_snapshot,
     tensor_leaves,
@@ -923,7 +924,7 @@ class TimingSets:
     def values(self, set_index: int, round_number: int) -> tuple:
         """The values set `set_index` holds in round `round_number` (round 0: as first drawn)."""
         seed = self.seed + TIMING_SEED + (set_index if round_number == 0 else
-                                          REFRESH_SEED + set_index + self.count * round_number)
+                                          REFRESH_SEED + set_index + MAX_TIMING_INPUT_SETS * round_number)
         return make_input_sets(self.get_inputs, 1, seed, str(self.target))[0]
 
     def refresh(self, indices: list[int], round_number: int) -> None:
@@ -1038,19 +1039,11 @@ def copy_seconds(output: Any, target: torch.device) -> float:
     best = float("inf")
     for _ in range(COPY_TRIES):
         started = time.perf_counter()
-        copy = clone_output(output)
+        copy = copied(output)  # as the candidate's process keeps one (host.TimedCalls)
         settle(target)
         best = min(best, time.perf_counter() - started)
         del copy
     return best
-
-
-def clone_output(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.clone()
-    if isinstance(value, (tuple, list)):
-        return [clone_output(item) for item in value]
-    return value
 
 
 def measure(report: dict[str, Any], judge: Judge, reference_module: Any, ref_model: torch.nn.Module, calls: int,
