@@ -34,7 +34,7 @@ from benchmarks import report
 from kernel_lsp.agent.budget import Budget
 from kernel_lsp.agent.campaign import Campaign, PassSettings
 from kernel_lsp.config import Settings
-from kernel_lsp.kinds.options import VerifyOptions
+from kernel_lsp.contracts.options import VerifyOptions
 from kernel_lsp.worker.client import WorkerClient
 from tests.agent.fake_api import FakeMessagesApi, tool_use_turn
 from tests.problems import relu_problem

@@ -4,7 +4,7 @@
 
 For a copy, ReLU, softmax over rows and a sum over rows (PyTorch's own kernels: tuned, honest, memory-bound), at
 sizes from far above the L2 cache down to below it, each timed the way the verifier times a candidate
-(kernel_lsp.verify.timing.time_callable: L2 flushed before each call, input sets rotated): the median over the
+(kernel_lsp.candidate.timing.time_callable: L2 flushed before each call, input sets rotated): the median over the
 bytes floor of verify/floor.py (inputs read and outputs written once at the measured copy bandwidth), and over
 an L2-aware floor (outputs up to the L2 size may stay in the cache when the call ends, so only the bytes beyond
 it must reach memory). The smallest ratio seen is the most an honest kernel beat the floor by: the margin must
@@ -38,7 +38,7 @@ async def measure(repeat: int) -> list[tuple[str, str, str, str]]:
     import torch
 
     from kernel_lsp.verify.floor import device_peaks, memory_ms, problem_work
-    from kernel_lsp.verify.timing import make_input_sets, time_callable
+    from kernel_lsp.candidate.timing import make_input_sets, time_callable
 
     if not torch.cuda.is_available():
         return [("no GPU: the floor's margin is set from a GPU's honest kernels", "-", "", "")]

@@ -5,7 +5,7 @@
 Rows, each the median of N starts measured in this one run, so the ratios compare like with like:
 - bubblewrap's own start: `/bin/true` in the sandbox (kernel_lsp/process/namespaces.py's command line, as a
   candidate's process gets it: namespaces, binds, setpriv when root, prlimit) against `/bin/true` alone;
-- a candidate's process as the judge starts it (verify/candidate_process.py: its keeper, its confinement, torch
+- a candidate's process as the judge starts it (candidate/handle.py: its keeper, its confinement, torch
   imported and, on a GPU, its CUDA context made) until it says it is ready, in the sandbox and without it (the
   sandbox turned off by pointing KERNEL_LSP_BWRAP at a missing file, as on a machine without bubblewrap).
 """
@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import report  # noqa: E402
 from kernel_lsp.process import namespaces  # noqa: E402
-from kernel_lsp.verify.candidate_process import CandidateProcess  # noqa: E402
+from kernel_lsp.candidate.handle import CandidateProcess  # noqa: E402
 
 
 def timed_run(argv: list[str]) -> float:

@@ -17,7 +17,7 @@ from typing import Any, get_type_hints
 
 import cattrs
 
-from kernel_lsp.kinds.options import BASELINE_KINDS, DEFAULT_JOB_TIMEOUT_S, VERIFY_DEVICES, VerifyOptions, camel, snake
+from kernel_lsp.contracts.options import BASELINE_KINDS, DEFAULT_JOB_TIMEOUT_S, VERIFY_DEVICES, VerifyOptions, camel, snake
 
 CHECK_NAMES = ("compile", "resourceUsage", "hostCompile", "pythonSyntax")
 RESOURCE_USAGE_MODES = ("diagnostic", "codeLens", "both", "off")
@@ -53,7 +53,7 @@ class Settings:
     max_diagnostics_per_file: int = 500  # at most this many per file: the most severe, one counting the rest; 0: all
     worker: str = ""  # empty: a local worker started on the first job; or unix:PATH / tcp:HOST:PORT
     worker_token_file: str = ""  # token for a tcp worker (else $KERNEL_LSP_TOKEN)
-    job_timeout_s: float = DEFAULT_JOB_TIMEOUT_S  # a verification's sandbox gets 90% (kinds.options.verify_limits)
+    job_timeout_s: float = DEFAULT_JOB_TIMEOUT_S  # a verification's sandbox gets 90% (contracts.options.verify_limits)
     max_frame_mib: int = 64
     references: dict[str, str] = field(default_factory=dict)  # candidate path or glob -> reference, workspace-relative
     kernelbench_roots: tuple[str, ...] = ()  # folders holding level<N>/ problems, workspace-relative or absolute
@@ -74,6 +74,9 @@ class Settings:
     agent_model: str = "claude-sonnet-4-5"
     agent_max_tokens: int = 8192  # per model turn
     agent_temperature: float | None = None  # None: the model's default (newer models refuse the parameter)
+    agent_thinking_budget: int = 0  # extended thinking's tokens per turn, on top of agent_max_tokens; 0: off
+    agent_prompt_caching: bool = True  # cache breakpoints: later turns read the conversation so far at 1/10 the price
+    agent_context_tokens: int = 60_000  # a conversation past this many prompt tokens is compacted; 0: never
     agent_timeout_s: float = 120.0  # the longest silence from the model API, before or within an answer
     agent_max_retries: int = 4  # per model turn, on 429, 5xx, 529 and lost connections
     anthropic_api_key: str = field(default="", repr=False)  # empty: $ANTHROPIC_API_KEY; never logged

@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlparse
 
+SOURCE = "kernel-lsp"  # a finding's source, as the editor shows it beside the message
+
 
 class Severity(enum.IntEnum):
     """Same numbers as LSP's DiagnosticSeverity."""
@@ -444,6 +446,10 @@ CODES: dict[str, CodeDoc] = {
                                       "do not cache outputs across calls"),
     "integrity-output-not-from-kernel": CodeDoc("error", "the output does not depend on what the candidate's own kernels wrote",
                                                 "make your kernels produce the output"),
+    "integrity-library-work": CodeDoc("warning", "the candidate's own kernels took under 5% of its time while library "
+                                      "code (cuBLAS, cuDNN, ATen) ran the reference's main operation; a warning in "
+                                      "the editor, a rejection for the agent's reward, `bench` and `campaign`",
+                                      "do the main operation in your own kernels"),
     "integrity-below-floor": CodeDoc("error", "the median time is under the physical floor (bytes or FLOPs bound) by more than its margin",
                                      "do all the work inside the timed call"),
     "cute-dsl-error": CodeDoc("error", "a CuTe DSL kernel failed to compile (on save)", "fix the DSL code at the marked line"),

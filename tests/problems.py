@@ -1,6 +1,14 @@
-"""Problem and candidate texts the CPU tests share (KernelBench's layout: Model, get_inputs, get_init_inputs)."""
+"""Problem and candidate texts the CPU tests share (KernelBench's layout: Model, get_inputs, get_init_inputs), and
+the recorded reports they read."""
 
 from __future__ import annotations
+
+import dataclasses
+import json
+
+from kernel_lsp.contracts.codec import decode, encode
+from kernel_lsp.contracts.verify_report import VerifyReport
+from tests.paths import REPORTS
 
 
 def relu_problem(inputs: str = "torch.randn(4096)") -> str:
@@ -84,6 +92,31 @@ class ModelNew(nn.Module):
         ModelNew.cache[id(x)] = (x, out)
         return out
 """
+
+
+def recorded_report(name: str = "verify_cpu_honest", **changes: object) -> VerifyReport:
+    """A VerifyReport the judge returned on the CPU (tests/fixtures/reports), decoded, with `changes` made."""
+    report = decode(VerifyReport, json.loads((REPORTS / f"{name}.json").read_text()))
+    return dataclasses.replace(report, **changes)
+
+
+def timed_report(median_ms: float, speedup: dict[str, float | None], passed: int = 5, **changes: object
+                 ) -> VerifyReport:
+    """The recorded verified report with its candidate timed at `median_ms`, these speedups, `passed` of as many
+    trials, no interval or own-kernel share unless `changes` give them."""
+    report = recorded_report()
+    timing = dataclasses.replace(report.timing, candidate=dataclasses.replace(report.timing.candidate,
+                                                                              median_ms=median_ms))
+    correctness = dataclasses.replace(report.correctness, trials=passed, passed=passed)
+    kernels = dataclasses.replace(report.kernels, work=None)
+    fields = {"timing": timing, "speedup": speedup, "correctness": correctness, "kernels": kernels, "interval": {},
+              "significant": {}, **changes}
+    return dataclasses.replace(report, **fields)
+
+
+def verified_report_wire(eager: float, median_ms: float) -> dict:
+    """A fake worker's verified VerifyReport, on the wire: timed at `median_ms`, `eager`x eager."""
+    return encode(timed_report(median_ms, {"eager": eager, "compile": None}))
 
 
 def assert_not_tampered(stored: dict) -> None:

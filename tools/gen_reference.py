@@ -1,20 +1,25 @@
-"""Writes docs/reference/{settings,findings,cli}.md from the code, so that they cannot drift.
+"""Writes docs/reference/{settings,findings,cli,verify-report}.md from the code, so that they cannot drift.
 
-    python tools/gen_reference.py          # rewrite the three files
+    python tools/gen_reference.py          # rewrite the four files
     python tools/gen_reference.py --check  # exit 1 when a committed file differs from fresh output
 
 Sources: kernel_lsp/config.py (Settings, _CHOICES) with editor_clients/vscode/package.json
 (contributes.configuration: each setting's description); kernel_lsp/findings.py (CODES);
-kernel_lsp/cli.py (build_parser). tests/unit/test_docs_reference.py runs the check.
+kernel_lsp/cli.py (build_parser); kernel_lsp/contracts/verify_report.py (the VerifyReport's classes, each field's
+comment its meaning) with contracts/codec.py (wire names, fields left out when empty).
+tests/unit/test_docs_reference.py runs the check.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
+import io
 import json
 import re
 import sys
+import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from kernel_lsp import config  # noqa: E402
 from kernel_lsp.cli import build_parser  # noqa: E402
+from kernel_lsp.contracts import codec, verify_report  # noqa: E402
 from kernel_lsp.findings import CODES  # noqa: E402
 
 OUT = ROOT / "docs" / "reference"
@@ -136,8 +142,37 @@ def cli_md() -> str:
     return "\n".join(lines) + "\n"
 
 
+def report_md() -> str:
+    """Each class of the VerifyReport, in the module's order: its fields under their wire names, their types as
+    annotated and the comment on their line."""
+    source = Path(verify_report.__file__).read_text()
+    comments = {token.start[0]: token.string.lstrip("# ").strip()
+                for token in tokenize.generate_tokens(io.StringIO(source).readline) if token.type == tokenize.COMMENT}
+    lines = [HEADER + "# The VerifyReport\n", _cell(" ".join(verify_report.__doc__.split())), "",
+             "`kernel-lsp verify --format json` prints it under `report`. A field marked *absent when empty* is left "
+             "out of the wire when it holds nothing. The report itself first, then its parts.", ""]
+    classes = [node for node in ast.parse(source).body if isinstance(node, ast.ClassDef)]
+    for node in sorted(classes, key=lambda node: node.name != "VerifyReport"):
+        cls = getattr(verify_report, node.name)
+        lines += [f"## {node.name}", ""]
+        if ast.get_docstring(node):
+            lines += [_cell(" ".join(ast.get_docstring(node).split())), ""]
+        lines += ["| field | type | meaning |", "| --- | --- | --- |"]
+        renamed, absent = codec.RENAMED.get(cls, {}), codec.ABSENT_WHEN_NONE.get(cls, ())
+        for item in node.body:
+            if not isinstance(item, ast.AnnAssign) or not isinstance(item.target, ast.Name):
+                continue
+            name = item.target.id
+            meaning = comments.get(item.lineno, "") + (" (absent when empty)" if name in absent else "")
+            kind = ast.get_source_segment(source, item.annotation)
+            lines.append(f"| `{renamed.get(name, name)}` | `{_cell(kind)}` | {_cell(meaning)} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def generate() -> dict[Path, str]:
-    return {OUT / "settings.md": settings_md(), OUT / "findings.md": findings_md(), OUT / "cli.md": cli_md()}
+    return {OUT / "settings.md": settings_md(), OUT / "findings.md": findings_md(), OUT / "cli.md": cli_md(),
+            OUT / "verify-report.md": report_md()}
 
 
 def main(argv: list[str] | None = None) -> int:

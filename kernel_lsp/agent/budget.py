@@ -2,7 +2,8 @@
 
 A limit of None is unlimited. A limit is spent once the counter reaches it, so a budget of 20 model calls allows
 exactly 20. Limits are checked in the order of LIMIT_ORDER (model calls, tokens, dollars, wall seconds, evaluations),
-so when several are spent at once the message names the first of them. Tokens count input and output together.
+so when several are spent at once the message names the first of them. Tokens count input (prompt-cache writes
+and reads included: the model read them all) and output together.
 """
 
 from __future__ import annotations
@@ -21,24 +22,29 @@ class Spend:
     """Counters of one pass; wall seconds run from `started` (time.monotonic) to now."""
 
     model_calls: int = 0
-    input_tokens: int = 0
+    input_tokens: int = 0  # billed at the input price (not from or into the prompt cache)
     output_tokens: int = 0
+    cache_write_tokens: int = 0
+    cache_read_tokens: int = 0
     dollars: float = 0.0
     evaluations: int = 0
     started: float = field(default_factory=time.monotonic)
 
     @property
     def tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
+        return self.input_tokens + self.output_tokens + self.cache_write_tokens + self.cache_read_tokens
 
     @property
     def wall_s(self) -> float:
         return time.monotonic() - self.started
 
-    def add_model_call(self, input_tokens: int, output_tokens: int, dollars: float) -> None:
+    def add_model_call(self, input_tokens: int, output_tokens: int, dollars: float, cache_write_tokens: int = 0,
+                       cache_read_tokens: int = 0) -> None:
         self.model_calls += 1
         self.input_tokens += input_tokens
         self.output_tokens += output_tokens
+        self.cache_write_tokens += cache_write_tokens
+        self.cache_read_tokens += cache_read_tokens
         self.dollars += dollars
 
     def add_evaluation(self) -> None:
@@ -47,7 +53,8 @@ class Spend:
     def to_dict(self) -> dict[str, Any]:
         """The counters as the trajectory's "spend" events and the progress line show them."""
         return {"model_calls": self.model_calls, "input_tokens": self.input_tokens,
-                "output_tokens": self.output_tokens, "dollars": round(self.dollars, 6),
+                "output_tokens": self.output_tokens, "cache_write_tokens": self.cache_write_tokens,
+                "cache_read_tokens": self.cache_read_tokens, "dollars": round(self.dollars, 6),
                 "evaluations": self.evaluations, "wall_s": round(self.wall_s, 3)}
 
 

@@ -5,6 +5,7 @@ model calls, tokens and dollars.
 Everything lives under the campaign's folder OUT:
 
     OUT/campaign.json            the state (written after every change) and, at the end, the report
+    OUT/campaign.md, .svg        the papers' table per level (kernel_lsp/bench/papers.py) and its plot
     OUT/problems/<rel>.py        each problem's copy: the pass's file and reference (its side file lands beside it)
     OUT/best/<rel>.py            the fastest verified candidate of all the problem's passes
     OUT/trajectories/            every pass's trajectory, and the memory of earlier passes on each problem
@@ -28,7 +29,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -40,13 +41,15 @@ from kernel_lsp.agent.tools import candidate_ms
 from kernel_lsp.agent.trajectory import read_trajectory
 from kernel_lsp.bench.candidates import find_problems, name_of
 from kernel_lsp.bench.metrics import BenchMetrics, ProblemResult, bench_metrics
+from kernel_lsp.bench.papers import LevelFigures, level_table, papers_markdown, papers_svg
 from kernel_lsp.config import Settings
-from kernel_lsp.kinds.options import VerifyOptions, to_config
+from kernel_lsp.contracts.options import VerifyOptions, to_config
 from kernel_lsp.verify.verdict import best_so_far
 
 log = logging.getLogger(__name__)
 
 STATE_FILE = "campaign.json"
+TABLE_FILE, PLOT_FILE = "campaign.md", "campaign.svg"
 FORMAT = 1
 COUNTERS = ("model_calls", "input_tokens", "output_tokens", "dollars", "evaluations", "wall_s")
 FATAL_ERRORS = {"missing-key": "the API key is missing", "auth": "the model API refused the API key",
@@ -247,6 +250,7 @@ class CampaignReport:
     aborted: str | None  # why the campaign ended before every problem had its pass
     ran: int  # passes run in this run
     resumed: int  # problems done before this run
+    levels: list[LevelFigures] = field(default_factory=list)  # the papers' table, per level (bench/papers.py)
 
 
 class Campaign:
@@ -312,8 +316,12 @@ class Campaign:
         self.state.document["wall_s"] = round(self.ledger.wall_s, 3)
         report = self.report(done_before)
         self.state.document["report"] = {"metrics": report.metrics.to_dict(), "problems": report.rows,
+                                         "levels": [row.to_dict() for row in report.levels],
                                          "totals": report.totals, "aborted": report.aborted}
         self.state.save()
+        baselines = list(self.passes.options.baselines)
+        (self.out / TABLE_FILE).write_text(papers_markdown(report.levels, baselines), encoding="utf-8")
+        (self.out / PLOT_FILE).write_text(papers_svg(report.levels, baselines), encoding="utf-8")
         return report
 
     def _refusal(self) -> str | None:
@@ -347,7 +355,8 @@ class Campaign:
             self.ledger.finished(optimizer.spend)
         self._ran += 1
         record.update(stop_reason=outcome.stop_reason, error_kind=outcome.error_kind, spend=outcome.spend,
-                      improved=outcome.improved, nodes=outcome.nodes, best=None)
+                      improved=outcome.improved, nodes=outcome.nodes, best=None,
+                      rejections=rejection_counts(outcome.attempts))
         if outcome.best_source is not None:
             self.state.offer_best(entry, record, outcome.best_source, {
                 "ms": outcome.best_ms, "speedup": outcome.best_speedup or {}, "interval": outcome.best_interval or {},
@@ -389,12 +398,16 @@ class Campaign:
                          "name": entry["name"], "status": entry["status"], "verdict": result.verdict,
                          "speedup": result.speedup, "ms": result.candidate_ms, "energy_mj": best.get("energy_mj"),
                          "best_file": best.get("file"), "passes": len(entry["passes"]),
-                         "reason": result.reason, "cost": _rounded(cost),
+                         "reason": result.reason, "device": result.device,
+                         "stop_reason": entry["passes"][-1].get("stop_reason") if entry["passes"] else None,
+                         "cost": _rounded(cost),
                          "trajectories": [r["trajectory"] for r in entry["passes"]]})
-        metrics = bench_metrics(results, list(self.passes.options.baselines))
+        baselines = list(self.passes.options.baselines)
+        metrics = bench_metrics(results, baselines)
         totals = _rounded(self.state.spent())
         totals["campaign_wall_s"] = round(self.ledger.wall_s, 1)
-        return CampaignReport(results, metrics, rows, totals, self.aborted, self._ran, done_before)
+        levels = level_table(results, [row["cost"] for row in rows], baselines)
+        return CampaignReport(results, metrics, rows, totals, self.aborted, self._ran, done_before, levels)
 
 
 def problem_result(entry: dict[str, Any]) -> ProblemResult:
@@ -405,7 +418,7 @@ def problem_result(entry: dict[str, Any]) -> ProblemResult:
     if best is not None:
         verdict, reason = "verified", None
     elif entry["status"] == "done":
-        verdict, reason = "rejected", passes[-1].get("stop_reason") if passes else None
+        verdict, reason = "rejected", rejection_reason(passes)
     else:
         verdict = "unavailable"
         reason = entry.get("not_run") or (passes[-1].get("stop_reason") if passes else "not run")
@@ -414,6 +427,32 @@ def problem_result(entry: dict[str, Any]) -> ProblemResult:
                          device=(best or {}).get("device"), speedup=dict((best or {}).get("speedup") or {}),
                          interval=dict((best or {}).get("interval") or {}),
                          candidate_ms=(best or {}).get("ms"), reason=reason, summary=(best or {}).get("summary"))
+
+
+def rejection_counts(attempts: list[dict[str, Any]]) -> dict[str, int]:
+    """How often each finding code stood behind a candidate that was not verified (the user's original, node 0,
+    left out: it is not the agent's kernel); a candidate that failed with no code counts under its outcome."""
+    counts: dict[str, int] = {}
+    for attempt in attempts:
+        if attempt.get("node") == 0 or attempt.get("verdict") == "verified":
+            continue
+        for code in dict.fromkeys(attempt.get("codes") or [attempt.get("verdict") or "compile-error"]):
+            counts[code] = counts.get(code, 0) + 1
+    return counts
+
+
+def rejection_reason(passes: list[dict[str, Any]]) -> str:
+    """Why no kernel of the problem's passes was verified: the finding codes behind its rejected candidates, most
+    frequent first; "no candidate was evaluated" (and why the pass stopped) when the agent evaluated none."""
+    counts: dict[str, int] = {}
+    for record in passes:
+        for code, count in (record.get("rejections") or {}).items():
+            counts[code] = counts.get(code, 0) + count
+    if not counts:
+        stopped = passes[-1].get("stop_reason") if passes else None
+        return "no candidate was evaluated" + (f" (the pass: {stopped})" if stopped else "")
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return "rejected: " + ", ".join(f"{code} ×{count}" if count > 1 else code for code, count in ranked)
 
 
 def _rounded(spend: dict[str, float]) -> dict[str, Any]:

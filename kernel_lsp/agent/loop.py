@@ -1,15 +1,17 @@
 """One optimization pass: the model proposes candidates through the tools, the worker judges them, the search tree
-decides where to go next, and the pass stops at the first spent budget, when the model finishes, or when cancelled.
+decides where to go next, and the pass stops at the first spent budget, when the model has finished every branch,
+or when cancelled.
 
 A pass is a sequence of expansions. Each expansion starts a fresh conversation from the node SearchTree.select()
-picks, given the tree's memory (what was tried and how it went) and that node's verdict. Within it, each verify of
-a changed candidate adds a child node (to the expansion's latest live node, so a fix hangs under what it fixes) with
-its rubric score. An expansion ends after VERIFIES_PER_EXPANSION verifies (enough to act on the verifier's answer
-while the context is fresh) or when the model ends its turn without a tool call; two such idle expansions in a row
-end the pass, as does `finish`.
+picks among all nodes, given the tree's memory (what was tried and how it went) and that node's verdict, the
+verifier's objections, its last profile and its source. Within it, each verify of a changed candidate adds a child
+node (to the expansion's latest live node, so a fix hangs under what it fixes) with its rubric score. An expansion
+ends after VERIFIES_PER_EXPANSION verifies (enough to act on the verifier's answer while the context is fresh) or
+when the model ends its turn without a tool call; two such idle expansions in a row end the pass. `finish` ends
+its expansion's branch (the start and the nodes it added are closed); the pass ends once no open node is left.
 
 When the worker runs several jobs at once (a Ray pool: one per actor), that many expansions run at once, each from
-a start SearchTree.select_many() picks (virtual loss spreads them over branches) with its own Workbench fork; a round
+a start SearchTree.select_many() picks (each counted start lowers its node's priority) with its own Workbench fork; a round
 of them counts as idle when none of them verified anything, and the trajectory's events carry their `expansion`.
 
 The original candidate (node 0) is verified first: an improvement is a verified candidate faster than it by more
@@ -31,16 +33,17 @@ from typing import Any
 from kernel_lsp import __version__
 from kernel_lsp.agent import rubric
 from kernel_lsp.agent.budget import Budget, Spend
+from kernel_lsp.agent.compaction import compact, prompt_tokens
 from kernel_lsp.agent.memory import KernelMemory
 from kernel_lsp.agent.model import ModelClient, ModelError
 from kernel_lsp.agent.safety import sanitizer_errors
-from kernel_lsp.agent.search import Node, SearchTree
-from kernel_lsp.agent.tools import WORKER_TOOLS, ToolResult, Workbench, candidate_ms
+from kernel_lsp.agent.search import Node, SearchTree, source_hash
+from kernel_lsp.agent.tools import WORKER_TOOLS, ToolResult, Workbench, candidate_ms, numbered_source
 from kernel_lsp.agent.trajectory import TrajectoryWriter
 from kernel_lsp.compile.toolchain import cutlass_headers
 from kernel_lsp.findings import scrub
-from kernel_lsp.kinds.options import to_config
-from kernel_lsp.verify.verdict import CPU_TIMINGS, best_so_far
+from kernel_lsp.contracts.options import to_config
+from kernel_lsp.verify.verdict import CPU_TIMINGS, best_so_far, readable_ms
 from kernel_lsp.worker.client import WorkerUnavailable
 
 log = logging.getLogger(__name__)
@@ -50,6 +53,7 @@ IDLE_EXPANSIONS_LIMIT = 2
 MAX_PARALLEL_EXPANSIONS = 8
 IMPROVEMENT_MARGIN = 0.03  # a time within 3% of the original's is timing noise, not an improvement
 MEMORY_LINES = 20
+PROFILE_CHARS = 1500  # of a profile's answer, carried into the prompts of later expansions from the same source
 SIDE_FILE_SUFFIX = ".kernel-lsp-best.py"
 
 SYSTEM_PROMPT = """You optimize a GPU kernel. The user's file defines ModelNew, which must compute the same function \
@@ -209,6 +213,11 @@ class Optimizer:
         self.planning = planning  # a planning turn first: distinct strategies, one per branch from the root
         self.objective = objective  # speed | energy (best_candidate: least energy at matched speed)
         self.strategies: list[Strategy] = []
+        self._added: dict[int, list[Node]] = {}  # per workbench (id): the nodes its current expansion added
+        self._profiles: dict[str, str] = {}  # source hash -> the last profile's answer for that source
+        self._profile_gists: dict[str, str] = {}  # source hash -> its last profile's top hints, in a line
+        self._prompt_tokens: dict[int, int] = {}  # a conversation in flight (its list's id) -> its last prompt's size
+        self._machine = ""  # the GPU and the problem's speed of light, from the original's verification
         workbench.node_view = self.node_view
         workbench.on_stage = self._emit
 
@@ -239,9 +248,13 @@ class Optimizer:
         return self.budget.wall_left_s(self.spend)
 
     def system_prompt(self) -> str:
+        """The same for the whole pass once the original is verified (the prompt cache's prefix): the machine's
+        facts come from that verification."""
         note = {"cpu": CPU_NOTE, "cuda": GPU_NOTE}.get(self.device, UNKNOWN_DEVICE_NOTE)
         if self.device != "cpu" and self.workbench.settings.agent_sanitize:
             note += " " + SANITIZE_NOTE
+        if self._machine:
+            note += "\n\n" + self._machine
         return SYSTEM_PROMPT.format(device_note=note, language_rule=self.language_rule())
 
     def language_rule(self) -> str:
@@ -265,22 +278,26 @@ class Optimizer:
         self.parallel = max(1, min(MAX_PARALLEL_EXPANSIONS, option if option is not None else capacity))
         if self.parallel > 1:
             self._emit("start", f"{self.parallel} expansions at once (the worker runs {capacity} jobs at once)")
-        idle = 0
+        idle, finished = 0, None
         while True:
             self._check_budget(self.budget.exceeded(self.spend))
-            if self.parallel == 1:
-                start = self.tree.select()
-                self.workbench.start_from(start.source)
-                benches = [self.workbench]
-                verifies = await self._expand(start, self.workbench)
-            else:
-                starts = self.tree.select_many(self.parallel)
-                benches = [self.workbench.fork(start.source) for start in starts]
-                verifies = await self._expand_together(starts, benches)
-            finished = next((b.state.finished for b in benches if b.state.finished is not None), None)
-            if finished is not None:
+            starts = self.tree.select_many(self.parallel)
+            if not starts:  # every branch was finished by the model (or is a dead end)
                 self.workbench.state.finished = finished
                 return f"the model finished: {finished or 'no summary'}"
+            if self.parallel == 1:
+                self.workbench.start_from(starts[0].source)
+                benches = [self.workbench]
+                verifies = await self._expand(starts[0], self.workbench)
+            else:
+                benches = [self.workbench.fork(start.source) for start in starts]
+                verifies = await self._expand_together(starts, benches)
+            for start, bench in zip(starts, benches):
+                if bench.state.finished is not None:  # a finish ends its branch: the start and what it added
+                    finished = bench.state.finished
+                    self.tree.close([start, *self._added.get(id(bench), [])])
+                    bench.state.finished = None
+                self._added.pop(id(bench), None)
             idle = 0 if verifies else idle + 1
             if idle >= IDLE_EXPANSIONS_LIMIT:
                 return "the model stopped proposing candidates"
@@ -307,9 +324,11 @@ class Optimizer:
         result = await self.workbench.execute("verify", {})
         for _ in range(result.worker_jobs):
             self.spend.add_evaluation()
+        report = (result.evaluation or {}).get("report") or {}
+        self._machine = machine_facts(report)  # before the environment event, which records it
         self._record(root, result)
         if self.device == "auto":  # the worker chose: the prompt says which
-            self.device = ((result.evaluation or {}).get("report") or {}).get("device") or "auto"
+            self.device = report.get("device") or "auto"
 
     async def _expand(self, start: Node, bench: Workbench, expansion: int | None = None) -> int:
         """One conversation from `start` on `bench`; returns how many verifies added nodes. `expansion` numbers
@@ -319,39 +338,83 @@ class Optimizer:
         messages: list[dict[str, Any]] = [{"role": "user", "content": self._expansion_prompt(start, strategy)}]
         self.trajectory.write("message", role="user", node=start.id, content=messages[0]["content"], **tag)
         base, verifies = start, 0
-        while verifies < self.verifies_per_expansion and bench.state.finished is None:
-            self._check_budget(self.budget.refuses_model_call(self.spend))
-            calls = await self._model_turn(messages, bench, tag)
-            if not calls:
-                return verifies
-            results = []
-            for call in calls:
-                result = await self._run_tool(call, bench, tag)
-                if result.evaluation is not None:
-                    base = self._add_node(base, start, result, bench, strategy)
-                    verifies += 1
-                if result.energy is not None:
-                    self._add_energy(result.energy, bench)
-                results.append(tool_result_block(call, result))
-            messages.append({"role": "user", "content": results})
-        return verifies
+        try:
+            while verifies < self.verifies_per_expansion and bench.state.finished is None:
+                self._check_budget(self.budget.refuses_model_call(self.spend))
+                calls = await self._model_turn(messages, bench, tag)
+                if not calls:
+                    return verifies
+                results = []
+                for call in calls:
+                    result = await self._run_tool(call, bench, tag)
+                    if result.evaluation is not None:
+                        base = self._add_node(base, start, result, bench, strategy)
+                        verifies += 1
+                    if result.energy is not None:
+                        self._add_energy(result.energy, bench)
+                    results.append(tool_result_block(call, result))
+                messages.append({"role": "user", "content": results})
+            return verifies
+        finally:
+            self._prompt_tokens.pop(id(messages), None)
 
     async def _model_turn(self, messages: list[dict[str, Any]], bench: Workbench,
                           tag: dict[str, Any]) -> list[dict[str, Any]]:
+        """The tool calls of the model's next complete turn (none: the conversation ends). Stop reasons as the
+        Messages API documents them: a turn cut at max_tokens runs none of its tool calls (each is answered as not
+        run, and the model is told how long it may be), a paused turn is sent back to be continued, a refusal
+        ends the conversation; at most MAX_INCOMPLETE_TURNS such turns in a row."""
+        for _ in range(MAX_INCOMPLETE_TURNS + 1):
+            turn = await self._one_model_turn(messages, bench, tag)
+            calls = [block for block in turn.blocks if block["type"] == "tool_use"]
+            if turn.stop_reason == "max_tokens":
+                cut = cut_turn_message(calls, self.model.max_tokens)
+                self.trajectory.write("message", role="user", content=cut["content"], cut=True, **tag)
+                messages.append(cut)
+                self._check_budget(self.budget.refuses_model_call(self.spend))
+                continue
+            if turn.stop_reason == "pause_turn":  # sent back as it is: the model goes on where it paused
+                self._check_budget(self.budget.refuses_model_call(self.spend))
+                continue
+            if turn.stop_reason == "refusal":
+                self._emit("model", "the model declined to go on with this conversation")  # its message says so
+                return []
+            return calls
+        self._emit("model", f"{MAX_INCOMPLETE_TURNS + 1} incomplete answers in a row: this conversation ends")
+        return []
+
+    async def _one_model_turn(self, messages: list[dict[str, Any]], bench: Workbench, tag: dict[str, Any]) -> Any:
+        self._compact(messages, tag)
         self._emit("model", f"asking {self.model.model}")
         tools = bench.tool_definitions()
         turn = await self.model.turn(self.system_prompt(), messages, tools, time_left_s=self._wall_left_s())
-        self.spend.add_model_call(turn.usage.input_tokens, turn.usage.output_tokens, turn.cost_usd)
-        request = {"model": self.model.model, "max_tokens": self.model.max_tokens,
-                   "temperature": self.model.temperature, "tools": [tool["name"] for tool in tools]}
+        usage = turn.usage
+        self._prompt_tokens[id(messages)] = prompt_tokens(usage)
+        self.spend.add_model_call(usage.input_tokens, usage.output_tokens, turn.cost_usd,
+                                  usage.cache_creation_input_tokens, usage.cache_read_input_tokens)
+        request = {"model": self.model.model, "max_tokens": self.model.turn_max_tokens,
+                   "temperature": self.model.temperature, "thinking_budget": self.model.thinking_budget,
+                   "prompt_caching": self.model.prompt_caching, "tools": [tool["name"] for tool in tools]}
         self.trajectory.write("message", role="assistant", content=turn.blocks, stop_reason=turn.stop_reason,
                               request=request, retries=turn.retries,
-                              usage={"input_tokens": turn.usage.input_tokens,
-                                     "output_tokens": turn.usage.output_tokens},
+                              usage={"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
+                                     "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+                                     "cache_read_input_tokens": usage.cache_read_input_tokens},
                               cost_usd=turn.cost_usd, **tag)
         self.trajectory.write("spend", **self.spend.to_dict())
         messages.append({"role": "assistant", "content": turn.blocks})
-        return [block for block in turn.blocks if block["type"] == "tool_use"]
+        return turn
+
+    def _compact(self, messages: list[dict[str, Any]], tag: dict[str, Any]) -> None:
+        """Compacts the conversation (agent/compaction.py) when its last turn's prompt passed agentContextTokens."""
+        limit = self.workbench.settings.agent_context_tokens
+        size = self._prompt_tokens.get(id(messages), 0)
+        if limit <= 0 or size <= limit:
+            return
+        changed = compact(messages, limit)
+        if changed["blocks"]:
+            self.trajectory.write("compaction", prompt_tokens=size, limit=limit, **changed, **tag)
+            self._emit("model", f"the conversation passed {limit:,} tokens ({size:,}): older tool results shortened")
 
     async def _run_tool(self, call: dict[str, Any], bench: Workbench, tag: dict[str, Any]) -> ToolResult:
         name, arguments = call["name"], call.get("input") or {}
@@ -366,6 +429,12 @@ class Optimizer:
         result = replace(result, content=scrub(result.content, limit=None))
         for _ in range(result.worker_jobs):
             self.spend.add_evaluation()
+        if name == "profile" and not result.is_error:  # carried into later expansions from this source
+            profiled = source_hash(bench.state.source)
+            self._profiles[profiled] = result.content[:PROFILE_CHARS]
+            gist = profile_gist(result.content)  # and, shorter, into the memory of later passes
+            if gist:
+                self._profile_gists[profiled] = gist
         self.trajectory.write("tool_result", id=call["id"], name=name, content=result.content,
                               is_error=result.is_error, **tag)
         return result
@@ -376,6 +445,7 @@ class Optimizer:
         node = self.tree.add_child(parent, bench.state.source)
         node.strategy = strategy.name if strategy is not None else ""
         self._record(node, result)
+        self._added.setdefault(id(bench), []).append(node)
         return node
 
     def _record(self, node: Node, result: ToolResult) -> None:
@@ -384,7 +454,7 @@ class Optimizer:
         self.tree.record(node, evaluation, score, evaluation.get("summary") or "")
         if not self._environment_written:  # the worker has answered once: its GPU, driver and versions are known
             self._environment_written = True
-            self.trajectory.write("environment", **environment(self.workbench.worker))
+            self.trajectory.write("environment", **environment(self.workbench.worker), machine=self._machine)
         codes = problem_codes(evaluation)
         self.trajectory.write("evaluation", node=node.id, parent=node.parent_id, source=node.source,
                               verdict=evaluation.get("verdict"), summary=evaluation.get("summary"), codes=codes,
@@ -431,6 +501,7 @@ class Optimizer:
             messages.append({"role": "user", "content": results})
             if self.strategies:
                 break
+        self._prompt_tokens.pop(id(messages), None)
         self.trajectory.write("plan", strategies=[{"name": s.name, "idea": s.idea} for s in self.strategies])
         self._emit("plan", "; ".join(s.name for s in self.strategies) or "no strategies proposed")
 
@@ -463,8 +534,7 @@ class Optimizer:
         if not start.source.strip():
             here = "There is no candidate yet: write the first ModelNew (read the reference first)."
         else:
-            here = (f"The current candidate is node #{start.id} ({start.outcome}). Read it with read_candidate, "
-                    "then improve it.")
+            here = f"The current candidate is node #{start.id} ({start.outcome}). Improve it.{self._node_facts(start)}"
         best = self.tree.best_verified()
         if best is not None and best.id != start.id:
             here += f" The fastest verified so far is #{best.id}; read any earlier candidate with read_node."
@@ -476,6 +546,19 @@ class Optimizer:
         if self._earlier:
             prompt += f"\n\nWhat earlier passes on this file tried (newest first):\n{self._earlier}"
         return prompt
+
+    def _node_facts(self, node: Node) -> str:
+        """What the expansion prompt says of its start node: what the verifier objected to, its last profile
+        (when one ran on this source), and its source with line numbers (as read_candidate shows it)."""
+        facts = ""
+        problems = [f"{p.get('code')}: {p.get('message')}" for p in (node.evaluation or {}).get("problems") or []
+                    if isinstance(p, dict)][:3]
+        if problems:
+            facts += "\n\nWhat the verifier said of it:\n" + "\n".join(f"- {p}" for p in problems)
+        profile = self._profiles.get(source_hash(node.source))
+        if profile:
+            facts += f"\n\nIts last profile:\n{profile}"
+        return facts + f"\n\nIts source:\n{numbered_source(node.source)}"
 
     def node_view(self, number: int) -> dict[str, Any] | None:
         """The read_node tool's answer: an earlier candidate of this pass, with what the worker said of it."""
@@ -508,13 +591,15 @@ class Optimizer:
             trajectory_path=self.trajectory.path, side_file=side_file,
             original_verdict=(self.tree.root.evaluation or {}).get("verdict"), error_kind=self._error_kind,
             nodes=len(self.tree.nodes), finish_summary=self.workbench.state.finished or "",
-            attempts=[{"node": n.id, "parent": n.parent_id, "outcome": n.outcome, "score": n.score, "dead": n.dead}
+            attempts=[{"node": n.id, "parent": n.parent_id, "outcome": n.outcome, "score": n.score, "dead": n.dead,
+                       "verdict": (n.evaluation or {}).get("verdict"), "codes": problem_codes(n.evaluation or {})}
                       for n in self.tree.nodes if n.rubric is not None],
             best_ms=candidate_ms(best.evaluation) if best else None, best_energy_mj=_energy(best) if best else None,
             best_device=(best.evaluation.get("report") or {}).get("device") if best else None,
             verified=self._verified())
         if self.memory is not None:
-            self.memory.add_pass(self.trajectory.pass_id, self.tree)
+            self.memory.add_pass(self.trajectory.pass_id, self.tree, self._profile_gists,
+                                 self.workbench.state.finished or "")
         self.trajectory.write("end", stop_reason=reason, improved=improved, improvement=sentence,
                               best_node=best.id if best else None, side_file=str(side_file) if side_file else None,
                               spend=outcome.spend, tree=self.tree.to_dict())
@@ -534,6 +619,27 @@ class Optimizer:
         return sum(1 for n in self.tree.nodes[1:] if n.rubric is not None and n.rubric.verified)
 
 
+PROFILE_GIST_HINTS = 3
+
+
+def profile_gist(answer: str) -> str:
+    """A profile tool answer (JSON: kernels and their hints, costliest first) in a line: the kernels' bounds and
+    their top hints' codes and first sentences; '' when it holds none."""
+    try:
+        shown = json.loads(answer)
+    except ValueError:
+        return ""
+    parts: list[str] = []
+    for kernel in (shown.get("kernels") or []) if isinstance(shown, dict) else []:
+        if not isinstance(kernel, dict):
+            continue
+        bound = f" ({kernel['bound']}-bound)" if kernel.get("bound") else ""
+        hints = [f"{h.get('code')}: {str(h.get('message') or '').split('. ')[0]}"
+                 for h in kernel.get("hints") or [] if isinstance(h, dict)][:PROFILE_GIST_HINTS]
+        parts.append(f"{kernel.get('name') or 'kernel'}{bound}" + (f": {'; '.join(hints)}" if hints else ""))
+    return " | ".join(parts)
+
+
 def problem_codes(evaluation: dict[str, Any]) -> list[str]:
     """The finding codes behind an evaluation's verdict (its problems: compile errors or the verifier's findings;
     compute-sanitizer's errors)."""
@@ -541,10 +647,59 @@ def problem_codes(evaluation: dict[str, Any]) -> list[str]:
     return [p["code"] for p in problems if isinstance(p, dict) and p.get("code")]
 
 
+MAX_INCOMPLETE_TURNS = 2  # turns cut at max_tokens or paused, in a row, before a conversation is given up
+
+
+def cut_turn_message(calls: list[dict[str, Any]], max_tokens: int) -> dict[str, Any]:
+    """The user message after a turn cut at max_tokens: each of its tool calls answered as not run (its input is
+    whatever part arrived), and what to do instead."""
+    advice = (f"Your answer was cut: it reached the limit of {max_tokens} output tokens (agentMaxTokens). "
+              f"Nothing of it was run. Answer again in fewer tokens: for write_candidate give `edits` (line ranges "
+              f"and their new text) instead of the whole `source`, and keep any text before the call short.")
+    if not calls:
+        return {"role": "user", "content": advice}
+    return {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": call["id"], "is_error": True,
+         "content": json.dumps({"error": "not run: " + advice})} for call in calls]}
+
+
 def tool_result_block(call: dict[str, Any], result: ToolResult) -> dict[str, Any]:
     """A tool's answer as the next user message's content block (scrubbed of credentials: it goes to the model)."""
     return {"type": "tool_result", "tool_use_id": call["id"], "content": scrub(result.content, limit=None),
             **({"is_error": True} if result.is_error else {})}
+
+
+def machine_facts(report: dict[str, Any]) -> str:
+    """The GPU and the problem's speed of light, as the original's verification measured them (none on the CPU,
+    where the interpreter's times say nothing of a GPU): 'The GPU: NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, ...).'"""
+    if report.get("device") != "cuda":
+        return ""
+    lines = []
+    gpu = report.get("device_facts") or {}
+    if gpu.get("name"):
+        parts = [str(gpu.get("arch", "")), f"{gpu['sms']} SMs" if gpu.get("sms") else ""]
+        if gpu.get("shared_per_block_optin"):
+            parts.append(f"up to {gpu['shared_per_block_optin'] // 1024} KiB of shared memory per block")
+        if gpu.get("registers_per_sm"):
+            parts.append(f"{gpu['registers_per_sm']} registers per SM")
+        if gpu.get("l2_bytes"):
+            parts.append(f"{gpu['l2_bytes'] / 2**20:.0f} MiB L2")
+        if gpu.get("memory_bytes"):
+            parts.append(f"{gpu['memory_bytes'] / 2**30:.0f} GiB")
+        lines.append(f"The GPU: {gpu['name']} ({', '.join(p for p in parts if p)}).")
+    floor = report.get("floor") or {}
+    if floor.get("floor_ms"):
+        measured = (f"Measured on it: {floor.get('bandwidth_gbs', 0):.0f} GB/s copy bandwidth and "
+                    f"{floor.get('peak_tflops', 0):.0f} TFLOP/s for the fastest matmul.")
+        size = floor.get("bytes", 0)
+        moved = f"{size / 1e9:.3g} GB" if size >= 1e9 else f"{size / 1e6:.3g} MB"
+        work = (f"This problem moves {moved} and does {floor.get('flops', 0) / 1e9:.3g} GFLOP: at those ceilings "
+                f"it takes at least {readable_ms(floor['floor_ms'])} (its speed of light)")
+        original = ((report.get("timing") or {}).get("candidate") or {}).get("median_ms")
+        if original:
+            work += f"; the original takes {readable_ms(original)}"
+        lines += [measured, work + "."]
+    return " ".join(lines)
 
 
 def environment(worker: Any) -> dict[str, Any]:

@@ -19,8 +19,8 @@ from typing import Any
 import anthropic
 import httpx2  # the SDK's HTTP library: a time-out or dropped connection in mid-stream arrives as its error, unwrapped
 
-from kernel_lsp.agent.setup import API_KEY_ENV, BASE_URL_ENV
-from kernel_lsp.agent.setup import api_key as environment_api_key
+from kernel_lsp.agent.credentials import API_KEY_ENV, BASE_URL_ENV
+from kernel_lsp.agent.credentials import api_key as environment_api_key
 from kernel_lsp.findings import register_secret
 
 log = logging.getLogger(__name__)
@@ -55,8 +55,20 @@ DEFAULT_MAX_TURN_S = 900.0  # the longest one turn may take, retries included, w
 
 @dataclass(frozen=True)
 class Usage:
-    input_tokens: int = 0
+    input_tokens: int = 0  # billed at the input price: what came after the last cache breakpoint the API matched
     output_tokens: int = 0
+    cache_creation_input_tokens: int = 0  # written to the prompt cache: CACHE_WRITE_FACTOR times the input price
+    cache_read_input_tokens: int = 0  # read from it: CACHE_READ_FACTOR times the input price
+
+    @property
+    def billed_input_tokens(self) -> int:
+        """Every input token of the turn, cached or not (what the request's prompt held)."""
+        return self.input_tokens + self.cache_creation_input_tokens + self.cache_read_input_tokens
+
+
+CACHE_WRITE_FACTOR = 1.25  # the Messages API's price of a 5-minute cache write, per input token
+CACHE_READ_FACTOR = 0.1  # and of a cache read
+CACHE_CONTROL = {"type": "ephemeral"}
 
 
 @dataclass(frozen=True)
@@ -66,6 +78,9 @@ class ModelTurn:
     usage: Usage
     cost_usd: float
     retries: int = 0  # retried attempts this turn took (rate limits, overloads, server errors)
+
+
+MIN_THINKING_BUDGET = 1024  # the Messages API's least budget_tokens
 
 
 class ModelError(Exception):
@@ -91,7 +106,13 @@ def cost_usd(model: str, usage: Usage, prices: tuple[float, float] | None = None
         _warn_unpriced(model)
         return 0.0
     input_price, output_price = price
-    return (usage.input_tokens * input_price + usage.output_tokens * output_price) / 1_000_000
+    inputs = priced_input_tokens(usage.input_tokens, usage.cache_creation_input_tokens, usage.cache_read_input_tokens)
+    return (inputs * input_price + usage.output_tokens * output_price) / 1_000_000
+
+
+def priced_input_tokens(fresh: int, cache_written: int, cache_read: int) -> float:
+    """Input tokens as the input price bills them: cache writes at CACHE_WRITE_FACTOR, reads at CACHE_READ_FACTOR."""
+    return fresh + CACHE_WRITE_FACTOR * cache_written + CACHE_READ_FACTOR * cache_read
 
 
 @functools.cache
@@ -112,6 +133,8 @@ class ModelClient:
         first_backoff_s: float = 1.0,
         max_turn_s: float = DEFAULT_MAX_TURN_S,
         prices: tuple[float, float] | None = None,
+        thinking_budget: int = 0,
+        prompt_caching: bool = True,
     ) -> None:
         self._api_key = api_key or environment_api_key() or None  # private: never logged, never in a repr
         register_secret(self._api_key)  # scrubbed from every finding and tool result, whatever its shape
@@ -124,6 +147,9 @@ class ModelClient:
         self.first_backoff_s = first_backoff_s
         self.max_turn_s = max_turn_s  # a turn as a whole, retries included: keep-alive pings do not extend it
         self.prices = prices  # USD per million input and output tokens; None: the price table's
+        # extended thinking: this many thinking tokens a turn, on top of max_tokens for the answer; 0: off
+        self.thinking_budget = max(MIN_THINKING_BUDGET, thinking_budget) if thinking_budget else 0
+        self.prompt_caching = prompt_caching  # cache breakpoints on the stable prefix and the conversation so far
 
     def __repr__(self) -> str:
         return f"ModelClient(model={self.model!r}, base_url={self.base_url!r})"
@@ -178,22 +204,36 @@ class ModelClient:
         async with sdk, sdk.messages.stream(**self._request(system, messages, tools)) as stream:
             return await stream.get_final_message()
 
+    @property
+    def turn_max_tokens(self) -> int:
+        """max_tokens as sent: the answer's room, plus the thinking budget when thinking is on."""
+        return self.max_tokens + self.thinking_budget
+
     def _request(self, system: str, messages: list[dict], tools: list[dict]) -> dict[str, Any]:
-        request: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens, "messages": messages}
+        if self.prompt_caching:
+            system, tools, messages = cache_breakpoints(system, tools, messages)
+        request: dict[str, Any] = {"model": self.model, "max_tokens": self.turn_max_tokens, "messages": messages}
         if system:
             request["system"] = system
         if tools:
             request["tools"] = tools
-        if self.temperature is not None:
+        if self.thinking_budget:
+            # the API takes no temperature with thinking; thinking blocks go back in later turns as they came
+            request["thinking"] = {"type": "enabled", "budget_tokens": self.thinking_budget}
+        elif self.temperature is not None:
             request["extra_body"] = {"temperature": self.temperature}  # not a named argument of this SDK any more
         return request
 
     def _model_turn(self, message: Any, retries: int) -> ModelTurn:
-        usage = Usage(message.usage.input_tokens or 0, message.usage.output_tokens or 0)
+        said = message.usage
+        usage = Usage(said.input_tokens or 0, said.output_tokens or 0,
+                      getattr(said, "cache_creation_input_tokens", None) or 0,
+                      getattr(said, "cache_read_input_tokens", None) or 0)
         turn_cost = cost_usd(self.model, usage, self.prices)
         log.info(
-            "model turn: %d input + %d output tokens, $%.4f, stop %s",
-            usage.input_tokens, usage.output_tokens, turn_cost, message.stop_reason,
+            "model turn: %d input (+%d cache written, %d read) + %d output tokens, $%.4f, stop %s",
+            usage.input_tokens, usage.cache_creation_input_tokens, usage.cache_read_input_tokens,
+            usage.output_tokens, turn_cost, message.stop_reason,
         )
         return ModelTurn(
             blocks=[block for block in map(block_dict, message.content) if block is not None],
@@ -247,12 +287,38 @@ class ModelClient:
         return ModelError("bad-request", f"the model API rejected the request for {self.model} ({said})")
 
 
+def cache_breakpoints(system: str, tools: list[dict], messages: list[dict]) -> tuple[Any, list[dict], list[dict]]:
+    """The request's prompt with cache breakpoints (copies; the conversation kept by the caller is not changed):
+    one after the tools and the system prompt, which stay the same for a whole pass (the API caches tools, then
+    system, then messages, as one prefix), and one on the last block of the last message, so the next turn reads
+    the conversation so far from the cache and pays only for what was added. Two of the API's four."""
+    if system:
+        system_blocks: Any = [{"type": "text", "text": system, "cache_control": CACHE_CONTROL}]
+    else:
+        system_blocks = system
+        tools = [*tools[:-1], {**tools[-1], "cache_control": CACHE_CONTROL}] if tools else tools
+    if messages:
+        last = messages[-1]
+        content = last["content"]
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+        if blocks and blocks[-1].get("type") not in ("thinking", "redacted_thinking"):
+            blocks[-1] = {**blocks[-1], "cache_control": CACHE_CONTROL}
+            messages = [*messages[:-1], {**last, "content": blocks}]
+    return system_blocks, tools, messages
+
+
 def block_dict(block: Any) -> dict | None:
-    """The plain dict of a text or tool_use content block; other kinds (thinking, server tools) are not the agent's."""
+    """The plain dict of a text, tool_use or thinking content block (thinking blocks, signature included, must go
+    back unchanged in the next request of a tool-using conversation); other kinds (server tools) are not the
+    agent's."""
     if block.type == "text":
         return {"type": "text", "text": block.text}
     if block.type == "tool_use":
         return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
+    if block.type == "thinking":
+        return {"type": "thinking", "thinking": block.thinking, "signature": block.signature}
+    if block.type == "redacted_thinking":
+        return {"type": "redacted_thinking", "data": block.data}
     return None
 
 

@@ -1,8 +1,8 @@
 """The search tree of one pass: candidates as nodes, which one to improve next, dead ends, and a memory for the model.
 
-Node 0 is the user's kernel. The loop asks select() for the node to improve, has the model write a new candidate
-from it (add_child), evaluates that candidate and record()s the result, which adds one visit and the node's reward to
-the node and every ancestor (mean-value backup).
+Node 0 is the user's kernel. The loop asks select() for the node to improve, has the model write new candidates
+from it (add_child), evaluates each and record()s the result, which also adds one visit and the node's reward to
+the node and every ancestor (kept for the trajectory; the selection reads each node's own reward).
 
 The reward steers the search; the rubric's score (agent/rubric.py, against the baselines) ranks the results. The
 reward is relative to the pass's own starting point: the original's speed when it was verified and timed, else the
@@ -12,13 +12,16 @@ verified candidate that was not timed UNTIMED_REWARD; anything else 0. So a 46x 
 path is against eager (on a CPU every interpreted Triton kernel is ~1000x slower than eager, and the rubric scores
 them all ~0.001), and the exploration term no longer swamps it.
 
-select() walks down from the root (select_many(): several starts for expansions run at once, with virtual loss).
-At each node it stops and returns that node when the node may take one more child
-(progressive widening: children < max(1, floor(WIDENING_K * visits ** WIDENING_ALPHA)), or none of its children is
-alive; otherwise it moves to the live child of highest UCT:
-    mean score + UCT_C * sqrt(ln(parent visits) / child visits),   an unvisited child first.
-UCT_C = 1.0 suits the rewards, where one doubling of speed adds about 1. With WIDENING_K = 2 and
-WIDENING_ALPHA = 0.5 a node may have 2 children after 1 visit, 4 after 4, 6 after 9.
+select() picks among all nodes (select_many(): several starts for expansions run at once), each expansion
+started from a node counted in its `expansions`, the live, open node of highest
+    reward + UCT_C * sqrt(ln(1 + expansions of the whole tree) / (1 + expansions started from the node)),
+the better reward on a tie. UCT_C = 1.0 suits the rewards, where one doubling of speed adds about 1: the best node
+is refined again and again while it stays ahead, and another one gets its turn once the best has been expanded
+often without a better child. (Walking down from the root with UCT and progressive widening, as before, chose the
+root in 11 of 12 expansions: every verify visits it, so it kept qualifying for a new child.)
+
+An expansion that ends with `finish` closes its branch: the node it started from and the nodes it added are not
+selected again (open is False); the pass ends when no open live node is left.
 
 Pruning marks a node dead, and dead nodes are never selected nor expanded: an integrity reject (a cheat is not a
 place to start from), a compile failure that is the COMPILE_FAILURE_LIMIT-th in a row along its branch, or a failure
@@ -36,8 +39,6 @@ from typing import Any
 from kernel_lsp.agent.rubric import RubricScore, measured
 
 UCT_C = 1.0
-WIDENING_K = 2.0
-WIDENING_ALPHA = 0.5
 COMPILE_FAILURE_LIMIT = 3
 FAILURE_LIMIT = 4  # compile errors and rejects in a row along a branch: a dead end
 UNTIMED_REWARD = 0.5
@@ -65,6 +66,8 @@ class Node:
     value: float = 0.0
     dead: bool = False
     dead_reason: str = ""
+    expansions: int = 0  # expansions started from this node
+    closed: bool = False  # its branch ended with the model's finish: never selected again
     children: list[int] = field(default_factory=list)
 
     @property
@@ -85,18 +88,16 @@ class Node:
                 "source_sha256": source_hash(self.source), "evaluation": self.evaluation,
                 "rubric": self.rubric.to_dict() if self.rubric else None, "feedback": self.feedback,
                 "reward": self.reward, "strategy": self.strategy, "visits": self.visits, "value": self.value,
-                "dead": self.dead, "dead_reason": self.dead_reason,
-                "children": list(self.children)}
+                "dead": self.dead, "dead_reason": self.dead_reason, "expansions": self.expansions,
+                "closed": self.closed, "children": list(self.children)}
 
 
 class SearchTree:
     """The candidates of one pass, rooted at the user's kernel (node 0)."""
 
-    def __init__(self, root_source: str, uct_c: float = UCT_C, widening_k: float = WIDENING_K,
-                 widening_alpha: float = WIDENING_ALPHA, compile_failure_limit: int = COMPILE_FAILURE_LIMIT) -> None:
+    def __init__(self, root_source: str, uct_c: float = UCT_C,
+                 compile_failure_limit: int = COMPILE_FAILURE_LIMIT) -> None:
         self.uct_c = uct_c
-        self.widening_k = widening_k
-        self.widening_alpha = widening_alpha
         self.compile_failure_limit = compile_failure_limit
         self.nodes: list[Node] = [Node(0, None, root_source)]
         self.reference_speedup: float | None = None  # the eager speedup rewards are relative to, once known
@@ -182,41 +183,35 @@ class SearchTree:
             path.append(self.nodes[path[-1].parent_id])
         return path
 
-    def select(self) -> Node:
-        """The node to write the next candidate from (module docstring); never a dead node."""
-        node = self.root
-        while True:
-            live = [self.nodes[i] for i in node.children if not self.nodes[i].dead]
-            if not live or len(node.children) < self.widening_limit(node):
-                return node
-            node = max(live, key=lambda child: self.uct(child, node))
+    def open_nodes(self) -> list[Node]:
+        """The nodes an expansion may start from: neither dead nor closed."""
+        return [node for node in self.nodes if not node.dead and not node.closed]
+
+    def select(self) -> Node | None:
+        """The node the next expansion starts from (module docstring), its expansions counted; None when every
+        node is dead or closed."""
+        candidates = self.open_nodes()
+        if not candidates:
+            return None
+        total = sum(node.expansions for node in self.nodes)
+        node = max(candidates, key=lambda n: (self.priority(n, total), n.reward, -n.id))
+        node.expansions += 1
+        return node
 
     def select_many(self, count: int) -> list[Node]:
-        """Where `count` expansions run at once start: select() each time, with a virtual visit of score 0 on the
-        path of every node already chosen (virtual loss: the next walk leans to other branches), the virtual visits
-        taken back before returning. A node may come twice when it may take more children (progressive widening)."""
-        chosen: list[Node] = []
-        try:
-            for _ in range(max(1, count)):
-                node = self.select()
-                chosen.append(node)
-                for ancestor in self.path_to_root(node):
-                    ancestor.visits += 1
-        finally:
-            for node in chosen:
-                for ancestor in self.path_to_root(node):
-                    ancestor.visits -= 1
-        return chosen
+        """Where `count` expansions run at once start: select() each time, so each counted start lowers the
+        priority of its node for the next (a node comes twice only while it stays well ahead)."""
+        chosen = [self.select() for _ in range(max(1, count))]
+        return [node for node in chosen if node is not None]
 
-    def widening_limit(self, node: Node) -> int:
-        """How many children a node may have at its number of visits."""
-        return max(1, math.floor(self.widening_k * node.visits ** self.widening_alpha))
+    def priority(self, node: Node, total_expansions: int) -> float:
+        exploration = math.sqrt(math.log(1 + total_expansions) / (1 + node.expansions))
+        return node.reward + self.uct_c * exploration
 
-    def uct(self, child: Node, parent: Node) -> float:
-        if child.visits == 0:
-            return math.inf
-        exploration = math.sqrt(math.log(max(parent.visits, 1)) / child.visits)
-        return child.mean_value + self.uct_c * exploration
+    def close(self, nodes: list[Node]) -> None:
+        """A branch the model finished: these nodes start no more expansions."""
+        for node in nodes:
+            node.closed = True
 
     def best_verified(self) -> Node | None:
         """The verified node of highest score (the earlier one on a tie), None when nothing verified."""
@@ -239,10 +234,8 @@ class SearchTree:
 
     def to_dict(self) -> dict[str, Any]:
         best = self.best_verified()
-        return {"constants": {"uct_c": self.uct_c, "widening_k": self.widening_k,
-                              "reference_speedup": self.reference_speedup, "failure_limit": FAILURE_LIMIT,
-                              "widening_alpha": self.widening_alpha,
-                              "compile_failure_limit": self.compile_failure_limit},
+        return {"constants": {"uct_c": self.uct_c, "reference_speedup": self.reference_speedup,
+                              "failure_limit": FAILURE_LIMIT, "compile_failure_limit": self.compile_failure_limit},
                 "best_verified": best.id if best else None,
                 "nodes": [node.to_dict() for node in self.nodes]}
 

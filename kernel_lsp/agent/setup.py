@@ -9,22 +9,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernel_lsp.agent.budget import Budget
+from kernel_lsp.agent.credentials import BASE_URL_ENV, api_key
 from kernel_lsp.config import Settings
-from kernel_lsp.findings import secret_variable
-from kernel_lsp.kinds.options import VerifyOptions
+from kernel_lsp.contracts.options import VerifyOptions
 
 if TYPE_CHECKING:  # the anthropic SDK takes ~2 s to import: only a pass itself pays for it
     from kernel_lsp.agent.loop import Optimizer
-
-API_KEY_ENV, BASE_URL_ENV = "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"  # where the key and endpoint come from
-
-
-def api_key() -> str | None:
-    """The Anthropic API key of the environment. A command (kernel_lsp.cli.main) holds it out of os.environ, so the
-    worker, the compilers and the candidates they run never inherit it; this reads it from where it is held
-    (findings.secret_variable), as often as asked."""
-    return secret_variable(API_KEY_ENV)
-
 
 class UnpricedModel(ValueError):
     """A dollar budget for a model whose price is known neither from the price table nor from the settings."""
@@ -99,7 +89,8 @@ def build_optimizer(file: Path, reference: Path, start_text: str, workspace: Pat
                          settings.anthropic_base_url or os.environ.get(BASE_URL_ENV) or None,
                          chosen, settings.agent_max_tokens, settings.agent_temperature,
                          max_retries=settings.agent_max_retries, timeout_s=settings.agent_timeout_s,
-                         prices=prices)
+                         prices=prices, thinking_budget=settings.agent_thinking_budget,
+                         prompt_caching=settings.agent_prompt_caching)
     pass_id = new_pass_id()
     folder = trajectories or trajectory_directory(settings, workspace, file)
     trajectory = TrajectoryWriter(folder, pass_id)

@@ -36,7 +36,8 @@ from kernel_lsp.compile.toolchain import cutlass_headers, cutlass_problem
 from kernel_lsp.config import Settings
 from kernel_lsp.findings import Finding, Severity, path_to_uri
 from kernel_lsp.kinds.cute_dsl import CuteDslOutcome, cute_dsl_job, dsl_arch
-from kernel_lsp.kinds.options import ProfileOptions, VerifyOptions, coerce
+from kernel_lsp.contracts.codec import encode
+from kernel_lsp.contracts.options import ProfileOptions, VerifyOptions, coerce
 from kernel_lsp.kinds.profile import ProfileOutcome, profile_job
 from kernel_lsp.kinds.sanitize import SanitizeOutcome, client_timeout_s, sanitize_job, sanitize_options
 from kernel_lsp.kinds.verify import VerifyOutcome, verify_job
@@ -55,6 +56,8 @@ QUICK_CALLS, QUICK_WARMUP = 10, 2  # time_quick: timed calls and warm-up calls (
 ENVIRONMENT_CODES = {"nvcc-missing", "host-compiler-missing", "torch-missing", "compile-timeout", "compile-failed"}
 
 CUTE_TARGETS = ("cute", "cute-dsl")  # targets offered search_cutlass
+PROFILE_NOT_READY = ("not ready: profile runs once the current text is verified and its kernels are the same as in "
+                     "the verified version before it (verify it; profile what you keep)")
 WORKER_TOOLS = ("verify", "profile", "time_quick", "probe", "static_facts", "compile")  # may run a worker job: budgeted
 TOOL_DEFINITIONS: dict[str, dict[str, Any]] = {
     "read_reference": {
@@ -127,8 +130,9 @@ TOOL_DEFINITIONS: dict[str, dict[str, Any]] = {
         "input_schema": {"type": "object", "properties": {}},
     },
     "profile": {
-        "description": "Profile the current (verified) candidate's kernels: what limits each one, its time, and "
-                       "hints with estimated gains.",
+        "description": "Profile the current candidate's kernels: what limits each one, its time, and hints with "
+                       "estimated gains. Ready once the current text is verified and its kernels are the same as "
+                       "in the verified version before it (until then it says so and runs nothing).",
         "input_schema": {"type": "object", "properties": {}},
     },
     "search_cutlass": {
@@ -208,8 +212,9 @@ class Workbench:
                 and structures[-1] == structures[-2])
 
     def tool_definitions(self) -> list[dict[str, Any]]:
-        offered = [name for name in TOOL_DEFINITIONS if (name != "profile" or self.profile_ready())
-                   and (name != "search_cutlass" or self.target in CUTE_TARGETS)]
+        # the same list for a whole pass (a changed list would break the prompt cache): a tool that is not ready
+        # yet (profile) answers why
+        offered = [name for name in TOOL_DEFINITIONS if name != "search_cutlass" or self.target in CUTE_TARGETS]
         return [{"name": name, **TOOL_DEFINITIONS[name]} for name in offered]
 
     def start_from(self, source: str) -> None:
@@ -235,9 +240,6 @@ class Workbench:
         executor = executors.get(name)
         if executor is None:
             return _error(f"unknown tool {name!r}; the tools are {', '.join(TOOL_DEFINITIONS)}")
-        if name == "profile" and not self.profile_ready():
-            return _error("profile is offered once the current candidate is verified and its last two verified "
-                          "versions have the same kernels; verify first")
         return await executor(arguments if isinstance(arguments, dict) else {})
 
     # --- executors -------------------------------------------------------------------------------------
@@ -246,9 +248,7 @@ class Workbench:
         return _ok({"path": self.reference.name, "source": _read(self.reference)})
 
     async def read_candidate(self, _arguments: dict[str, Any]) -> ToolResult:
-        lines = self.state.source.splitlines()
-        numbered = "\n".join(f"{number:4d}| {line}" for number, line in enumerate(lines, 1))
-        return _ok({"lines": len(lines), "source": numbered})
+        return _ok({"lines": len(self.state.source.splitlines()), "source": numbered_source(self.state.source)})
 
     async def read_node(self, arguments: dict[str, Any]) -> ToolResult:
         number = arguments.get("node")
@@ -302,7 +302,7 @@ class Workbench:
         """Triton compiles a kernel at its first call, so what only that call finds (a tl.arange whose size is not
         a power of 2, a shape error in the kernel) costs one call here, not a full verification: a verify job with
         one trial, no timing and no baselines, whose run-* failures become compile errors (its verdict is ignored)."""
-        outcome = VerifyOutcome.of(await self._run_job(verify_job, self._one_trial_options(), source))
+        outcome = VerifyOutcome.of(await self._run_job(verify_job, self._one_trial_options(), source), for_reward=True)
         failures = [_problem(f) for f in outcome.findings if f.code.startswith("run-")]
         if failures:
             return {**report, "ok": False, "errors": failures[:MAX_PROBLEMS], "first_call": "failed"}
@@ -382,11 +382,12 @@ class Workbench:
             self.verify_options, trials=1, timed_calls=min(QUICK_CALLS, self.verify_options.timed_calls),
             warmup=min(QUICK_WARMUP, self.verify_options.warmup),
             baselines=tuple(b for b in self.verify_options.baselines if b == "eager"))
-        outcome = VerifyOutcome.of(await self._run_job(verify_job, options, source))
-        report = outcome.report or {}
-        shown = {"ok": outcome.verdict == "verified", "correct": bool(report.get("correctness", {}).get("passed")),
-                 "median_ms": ((report.get("timing") or {}).get("candidate") or {}).get("median_ms"),
-                 "speedup_eager": (report.get("speedup") or {}).get("eager"), "summary": outcome.summary,
+        outcome = VerifyOutcome.of(await self._run_job(verify_job, options, source), for_reward=True)
+        report = outcome.report
+        timed = report.timing.candidate if report is not None and report.timing is not None else None
+        shown = {"ok": outcome.verdict == "verified", "correct": bool(report and report.correctness.passed),
+                 "median_ms": timed.median_ms if timed else None,
+                 "speedup_eager": report.speedup.get("eager") if report else None, "summary": outcome.summary,
                  "problems": [_problem(f) for f in outcome.findings if f.severity == Severity.ERROR][:MAX_PROBLEMS],
                  "note": "a quick measurement (1 trial, few calls), not a verification"}
         return ToolResult(_json(shown), worker_jobs=1)
@@ -415,9 +416,8 @@ class Workbench:
         if expressions["init_inputs"] is not None:
             reference += f"\n\ndef get_init_inputs():\n    return list({expressions['init_inputs'].strip()})\n"
         result = await self._run_job(verify_job, self._one_trial_options(), source, {self.reference: reference})
-        outcome = VerifyOutcome.of(result)
-        correctness = (outcome.report or {}).get("correctness") or {}
-        shown = {"ok": outcome.finished, "outputs_match": bool(correctness.get("passed")),
+        outcome = VerifyOutcome.of(result, for_reward=True)
+        shown = {"ok": outcome.finished, "outputs_match": bool(outcome.report and outcome.report.correctness.passed),
                  "problems": [_problem(f) for f in outcome.findings if f.severity == Severity.ERROR][:MAX_PROBLEMS],
                  "printed": _tail(str(result.artifacts.get("stdout") or ""), PRINTED_CHARS),
                  "note": "a probe on your inputs (1 trial, no timing), not a verification"}
@@ -437,6 +437,8 @@ class Workbench:
         """Two stages on a GPU: ncu with the sections that classify each kernel (its bound), then with the analyses
         that fit the bounds found (profilers.ncu.sections_for_bounds); the second run's report is the answer. A
         pass on the CPU (the static profile) and a first stage that classified nothing take one run."""
+        if not self.profile_ready():
+            return _error(PROFILE_NOT_READY)
         options = self._profile_options()
         staged = options.device != "cpu"
         first = ProfileOutcome.of(await self._run_job(profile_job, dataclasses.replace(
@@ -573,9 +575,9 @@ def kernel_structure(source: str) -> tuple[str, ...]:
 def verify_evaluation(source: str, result: Result) -> dict[str, Any]:
     """What the tree and the rubric record of one verify job (kernel_lsp.agent.rubric's evaluation): only the
     worker's verdict and report count."""
-    outcome = VerifyOutcome.of(result)
+    outcome = VerifyOutcome.of(result, for_reward=True)
     return {"compile": {"compiled": True, "errors": 0}, "verdict": outcome.verdict, "summary": outcome.summary,
-            "report": outcome.report,
+            "report": encode(outcome.report) if outcome.report is not None else None,  # kept as the trajectory's JSON
             "problems": [_problem(f) for f in outcome.findings if f.severity == Severity.ERROR][:MAX_PROBLEMS],
             "structure": list(kernel_structure(source))}
 
@@ -649,6 +651,11 @@ def rubric_energy(report: dict[str, Any]) -> dict[str, Any] | None:
     if candidate is None or reference is None:
         return None
     return {"candidate_mj_per_call": candidate, "reference_mj_per_call": reference}
+
+
+def numbered_source(source: str) -> str:
+    """The source with its line numbers, as read_candidate shows it (and the expansion prompt, its start's)."""
+    return "\n".join(f"{number:4d}| {line}" for number, line in enumerate(source.splitlines(), 1))
 
 
 def _problem(finding: Finding) -> dict[str, Any]:

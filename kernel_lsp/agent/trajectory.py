@@ -17,7 +17,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
 
-KINDS = ("start", "environment", "plan", "message", "tool_call", "tool_result", "evaluation", "score", "spend", "end")
+KINDS = ("start", "environment", "plan", "message", "compaction", "tool_call", "tool_result", "evaluation", "score",
+         "spend", "end")
 KEY_PATTERN = re.compile(r"sk-ant-[A-Za-z0-9_\-]*")
 CREDENTIAL_FIELD = re.compile(r"api[-_]?key|authorization|x-api-key|secret|token$", re.IGNORECASE)
 REDACTED = "[redacted]"

@@ -25,7 +25,7 @@ def text_report(results: list[ProblemResult], metrics: BenchMetrics) -> str:
              *_timed(r, [r.candidate_ms, *(r.speedup.get(b) for b in baselines)]), _cut(r.reason or "")]
             for r in results]
     cpu = any(r.device == "cpu" for r in results)
-    return "\n".join(_aligned([header, *rows]) + [""] + metrics_lines(metrics, "candidate", cpu))
+    return "\n".join(aligned([header, *rows]) + [""] + metrics_lines(metrics, "candidate", cpu))
 
 
 def _timed(result: ProblemResult, figures: list[float | None]) -> list[str]:
@@ -50,7 +50,7 @@ def metrics_lines(metrics: BenchMetrics, noun: str, cpu: bool = False) -> list[s
         thresholds = list(next(iter(metrics.fast_p.values())))
         table = [["fast_p", *(f"p={p:g}" for p in thresholds)]]
         table += [[f"vs {b}", *(_number(v) for v in metrics.fast_p[b].values())] for b in baselines]
-        lines += _aligned(table)
+        lines += aligned(table)
         lines += [f"geomean speedup vs {b}: {_geomean_text(metrics, b)}" for b in baselines]
         lines += [f"not counted in fast_p vs {b}: {count} speedup{'s' if count != 1 else ''} over 1x whose 95% "
                   f"interval holds 1x (no significant difference)"
@@ -68,7 +68,8 @@ def campaign_text(rows: list[dict[str, Any]], metrics: BenchMetrics, totals: dic
               _number(r["ms"]), *(_number(r["speedup"].get(b)) for b in baselines), _number(r["energy_mj"]),
               str(r["passes"]), str(r["cost"]["model_calls"]), str(r["cost"]["tokens"]),
               f"{r['cost']['dollars']:.2f}", _cut(r["reason"] or "")] for r in rows]
-    lines = _aligned([header, *table]) + [""] + metrics_lines(metrics, "problem")
+    cpu = any(r.get("device") == "cpu" for r in rows)
+    lines = aligned([header, *table]) + [""] + metrics_lines(metrics, "problem", cpu)
     lines.append(f"cost: {totals['model_calls']} model calls, {totals['tokens']} tokens ({totals['input_tokens']} in, "
                  f"{totals['output_tokens']} out), ${totals['dollars']:.2f}, {totals['evaluations']} evaluation"
                  f"{'s' if totals['evaluations'] != 1 else ''}, "
@@ -76,7 +77,7 @@ def campaign_text(rows: list[dict[str, Any]], metrics: BenchMetrics, totals: dic
     return "\n".join(lines)
 
 
-def _aligned(rows: list[list[str]]) -> list[str]:
+def aligned(rows: list[list[str]]) -> list[str]:
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
     return ["  ".join(str(cell).ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
 

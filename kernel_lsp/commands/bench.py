@@ -31,7 +31,8 @@ from kernel_lsp.commands.shared import (
     worker_client,
 )
 from kernel_lsp.config import Settings
-from kernel_lsp.kinds.options import VerifyOptions
+from kernel_lsp.contracts.codec import encode
+from kernel_lsp.contracts.options import VerifyOptions
 from kernel_lsp.kinds.verify import VerifyOutcome, verify_job, verify_options
 from kernel_lsp.verify.pairing import Pairing
 from kernel_lsp.worker.protocol import Result
@@ -130,15 +131,18 @@ async def _verify_all(pairs: list[Pairing], options: VerifyOptions, folder: Path
 
 def problem_result(pairing: Pairing, result: Result, shown: str) -> ProblemResult:
     """A worker's answer to one "verify" job as a row of the bench; a job that did not end 'ok' is unavailable."""
-    outcome = VerifyOutcome.of(result)
-    report = outcome.report or {}
+    outcome = VerifyOutcome.of(result, for_reward=True)
+    report = outcome.report
     name = problem_name(pairing)
+    timed = report.timing.candidate if report is not None and report.timing is not None else None
     return ProblemResult(
         candidate=shown, reference=str(pairing.reference), level=name.level, problem_id=name.problem_id,
-        name=name.name, verdict=outcome.verdict, device=report.get("device"), speedup=dict(report.get("speedup") or {}),
-        interval=dict(report.get("interval") or {}), candidate_ms=((report.get("timing") or {}).get("candidate") or {}).get("median_ms"),
+        name=name.name, verdict=outcome.verdict, device=report.device if report else None,
+        speedup=dict(report.speedup) if report else {},
+        interval={kind: list(bounds) for kind, bounds in report.interval.items()} if report else {},
+        candidate_ms=timed.median_ms if timed else None,
         reason=None if outcome.verdict == "verified" else outcome.reason(), summary=outcome.summary,
-        report=report or None, findings=list(result.findings))
+        report=encode(report) if report is not None else None, findings=list(result.findings))
 
 
 def _one_line(result: ProblemResult) -> str:

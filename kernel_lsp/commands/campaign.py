@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from kernel_lsp.agent.budget import Budget
-from kernel_lsp.agent.setup import API_KEY_ENV, UnpricedModel, api_key, check_priced
+from kernel_lsp.agent.credentials import API_KEY_ENV, api_key
+from kernel_lsp.agent.setup import UnpricedModel, check_priced
 from kernel_lsp.commands.optimize import BUDGET_OPTIONS, add_pass_options, budget_of
 from kernel_lsp.commands.shared import (
     EXIT_INTERRUPTED,
@@ -127,13 +128,19 @@ async def _run(campaign: Any) -> Any:
 
 
 def _print(fmt: str, campaign: Any, report: Any) -> None:
+    from kernel_lsp.agent.campaign import PLOT_FILE, TABLE_FILE
+    from kernel_lsp.bench.papers import papers_text
     from kernel_lsp.bench.report import campaign_text
 
     if fmt == "json":
         print(json.dumps({"folder": str(campaign.folder), "out": str(campaign.out), "state": str(campaign.state.path),
-                          "metrics": report.metrics.to_dict(), "problems": report.rows, "totals": report.totals,
+                          "metrics": report.metrics.to_dict(), "levels": [row.to_dict() for row in report.levels],
+                          "table": str(campaign.out / TABLE_FILE), "plot": str(campaign.out / PLOT_FILE),
+                          "problems": report.rows, "totals": report.totals,
                           "aborted": report.aborted, "passes_run": report.ran, "resumed": report.resumed},
                          indent=2, default=str))
         return
     print(campaign_text(report.rows, report.metrics, report.totals))
-    print(f"state: {campaign.state.path}; best candidates under {campaign.out / 'best'}")
+    print("\n".join(["", *papers_text(report.levels, list(report.metrics.fast_p))]))
+    print(f"state: {campaign.state.path}; best candidates under {campaign.out / 'best'}; the table per level "
+          f"{campaign.out / TABLE_FILE} and its plot {campaign.out / PLOT_FILE}")

@@ -69,8 +69,8 @@ def gpu_checks() -> list[Check]:
 
 
 def shared_fill_check(library: Any = None) -> Check:
-    """The verifier's shared-memory fill (verify/shared_fill.py), loaded and run once here."""
-    from kernel_lsp.verify.shared_fill import PoisonUnavailable, self_test
+    """The verifier's shared-memory fill (candidate/shared_fill.py), loaded and run once here."""
+    from kernel_lsp.candidate.shared_fill import PoisonUnavailable, self_test
 
     try:
         return Check("ok", "shared-memory fill", self_test(library))
@@ -125,7 +125,7 @@ def processes_check(signal_scoped: bool) -> Check:
 
     seen = probe()
     status = processes_isolation(seen["start"], signal_scoped)
-    if seen["end"] is None or not seen["end"]["leftCount"] or seen["running"]:
+    if seen["end"] is None or not seen["end"].left_count or seen["running"]:
         return Check("missing", "candidate processes",
                      f"not isolated: a probe's detached process was {'left running' if seen['running'] else 'not seen'}"
                      f" ({status})")
@@ -162,7 +162,7 @@ def counter_permission() -> Check:
 
 
 def api_key_check() -> Check:
-    from kernel_lsp.agent.setup import API_KEY_ENV, api_key
+    from kernel_lsp.agent.credentials import API_KEY_ENV, api_key
 
     if api_key():
         return Check("ok", API_KEY_ENV, "present")

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernel_lsp.agent.budget import Budget
-from kernel_lsp.agent.setup import API_KEY_ENV, UnpricedModel, api_key, build_optimizer, settings_budget
+from kernel_lsp.agent.credentials import API_KEY_ENV, api_key
+from kernel_lsp.agent.setup import UnpricedModel, build_optimizer, settings_budget
 from kernel_lsp.commands.shared import (
     CommandUsageError,
     add_verify_options,
@@ -30,7 +31,7 @@ from kernel_lsp.commands.shared import (
     worker_client,
 )
 from kernel_lsp.config import AGENT_TARGETS, Settings
-from kernel_lsp.kinds.options import VerifyOptions
+from kernel_lsp.contracts.options import VerifyOptions
 from kernel_lsp.kinds.verify import verify_options
 from kernel_lsp.sources import parse_python
 from kernel_lsp.verify.pairing import Pairing, ReferenceProblem, find_reference

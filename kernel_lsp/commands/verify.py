@@ -26,7 +26,8 @@ from kernel_lsp.commands.shared import (
     worker_client,
 )
 from kernel_lsp.config import Settings
-from kernel_lsp.kinds.options import VerifyOptions
+from kernel_lsp.contracts.codec import encode
+from kernel_lsp.contracts.options import VerifyOptions
 from kernel_lsp.kinds.verify import VerifyOutcome, verify_job, verify_options
 from kernel_lsp.verify.pairing import Pairing, ReferenceProblem, find_reference
 from kernel_lsp.worker.protocol import Result
@@ -85,7 +86,8 @@ async def _run_job(pairing: Pairing, options: VerifyOptions, settings: Settings,
 def _print(fmt: str, pairing: Pairing, outcome: VerifyOutcome, result: Result) -> None:
     if fmt == "json":
         print(json.dumps({"candidate": str(pairing.candidate), "reference": str(pairing.reference),
-                          "verdict": outcome.verdict, "summary": outcome.summary, "report": outcome.report,
+                          "verdict": outcome.verdict, "summary": outcome.summary,
+                          "report": encode(outcome.report) if outcome.report is not None else None,
                           "findings": result.findings, "status": result.status, "error": result.error}, indent=2))
         return
     print_findings(outcome.findings, "text")

@@ -30,14 +30,13 @@ from kernel_lsp.compile.toolchain import Tool, ToolProblem, TorchHeaders, cutlas
 from kernel_lsp.compile.units import CompileUnit, cuda_unit, is_cuda_document, is_python_document, \
     load_inline_units
 from kernel_lsp.config import Settings
-from kernel_lsp.findings import Finding, Range, Related, Severity, path_to_uri
+from kernel_lsp.findings import SOURCE, Finding, Range, Related, Severity, path_to_uri
 from kernel_lsp.jobs.cache import cache_key
 from kernel_lsp.sources import parse_python
 from profilers.ptxas import KernelResources, base_name_of, demangle, parse_ptxas_verbose
 
 log = logging.getLogger(__name__)
 
-SOURCE = "kernel-lsp"
 _SEVERITY = {"error": Severity.ERROR, "fatal": Severity.ERROR, "warning": Severity.WARNING,
              "remark": Severity.INFORMATION, "note": Severity.INFORMATION}
 _CODE_PREFIX = {"nvcc-frontend": "nvcc", "nvcc": "nvcc", "host-compiler": "host", "ptxas": "ptxas"}

@@ -25,9 +25,9 @@ from typing import Any
 from kernel_lsp.config import Settings
 from kernel_lsp.findings import Finding, Range, Related, Severity, path_to_uri
 from kernel_lsp.jobs.cache import cache_key
-from kernel_lsp.kinds.files import gather_files
+from kernel_lsp.jobs.files import gather_files
 from kernel_lsp.profile.locations import kernel_locations
-from kernel_lsp.verify.kernels import cute_kernel_function
+from kernel_lsp.candidate.kernels import cute_kernel_function
 from kernel_lsp.worker.jobs import SOURCE, JobContext, outcome_finding, sandbox_limits
 from kernel_lsp.worker.protocol import Job, Result
 from kernel_lsp.worker.sandbox import SandboxTask
@@ -55,7 +55,7 @@ def dsl_arch(settings: Settings) -> str:
 
 def cute_dsl_job(candidate: Path, reference: Path | None = None, arch: str = DEFAULT_ARCH,
                  texts: Mapping[Path, str] | None = None) -> Job:
-    """The check of `candidate` (its files as kinds.files gathers them; `texts` overrides disk); a KernelBench
+    """The check of `candidate` (its files as jobs.files gathers them; `texts` overrides disk); a KernelBench
     candidate without get_inputs takes them from `reference`."""
     files = gather_files(candidate, reference, texts)
     config: dict[str, Any] = {"candidate": files.candidate, "origins": files.origins, "arch": arch,

@@ -2,7 +2,7 @@
 the static profile of ptxas and SASS without one).
 
 Client side (server, CLI, agent): `profile_options`, `profile_job` (the same files as a "verify" job, gathered by
-kinds.files, from disk or from unsaved texts) and `ProfileOutcome.of`. Worker side: `handle`, registered under
+jobs.files, from disk or from unsaved texts) and `ProfileOutcome.of`. Worker side: `handle`, registered under
 "profile" by kernel_lsp/commands/worker.py; the work itself is kernel_lsp/profile/worker_job.py.
 """
 
@@ -17,8 +17,8 @@ from typing import Any
 from kernel_lsp.config import Settings
 from kernel_lsp.findings import Finding
 from kernel_lsp.jobs.cache import cache_key
-from kernel_lsp.kinds.files import JOB_KEYS, gather_files
-from kernel_lsp.kinds.options import ProfileOptions, coerce, from_config, to_config
+from kernel_lsp.jobs.files import JOB_KEYS, gather_files
+from kernel_lsp.contracts.options import ProfileOptions, coerce, from_config, to_config
 from kernel_lsp.profile.report import summary_line
 from kernel_lsp.profile.worker_job import profile_result
 from kernel_lsp.worker.jobs import JobContext, on_device
@@ -34,7 +34,7 @@ def profile_options(settings: Settings, **overrides: Any) -> ProfileOptions:
 
 def profile_job(candidate: Path, reference: Path | None, options: ProfileOptions | Mapping[str, Any],
                 texts: Mapping[Path, str] | None = None) -> Job:
-    """The "profile" job: the candidate's files (kinds.files.gather_files; `texts` overrides disk), its reference's
+    """The "profile" job: the candidate's files (jobs.files.gather_files; `texts` overrides disk), its reference's
     (None: the candidate defines Model itself, or has none) and the options (ProfileOptions, or their camelCase
     config entries: `{"launchCount": 1}`)."""
     options = coerce(ProfileOptions, options)
@@ -79,6 +79,6 @@ async def handle(job: Job, context: JobContext) -> Result:
         options = from_config(ProfileOptions, job.config, ignore=JOB_KEYS)
     except ValueError as exc:
         return Result("failed", [], {}, {}, str(exc))
-    await context.warmup.wait()
-    on_gpu = options.device != "cpu" and context.warmup.cuda_available
+    await context.startup.wait()
+    on_gpu = options.device != "cpu" and context.startup.cuda_available
     return await on_device(context, on_gpu, lambda: profile_result(job, options, context, on_gpu))

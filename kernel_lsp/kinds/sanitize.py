@@ -2,7 +2,7 @@
 synccheck) and kernel-lsp's own shared-memory check (shared-init), its errors as findings on the user's lines.
 
 Client side (server, CLI, agent): `SanitizeOptions`, `sanitize_job` (the same files as a "verify" job, gathered by
-kinds.files, from disk or from unsaved texts) and `SanitizeOutcome.of`. Worker side: `handle`, registered under
+jobs.files, from disk or from unsaved texts) and `SanitizeOutcome.of`. Worker side: `handle`, registered under
 "sanitize" by kernel_lsp/commands/worker.py; the work itself is kernel_lsp/profile/sanitize.py.
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 from kernel_lsp.config import Settings
 from kernel_lsp.findings import Finding
 from kernel_lsp.jobs.cache import cache_key
-from kernel_lsp.kinds.files import JOB_KEYS, gather_files
-from kernel_lsp.kinds.options import _limit_problems, _type_problems, coerce, from_config, to_config
+from kernel_lsp.jobs.files import JOB_KEYS, gather_files
+from kernel_lsp.contracts.options import coerce, from_config, limit_problems, to_config, type_problems
 from kernel_lsp.profile.sanitize import (
     CHECKS,
     DEFAULT_TOOL_TIMEOUT_S,
@@ -48,13 +48,13 @@ class SanitizeOptions:
     limits: dict[str, Any] = field(default_factory=dict)  # wallTimeS: the warm call (build and one forward)
 
     def __post_init__(self) -> None:
-        problems = _type_problems(self)
+        problems = type_problems(self)
         unknown = [tool for tool in self.tools if tool not in CHECKS] if isinstance(self.tools, tuple) else []
         if unknown or self.tools == ():
             problems.append(f"tools: expected some of {', '.join(CHECKS)}, got {list(self.tools)!r}")
         if isinstance(self.timeout_s, (int, float)) and not self.timeout_s > 0:
             problems.append(f"timeoutS: must be more than 0, got {self.timeout_s!r}")
-        problems += _limit_problems(self.limits)
+        problems += limit_problems(self.limits)
         if problems:
             raise ValueError(f"invalid sanitize options: {'; '.join(problems)}")
 
@@ -119,8 +119,8 @@ async def handle(job: Job, context: JobContext) -> Result:
         options = from_config(SanitizeOptions, job.config, ignore=JOB_KEYS)
     except ValueError as exc:
         return Result("failed", [], {}, {}, str(exc))
-    await context.warmup.wait()
-    if not context.warmup.cuda_available:
+    await context.startup.wait()
+    if not context.startup.cuda_available:
         return Result("failed", [], {}, {}, NO_GPU)
     return await on_device(context, True, lambda: sanitize_result(job, options, context))
 

@@ -1,7 +1,7 @@
 """The "verify" job kind, both sides: a candidate's verdict against its reference.
 
 Client side (server, CLI, agent): `verify_options` (the settings as VerifyOptions), `verify_job` (the job, its files
-gathered by kinds.files from disk or from unsaved texts) and `VerifyOutcome.of` (a finished job as verdict,
+gathered by jobs.files from disk or from unsaved texts) and `VerifyOutcome.of` (a finished job as verdict,
 one-line summary, report and findings). Worker side: `handle`, registered under "verify" by
 kernel_lsp/commands/worker.py; it runs kernel_lsp.verify.run:verify_candidate in a sandboxed child and turns the
 report into findings (kernel_lsp.verify.verdict).
@@ -17,11 +17,13 @@ from typing import Any
 
 from kernel_lsp.bench.metrics import VERDICTS
 from kernel_lsp.config import Settings
+from kernel_lsp.contracts.codec import ContractError, decode, decode_verify_report, encode
+from kernel_lsp.contracts.verify_report import Unavailable, VerifyReport
 from kernel_lsp.findings import Finding, Range, Severity, path_to_uri
 from kernel_lsp.jobs.cache import cache_key
-from kernel_lsp.kinds.files import JOB_KEYS, gather_files
-from kernel_lsp.kinds.options import VerifyOptions, coerce, from_config, to_config, verify_limits
-from kernel_lsp.verify.verdict import report_findings
+from kernel_lsp.jobs.files import JOB_KEYS, gather_files
+from kernel_lsp.contracts.options import VerifyOptions, coerce, from_config, to_config, verify_limits
+from kernel_lsp.verify.verdict import REWARD_REJECTS, report_findings
 from kernel_lsp.verify.verdict import summary as verdict_summary
 from kernel_lsp.worker.jobs import SOURCE, JobContext, on_device, outcome_finding, sandbox_limits
 from kernel_lsp.worker.protocol import Job, Result
@@ -46,7 +48,7 @@ def verify_options(settings: Settings, unattended: bool = False, **overrides: An
 
 def verify_job(candidate: Path, reference: Path, options: VerifyOptions | Mapping[str, Any],
                texts: Mapping[Path, str] | None = None) -> Job:
-    """The "verify" job for one candidate: its files (kinds.files.gather_files; `texts` overrides disk) and the
+    """The "verify" job for one candidate: its files (jobs.files.gather_files; `texts` overrides disk) and the
     options (VerifyOptions, or their camelCase config entries: `{"timedCalls": 5}`)."""
     options = coerce(VerifyOptions, options)
     files = gather_files(candidate, reference, texts)
@@ -61,12 +63,14 @@ class VerifyOutcome:
 
     verdict: str  # verified | rejected | unavailable (also: the job did not finish)
     summary: str  # the one line a code lens shows: 'correct 5/5 · 1.84× eager · 3.1 ms', or why not
-    report: dict[str, Any] | None  # the VerifyReport (docs/ARCHITECTURE.md), None without one
+    report: VerifyReport | None  # the VerifyReport (contracts.verify_report), None without one
     findings: list[Finding]
     finished: bool  # the worker ran the job to the end (False: it failed, timed out, was cancelled)
 
     @classmethod
-    def of(cls, result: Result) -> VerifyOutcome:
+    def of(cls, result: Result, for_reward: bool = False) -> VerifyOutcome:
+        """With for_reward (the agent, bench, campaign), a verified candidate with a REWARD_REJECTS finding
+        (integrity-library-work, a warning for a person) is rejected."""
         findings = [Finding.from_dict(f) for f in result.findings]
         if result.status != "ok":
             message = f"job {result.status}: {result.error or 'no message'}"
@@ -74,7 +78,18 @@ class VerifyOutcome:
         verdict = result.metrics.get("verdict")
         verdict = verdict if verdict in VERDICTS else "unavailable"
         summary = str(result.metrics.get("summary") or verdict)
-        return cls(verdict, summary, result.metrics.get("report"), findings, True)
+        report = None
+        if result.metrics.get("report") is not None:
+            try:
+                report = decode(VerifyReport, result.metrics["report"])
+            except ContractError as exc:  # a worker of another version, say: its verdict cannot be read
+                message = f"the worker's report does not match this version's contract: {exc}"
+                return cls("unavailable", message, None, findings, False)
+        rejects = [f for f in findings if f.code in REWARD_REJECTS]
+        if for_reward and verdict == "verified" and rejects:
+            findings = [dataclasses.replace(f, severity=Severity.ERROR) if f in rejects else f for f in findings]
+            verdict, summary = "rejected", f"rejected · {rejects[0].code} (verified for a person: {summary})"
+        return cls(verdict, summary, report, findings, True)
 
     def reason(self) -> str:
         """Why the candidate is not verified, in one line: the first error's code and message, else the summary."""
@@ -93,8 +108,8 @@ async def handle(job: Job, context: JobContext) -> Result:
         options = from_config(VerifyOptions, job.config, ignore=JOB_KEYS)
     except ValueError as exc:
         return Result("failed", [], {}, {}, str(exc))
-    await context.warmup.wait()
-    on_gpu = options.device == "cuda" or (options.device == "auto" and context.warmup.cuda_available)
+    await context.startup.wait()
+    on_gpu = options.device == "cuda" or (options.device == "auto" and context.startup.cuda_available)
     return await on_device(context, on_gpu, lambda: _verify(job, options, context, on_gpu))
 
 
@@ -118,12 +133,15 @@ async def _verify(job: Job, options: VerifyOptions, context: JobContext, on_gpu:
         reason = f"{outcome.status} (see problems)"
         metrics.update(verdict="rejected", summary=verdict_summary("rejected", None, reason))
         return Result("ok", [outcome_finding(outcome, task).to_dict()], metrics, {"outcome": outcome.to_dict()})
-    value = outcome.value
-    if value.get("verdict") == "unavailable":
-        finding = Finding(uri, Range.line(0), Severity.ERROR, SOURCE, "verify-unavailable", value["reason"])
-        metrics.update(verdict="unavailable", summary=verdict_summary("unavailable", None, value["reason"]))
+    try:
+        report = decode_verify_report(outcome.value)
+    except ContractError as exc:
+        report = Unavailable(f"the verifier's report does not match its contract (not your code): {exc}")
+    if isinstance(report, Unavailable):
+        finding = Finding(uri, Range.line(0), Severity.ERROR, SOURCE, "verify-unavailable", report.reason)
+        metrics.update(verdict="unavailable", summary=verdict_summary("unavailable", None, report.reason))
         return Result("ok", [finding.to_dict()], metrics, {"outcome": outcome.to_dict()})
-    findings = report_findings(value, uri, job.source_files.get(candidate, ""))
-    metrics.update(verdict=value["verdict"], report=value, summary=verdict_summary(value["verdict"], value))
+    findings = report_findings(report, uri, job.source_files.get(candidate, ""))
+    metrics.update(verdict=report.verdict, report=encode(report), summary=verdict_summary(report.verdict, report))
     return Result("ok", [f.to_dict() for f in findings], metrics, {"stdout": outcome.stdout[-4000:],
                                                                     "stderr": outcome.stderr[-4000:]})

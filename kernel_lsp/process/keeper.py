@@ -43,6 +43,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the keeper itself runs with -I -S: nothing outside the stdlib at run time
+    from kernel_lsp.contracts.keeper_report import KeeperEnd, KeeperStart
 
 KEEPER_FILE = os.path.abspath(__file__)
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
@@ -95,22 +99,24 @@ class KeeperLink:
             _close(self._control)
             self._control = -1
 
-    def start(self, timeout_s: float | None = None) -> dict | None:
-        """The keeper's first line ({"child", "subreaper"}), waiting for it; None if it never came."""
+    def start(self, timeout_s: float | None = None) -> KeeperStart | None:
+        """The keeper's first line, waiting for it; None if it never came or is not a KeeperStart."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while not self.lines and not self._eof and self._report >= 0:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             self._pull(remaining)
             if remaining == 0.0:
                 break
-        return self.lines[0] if self.lines and "child" in self.lines[0] else None
+        return _decoded("KeeperStart", self.lines[0]) if self.lines and "child" in self.lines[0] else None
 
-    def end(self) -> dict | None:
-        """The keeper's last line, read once the keeper has exited; None if it never wrote one (it was killed)."""
+    def end(self) -> KeeperEnd | None:
+        """The keeper's last line, read once the keeper has exited; None if it never wrote one (it was killed) or
+        wrote one that is not a KeeperEnd (one forged in its sandbox, say): either way nothing is accounted for."""
         while self._report >= 0 and not self._eof and select.select([self._report], [], [], 0)[0]:
             self._pull(0)
         self._close_report()
-        return next((line for line in reversed(self.lines) if "status" in line), None)
+        last = next((line for line in reversed(self.lines) if "status" in line), None)
+        return _decoded("KeeperEnd", last) if last is not None else None
 
     def close(self) -> None:
         self.release()
@@ -136,13 +142,25 @@ class KeeperLink:
                 pass
 
 
-def processes_isolation(start: dict | None, signal_scoped: bool) -> str:
+def _decoded(name: str, line: dict) -> Any:
+    """A report line as its contract's class, None where it breaks the contract. Imported here, by the parent:
+    this file also runs as the keeper itself, with -I -S, where neither kernel_lsp nor cattrs is importable."""
+    from kernel_lsp.contracts import keeper_report
+    from kernel_lsp.contracts.codec import ContractError, decode
+
+    try:
+        return decode(getattr(keeper_report, name), line)
+    except ContractError:
+        return None
+
+
+def processes_isolation(start: KeeperStart | None, signal_scoped: bool) -> str:
     """The report's `isolation.processes`: whether what a candidate starts is bound to its keeper, said plainly.
     `signal_scoped`: the candidate cannot signal processes outside its Landlock domain (its keeper among them)."""
     if start is None:
         return "not isolated: its keeper did not start"
-    if start.get("subreaper"):
-        return f"not isolated: {start['subreaper']}"
+    if start.subreaper:
+        return f"not isolated: {start.subreaper}"
     if not signal_scoped:
         return ("not isolated: it can kill its keeper (Landlock before ABI 6 cannot scope signals), and what it "
                 "started would then be out of reach")
@@ -152,7 +170,7 @@ def processes_isolation(start: dict | None, signal_scoped: bool) -> str:
 PROBE_PROGRAM = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\n"
 
 
-def probe(python: str = sys.executable) -> dict:
+def probe(python: str = sys.executable) -> dict[str, Any]:
     """A keeper over a program that leaves a process behind in a session of its own (kernel-lsp doctor's check):
     the keeper's first and last lines, and the processes it named that still run after it (none, if it works)."""
     link = KeeperLink()
@@ -167,7 +185,7 @@ def probe(python: str = sys.executable) -> dict:
     keeper.wait()
     start, end = link.start(0), link.end()
     link.close()
-    named = [int(line.split()[0]) for line in (end or {}).get("left", [])]
+    named = [int(line.split()[0]) for line in (end.left if end else [])]
     return {"start": start, "end": end, "running": [pid for pid in named if _start_time(pid) is not None]}
 
 

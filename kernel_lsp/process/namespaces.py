@@ -51,6 +51,12 @@ TASK_DIR_ENV = "KERNEL_LSP_TASK_DIR"  # the sandbox child's task folder, made wi
 INSTALL_HINT = "apt-get install bubblewrap (or dnf install bubblewrap)"
 
 
+def nvidia_device_present() -> bool:
+    """Whether this machine shows a GPU device node CUDA could use (no driver call: a waiting process asks before
+    it imports): NVIDIA's on Linux, /dev/dxg under WSL. Without one, torch.cuda.is_available() is False."""
+    return any(os.path.exists(node) for node in ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg"))
+
+
 @dataclass(frozen=True)
 class SandboxPlan:
     """What one sandboxed process may reach: folders it reads, folders it writes, the network or not, the GPU."""

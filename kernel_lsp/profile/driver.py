@@ -9,7 +9,7 @@ ncu runs with --profile-from-start off, and only the calls between cudaProfilerS
 With --poison-shared, after the warm-up calls it runs the shared-memory poison check (profile/shared_init.py)
 instead and writes its answer to FILE as JSON.
 
-The worker starts it confined, as a verification's candidate process is (verify/candidate_process.py): the
+The worker starts it confined, as a verification's candidate process is (candidate/handle.py): the
 environment's allow-list, HOME in a scratch folder, and, with --writable, writes only under the given folders and
 no network socket (process/confine.py), applied at the start of main. ncu's injected library starts its threads
 before main; they are NVIDIA's code, but the file rules do not bind them.
@@ -34,7 +34,7 @@ class ProblemError(Exception):
 
 def load_problem(candidate: str, reference: str | None) -> tuple[ModuleType, ModuleType]:
     """(candidate module, the module giving get_inputs/get_init_inputs)."""
-    from kernel_lsp.verify.models import load_module
+    from kernel_lsp.candidate.models import load_module
 
     inputs_module = load_module(reference, "kernel_lsp_reference") if reference else None
     candidate_module = load_module(candidate, "kernel_lsp_candidate")
@@ -52,7 +52,7 @@ def build_model(candidate_module: ModuleType, init: list, device: str) -> Any:
     weights seed."""
     import torch
 
-    from kernel_lsp.verify.models import WEIGHTS_SEED
+    from kernel_lsp.candidate.models import WEIGHTS_SEED
 
     torch.manual_seed(WEIGHTS_SEED)
     return candidate_module.ModelNew(*init).to(device).eval()
@@ -60,7 +60,7 @@ def build_model(candidate_module: ModuleType, init: list, device: str) -> Any:
 
 def make_inputs(inputs_module: ModuleType, device: str) -> tuple:
     """get_inputs() made on the device (tensors it returns elsewhere are moved there)."""
-    from kernel_lsp.verify.timing import make_input_sets
+    from kernel_lsp.candidate.timing import make_input_sets
 
     return make_input_sets(inputs_module.get_inputs, 1, INPUTS_SEED, device)[0]
 
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     except ProblemError as exc:
         print(f"kernel-lsp profile driver: {exc}", file=sys.stderr)
         return 2
-    from kernel_lsp.verify.run import init_inputs
+    from kernel_lsp.verify.reference import init_inputs
 
     model = build_model(candidate_module, init_inputs(inputs_module), args.device)
     inputs = make_inputs(inputs_module, args.device)

@@ -5,7 +5,7 @@ roofline ceilings and its state. Each part that cannot be measured becomes a pro
 Two processes share the work, as in verification (verify/run.py): the sandbox child (`measure_candidate`)
 never imports the candidate; it measures the ceilings (and writes them to the cache), the GPU's state, the
 reference's kernels and energy. The candidate is imported, built and run only in its own confined process
-(verify/host.py, op "call", which calls `candidate_side`): its energy, the libraries it loaded and, when the
+(candidate/host.py, op "call", which calls `candidate_side`): its energy, the libraries it loaded and, when the
 candidate's file is its own reference, that reference's figures are its word. They are hints for the editor,
 never a verdict, and are checked for shape before the worker uses them.
 """
@@ -42,10 +42,10 @@ def measure_candidate(candidate: str, reference: str | None = None, cache_dir: s
     """The sandbox entry ("kernel_lsp.profile.measure:measure_candidate"). A candidate that fails raises
     CandidateFailed, so the sandbox reports it on the candidate's own line."""
     from kernel_lsp.process.isolation import use_judge_build_caches
-    from kernel_lsp.verify.candidate_process import candidate_process
-    from kernel_lsp.verify.exchange import Exchange
-    from kernel_lsp.verify.models import load_module
-    from kernel_lsp.verify.run import init_inputs
+    from kernel_lsp.candidate.handle import candidate_process
+    from kernel_lsp.candidate.exchange import Exchange
+    from kernel_lsp.candidate.models import load_module
+    from kernel_lsp.verify.reference import init_inputs
 
     use_judge_build_caches()  # this process runs the reference; the candidate's process gets the candidates' caches
 
@@ -90,8 +90,8 @@ def candidate_side(candidate: str, device: str, energy_seconds: float, inputs: t
     """In the candidate's process: import and build the candidate, run it once (extensions loaded, lazy set-up
     done), read its energy per call and the libraries it loaded. Without inputs from the judge (no reference
     file), the candidate's own file gives its inputs and its reference Model, measured here too."""
-    from kernel_lsp.verify.models import load_module
-    from kernel_lsp.verify.run import init_inputs
+    from kernel_lsp.candidate.models import load_module
+    from kernel_lsp.verify.reference import init_inputs
 
     problems: list[str] = []
     before = mapped_libraries()
@@ -156,7 +156,7 @@ def mapped_libraries() -> set[str]:
 
 def own_libraries(paths: set[str]) -> set[str]:
     """The candidate's own builds among newly mapped libraries (its load_inline or load extensions)."""
-    from kernel_lsp.verify.models import installed_file
+    from kernel_lsp.candidate.models import installed_file
 
     return {path for path in paths if path.startswith("/") and not installed_file(path)
             and TRITON_LAUNCHERS not in path}
@@ -167,8 +167,8 @@ def build_reference(inputs_module: Any, device: str, problems: list[str]) -> Any
     seed; None when there is none or it cannot be built (said in problems)."""
     import torch
 
-    from kernel_lsp.verify.models import WEIGHTS_SEED
-    from kernel_lsp.verify.run import init_inputs
+    from kernel_lsp.candidate.models import WEIGHTS_SEED
+    from kernel_lsp.verify.reference import init_inputs
 
     if not hasattr(inputs_module, "Model"):
         return None
@@ -232,7 +232,7 @@ def ceilings(device: str, cache_dir: str | None, problems: list[str]) -> dict[st
 def measured_ceilings(device: str = "cuda", cache_dir: Path | None = None) -> Ceilings:
     """Bandwidth and tensor rate from verify/floor.py's cached peaks, plus a cached fp32 matmul rate (needs torch)."""
     from kernel_lsp.verify import floor
-    from kernel_lsp.verify.timing import resolve_device
+    from kernel_lsp.candidate.timing import resolve_device
 
     target = resolve_device(device)
     peaks = floor.device_peaks(target, cache_dir)

@@ -1,7 +1,7 @@
 """Nsight Compute on a candidate, run by the worker (not inside the sandbox child: ncu must start the program it
 profiles): the driver under `ncu --profile-from-start off`, then the report's details and raw pages parsed.
 
-The driver is started as a candidate's process is (verify/candidate_process.py): no secret in its environment,
+The driver is started as a candidate's process is (candidate/handle.py): no secret in its environment,
 a scratch HOME, and confined (writes only there and in the build caches, no network unless allowed) before it
 imports the candidate. ncu itself writes the report beside the task's files, outside the driver's reach."""
 
@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernel_lsp.kinds.options import DEFAULT_LAUNCH_COUNT
+from kernel_lsp.contracts.options import DEFAULT_LAUNCH_COUNT
 from kernel_lsp.compile.process import output_tail, run_process
-from kernel_lsp.verify.candidate_process import candidate_launch, tool_in_sandbox
-from kernel_lsp.verify.kernels import CUTE_DSL_PREFIX
+from kernel_lsp.candidate.handle import candidate_launch, tool_in_sandbox
+from kernel_lsp.candidate.kernels import CUTE_DSL_PREFIX
 from kernel_lsp.process.isolation import with_package_on_path
 from profilers.ncu import (
     DEFAULT_SECTIONS,
@@ -55,7 +55,7 @@ def kernel_name_filter(kernels: Sequence[str]) -> list[str]:
     if not kernels:
         return []
     names = "|".join(map(re.escape, sorted({name.rsplit("::", 1)[-1] for name in kernels})))
-    # or a kernel the CuTe DSL generated from a @cute.kernel function of that name (verify.kernels.CUTE_DSL_PREFIX)
+    # or a kernel the CuTe DSL generated from a @cute.kernel function of that name (candidate.kernels.CUTE_DSL_PREFIX)
     return ["-k", f"regex:^(?:(?:.*::)?(?:{names})$|{re.escape(CUTE_DSL_PREFIX)}(?:{names})_)"]
 
 

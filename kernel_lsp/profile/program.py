@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernel_lsp.compile.process import ProcessResult, output_tail, run_process
-from kernel_lsp.findings import Finding, Range, Severity, path_to_uri
+from kernel_lsp.findings import SOURCE, Finding, Range, Severity, path_to_uri
 from kernel_lsp.process.namespaces import isolation_status
-from kernel_lsp.verify.candidate_process import candidate_launch, in_sandbox
+from kernel_lsp.candidate.handle import candidate_launch, in_sandbox
 
 HEADER_LINES = 20
 HEADER = re.compile(r"//\s*kernel-lsp:\s*(?P<body>.*)$")
@@ -36,7 +36,6 @@ CUDA_ERROR = re.compile(r"(?i)\bCUDA(?: runtime)? error\b|\bcuda\w*Error\w*\b|an
 FILE_LINE = re.compile(r"(?P<file>[\w./-]+\.cu[h]?)[:(](?P<line>\d+)")
 BUILD_TIMEOUT_S = 300.0
 RUN_TIMEOUT_S = 120.0
-SOURCE = "kernel-lsp"
 
 
 @dataclass(frozen=True)

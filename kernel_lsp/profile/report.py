@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernel_lsp.findings import Finding, Position, Range, Severity, path_to_uri
+from kernel_lsp.findings import SOURCE, Finding, Position, Range, Severity, path_to_uri
 from kernel_lsp.profile.locations import Location
 from profilers.hints import Hint
 from profilers.hints.ncu_rules import kernel_report
@@ -24,7 +24,6 @@ from profilers.ncu import (
 from profilers.roofline import Ceilings, kernel_point, theoretical_ceilings
 from profilers.sass import SassStats
 
-SOURCE = "kernel-lsp"
 # hints are advice about speed, never errors: a warning-level hint still shows as Information
 FINDING_SEVERITY = {"warning": Severity.INFORMATION, "information": Severity.INFORMATION, "hint": Severity.HINT}
 

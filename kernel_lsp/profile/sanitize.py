@@ -2,7 +2,7 @@
 findings on the user's lines. Its handler is kernel_lsp.kinds.sanitize.handle.
 
 The candidate runs in the profile driver (kernel_lsp/profile/driver.py), started and confined as the program ncu
-profiles is (verify/candidate_process.py), with three changes that make the sanitizer's answers exact:
+profiles is (candidate/handle.py), with three changes that make the sanitizer's answers exact:
 - its extensions are built with -lineinfo (nvcc reads NVCC_APPEND_FLAGS), into a build cache of their own, so an
   error names its source line and a lineinfo build never stands in for the verifier's;
 - PyTorch's caching allocator is off (PYTORCH_NO_CUDA_MEMORY_CACHING=1): each tensor is its own cudaMalloc, so
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from kernel_lsp.compile.process import output_tail, run_process
-from kernel_lsp.findings import Finding, Range, Related, Severity, path_to_uri
+from kernel_lsp.findings import SOURCE, Finding, Range, Related, Severity, path_to_uri
 from kernel_lsp.compile.units import CUDA_SUFFIXES
 from kernel_lsp.profile.locations import (
     SharedDeclaration,
@@ -53,8 +53,8 @@ from kernel_lsp.profile.program import (
     runtime_findings,
 )
 from kernel_lsp.sources import find_kernels, parse_python
-from kernel_lsp.verify.candidate_process import candidate_launch, tool_in_sandbox
-from kernel_lsp.verify.kernels import own_kernel_names
+from kernel_lsp.candidate.handle import candidate_launch, tool_in_sandbox
+from kernel_lsp.candidate.kernels import own_kernel_names
 from profilers.sanitizer import (
     TOOLS,
     SanitizerError,
@@ -65,7 +65,6 @@ from profilers.sanitizer import (
     sanitizer_command,
 )
 
-SOURCE = "kernel-lsp"
 LINEINFO_CACHE = "sanitize-extensions"  # under the worker's cache folder: builds with -lineinfo
 DEFAULT_TOOL_TIMEOUT_S = 300.0
 WARM_TIMEOUT_S = 900.0  # the warm call builds the extension: minutes for a CUTLASS one

@@ -4,7 +4,7 @@ shared memory no thread of its block wrote passes all four tools, and often ever
 values happen to be what the kernel before left there).
 
 The check is differential. Shared memory keeps its contents from one kernel to the next, so before each of four
-forward calls a tiny kernel (verify/shared_fill.py's) fills the shared memory of every SM, with pattern A, then B,
+forward calls a tiny kernel (candidate/shared_fill.py's) fills the shared memory of every SM, with pattern A, then B,
 then A, then B. An output element that agrees across
 both A runs and across both B runs, but differs between A and B, follows what was in shared memory before the
 forward call: some kernel read shared memory it never wrote. Agreement is the verifier's tolerance for the dtype
@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kernel_lsp.verify.shared_fill import Poisoner, PoisonUnavailable
+from kernel_lsp.candidate.shared_fill import Poisoner, PoisonUnavailable
 
 PATTERNS = (0x5A5A5A5A, 0x3F803F80)  # positive as fp32, fp16 and bf16 (a ReLU keeps them apart), and unequal
 SEQUENCE = (0, 1, 0, 1)  # indices into PATTERNS: A, B, A, B

@@ -18,7 +18,7 @@ from typing import Any
 from kernel_lsp.compile.units import CUDA_SUFFIXES
 from kernel_lsp.config import Settings
 from kernel_lsp.findings import Finding
-from kernel_lsp.kinds.options import DEFAULT_JOB_LIMITS, ProfileOptions
+from kernel_lsp.contracts.options import DEFAULT_JOB_LIMITS, ProfileOptions
 from kernel_lsp.profile.locations import kernel_locations
 from kernel_lsp.profile.ncu_run import NcuPlan, profile_launches, profile_program, write_files
 from kernel_lsp.profile.program import (
@@ -37,8 +37,8 @@ from kernel_lsp.profile.report import (
     summary_line,
 )
 from kernel_lsp.profile.static import REFERENCE_FOLDER, static_profile
-from kernel_lsp.verify.kernels import cute_kernel_function, own_kernel_names
-from kernel_lsp.verify.candidate_process import tool_isolation
+from kernel_lsp.candidate.kernels import cute_kernel_function, own_kernel_names
+from kernel_lsp.candidate.handle import tool_isolation
 from kernel_lsp.verify.verdict import isolation_gaps
 from kernel_lsp.worker.jobs import JobContext, outcome_finding, sandbox_limits
 from kernel_lsp.worker.protocol import Job, Result
@@ -189,7 +189,7 @@ async def ncu_report(job: Job, options: ProfileOptions, measured: dict[str, Any]
                      ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The ncu ProfileReport and its artifacts (the roofline chart) from the sandbox's measurements."""
     problems = list(measured["problems"])
-    gaps = isolation_gaps(measured)
+    gaps = isolation_gaps(measured.get("isolation"))
     if gaps:
         problems.append("the candidate ran without full isolation: " + "; ".join(gaps))
     launches: list[KernelLaunch] = []

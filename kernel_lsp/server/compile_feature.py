@@ -23,7 +23,7 @@ from kernel_lsp.server.feature import Feature
 from kernel_lsp.server.settings import SettingsManager
 
 if TYPE_CHECKING:
-    from kernel_lsp.server.setup import KernelLanguageServer
+    from kernel_lsp.server.language_server import KernelLanguageServer
 
 log = logging.getLogger(__name__)
 PRODUCER = "compile"
@@ -144,7 +144,7 @@ class CompileFeature(Feature):
     async def shutdown(self) -> None:
         await self.service.close()  # its clangd child, if it started one
 
-    def visible(self, f: Finding) -> bool:
+    def shows_finding(self, f: Finding) -> bool:
         """Whether a finding shows as a diagnostic (resources may be meant for code lenses only)."""
         return f.code != "ptxas-resources" or self.settings.settings.resource_usage in ("diagnostic", "both")
 
@@ -156,10 +156,11 @@ class CompileFeature(Feature):
 
 
 def setup(server: KernelLanguageServer) -> CompileFeature:
-    from kernel_lsp.server.workspace_feature import WorkspaceFeature
+    def priority_of(uri: str) -> int:  # the workspace feature's (set up later), asked through the server
+        said = server.priority_of(uri)
+        return Priority.OPEN if said is None else said
 
     return CompileFeature(server.diagnostics, server.settings, CompileService(server.results, first_pass=True),
                           tell_user=lambda m: server.show(m, types.MessageType.Error),
-                          refresh_lenses=server.refresh_code_lenses,
-                          priority_of=lambda uri: server.get_feature(WorkspaceFeature).priority_of(uri),
+                          refresh_lenses=server.refresh_code_lenses, priority_of=priority_of,
                           documents=server.open_documents)

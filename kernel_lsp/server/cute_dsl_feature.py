@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
-from kernel_lsp.findings import Finding, Range, Severity, uri_to_path
+from kernel_lsp.findings import SOURCE, Finding, Range, Severity, uri_to_path
 from kernel_lsp.kinds.cute_dsl import CuteDslOutcome, cute_dsl_job, dsl_arch
 from kernel_lsp.server.convert import OpenDocument, code_lens, open_texts
 from kernel_lsp.server.diagnostics import DiagnosticStore
@@ -22,15 +22,14 @@ from kernel_lsp.server.feature import Feature
 from kernel_lsp.server.settings import SettingsManager
 from kernel_lsp.server.worker_feature import WorkerFeature
 from kernel_lsp.sources import parse_python
-from kernel_lsp.verify.pairing import Pairing, find_reference
+from kernel_lsp.verify.pairing import Pairing
 from kernel_lsp.worker.client import WorkerUnavailable
 
 if TYPE_CHECKING:
-    from kernel_lsp.server.setup import KernelLanguageServer
+    from kernel_lsp.server.language_server import KernelLanguageServer
 
 log = logging.getLogger(__name__)
 PRODUCER = "cute-dsl"
-SOURCE = "kernel-lsp"
 
 
 class CuteDslFeature(Feature):
@@ -77,7 +76,7 @@ class CuteDslFeature(Feature):
 
     async def _run(self, uri: str, path: Path, text: str) -> None:
         settings = self.settings.settings
-        found = find_reference(path, text, *self.settings.pairing_context())
+        found = self.settings.find_reference(path, text)
         reference = found.reference if isinstance(found, Pairing) and found.reference != path else None
         texts = open_texts(self._documents().values())
         try:

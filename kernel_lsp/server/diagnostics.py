@@ -15,11 +15,10 @@ from typing import Callable
 
 from lsprotocol import types
 
-from kernel_lsp.findings import Finding, Severity, uri_to_path
+from kernel_lsp.findings import SOURCE, Finding, Severity, uri_to_path
 from kernel_lsp.server.convert import OpenDocument, client_uri, diagnostic, uris_by_path
 
 LEFT_OUT = "diagnostics-left-out"
-SOURCE = "kernel-lsp"
 
 
 class DiagnosticStore:

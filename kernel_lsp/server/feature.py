@@ -39,6 +39,21 @@ class Feature:
     def settings_changed(self) -> None:
         """The settings were read again (workspace/configuration, or a change the client pushed)."""
 
+    def lens_note(self, uri: str, text: str | None) -> str | None:
+        """A few words another feature's lens shows after its result for this same text (the profile's energy per
+        call after the verify result); None: nothing to add."""
+        return None
+
+    def priority(self, uri: str) -> int | None:
+        """How soon this document's checks should run (jobs/scheduler.py Priority; lower first), where this feature
+        knows (the workspace feature: where the user is); None: it does not say."""
+        return None
+
+    def shows_finding(self, finding: Any) -> bool:
+        """Whether a finding shows as a diagnostic (all features must agree; CompileFeature keeps resource lines for
+        code lenses only when the settings say so)."""
+        return True
+
     # --- answers (each feature's are joined, in list order) --------------------------------------------------------
 
     def code_lenses(self, uri: str) -> list[types.CodeLens]:

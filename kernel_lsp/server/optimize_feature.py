@@ -20,27 +20,27 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 
-from kernel_lsp.agent.setup import api_key
+from kernel_lsp.agent.credentials import api_key
 from kernel_lsp.config import Settings
 from kernel_lsp.compile.units import CUDA_SUFFIXES
 from kernel_lsp.findings import path_to_uri, uri_to_path
-from kernel_lsp.kinds.files import load_sources
+from kernel_lsp.jobs.files import load_sources
 from kernel_lsp.kinds.verify import verify_options
 from kernel_lsp.profile.locations import kernel_locations
-from kernel_lsp.server.convert import command_action, kind_requested, open_texts
+from kernel_lsp.server.convert import OpenDocument, command_action, kind_requested, open_texts
 from kernel_lsp.server.feature import Feature
 from kernel_lsp.server.settings import SettingsManager, api_key_remedy
 from kernel_lsp.server.work_progress import WorkProgress
 from kernel_lsp.server.worker_feature import WorkerFeature
 from kernel_lsp.sources import parse_python
-from kernel_lsp.verify.pairing import Pairing, ReferenceProblem, find_reference
+from kernel_lsp.verify.pairing import Pairing, ReferenceProblem
 
 if TYPE_CHECKING:  # the anthropic SDK takes ~2 s to import: the first pass pays for it, in a thread
-    from kernel_lsp.server.setup import KernelLanguageServer
+    from kernel_lsp.server.language_server import KernelLanguageServer
     from kernel_lsp.agent.loop import Optimizer, PassOutcome, ProgressEvent
 
 log = logging.getLogger(__name__)
@@ -56,12 +56,6 @@ APPLY, KEEP = "Apply", "Keep mine"
 _PROGRESS_MESSAGE_CHARS = 160
 
 Tell = Callable[[str, types.MessageType], None]
-
-
-class OpenDocument(Protocol):
-    uri: str
-    version: int | None
-    source: str
 
 
 @dataclass(frozen=True)
@@ -234,7 +228,7 @@ class OptimizeFeature(Feature):
             return None
         if path.suffix != ".py":
             return None
-        return find_reference(path, text, *self.settings.pairing_context())
+        return self.settings.find_reference(path, text)
 
     def _optimizer(self, start: PassStart, settings: Settings) -> Optimizer:
         """As `kernel-lsp optimize` builds one, from the settings alone; the server's worker, not a new one."""

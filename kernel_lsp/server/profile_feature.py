@@ -22,7 +22,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, AsyncContextManager, Callable, Protocol
+from typing import TYPE_CHECKING, Any, AsyncContextManager, Callable
 
 from lsprotocol import types
 
@@ -37,7 +37,7 @@ from kernel_lsp.profile.static import CHECK_POINTER
 from kernel_lsp.profile.program import has_main
 from kernel_lsp.profile.worker_job import CUDA_FILE, CUDA_FILE_NO_MAIN, NO_GPU, NO_GPU_PLAIN, ON_CPU, static_result
 from kernel_lsp.server import compile_feature
-from kernel_lsp.server.convert import STALE, ago, command_action, kind_requested, lsp_range
+from kernel_lsp.server.convert import STALE, OpenDocument, ago, command_action, kind_requested, lsp_range
 from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.feature import Feature
 from kernel_lsp.server.hover_card import NO_PROFILE, CardFacts, hover_card
@@ -47,13 +47,13 @@ from kernel_lsp.server.settings import SettingsManager
 from kernel_lsp.server.work_progress import WorkProgress
 from kernel_lsp.server.worker_feature import WorkerFeature
 from kernel_lsp.sources import parse_python
-from kernel_lsp.verify.pairing import Pairing, ReferenceProblem, find_reference
+from kernel_lsp.verify.pairing import Pairing, ReferenceProblem
 from kernel_lsp.worker.client import WorkerUnavailable
 from kernel_lsp.worker.protocol import Job, Result
 from profilers.roofline import Ceilings, KernelPoint, roofline_svg
 
 if TYPE_CHECKING:
-    from kernel_lsp.server.setup import KernelLanguageServer
+    from kernel_lsp.server.language_server import KernelLanguageServer
 
 log = logging.getLogger(__name__)
 
@@ -75,12 +75,6 @@ class ProfiledKernel:
     source: str  # for the card: "ncu on NVIDIA H200", "import-csv ncu_details.csv"
     uri: str | None = None  # the document profiled (None: an import), and its text then: an edit since is said
     text: str | None = None
-
-
-class OpenDocument(Protocol):
-    uri: str
-    version: int | None
-    source: str
 
 
 class ProfileFeature(Feature):
@@ -251,7 +245,7 @@ class ProfileFeature(Feature):
         status = self.worker.known_status
         return has_main(text) and status is not None and status.state == "connected" and bool(status.gpu)
 
-    def energy_note(self, uri: str, text: str | None) -> str | None:
+    def lens_note(self, uri: str, text: str | None) -> str | None:
         """'41.2 mJ/call (0.81× the reference's)' when the last profile of `uri` read its energy (NVML, a GPU) and
         profiled this same text (None: not open, shown as it was); None otherwise."""
         kept = self._energy.get(uri)
@@ -440,7 +434,7 @@ class ProfileFeature(Feature):
             return None
         document = self._documents().get(uri)
         text = document.source if document is not None else path.read_text(encoding="utf-8", errors="replace")
-        found = find_reference(path, text, *self.settings.pairing_context())
+        found = self.settings.find_reference(path, text)
         if isinstance(found, ReferenceProblem):
             raise ValueError(found.message)
         return found.reference if isinstance(found, Pairing) and found.reference != path else None
@@ -513,5 +507,4 @@ def setup(server: KernelLanguageServer) -> ProfileFeature:
                              refresh_lenses=server.refresh_code_lenses,
                              compile_slot=server.get_feature(compile_feature.CompileFeature).scheduler.slot,
                              results=server.results)
-    verify.energy_note = profile.energy_note  # the verify lens shows the energy a profile of the same text read
-    return profile
+    return profile  # its lens_note: the verify lens shows the energy a profile of the same text read

@@ -35,17 +35,17 @@ from kernel_lsp.profile.program import has_main
 from kernel_lsp.profile.sanitize import NO_GPU
 from kernel_lsp.server.convert import OpenDocument, command_action, kind_requested, open_texts
 from kernel_lsp.server.diagnostics import DiagnosticStore
+from kernel_lsp.server.events import CANDIDATE_VERIFIED
 from kernel_lsp.server.feature import Feature
 from kernel_lsp.server.settings import SettingsManager
-from kernel_lsp.server.verify_feature import VerifyFeature
 from kernel_lsp.server.work_progress import WorkProgress
 from kernel_lsp.server.worker_feature import WorkerFeature
-from kernel_lsp.verify.pairing import Pairing, ReferenceProblem, find_reference
+from kernel_lsp.verify.pairing import Pairing, ReferenceProblem
 from kernel_lsp.worker.client import WorkerUnavailable
 from kernel_lsp.worker.protocol import Job
 
 if TYPE_CHECKING:
-    from kernel_lsp.server.setup import KernelLanguageServer
+    from kernel_lsp.server.language_server import KernelLanguageServer
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +189,7 @@ class SanitizeFeature(Feature):
     def _cannot_sanitize(self, path: Path, text: str) -> str | None:
         if path.suffix != ".py":  # a program: built and run as it is, no reference
             return NO_GPU if self._worker_has_no_gpu() else None
-        found = find_reference(path, text, *self.settings.pairing_context())
+        found = self.settings.find_reference(path, text)
         if isinstance(found, ReferenceProblem):
             return found.message
         if not isinstance(found, Pairing):
@@ -232,7 +232,7 @@ class SanitizeFeature(Feature):
         """A .py candidate's reference, as verification pairs it (None: the candidate is its own, or a .cu)."""
         if path.suffix != ".py":
             return None
-        found = find_reference(path, text, *self.settings.pairing_context())
+        found = self.settings.find_reference(path, text)
         if isinstance(found, ReferenceProblem):
             raise ValueError(found.message)
         return found.reference if isinstance(found, Pairing) and found.reference != path else None
@@ -352,5 +352,5 @@ def setup(server: KernelLanguageServer) -> SanitizeFeature:
                                documents=server.open_documents,
                                progress=WorkProgress(server.work_done_progress, server.supports_work_done_progress),
                                tell_user=lambda m, kind=types.MessageType.Warning: server.show(m, kind))
-    server.get_feature(VerifyFeature).verified = sanitize.after_verify  # sanitizeAfterVerify
+    server.events.subscribe(CANDIDATE_VERIFIED, sanitize.after_verify)  # sanitizeAfterVerify
     return sanitize

@@ -11,6 +11,7 @@ from lsprotocol import types
 
 from kernel_lsp.config import Settings, pyproject_settings, resolve_settings, unwrap_section
 from kernel_lsp.findings import uri_to_path
+from kernel_lsp.verify.pairing import Pairing, ReferenceProblem, find_reference
 
 log = logging.getLogger(__name__)
 SECTION = "kernelLsp"
@@ -51,6 +52,11 @@ class SettingsManager:
         feature that pairs a candidate with its reference."""
         workspace = self.folders[0] if self.folders else None
         return workspace, self.settings.references, self.settings.kernelbench_paths(workspace)
+
+    def find_reference(self, path: Path, text: str) -> Pairing | ReferenceProblem | None:
+        """The candidate's reference as every feature pairs it (verify/pairing.py find_reference with this
+        workspace's context): a Pairing, a ReferenceProblem, or None when the file is no candidate."""
+        return find_reference(path, text, *self.pairing_context())
 
     def recompute(self) -> Settings:
         layers: list[dict[str, Any]] = []

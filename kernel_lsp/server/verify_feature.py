@@ -13,18 +13,19 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from lsprotocol import types
 
 from kernel_lsp.config import Settings
-from kernel_lsp.findings import Finding, Range, Severity, path_to_uri, uri_to_path
+from kernel_lsp.findings import SOURCE, Finding, Range, Severity, path_to_uri, uri_to_path
 from kernel_lsp.jobs.cache import ResultCache
 from kernel_lsp.kinds.verify import VerifyOutcome, verify_job, verify_options
 from kernel_lsp.server.convert import STALE, OpenDocument, ago, lsp_range, open_texts, uris_by_path
 from kernel_lsp.server.diagnostics import DiagnosticStore
+from kernel_lsp.server.events import CANDIDATE_VERIFIED, Events
 from kernel_lsp.server.feature import Feature
 from kernel_lsp.server.settings import SettingsManager
 from kernel_lsp.server.work_progress import WorkProgress
@@ -35,14 +36,13 @@ from kernel_lsp.worker.client import WorkerUnavailable
 from kernel_lsp.worker.protocol import Job, Result
 
 if TYPE_CHECKING:
-    from kernel_lsp.server.setup import KernelLanguageServer
+    from kernel_lsp.server.language_server import KernelLanguageServer
 
 log = logging.getLogger(__name__)
 
 PRODUCER = "verify"
 REMEMBERED = "verify-verdict"  # the kind of a verdict's entry in the on-disk cache
 VERIFY_COMMAND = "kernel-lsp.verify"
-SOURCE = "kernel-lsp"
 RUNNING = "verifying…"
 _TITLE_MESSAGE_CHARS = 100
 
@@ -77,7 +77,7 @@ class VerifyRun:
 
 def lens_title(run: VerifyRun, current_text: str | None, energy: str | None = None) -> str:
     """The code lens title; a result for text the user has edited since says so (current_text None: not open).
-    `energy`: what a profile of this same text read (ProfileFeature.energy_note), shown after a result."""
+    `energy`: what a profile of this same text read (ProfileFeature.lens_note), shown after a result."""
     if run.state == "idle":
         return f"verify against {run.reference.name}"
     if run.state == "running":
@@ -92,6 +92,21 @@ def lens_title(run: VerifyRun, current_text: str | None, energy: str | None = No
     if stale:
         return title + STALE
     return f"{title} · {energy}" if energy and run.state == "done" else title
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What one verify run left for the lens and the diagnostics: `state` "done" (a verdict, its `summary` and
+    `findings`) or "unavailable" (`summary` says why; the caller places one verify-unavailable finding); the job's
+    cache `key` and the candidate `text` verified, where the job was built; `verified`: the job, when its verdict
+    was "verified" (published to the features that act on it)."""
+
+    state: str
+    summary: str
+    findings: list[Finding] = field(default_factory=list)
+    key: str | None = None
+    text: str | None = None
+    verified: Job | None = None
 
 
 def outcome_of(result: Result) -> tuple[str, str, list[Finding]]:
@@ -120,7 +135,9 @@ class VerifyFeature(Feature):
     def __init__(self, store: DiagnosticStore, settings: SettingsManager, worker: WorkerFeature,
                  documents: Callable[[], Mapping[str, OpenDocument]], progress: Any,
                  supports_progress: Callable[[], bool], tell_user: Callable[[str], None],
-                 refresh_lenses: Callable[[], None], results: ResultCache | None = None) -> None:
+                 refresh_lenses: Callable[[], None], results: ResultCache | None = None,
+                 lens_notes: Callable[[str, str | None], list[str]] = lambda _uri, _text: [],
+                 events: Events | None = None) -> None:
         self.store = store
         self._results = results  # its `disk` (the workspace's on-disk cache) keeps verdicts across restarts
         self.settings = settings
@@ -134,10 +151,10 @@ class VerifyFeature(Feature):
         self._published: dict[str, set[str]] = {}  # candidate URI -> URIs holding its findings
         self._background: set[str] = set()  # candidates whose run waits behind the open documents' runs
         self._background_turn = asyncio.Lock()
-        # the energy per call a profile of the same text read, for the lens (set by ProfileFeature's setup)
-        self.energy_note: Callable[[str, str | None], str | None] = lambda _uri, _text: None
-        # told of each run that verified a candidate, with its job (SanitizeFeature's setup: sanitizeAfterVerify)
-        self.verified: Callable[[str, Pairing, Job], None] = lambda _uri, _pairing, _job: None
+        # what other features add after the lens's result for the same text (the energy a profile read)
+        self._lens_notes = lens_notes
+        # each run that verified a candidate is published (CANDIDATE_VERIFIED: SanitizeFeature's sanitizeAfterVerify)
+        self._events = events or Events()
 
     # --- document hooks -------------------------------------------------------------------------------------
 
@@ -223,7 +240,7 @@ class VerifyFeature(Feature):
         line = parts.model_new.def_range.start.line if parts is not None and parts.model_new is not None else 0
         command = "" if run.state == "running" else VERIFY_COMMAND
         return [types.CodeLens(range=lsp_range(Range.line(line)), command=types.Command(
-            title=lens_title(run, current, self.energy_note(uri, current)), command=command,
+            title=lens_title(run, current, " · ".join(self._lens_notes(uri, current)) or None), command=command,
             arguments=[uri] if command else None))]
 
     # --- the workspace --------------------------------------------------------------------------------------
@@ -291,7 +308,7 @@ class VerifyFeature(Feature):
             path = uri_to_path(uri)
         except ValueError:
             return None
-        found = find_reference(path, text, *self.settings.pairing_context()) if path.suffix == ".py" else None
+        found = self.settings.find_reference(path, text) if path.suffix == ".py" else None
         if isinstance(found, ReferenceProblem):
             self._forget(uri)
             self._publish(uri, [Finding(uri, Range.line(found.line), Severity.ERROR, SOURCE,
@@ -359,11 +376,11 @@ class VerifyFeature(Feature):
                     await self._wait_for_open_runs(uri)
                     log.info("verifying %s (closed) against %s (%s)", pairing.candidate.name, pairing.reference,
                              pairing.how)
-                    key, text, state, summary, findings, verified = await self._outcome(uri, pairing, None, texts)
+                    run = await self._outcome(uri, pairing, None, texts)
             else:
                 log.info("verifying %s against %s (%s)", pairing.candidate.name, pairing.reference, pairing.how)
                 progress = await self._begin_progress(pairing)
-                key, text, state, summary, findings, verified = await self._outcome(uri, pairing, progress, texts)
+                run = await self._outcome(uri, pairing, progress, texts)
         except asyncio.CancelledError:
             self._end_progress(progress, "cancelled")
             if self._tasks.get(uri) is asyncio.current_task():  # cancelled by the user, not replaced by a newer run
@@ -371,23 +388,24 @@ class VerifyFeature(Feature):
                 self._runs[uri] = previous or VerifyRun("idle", pairing.reference)
                 self._refresh_lenses()
             raise
-        self._end_progress(progress, summary)
-        outcome = {"uri": uri, "status": "ok" if state == "done" else "unavailable", "summary": summary}
+        self._end_progress(progress, run.summary)
+        outcome = {"uri": uri, "status": "ok" if run.state == "done" else "unavailable", "summary": run.summary}
         if self._tasks.get(uri) is not asyncio.current_task():
             return outcome  # the document closed meanwhile
         self._tasks.pop(uri)
         self._background.discard(uri)
-        if state == "done":
-            self._runs[uri] = VerifyRun("done", pairing.reference, text, summary=summary)
-            self._remember(key, summary, findings)
+        findings = run.findings
+        if run.state == "done":
+            self._runs[uri] = VerifyRun("done", pairing.reference, run.text, summary=run.summary)
+            self._remember(run.key, run.summary, findings)
         else:
-            self._runs[uri] = VerifyRun("unavailable", pairing.reference, text, message=summary)
-            findings = [unavailable_finding(uri, summary)]
+            self._runs[uri] = VerifyRun("unavailable", pairing.reference, run.text, message=run.summary)
+            findings = [unavailable_finding(uri, run.summary)]
         self._publish(uri, findings)
         self._refresh_lenses()
-        if verified is not None:
-            self.verified(uri, pairing, verified)
-        log.info("%s: %s", pairing.candidate.name, summary)
+        if run.verified is not None:
+            self._events.publish(CANDIDATE_VERIFIED, uri, pairing, run.verified)
+        log.info("%s: %s", pairing.candidate.name, run.summary)
         return {**outcome, "findings": len(findings)}
 
     async def _wait_for_open_runs(self, uri: str) -> None:
@@ -397,10 +415,9 @@ class VerifyFeature(Feature):
                   for other, task in self._tasks.items() if other != uri):
             await asyncio.sleep(0.1)
 
-    async def _outcome(self, uri: str, pairing: Pairing, progress: str | None, texts: Mapping[Path, str] | None
-                       ) -> tuple[str | None, str | None, str, str, list[Finding], Job | None]:
-        """(the job's cache key, candidate text verified, state, summary or message, findings, the job when its
-        verdict is "verified")."""
+    async def _outcome(self, uri: str, pairing: Pairing, progress: str | None,
+                       texts: Mapping[Path, str] | None) -> RunResult:
+        """The job built and run on the worker; what it left, or why it could not run."""
         key = text = None
         try:
             job = candidate_job(pairing, self.settings.settings, texts)
@@ -408,15 +425,16 @@ class VerifyFeature(Feature):
             client = self.worker.client(self.settings.settings)
             result = await client.run(job, progress=lambda m, f: self._report_progress(progress, m, f))
         except WorkerUnavailable as exc:
-            return key, text, "unavailable", str(exc), [], None
+            return RunResult("unavailable", str(exc), key=key, text=text)
         except OSError as exc:
-            return key, text, "unavailable", f"cannot read the files to verify: {exc}", [], None
+            return RunResult("unavailable", f"cannot read the files to verify: {exc}", key=key, text=text)
         except Exception as exc:  # a bug here becomes a diagnostic, not a lens stuck on "verifying…"
             log.exception("verifying %s failed", uri)
-            return (key, text, "unavailable", f"kernel-lsp could not verify this file ({type(exc).__name__}: {exc})",
-                    [], None)
+            return RunResult("unavailable", f"kernel-lsp could not verify this file ({type(exc).__name__}: {exc})",
+                             key=key, text=text)
+        state, summary, findings = outcome_of(result)
         verified = job if VerifyOutcome.of(result).verdict == "verified" else None
-        return (key, text, *outcome_of(result), verified)
+        return RunResult(state, summary, findings, key=key, text=text, verified=verified)
 
     # --- verdicts across restarts ---------------------------------------------------------------------------
 
@@ -497,4 +515,5 @@ def setup(server: KernelLanguageServer) -> VerifyFeature:
                          documents=server.open_documents, progress=server.work_done_progress,
                          supports_progress=server.supports_work_done_progress,
                          tell_user=lambda m: server.show(m, types.MessageType.Warning),
-                         refresh_lenses=server.refresh_code_lenses, results=server.results)
+                         refresh_lenses=server.refresh_code_lenses, results=server.results,
+                         lens_notes=server.lens_notes, events=server.events)

@@ -21,7 +21,7 @@ from kernel_lsp.worker.client import WorkerStatus, WorkerUnavailable
 from kernel_lsp.worker.daemon import UsageError, read_token
 
 if TYPE_CHECKING:
-    from kernel_lsp.server.setup import KernelLanguageServer
+    from kernel_lsp.server.language_server import KernelLanguageServer
 
 log = logging.getLogger(__name__)
 STATUS_NOTIFICATION = "kernelLsp/workerStatus"

@@ -29,7 +29,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 
@@ -41,6 +41,7 @@ from kernel_lsp.paths import read_regular_text, resolved
 from kernel_lsp.server.compile_feature import PRODUCER as COMPILE
 from kernel_lsp.server.compile_feature import CompileFeature
 from kernel_lsp.server.diagnostics import DiagnosticStore
+from kernel_lsp.server.convert import OpenDocument
 from kernel_lsp.server.feature import Feature
 from kernel_lsp.server.profile_feature import PRODUCER as PROFILE
 from kernel_lsp.server.settings import SettingsManager
@@ -70,7 +71,7 @@ from kernel_lsp.workspace.inotify import available as inotify_available
 from kernel_lsp.workspace.watch import CREATED, DELETED, Coalescer, FolderWatcher
 
 if TYPE_CHECKING:
-    from kernel_lsp.server.setup import KernelLanguageServer
+    from kernel_lsp.server.language_server import KernelLanguageServer
 
 log = logging.getLogger(__name__)
 
@@ -81,12 +82,6 @@ WATCHED_GLOB = "**/*.{" + ",".join(sorted({s.lstrip(".") for s in (*KERNEL_SUFFI
 GITIGNORE_GLOB = "**/.gitignore"
 CACHE_FLUSH_S = 5.0  # the on-disk cache is written at most this often (and at shutdown)
 CACHE_MAX_AGE_DAYS = 30  # another workspace's results file untouched this long is deleted
-
-
-class OpenDocument(Protocol):
-    uri: str
-    version: int | None
-    source: str
 
 
 @dataclass(frozen=True)
@@ -147,6 +142,9 @@ class WorkspaceFeature(Feature):
         self.visible: set[str] = set()
 
     # --- priorities ---------------------------------------------------------------------------------------
+
+    def priority(self, uri: str) -> int | None:
+        return self.priority_of(uri)
 
     def priority_of(self, uri: str) -> int:
         if uri == self.active:

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from kernel_lsp.contracts.verify_report import Comparison
+
 
 @dataclass(frozen=True)
 class Tolerance:
@@ -58,20 +60,6 @@ def tolerance_for(dtype: torch.dtype, overrides: dict[str, Tolerance] | None = N
         raise ValueError(f"no default tolerance for {dtype_name(dtype)}; "
                          f"set one in the tolerance overrides under the key {dtype_name(dtype)!r}")
     return DEFAULT_TOLERANCES[dtype]
-
-
-@dataclass(frozen=True)
-class Comparison:
-    ok: bool
-    reason: str  # '' when ok; else 'shape'|'dtype'|'device'|'nan'|'inf'|'mismatch'|'type'|'structure'
-    max_abs_error: float
-    max_rel_error: float
-    worst_index: tuple[int, ...] | None
-    worst_expected: float | None
-    worst_actual: float | None
-    mismatched: int
-    total: int
-    message: str
 
 
 def refused(reason: str, message: str, total: int = 0) -> Comparison:

@@ -18,7 +18,7 @@ import os
 import traceback
 from typing import Any
 
-from kernel_lsp.verify.models import load_module
+from kernel_lsp.candidate.models import load_module
 
 MAX_KERNELS = 32  # compiled functions whose cubin is returned
 MAX_CUBIN_BYTES = 16 * 2**20
@@ -40,11 +40,11 @@ class _Recorder:
 
 def check_confined(candidate: str, reference: str | None = None, arch: str = "sm_90a") -> dict[str, Any]:
     """The sandbox entry: the check run in a process of its own, confined as a candidate's process is
-    (verify/candidate_process.py: allow-listed environment, writes only to its scratch folder and the candidates'
+    (candidate/handle.py: allow-listed environment, writes only to its scratch folder and the candidates'
     build caches, no network). Importing the file runs its code, which a model may have written: in the sandbox
     child it could rewrite the worker's trusted caches (baseline timings, the judge's builds). The report's
     `isolation` says how that process was confined."""
-    from kernel_lsp.verify.candidate_process import candidate_process
+    from kernel_lsp.candidate.handle import candidate_process
 
     with candidate_process(allow_network=False, device="cpu") as host:
         isolation = host.ready()

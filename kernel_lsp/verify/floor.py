@@ -26,9 +26,15 @@ from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from kernel_lsp.verify.baselines import fit_to_measure, nvml_index_of, read_json_object, write_json_atomically
+from kernel_lsp.verify.baselines import (
+    BaselineCache,
+    fit_to_measure,
+    nvml_index_of,
+    read_json_object,
+    write_json_atomically,
+)
 from kernel_lsp.verify.schedule import judge_schedule
-from kernel_lsp.verify.timing import resolve_device, time_callable
+from kernel_lsp.candidate.timing import resolve_device, time_callable
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +108,27 @@ def problem_work(model: Callable[..., object], inputs: list | tuple) -> Work:
         outputs = model(*inputs)
     tensors = list(tensors_in(inputs)) + list(tensors_in(outputs))
     return Work(bytes=distinct_storage_bytes(tensors), flops=int(counter.get_total_flops()))
+
+
+def cached_problem_work(model: Callable[..., object], inputs: list | tuple, cache_dir: Path | None,
+                        reference_text: str, signature: list) -> Work:
+    """problem_work, kept in the judge's cache per (reference, input shapes and dtypes, torch): a problem's FLOPs and
+    bytes depend on nothing else, and counting them runs the reference under FlopCounterMode (about a second on the
+    CPU, each verification of the same problem again). A stored entry that does not read back is counted anew."""
+    if cache_dir is None:
+        return problem_work(model, inputs)
+    key = BaselineCache.key(reference_text, "work", torch.__version__, {"shapes": signature})
+    path = Path(cache_dir) / "work" / f"{key}.json"
+    stored = read_json_object(path)
+    if stored is not None and all(isinstance(stored.get(name), int) and not isinstance(stored.get(name), bool)
+                                  and stored[name] >= 0 for name in ("bytes", "flops")):
+        return Work(bytes=stored["bytes"], flops=stored["flops"])
+    work = problem_work(model, inputs)
+    try:
+        write_json_atomically(path, {"bytes": work.bytes, "flops": work.flops})
+    except OSError:
+        pass  # an unwritable cache only costs counting again next time
+    return work
 
 
 def tensors_in(value: object) -> Iterator[torch.Tensor]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
 
-from kernel_lsp.kinds.files import load_sources
+from kernel_lsp.jobs.files import load_sources
 from kernel_lsp.sources import parse_python
 
 HEADER_LINES = 10  # the reference comment must sit in the first lines, where a reader looks for it

@@ -1,19 +1,22 @@
 """A VerifyReport as the user sees it: findings on the candidate's lines and the one-line summary of a code lens.
 
-Stdlib only (the server and the CLI import it; the report comes from kernel_lsp.verify.run in a sandbox child).
+The server and the CLI import it (no torch); the report comes from kernel_lsp.verify.run in a sandbox child,
+decoded by contracts.codec.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import asdict
 
-from kernel_lsp.findings import Finding, Range, Severity
+from kernel_lsp.candidate.shared_fill import FILLED
+from kernel_lsp.contracts.codec import encode
+from kernel_lsp.contracts.verify_report import Isolation, VerifyReport
+from kernel_lsp.findings import SOURCE, Finding, Range, Severity
 from kernel_lsp.sources import parse_python
-from kernel_lsp.verify.shared_fill import FILLED
 
 COVERED = "covered"  # the report's free_memory_poison when every run's output fit the block poisoned for it
 
-SOURCE = "kernel-lsp"
 OUTPUT_REASONS = {"shape", "dtype", "device", "type", "structure"}
 
 
@@ -31,31 +34,34 @@ def correctness_code(reason: str) -> str:
     return "verify-output" if reason in OUTPUT_REASONS else "verify-mismatch"
 
 
-def report_findings(report: dict[str, Any], candidate_uri: str, candidate_text: str) -> list[Finding]:
+def report_findings(report: VerifyReport, candidate_uri: str, candidate_text: str) -> list[Finding]:
     """One finding for failed trials (the worst one's numbers) and one per integrity problem."""
     where = forward_range(candidate_text)
     findings = []
-    correctness = report.get("correctness") or {}
-    worst = correctness.get("worst")
-    failed = correctness.get("trials", 0) - correctness.get("passed", 0)
+    correctness = report.correctness
+    worst = correctness.worst
+    failed = correctness.trials - correctness.passed
     if failed and worst:
-        message = (f"{failed} of {correctness['trials']} trials failed "
-                   f"(inputs: {', '.join(correctness.get('distributions', []))}); worst: {worst['message']}")
-        findings.append(Finding(candidate_uri, where, Severity.ERROR, SOURCE, correctness_code(worst["reason"]),
-                                message, data={"worst": worst}))
-    for problem in report.get("integrity", []):
-        findings.append(Finding(candidate_uri, where, Severity.ERROR, SOURCE, problem["code"], problem["message"]))
-    gaps = isolation_gaps(report)
+        message = (f"{failed} of {correctness.trials} trials failed "
+                   f"(inputs: {', '.join(correctness.distributions)}); worst: {worst.message}")
+        findings.append(Finding(candidate_uri, where, Severity.ERROR, SOURCE, correctness_code(worst.reason),
+                                message, data={"worst": encode(worst)}))
+    for problem in report.integrity:
+        findings.append(Finding(candidate_uri, where, Severity.ERROR, SOURCE, problem.code, problem.message))
+    library_work = report.kernels.work.library_work if report.kernels.work else None
+    if library_work:
+        findings.append(Finding(candidate_uri, where, Severity.WARNING, SOURCE, LIBRARY_WORK, library_work))
+    gaps = isolation_gaps(report.isolation)
     if gaps:
         findings.append(Finding(candidate_uri, where, Severity.WARNING, SOURCE, "verify-not-isolated",
                                 "the candidate ran without full isolation: " + "; ".join(gaps)))
-    unpoisoned = report.get("shared_memory_poison")
-    if isinstance(unpoisoned, str) and unpoisoned != FILLED:
+    unpoisoned = report.shared_memory_poison
+    if unpoisoned is not None and unpoisoned != FILLED:
         findings.append(Finding(candidate_uri, where, Severity.WARNING, SOURCE, "verify-shared-unpoisoned",
                                 f"shared memory was not poisoned before the runs ({unpoisoned}): a kernel that "
                                 f"reads shared memory it never wrote could pass"))
-    short = report.get("free_memory_poison")
-    if isinstance(short, str) and short != COVERED:
+    short = report.free_memory_poison
+    if short is not None and short != COVERED:
         findings.append(Finding(candidate_uri, where, Severity.WARNING, SOURCE, "verify-poison-short",
                                 f"the free device memory could not be poisoned for the whole output ({short}): an "
                                 f"output the candidate never writes may read zeros instead of NaN, and then fails "
@@ -69,21 +75,35 @@ def report_findings(report: dict[str, Any], candidate_uri: str, candidate_text: 
     return findings
 
 
-def judge_disturbances(report: dict[str, Any]) -> list[str]:
+LIBRARY_WORK = "integrity-library-work"
+# verified, yet no verified candidate for the agent's reward, bench and campaign (a warning for a person)
+REWARD_REJECTS = (LIBRARY_WORK,)
+
+
+def own_share_shown(report: VerifyReport) -> str | None:
+    """'own kernels 93%': the share of the recorded runs' device time in the candidate's own kernels (its process's
+    profiler, so its word); None without one."""
+    if report.kernels.work is None or report.device == "cpu":
+        return None  # on the CPU the interpreter's wall time says nothing of a GPU's split
+    share = report.kernels.work.own_share
+    return f"own kernels {share:.0%}" if share >= 0.01 or share == 0 else "own kernels <1%"
+
+
+def judge_disturbances(report: VerifyReport) -> list[str]:
     """Why figures measured in this run were not cached: the judge's scheduling was disturbed while it timed a
     baseline or measured the device's peaks, or the measured bandwidth was far under the datasheet's."""
-    timing, floor = report.get("timing") or {}, report.get("floor") or {}
-    notes = [f"the {kind} baseline: {why}" for kind, why in (timing.get("schedule") or {}).items()
-             if isinstance(why, str)]
-    notes += [f"the device's peaks: {floor[key]}" for key in ("schedule", "datasheet")
-              if isinstance(floor.get(key), str)]
+    schedule = (report.timing.schedule if report.timing else None) or {}
+    notes = [f"the {kind} baseline: {why}" for kind, why in schedule.items()]
+    if report.floor is not None:
+        notes += [f"the device's peaks: {why}" for why in (report.floor.schedule, report.floor.datasheet) if why]
     return notes
 
 
-def isolation_gaps(report: dict[str, Any]) -> list[str]:
-    """What the candidate's process was not kept from (files, network), as the report's isolation says."""
-    isolation = report.get("isolation") or {}
-    return [f"{part}: {status}" for part, status in isolation.items()
+def isolation_gaps(isolation: Isolation | Mapping[str, object] | None) -> list[str]:
+    """What the candidate's process was not kept from (files, network, ...), as a report's isolation says (a
+    VerifyReport's, or the plain mapping of a profile's or a sandbox run's)."""
+    parts = asdict(isolation) if isinstance(isolation, Isolation) else dict(isolation or {})
+    return [f"{part}: {status}" for part, status in parts.items()
             if isinstance(status, str) and not status.startswith("isolated")]
 
 
@@ -106,34 +126,35 @@ def best_so_far(speedup_eager: float | None, verified: int = 0, cpu: bool = Fals
     return f"best {speedup_eager:.3g}× eager" if speedup_eager is not None else None
 
 
-def summary(verdict: str, report: dict[str, Any] | None, reason: str = "") -> str:
+def summary(verdict: str, report: VerifyReport | None, reason: str = "") -> str:
     """The code lens title: 'correct 5/5 · 1.84× eager · ≈1× compile · 3.1 ms' or why not (≈1×: the speedup's
     95% interval holds 1x). A run on the CPU
     (Triton's interpreter, eager PyTorch on the CPU) shows no times or speedups: they vary 2× between runs and
     say nothing of a GPU."""
     if verdict == "unavailable" or report is None:
         return f"not verified: {reason}" if verdict == "unavailable" else f"rejected: {reason}"
-    correctness = report["correctness"]
-    counts = f"correct {correctness['passed']}/{correctness['trials']}"
+    correctness = report.correctness
+    counts = f"correct {correctness.passed}/{correctness.trials}"
     if verdict != "verified":
-        problems = [p["code"] for p in report.get("integrity", [])]
-        worst = correctness.get("worst") or {}
-        if correctness["passed"] < correctness["trials"]:
-            problems.insert(0, correctness_code(worst.get("reason", "mismatch")))
+        problems = [p.code for p in report.integrity]
+        if correctness.passed < correctness.trials:
+            problems.insert(0, correctness_code(correctness.worst.reason if correctness.worst else "mismatch"))
         return f"rejected · {counts} · {', '.join(problems)}"
     parts = [counts]
-    if report.get("device") == "cpu":
+    if report.device == "cpu":
         parts.append(CPU_TIMINGS)  # the figures stay in the report; as ratios they would only mislead
     else:
         for kind in ("eager", "compile"):
-            value = (report.get("speedup") or {}).get(kind)
+            value = report.speedup.get(kind)
             if value is not None:
                 # a difference the rounds could not tell from noise (its interval holds 1x) is shown as such
-                shown = "≈1" if (report.get("significant") or {}).get(kind) is False else f"{value:.3g}"
+                shown = "≈1" if report.significant.get(kind) is False else f"{value:.3g}"
                 parts.append(f"{shown}× {kind}")
-        timing = report.get("timing") or {}
-        if timing.get("candidate"):
-            parts.append(readable_ms(timing["candidate"]["median_ms"]))
-    if isolation_gaps(report):
+        if report.timing is not None and report.timing.candidate is not None:
+            parts.append(readable_ms(report.timing.candidate.median_ms))
+        share = own_share_shown(report)
+        if share:
+            parts.append(share)
+    if isolation_gaps(report.isolation):
         parts.append("not isolated")
     return " · ".join(parts)

@@ -62,8 +62,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _discard_prestarted() -> None:
-    """A candidate's process started while waiting (verify/prestart.py) that no task took ends with this child."""
-    prestart = sys.modules.get("kernel_lsp.verify.prestart")
+    """A candidate's process started while waiting (candidate/prestart.py) that no task took ends with this child."""
+    prestart = sys.modules.get("kernel_lsp.candidate.prestart")
     if prestart is not None:
         prestart.discard()
 

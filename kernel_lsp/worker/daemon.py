@@ -23,44 +23,18 @@ from kernel_lsp import __version__
 from kernel_lsp.worker import protocol
 from kernel_lsp.config import cache_dir
 from kernel_lsp.findings import register_secret, secret_variable
+from kernel_lsp.process.namespaces import nvidia_device_present
 from kernel_lsp.worker.environment import device_summary, package_version
 from kernel_lsp.worker.jobs import JOB_KINDS, Handler, JobContext
 from kernel_lsp.worker.protocol import ConnectionClosed, Job, ProtocolError, Result
 from kernel_lsp.worker.sandbox import Sandbox, SandboxStartError, sweep_stale_folders
+from kernel_lsp.worker.startup import TorchStartup
 
 log = logging.getLogger(__name__)
 
 
 class UsageError(Exception):
     """A listen address or token set-up the worker refuses to start with (exit status 2)."""
-
-
-class Warmup:
-    """torch imported and CUDA initialised once, in a thread, while the worker already answers."""
-
-    def __init__(self) -> None:
-        self.task: asyncio.Task | None = None
-        self.cuda: str | None = None
-        self.cuda_available = False
-        self.problem: str | None = None
-
-    def start(self) -> None:
-        self.task = asyncio.ensure_future(asyncio.to_thread(self._warm))
-
-    async def wait(self) -> None:
-        if self.task is not None:
-            await asyncio.shield(self.task)
-
-    def _warm(self) -> None:
-        try:
-            import torch
-        except ImportError:
-            self.problem = "torch is not installed in the worker's Python: pip install 'kernel-lsp[worker]'"
-            return
-        self.cuda = torch.version.cuda
-        self.cuda_available = torch.cuda.is_available()
-        if self.cuda_available:
-            torch.cuda.init()
 
 
 class WorkerDaemon:
@@ -72,13 +46,14 @@ class WorkerDaemon:
         self.max_frame = max_frame
         # children wait with torch already imported, so a candidate's start costs no import, and torch._dynamo
         # and inductor's compile_fx (the compile baseline imports them on first use: ~1.5 s). For verifications the
-        # candidate's process is started first (verify/prestart.py), so that its own imports and CUDA context run
+        # candidate's process is started first (candidate/prestart.py), so that its own imports and CUDA context run
         # alongside the child's instead of after them: one after the other took ~16 s on the H200, longer than a
-        # warm verification, and the next verification waited for it
-        self.sandbox = Sandbox(preload=("kernel_lsp.verify.prestart", "torch", "torch._dynamo",
-                                        "torch._inductor.compile_fx")
+        # warm verification, and the next verification waited for it. torch._dynamo and inductor serve only the
+        # compile baseline, which is timed on a GPU alone: without one they are not imported ahead (~3 s of CPU a child)
+        compile_baseline = ("torch._dynamo", "torch._inductor.compile_fx") if nvidia_device_present() else ()
+        self.sandbox = Sandbox(preload=("kernel_lsp.candidate.prestart", "torch") + compile_baseline
                                if package_version("torch") else ())
-        self.warmup = Warmup()
+        self.startup = TorchStartup()
         self._warm = warm
         self.stopped = asyncio.Event()
         self.cache_dir = cache_dir()
@@ -107,7 +82,7 @@ class WorkerDaemon:
 
     def job_context(self, progress: Callable[..., Awaitable[None]]) -> JobContext:
         return JobContext(progress=progress, sandbox=self.sandbox, user_sandbox=self.user_sandbox,
-                          warmup=self.warmup, cache_dir=self.cache_dir,
+                          startup=self.startup, cache_dir=self.cache_dir,
                           gpu_slot=lambda: self.gpu_slot(progress), build_lock=self.build_lock,
                           versions=self.versions)
 
@@ -115,12 +90,12 @@ class WorkerDaemon:
         """One build per content hash at a time: a second identical job waits and then finds it built."""
         return self._build_locks.setdefault(key, asyncio.Lock())
 
-    def start_warmup(self) -> None:
+    def start_up(self) -> None:
         removed = sweep_stale_folders()  # a worker killed with its keepers left them: no one else removes them
         if removed:
             log.warning("removed %d folder(s) of sandboxes whose worker is gone: %s", len(removed), ", ".join(removed))
         if self._warm:
-            self.warmup.start()
+            self.startup.start()
         asyncio.ensure_future(self._prestart_sandbox())
 
     async def _prestart_sandbox(self) -> None:
@@ -138,7 +113,7 @@ class WorkerDaemon:
         from profilers.nvml import driver_version
 
         return {"python": platform.python_version(), "torch": package_version("torch"),
-                "triton": package_version("triton"), "cuda": self.warmup.cuda, "driver": driver_version()}
+                "triton": package_version("triton"), "cuda": self.startup.cuda, "driver": driver_version()}
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One client connection, from hello to EOF; its unfinished jobs are cancelled when it goes."""
@@ -316,7 +291,7 @@ async def run_stdio(daemon: WorkerDaemon, stdin: BinaryIO, stdout: BinaryIO) -> 
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin)
     transport, stream_protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, stdout)
     writer = asyncio.StreamWriter(transport, stream_protocol, reader, loop)
-    daemon.start_warmup()
+    daemon.start_up()
     try:
         await daemon.serve(reader, writer)
     finally:
@@ -336,7 +311,7 @@ async def run_listener(daemon: WorkerDaemon, address: str) -> None:
             server = await asyncio.start_server(daemon.serve, host=host, port=port)
         log.warning("kernel-lsp worker listening on %s%s", address,
                     f" (its token, for clients: {made})" if made else " (clients need its token)")
-        daemon.start_warmup()
+        daemon.start_up()
         try:
             async with server:
                 await daemon.stopped.wait()

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernel_lsp.findings import Finding, Range, Severity, path_to_uri
+from kernel_lsp.findings import SOURCE, Finding, Range, Severity, path_to_uri
 from kernel_lsp.jobs.cache import cache_key
 from kernel_lsp.verify.verdict import isolation_gaps
 from kernel_lsp.worker.environment import device_summary, package_version
@@ -24,10 +24,9 @@ from kernel_lsp.worker.protocol import Job, Result
 from kernel_lsp.worker.sandbox import SandboxLimits, SandboxOutcome, SandboxTask
 
 if TYPE_CHECKING:
-    from kernel_lsp.worker.daemon import Warmup
+    from kernel_lsp.worker.startup import TorchStartup
     from kernel_lsp.worker.sandbox import Sandbox
 
-SOURCE = "kernel-lsp"
 BUILT_MARKER = "kernel-lsp-built"
 
 
@@ -38,7 +37,7 @@ class JobContext:
     progress: Callable[..., Awaitable[None]]  # progress(text, fraction=None): to the client that sent the job
     sandbox: "Sandbox"  # runs a task in a fresh child under limits: the judge's side (it starts candidates itself)
     user_sandbox: "Sandbox"  # the same, with each child confined like a candidate's process: for user code
-    warmup: "Warmup"  # torch imported and CUDA initialised (await warmup.wait(); cuda_available, problem)
+    startup: "TorchStartup"  # torch imported and CUDA initialised (await startup.wait(); cuda_available, problem)
     cache_dir: Path  # the worker's cache folder
     gpu_slot: Callable[[], AbstractAsyncContextManager[None]]  # `async with context.gpu_slot():` the GPU alone
     build_lock: Callable[[str], asyncio.Lock]  # one build per content hash at a time
@@ -55,8 +54,8 @@ async def noop(job: Job, context: JobContext) -> Result:
 
 async def device_info(job: Job, context: JobContext) -> Result:
     """Versions and the GPU's facts, once torch is imported and CUDA initialised."""
-    await context.warmup.wait()
-    warm = context.warmup
+    await context.startup.wait()
+    warm = context.startup
     device = device_summary()
     metrics: dict[str, Any] = {"versions": context.versions(), "cudaAvailable": warm.cuda_available,
                                "device": device}
@@ -107,7 +106,7 @@ async def _run_python(job: Job, context: JobContext) -> Result:
 def user_code_findings(outcome: SandboxOutcome, task: SandboxTask) -> list[dict[str, Any]]:
     """How user code's run ended (nothing when it returned), and what kept it in, when that was not all."""
     findings = [] if outcome.status == "ok" else [outcome_finding(outcome, task)]
-    gaps = isolation_gaps({"isolation": outcome.isolation})
+    gaps = isolation_gaps(outcome.isolation)
     if gaps:
         findings.append(Finding(path_to_uri(_first_file(task)), Range.line(0), Severity.WARNING, SOURCE,
                                 "run-not-isolated", "the code ran without full isolation: " + "; ".join(gaps)))

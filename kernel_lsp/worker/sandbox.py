@@ -28,9 +28,10 @@ from typing import Any, Literal
 from kernel_lsp.process.isolation import BUILD_CACHES, build_cache_root, candidate_environment, with_package_on_path
 from kernel_lsp.process.failures import CUDA_ERROR_MARKERS, OUT_OF_MEMORY_MARKERS
 from kernel_lsp.process.frames import FRAME_HEADER, decode_frame_body, encode_frame
+from kernel_lsp.contracts.keeper_report import KeeperEnd, KeeperStart
 from kernel_lsp.process.keeper import KILL_WITHIN_S, KeeperLink, keeper_command
 from kernel_lsp.process.namespaces import TASK_DIR_ENV, isolation_status
-from kernel_lsp.verify.candidate_process import ALWAYS_WRITABLE, in_sandbox
+from kernel_lsp.candidate.handle import ALWAYS_WRITABLE, in_sandbox
 from kernel_lsp.worker.child import user_frames
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,8 @@ class SandboxOutcome:
 
 
 class Sandbox:
-    """Runs each task in a fresh child process of this one; one child waits, warm, for the next task.
+    """Runs each task in a fresh child process of this one; one child waits, warm, for the next task (started
+    when a run ends: nothing of the sandbox's starts while a task runs).
 
     A run's wall time is counted from sending the task, so a child's own start-up is never charged to it.
 
@@ -109,7 +111,7 @@ class Sandbox:
     extension's build): each child starts in the candidate's sandbox (process/namespaces.py, where one starts
     here) and confines itself with Landlock and seccomp before it imports anything, writing only its own folders,
     the candidates' build caches and the folders given. Without it (None), children are the judge's: they run
-    kernel-lsp's own code, which starts candidates in their sandbox itself (verify/candidate_process.py).
+    kernel-lsp's own code, which starts candidates in their sandbox itself (candidate/handle.py).
     """
 
     def __init__(self, python: str = sys.executable, preload: tuple[str, ...] = (),
@@ -147,7 +149,6 @@ class Sandbox:
             _task_frame(task, limits, "")  # a task msgpack cannot carry fails before a child is used
             child = await self._take_child()
             task_dir = child.task_dir  # made with the child: the candidate's process it starts ahead reads it
-            self._prestart()  # the next child imports while this one runs, so back-to-back runs do not wait for it
             child.guard(task_dir, limits.disk_bytes)
             outcome = await _run_in(child, _task_frame(task, limits, task_dir), limits, task_dir, task.origins)
             return dataclasses.replace(outcome, isolation=child.isolation)
@@ -156,6 +157,9 @@ class Sandbox:
         finally:
             if task_dir is not None:
                 shutil.rmtree(task_dir, ignore_errors=True)  # here, not in the child: a killed child cannot clean up
+            # the next child starts once this run is over, never while it runs: its imports (and on a GPU the CUDA
+            # context of the candidate's process it starts ahead) would share the CPU and the device with the
+            # judge's timed rounds. A one-shot client that closes the worker now ends it before it costs much
             self._prestart()
 
     async def close(self) -> None:
@@ -302,7 +306,7 @@ class _Child:
         self.link = link
         self.home = home
         self.task_dir = task_dir
-        self.kept: dict[str, Any] | None = None  # the keeper's last report, once it has exited
+        self.kept: KeeperEnd | None = None  # the keeper's last report, once it has exited
         self._task_pipe = task_pipe
         self._results = results
         self._results_pipe = results_pipe
@@ -415,7 +419,7 @@ class _Child:
             self._task_pipe.abort()
         self._results_pipe.close()
         self.kept = self.link.end()
-        _log_keeper(self.link.lines, self.kept)
+        _log_keeper(self.link.start(0), self.kept)
         self.link.close()
         shutil.rmtree(self.home, ignore_errors=True)  # the task folder stays until the run's outcome is read
 
@@ -444,10 +448,10 @@ def confined_writable(env: dict[str, str], home: str, task_dir: str, extra: tupl
 _said_keeper_problem = False
 
 
-def _log_keeper(lines: list[dict[str, Any]], kept: dict[str, Any] | None) -> None:
+def _log_keeper(start: KeeperStart | None, kept: KeeperEnd | None) -> None:
     """What the keeper could not do, and what the child left behind, in the worker's log."""
     global _said_keeper_problem
-    problem = next((line["subreaper"] for line in lines if line.get("subreaper")), None)
+    problem = start.subreaper if start is not None else None
     if problem and not _said_keeper_problem:
         _said_keeper_problem = True
         log.warning("sandbox: %s; a candidate's detached processes may outlive their run", problem)
@@ -455,12 +459,11 @@ def _log_keeper(lines: list[dict[str, Any]], kept: dict[str, Any] | None) -> Non
         log.warning("sandbox: the keeper of a child was killed before it reported; what the child started may "
                     "still run")
         return
-    if kept.get("leftCount"):
-        log.warning("sandbox: a child left %d process(es) running, killed: %s", kept["leftCount"],
-                    "; ".join(kept["left"]))
-    if kept.get("unkilled"):
+    if kept.left_count:
+        log.warning("sandbox: a child left %d process(es) running, killed: %s", kept.left_count, "; ".join(kept.left))
+    if kept.unkilled:
         log.error("sandbox: process(es) would not die within %g s of SIGKILL: %s", KILL_WITHIN_S,
-                  "; ".join(kept["unkilled"]))
+                  "; ".join(kept.unkilled))
 
 
 @dataclass(frozen=True)
@@ -471,7 +474,7 @@ class _Ending:
     stdout: str
     stderr: str
     output_truncated: bool
-    kept: dict[str, Any] | None  # the keeper's last report
+    kept: KeeperEnd | None  # the keeper's last report
 
 
 async def _run_in(child: _Child, task_frame: bytes, limits: SandboxLimits, task_dir: str,
@@ -491,16 +494,16 @@ async def _run_in(child: _Child, task_frame: bytes, limits: SandboxLimits, task_
         await asyncio.shield(child.stop())
         raise
     ending = child.ending()
-    if ending.kept is not None and ending.kept.get("reason") == "disk":
+    if ending.kept is not None and ending.kept.reason == "disk":
         return _outcome("disk-limit", _over_disk_limit(ending.kept), ending, duration_s)
     if reply is None:
         return _outcome_from_exit(ending, duration_s, task_dir, origins)
     return _outcome_from_reply(reply, ending, duration_s)
 
 
-def _over_disk_limit(kept: dict[str, Any]) -> str:
-    return (f"took {kept['diskBytes'] / 2**20:.0f} MiB of disk in its folders, over the limit of "
-            f"{kept['diskLimit'] / 2**20:.0f} MiB (limits.diskBytes); its processes were killed and its files "
+def _over_disk_limit(kept: KeeperEnd) -> str:
+    return (f"took {kept.disk_bytes / 2**20:.0f} MiB of disk in its folders, over the limit of "
+            f"{(kept.disk_limit or 0) / 2**20:.0f} MiB (limits.diskBytes); its processes were killed and its files "
             f"removed")
 
 

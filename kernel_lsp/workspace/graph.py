@@ -117,7 +117,7 @@ class DependencyGraph:
                 for extension in parse_python(text).extensions:
                     if extension.kind == "load":
                         for source in extension.source_files:
-                            # as kinds.files.load_sources: relative names are from the candidate's folder
+                            # as jobs.files.load_sources: relative names are from the candidate's folder
                             target = resolved(path.parent / Path(source).expanduser())
                             if target != path:
                                 edges.add(Edge(path, target, "load-source"))

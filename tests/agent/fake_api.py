@@ -28,7 +28,9 @@ PING_EVERY_S = 0.2
 
 @dataclass(frozen=True)
 class Turn:
-    # {"type": "text", "text"} | {"type": "tool_use", "id", "name", "input"}
+    # {"type": "text", "text"} | {"type": "tool_use", "id", "name", "input"} (streamed with "cut_json": N, only the
+    # first N characters of its JSON input arrive, as from a turn cut at max_tokens) | {"type": "thinking",
+    # "thinking", "signature"} | {"type": "redacted_thinking", "data"}
     blocks: list[dict] = field(default_factory=list)
     stop_reason: str = "end_turn"
     input_tokens: int = 100
@@ -42,6 +44,8 @@ class Turn:
     pings_s: float = 0.0  # streamed: after message_start, a keep-alive ping every PING_EVERY_S for this long
     raw: tuple[str, str] | None = None  # (content type, body): answer 200 with this instead (a proxy's page)
     raw_events: tuple[str, ...] = ()  # streamed: these server-sent event texts after message_start instead
+    cache_write: int = 0  # usage's cache_creation_input_tokens
+    cache_read: int = 0  # usage's cache_read_input_tokens
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,26 @@ def tool_use_turn(
     return Turn(blocks, "tool_use", input_tokens, output_tokens)
 
 
+def text(content: str | list[dict]) -> str:
+    """A message's text: its content when a string, else its text blocks joined (a prompt-cache breakpoint turns
+    the last message's string into one text block)."""
+    if isinstance(content, str):
+        return content
+    return "".join(block.get("text", "") for block in content if block.get("type") == "text")
+
+
+def cut_turn(name: str, input: dict, cut_json: int, *, text: str = "") -> Turn:
+    """A turn cut at max_tokens in the middle of a tool call's input: only its first `cut_json` characters arrive."""
+    call = {"type": "tool_use", "id": f"toolu_{next(_tool_ids):04d}", "name": name, "input": input,
+            "cut_json": cut_json}
+    return Turn(([{"type": "text", "text": text}] if text else []) + [call], "max_tokens", 100, 8192)
+
+
+def thinking_turn(thinking: str, then: Turn, signature: str = "sig-abc123") -> Turn:
+    """`then` with a thinking block (its signature as the API sends it) before its other blocks."""
+    return replace(then, blocks=[{"type": "thinking", "thinking": thinking, "signature": signature}, *then.blocks])
+
+
 def error_turn(status: int, type: str, message: str, retry_after: float | None = None) -> Turn:
     return Turn(status=status, error_type=type, error_message=message, retry_after=retry_after)
 
@@ -106,10 +130,13 @@ class FakeMessagesApi:
     """Serves the scripted turns on 127.0.0.1 at a free port while in its `with` block."""
 
     def __init__(self, turns: list[Turn], model: str = "claude-fake",
-                 responder: Callable[[dict], Turn | None] | None = None) -> None:
+                 responder: Callable[[dict], Turn | None] | None = None, prompt_cache: bool = False) -> None:
         """`responder`, when given, answers each request from its body (a model whose next move depends on the
-        conversation: passes that run at once interleave their requests); the script is used where it gives None."""
+        conversation: passes that run at once interleave their requests); the script is used where it gives None.
+        `prompt_cache`: each answer's input usage is counted from the request as the API counts it (PromptCache)
+        instead of the turn's figure."""
         self.turns = list(turns)
+        self.cache = PromptCache() if prompt_cache else None
         self.responder = responder
         self.model = model
         self.requests: list[RecordedRequest] = []
@@ -157,6 +184,9 @@ def _handler_class(api: FakeMessagesApi) -> type[BaseHTTPRequestHandler]:
                 turn = (api.responder(body) if api.responder else None) or api._next_turn() or error_turn(500, "api_error", "the fake Messages API has no turn left")
             else:
                 turn = error_turn(404, "not_found_error", f"the fake Messages API does not serve {self.path}")
+            if api.cache is not None and turn.status == 200:
+                fresh, written, read = api.cache.usage(body)
+                turn = replace(turn, input_tokens=fresh, cache_write=written, cache_read=read)
             api._stopping.wait(turn.delay_s)
             try:
                 self._answer(turn, body)
@@ -226,6 +256,51 @@ def _handler_class(api: FakeMessagesApi) -> type[BaseHTTPRequestHandler]:
     return MessagesHandler
 
 
+CHARS_PER_TOKEN = 4
+LOOKBACK_BLOCKS = 20
+
+
+class PromptCache:
+    """The prompt cache as the Messages API documents it: the prompt is tools, then system, then messages, one
+    prefix; a block with cache_control marks a breakpoint. A request reads the longest prefix ending at one of its
+    breakpoints that an earlier request wrote, writes the prefix up to its last breakpoint beyond that, and pays the
+    input price for the rest. Tokens are counted as characters / CHARS_PER_TOKEN of each block's JSON (without its
+    cache_control), so any change before a breakpoint (a tool list that changed, a rewritten system prompt) misses."""
+
+    def __init__(self) -> None:
+        self.written: set[str] = set()
+
+    def usage(self, body: dict) -> tuple[int, int, int]:
+        """(input tokens, cache write tokens, cache read tokens) of one request."""
+        blocks: list[tuple[str, bool]] = [(_unmarked(tool), "cache_control" in tool) for tool in body.get("tools", [])]
+        system = body.get("system") or []
+        blocks += [(json.dumps(system), False)] if isinstance(system, str) else \
+            [(_unmarked(block), "cache_control" in block) for block in system]
+        for message in body.get("messages", []):
+            content = message["content"]
+            if isinstance(content, str):
+                blocks.append((message["role"] + content, False))
+            else:
+                blocks += [(message["role"] + _unmarked(block), "cache_control" in block) for block in content]
+        prefix, tokens, ends = "", 0, []  # per block: (tokens up to and including it, the prefix's key, marked)
+        for text, marked in blocks:
+            prefix += text
+            tokens += max(1, len(text) // CHARS_PER_TOKEN)
+            ends.append((tokens, str(hash(prefix)), marked))
+        marks = [index for index, (_, _, marked) in enumerate(ends) if marked]
+        # a breakpoint also finds what was written at any of the LOOKBACK_BLOCKS block ends before it
+        looked = {i for mark in marks for i in range(max(0, mark - LOOKBACK_BLOCKS), mark + 1)}
+        read = max((ends[i][0] for i in looked if ends[i][1] in self.written), default=0)
+        last = ends[marks[-1]][0] if marks else 0
+        self.written.update(ends[i][1] for i in marks)
+        written = max(0, last - read)
+        return tokens - read - written, written, read
+
+
+def _unmarked(block: dict) -> str:
+    return json.dumps({k: v for k, v in block.items() if k != "cache_control"}, sort_keys=True)
+
+
 def message_json(turn: Turn, model: str) -> dict:
     return {
         "id": "msg_fake",
@@ -235,14 +310,17 @@ def message_json(turn: Turn, model: str) -> dict:
         "content": turn.blocks,
         "stop_reason": turn.stop_reason,
         "stop_sequence": None,
-        "usage": {"input_tokens": turn.input_tokens, "output_tokens": turn.output_tokens},
+        "usage": {"input_tokens": turn.input_tokens, "output_tokens": turn.output_tokens,
+                  "cache_creation_input_tokens": turn.cache_write, "cache_read_input_tokens": turn.cache_read},
     }
 
 
 def stream_events(turn: Turn, model: str) -> list[dict]:
     """The server-sent events of one streamed message, as the Messages API orders them."""
     start = message_json(replace(turn, blocks=[]), model)
-    start.update(stop_reason=None, usage={"input_tokens": turn.input_tokens, "output_tokens": 1})
+    start.update(stop_reason=None, usage={"input_tokens": turn.input_tokens, "output_tokens": 1,
+                                          "cache_creation_input_tokens": turn.cache_write,
+                                          "cache_read_input_tokens": turn.cache_read})
     events: list[dict] = [{"type": "message_start", "message": start}, {"type": "ping"}]
     for index, block in enumerate(turn.blocks):
         events.extend(block_events(index, block))
@@ -256,15 +334,24 @@ def stream_events(turn: Turn, model: str) -> list[dict]:
 
 
 def block_events(index: int, block: dict) -> list[dict]:
+    extra: list[dict] = []
     if block["type"] == "text":
         opening, delta_type, delta_key, whole = {"type": "text", "text": ""}, "text_delta", "text", block["text"]
+    elif block["type"] == "thinking":
+        opening = {"type": "thinking", "thinking": "", "signature": ""}
+        delta_type, delta_key, whole = "thinking_delta", "thinking", block["thinking"]
+        extra = [{"type": "content_block_delta", "index": index,
+                  "delta": {"type": "signature_delta", "signature": block["signature"]}}]
+    elif block["type"] == "redacted_thinking":
+        opening, delta_type, delta_key, whole = dict(block), "", "", ""
     else:
         opening = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
         delta_type, delta_key, whole = "input_json_delta", "partial_json", json.dumps(block["input"])
+        whole = whole[: block.get("cut_json", len(whole))]
     deltas = [
         {"type": "content_block_delta", "index": index, "delta": {"type": delta_type, delta_key: piece}}
         for piece in pieces(whole)
-    ]
+    ] + extra
     return [
         {"type": "content_block_start", "index": index, "content_block": opening},
         *deltas,

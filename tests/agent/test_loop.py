@@ -20,6 +20,7 @@ from kernel_lsp.agent.trajectory import TrajectoryWriter, read_trajectory
 from kernel_lsp.config import Settings
 from kernel_lsp.worker.client import WorkerClient
 from tests.agent.fake_api import (
+    text,
     FakeMessagesApi,
     broken_stream,
     delayed,
@@ -30,6 +31,7 @@ from tests.agent.fake_api import (
     tool_use_turn,
 )
 from tests.agent.test_tools import REFERENCE, TRITON
+from tests.problems import verified_report_wire
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -56,18 +58,18 @@ def problem(folder: Path, candidate: str | None) -> Path:
 
 
 def optimizer(api: FakeMessagesApi, file: Path, budget: Budget = Budget(), max_turn_s: float = 900.0,
-              memory: KernelMemory | None = None) -> Optimizer:
+              memory: KernelMemory | None = None, thinking_budget: int = 0, prompt_caching: bool = True) -> Optimizer:
     start = "" if file.name == "ref.py" else file.read_text()
     workbench = Workbench(file, file.parent / "ref.py", start, Settings(), WorkerClient(), OPTIONS, "t1")
     model = ModelClient("test-key", api.url, "claude-sonnet-4-5", 2048, None, max_retries=0, timeout_s=60,
-                        max_turn_s=max_turn_s)
+                        max_turn_s=max_turn_s, thinking_budget=thinking_budget, prompt_caching=prompt_caching)
     return Optimizer(model, workbench, budget, TrajectoryWriter(file.parent / "trajectories", "t1"), "cpu",
                      memory=memory)
 
 
 async def run_pass(api: FakeMessagesApi, file: Path, budget: Budget = Budget(), max_turn_s: float = 900.0,
-                   events: list[ProgressEvent] | None = None):
-    pass_ = optimizer(api, file, budget, max_turn_s)
+                   events: list[ProgressEvent] | None = None, thinking_budget: int = 0, prompt_caching: bool = True):
+    pass_ = optimizer(api, file, budget, max_turn_s, thinking_budget=thinking_budget, prompt_caching=prompt_caching)
     if events is not None:
         pass_.on_event = events.append
     try:
@@ -155,7 +157,7 @@ async def test_a_wrong_kernel_scores_zero_and_the_right_one_is_kept(tmp_path: Pa
     assert outcome.best_source == FAST and outcome.improved
     verify_answer = api.requests[2].body["messages"][-1]["content"][0]["content"]
     assert '"verdict":"rejected"' in verify_answer
-    memory = api.requests[2].body["messages"][0]["content"]
+    memory = text(api.requests[2].body["messages"][0]["content"])
     assert "#0 (the original): verified" in memory
     # the trajectory, fit for training: where it ran, what each turn was offered and asked with, the codes
     events = read_trajectory(outcome.trajectory_path)
@@ -164,7 +166,8 @@ async def test_a_wrong_kernel_scores_zero_and_the_right_one_is_kept(tmp_path: Pa
     assert "torch" in environment["worker"]["versions"]
     turns = [e for e in events if e["kind"] == "message" and e["role"] == "assistant"]
     assert len(turns) == 5 and turns[0]["request"]["model"] == "claude-sonnet-4-5"
-    assert "verify" in turns[0]["request"]["tools"] and "profile" not in turns[0]["request"]["tools"]
+    assert "verify" in turns[0]["request"]["tools"]
+    assert all(turn["request"]["tools"] == turns[0]["request"]["tools"] for turn in turns)  # one list: cacheable
     codes = {e["node"]: e["codes"] for e in events if e["kind"] == "evaluation"}
     assert codes[wrong.id] == ["verify-mismatch"] and codes[right.id] == []
 
@@ -192,7 +195,7 @@ async def test_the_pass_stops_at_the_model_call_budget_and_says_so(tmp_path: Pat
     assert outcome.stop_reason == "the budget of 2 model calls is spent"
     assert len(api.requests) == 2 and api.turns_left == 1
     assert outcome.best_source is None and outcome.side_file is None
-    assert "There is no candidate yet" in api.requests[0].body["messages"][0]["content"]
+    assert "There is no candidate yet" in text(api.requests[0].body["messages"][0]["content"])
     assert read_trajectory(outcome.trajectory_path)[-1]["stop_reason"] == outcome.stop_reason
 
 
@@ -323,9 +326,7 @@ class PoolWorker:
         source = job.source_files[job.config["candidate"]]
         self.sources.append(source)
         eager = 2.0 if "pool-b" in source else 1.5
-        report = {"verdict": "verified", "device": "cpu", "correctness": {"trials": 2, "passed": 2},
-                  "integrity": [], "speedup": {"eager": eager, "compile": None},
-                  "timing": {"candidate": {"median_ms": 2.0 / eager}}}
+        report = verified_report_wire(eager=eager, median_ms=2.0 / eager)
         return Result("ok", metrics={"verdict": "verified", "summary": f"correct 2/2 · {eager}× eager",
                                      "report": report})
 
@@ -375,11 +376,11 @@ async def test_earlier_candidates_are_read_by_number_and_passes_remember_each_ot
         finally:
             await pass_.workbench.worker.close()
     answers = [m["content"][0]["content"] for r in api.requests for m in r.body["messages"][-1:]
-               if isinstance(m["content"], list)]
+               if isinstance(m["content"], list) and m["content"][0]["type"] == "tool_result"]
     read = json.loads(answers[1])
     assert read["node"] == 1 and read["codes"] == ["verify-mismatch"] and "x * 3.0" in read["source"]
     assert "there is no candidate #9" in answers[2]
-    assert first.improved and "What earlier passes" not in api.requests[0].body["messages"][0]["content"]
+    assert first.improved and "What earlier passes" not in text(api.requests[0].body["messages"][0]["content"])
 
     again = problem(tmp_path, SLOW)  # the same file, a new pass
     with FakeMessagesApi([tool_use_turn("finish", {"summary": "nothing new"})]) as api:
@@ -388,10 +389,10 @@ async def test_earlier_candidates_are_read_by_number_and_passes_remember_each_ot
             await pass_.run()
         finally:
             await pass_.workbench.worker.close()
-    prompt = api.requests[0].body["messages"][0]["content"]
+    prompt = text(api.requests[0].body["messages"][0]["content"])
     earlier = prompt.split("What earlier passes on this file tried (newest first):\n")[1].splitlines()
     assert earlier[0].startswith("[pass t1 ") and "verified" in earlier[0]
-    assert earlier[0].endswith("(fastest of that pass)")
+    assert earlier[0].endswith("(fastest of that pass) · the pass ended: done")  # its finish summary carried
     assert "rejected: verify-mismatch" in earlier[1]
 
 
@@ -401,9 +402,11 @@ async def test_a_planning_turn_proposes_strategies_and_each_branch_from_the_orig
         {"name": "one big block", "idea": "one program of 4096 elements"},
         {"name": "two blocks", "idea": "two programs of 2048"}]})
     half = FAST.replace("4096", "2048")
+    # expansion 1, from the original, follows the first strategy and gets it wrong (no better place to start
+    # from): expansion 2 starts from the original again, and follows the other strategy
     script = [tool_use_turn("read_candidate", {}), plan,
-              write_and_verify(FAST), text_turn("next"),  # expansion 1, from the original: the first strategy
-              write_and_verify(half), text_turn("next"),  # expansion 2, from the original: the other strategy
+              write_and_verify(WRONG), text_turn("next"),
+              write_and_verify(half), text_turn("next"),
               tool_use_turn("finish", {"summary": "done"})]
     with FakeMessagesApi(script) as api:
         pass_ = optimizer(api, file)
@@ -415,11 +418,11 @@ async def test_a_planning_turn_proposes_strategies_and_each_branch_from_the_orig
     assert [s.name for s in pass_.strategies] == ["one big block", "two blocks"]
     planner_tools = [t["name"] for t in api.requests[0].body["tools"]]
     assert planner_tools == ["read_reference", "read_candidate", "static_facts", "propose_strategies"]
-    first, second = api.requests[2].body["messages"][0]["content"], api.requests[4].body["messages"][0]["content"]
+    first, second = text(api.requests[2].body["messages"][0]["content"]), text(api.requests[4].body["messages"][0]["content"])
     assert "planned strategy 'one big block': one program of 4096 elements" in first
     assert "planned strategy 'two blocks'" in second
     strategies = {n.source: n.strategy for n in pass_.tree.nodes if n.parent_id is not None}
-    assert strategies == {FAST: "one big block", half: "two blocks"}
+    assert strategies == {WRONG: "one big block", half: "two blocks"}
     assert "[two blocks]" in pass_.tree.memory() and outcome.improved
     events = read_trajectory(outcome.trajectory_path)
     (planned,) = [e for e in events if e["kind"] == "plan"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -51,3 +52,26 @@ def test_a_memory_that_cannot_be_written_is_logged_not_raised(tmp_path: Path, ca
     with caplog.at_level(logging.WARNING):
         KernelMemory(blocker, tmp_path / "relu.py").add_pass("p1", a_pass([1.0]))
     assert "cannot write the memory" in caplog.text
+
+
+def test_profile_gists_and_the_finish_summary_reach_the_next_pass(tmp_path: Path):
+    from kernel_lsp.agent.loop import profile_gist
+    from kernel_lsp.agent.search import source_hash
+
+    answer = json.dumps({"ok": True, "kernels": [{"name": "relu_kernel", "bound": "memory", "hints": [
+        {"code": "ncu-uncoalesced", "message": "Loads are strided by 4. Use a contiguous layout.", "line": 9},
+        {"code": "ncu-occupancy", "message": "Occupancy is 25%. Fewer registers would help."}]}], "problems": []})
+    gist = profile_gist(answer)
+    assert gist == ("relu_kernel (memory-bound): ncu-uncoalesced: Loads are strided by 4; "
+                    "ncu-occupancy: Occupancy is 25%")
+    assert profile_gist("not json") == "" and profile_gist(json.dumps({"kernels": []})) == ""
+    memory = KernelMemory(tmp_path, tmp_path / "relu.py")
+    tree = a_pass([1.5, 3.0])
+    fastest = tree.best_verified()
+    memory.add_pass("p1", tree, {source_hash(fastest.source): gist}, finish="vectorized\nthe loads  by four")
+    lines = memory.prompt().splitlines()
+    [line] = [line for line in lines if "(fastest of that pass)" in line]
+    assert line.endswith(f"(fastest of that pass) · its profile: {gist} · the pass ended: vectorized the loads by four")
+    assert not any("its profile" in other or "the pass ended" in other for other in lines if other != line)
+    memory.add_pass("p2", a_pass([1.1]), {}, finish="x" * 1000)  # a long summary is cut
+    assert len(memory.entries()[-2].get("finish", "")) <= memory_module.NOTE_CHARS

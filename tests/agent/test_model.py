@@ -56,7 +56,8 @@ async def test_a_streamed_tool_use_turn_is_assembled_from_its_deltas():
     assert call["id"].startswith("toolu_")
     sent = api.requests[0]
     assert sent.path == "/v1/messages" and sent.body["stream"] is True
-    assert sent.body["system"] == "You optimize kernels." and sent.body["tools"] == TOOLS
+    assert sent.body["system"] == [{"type": "text", "text": "You optimize kernels.",  # a cache breakpoint after it
+                                    "cache_control": {"type": "ephemeral"}}] and sent.body["tools"] == TOOLS
     assert sent.body["model"] == MODEL and sent.body["max_tokens"] == 1024
     assert "temperature" not in sent.body
     assert sent.api_key == KEY

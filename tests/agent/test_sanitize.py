@@ -25,8 +25,8 @@ from kernel_lsp.agent.model import ModelClient
 from kernel_lsp.agent.tools import Workbench
 from kernel_lsp.agent.trajectory import TrajectoryWriter, read_trajectory
 from kernel_lsp.config import Settings
-from kernel_lsp.kinds.files import JOB_KEYS
-from kernel_lsp.kinds.options import from_config
+from kernel_lsp.jobs.files import JOB_KEYS
+from kernel_lsp.contracts.options import from_config
 from kernel_lsp.kinds.sanitize import SanitizeOptions
 from kernel_lsp.profile.sanitize import NO_GPU, SanitizeRun, ToolRun, sanitize_findings, sanitize_report, summary_line
 from kernel_lsp.profile.worker_job import candidate_files
@@ -66,7 +66,7 @@ needs_recordings = pytest.mark.skipif(
     reason=f"compute-sanitizer's recorded logs are not in {SANITIZER_LOGS} yet (tests/gpu/record_sanitizer.py "
            f"records them on a GPU): {', '.join(p.name for p in RECORDED if not _present(p))}")
 
-# 4000 floats: x's file-backed pages on the CPU (verify/exchange.py) end 384 bytes after it, so relu_far's read
+# 4000 floats: x's file-backed pages on the CPU (candidate/exchange.py) end 384 bytes after it, so relu_far's read
 # past its end reads a zero there (at 4096 floats it reads the next page, which may not be mapped: a SIGSEGV)
 REFERENCE = relu_problem("torch.randn(4000)")
 # the Triton twins of tests/gpu/sanitizer_candidates.py's MANY_OUT_OF_BOUNDS and CLEAN, whose recorded logs answer

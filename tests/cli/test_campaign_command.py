@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from kernel_lsp.cli import main
-from tests.agent.fake_api import FakeMessagesApi, Turn, delayed, error_turn, tool_use_turn
+from tests.agent.fake_api import FakeMessagesApi, Turn, delayed, error_turn, tool_use_turn, text
 from tests.paths import HERE
 from tests.problems import relu_problem, triton_relu
 
@@ -109,6 +109,19 @@ def test_a_campaign_runs_every_problem_and_writes_the_papers_table(tmp_path: Pat
         assert json.loads(Path(trajectory).read_text().splitlines()[-1])["kind"] == "end"
     state = json.loads((tmp_path / "out" / "campaign.json").read_text())
     assert state["report"]["metrics"] == document["metrics"]
+    # per problem, why its kernels were rejected (not why the pass stopped)
+    assert rows[KEYS[1]]["reason"].startswith("rejected: integrity-input-mutated"), rows[KEYS[1]]
+    assert rows[KEYS[2]]["reason"].startswith("no candidate was evaluated (the pass: "), rows[KEYS[2]]
+    # the papers' table: one level here; every speedup was timed on the CPU, so only fast_0 and the cost count
+    [level] = document["levels"]
+    assert state["report"]["levels"] == document["levels"]
+    assert (level["level"], level["problems"], level["correct"], level["cpu_timed"]) == ("1", 3, 1, 1)
+    assert level["fast"]["eager"] == {"0": pytest.approx(1 / 3), "1": 0.0, "1.5": 0.0, "2": 0.0}
+    assert level["geomean_correct"]["eager"] is None and level["geomean_all"]["eager"] == 1.0
+    assert level["dollars_per_solved"] == pytest.approx(document["totals"]["dollars"])
+    markdown = Path(document["table"]).read_text()
+    assert "| 1 | 3 | 33% | 0% | 0% | 0% | 1.00x | - | - |" in markdown and "timed on the CPU" in markdown
+    assert Path(document["plot"]).read_text().startswith("<svg")
     assert not list(folder.glob("*.kernel-lsp-best.py"))  # the problem folder is left as it was
 
     # the text table: a row per problem, fast_p and the cost
@@ -122,7 +135,9 @@ def test_a_campaign_runs_every_problem_and_writes_the_papers_table(tmp_path: Pat
     assert lines[0].split()[:5] == ["level", "id", "name", "status", "verdict"]
     assert any(line.split()[:5] == ["1", "1", "ReLU", "done", "verified"] for line in lines)
     assert "3 problems: 1 verified, 2 rejected, 0 unavailable" in captured.out
-    assert "fast_p" in captured.out and "cost: 10 model calls" in captured.out
+    assert "timed on the CPU" in captured.out and "cost: 10 model calls" in captured.out
+    assert "per level, against eager PyTorch:" in captured.out and "cost per level:" in captured.out
+    assert "geomean speedup vs eager" not in captured.out  # the CPU's ratios are not shown as speedups
 
 
 def test_a_total_budget_stops_the_campaign_and_a_resume_finishes_it(tmp_path: Path, capsys, monkeypatch):
@@ -226,7 +241,7 @@ def test_fresh_starts_over_without_the_memory_of_the_old_passes(tmp_path: Path, 
         status, document, err = run_campaign([str(folder), "--out", str(out), "--only", HONEST, "--fresh"], capsys)
     assert status == 0 and "resuming" not in err
     assert document["problems"][0]["passes"] == 1 and len(api.requests) == 8  # run again, from nothing
-    prompt = api.requests[4].body["messages"][0]["content"]
+    prompt = text(api.requests[4].body["messages"][0]["content"])
     assert "earlier passes" not in prompt, prompt  # the old pass's memory was not offered
     assert len(list((out / "trajectories").glob("*.jsonl"))) == 2  # the old trajectory is kept
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kernel_lsp.cli import main
-from tests.agent.fake_api import FakeMessagesApi, error_turn, raw_turn, tool_use_turn
+from tests.agent.fake_api import FakeMessagesApi, error_turn, raw_turn, text, tool_use_turn
 from tests.agent.test_loop import FAST, SLOW, problem
 
 pytestmark = pytest.mark.timeout(300)
@@ -109,7 +109,7 @@ def test_the_cute_target_reaches_the_model_with_its_rule_and_the_code_search(tmp
         status = main(["optimize", str(problem(tmp_path, None)), "--target", "cute", "--max-model-calls", "3", *CPU])
     assert status == 1, capsys.readouterr().err
     first = api.requests[0].body
-    assert "#include <cute/tensor.hpp>" in first["system"]
+    assert "#include <cute/tensor.hpp>" in text(first["system"])
     assert "search_cutlass" in [tool["name"] for tool in first["tools"]]
     answer = json.loads(api.requests[1].body["messages"][-1]["content"][0]["content"])
     assert "snippets" in answer or "kernel-lsp[cutlass]" in answer.get("error", ""), answer

@@ -187,7 +187,7 @@ def test_problems_hover_and_code_actions_in_code_server(code_server_dir: Path, t
                              "command": "kernel-lsp: Optimize This Kernel", "marker": "4096", "appliedText": "BLOCK=4096",
                              "noKey": {"key": API_KEY, "keyCommand": "kernel-lsp: Set Anthropic API Key"}},
                 "summary": {"command": "kernel-lsp: Show Workspace Summary", "file": "broken.cu",
-                            "until": {"relu.py": "verified"}},
+                            "until": {"relu.py": "verified"}, "settleMs": 180_000},
                 "profileImport": {"command": "kernel-lsp: Import Nsight Compute Profile…", "file": "kernels.cu",
                                   "copy": [str(FIXTURES / name) for name in PROFILE_FILES],
                                   "into": str(workspace / "profile"),

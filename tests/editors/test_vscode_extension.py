@@ -22,8 +22,8 @@ from kernel_lsp.config import (
     VERIFY_DEVICES,
     Settings,
 )
-from kernel_lsp.kinds.options import camel as _camel
-from kernel_lsp.kinds.options import snake as _snake
+from kernel_lsp.contracts.options import camel as _camel
+from kernel_lsp.contracts.options import snake as _snake
 from kernel_lsp.server.optimize_feature import OPTIMIZE_COMMAND
 from kernel_lsp.server.profile_feature import IMPORT_COMMAND, PROFILE_COMMAND
 from kernel_lsp.server.settings import SECTION

@@ -62,4 +62,11 @@ def test_a_short_campaign_on_two_kernelbench_problems(tmp_path: Path, capsys, mo
     assert document["metrics"]["fast_p"]["eager"]["0"] == 1.0
     assert document["metrics"]["geomean_speedup"]["compile"]["over"] == 2
     assert document["totals"]["model_calls"] == len(api.requests) == 8
+    # the papers' table: one level, both problems timed on the GPU, so every column has its figure
+    [level] = document["levels"]
+    assert (level["level"], level["problems"], level["correct"], level["cpu_timed"]) == ("1", 2, 2, 0)
+    eager = [row["speedup"]["eager"] for row in rows.values()]
+    assert level["geomean_correct"]["eager"] == pytest.approx((eager[0] * eager[1]) ** 0.5)
+    assert level["mean_correct"]["eager"] == pytest.approx(sum(eager) / 2)
+    assert level["fast"]["compile"]["0"] == 1.0 and "| 1 | 2 | 100% |" in Path(document["table"]).read_text()
     print(json.dumps({k: {"speedup": r["speedup"], "ms": r["ms"]} for k, r in rows.items()}), file=sys.stderr)

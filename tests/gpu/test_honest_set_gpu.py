@@ -55,5 +55,6 @@ async def test_an_honest_candidate_is_verified(tmp_path: Path, problem: str):
     if not (c.KERNELBENCH / problem).is_file():
         pytest.skip(f"needs the KernelBench problem {problem} under {c.KERNELBENCH}")
     result = await verify(tmp_path, HONEST_SET[problem], problem, trials=3, timedCalls=20)
-    assert result["verdict"] == "verified", (result["summary"], result["findings"])
+    # the findings' whole messages: a truncated repr once hid where a 7.5 GB problem ran out of memory
+    assert result["verdict"] == "verified", (result["summary"], [f["message"] for f in result["findings"]])
     assert result["report"]["kernels"]["output_from_kernel"] is True, result["report"]["kernels"]

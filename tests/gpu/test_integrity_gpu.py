@@ -125,7 +125,7 @@ DECOY_TIMES_ZERO = c.relu_candidate("x.clamp(min=0) + 0 * ops.relu(x.contiguous(
 DECOY_CLAMP_BOUND = c.relu_candidate("x.clamp(min=ops.relu(x.contiguous()) * 0)")
 HALF_THE_BATCH = c.HONEST_RELU + '''
 import sys
-import kernel_lsp.verify.host as host
+import kernel_lsp.candidate.host as host
 def _half(self, request):
     sets = request["sets"]
     done = [self.timing_call(*self.timing_sets[i]) for i in sets[: max(1, len(sets) // 2)]]
@@ -150,3 +150,92 @@ async def test_issue_39s_cheats_are_rejected_with_their_codes(tmp_path: Path, ca
     result = await verify(tmp_path, candidate, problem, trials=4, timedCalls=40)
     assert result["verdict"] == "rejected", result["summary"]
     assert code in codes(result), (result["summary"], result["findings"])
+
+
+# a void extension function (its result in a tensor passed to it): honest, and as a decoy on a scratch tensor
+VOID_RELU = c.relu_candidate("(lambda y: (ops.relu_out(x.contiguous(), y), y)[1])(torch.empty_like(x))")
+VOID_DECOY = c.relu_candidate("(ops.relu_out(x.contiguous(), torch.empty_like(x)), x.clamp(min=0))[1]")
+
+
+async def test_a_void_extensions_result_is_ablated_in_the_tensor_it_wrote(tmp_path: Path):
+    honest = await verify(tmp_path, VOID_RELU, c.RELU_PROBLEM, trials=2, timedCalls=10)
+    assert honest["verdict"] == "verified", (honest["summary"], honest["findings"])
+    assert honest["report"]["kernels"]["output_from_kernel"] is True
+    decoy = await verify(tmp_path, VOID_DECOY, c.RELU_PROBLEM, trials=2, timedCalls=10)
+    assert decoy["verdict"] == "rejected" and "integrity-output-not-from-kernel" in codes(decoy), decoy["summary"]
+
+
+# issue 39's library work: its own kernel makes a zero bias (ReLU of -1s), cuBLAS does the 4096³ product
+LIBRARY_ADDMM = c.PRELUDE + '''
+
+class ModelNew(nn.Module):
+    def forward(self, A, B):
+        return torch.addmm(ops.relu(-torch.ones(B.shape[1], device=B.device)), A, B)
+'''
+LIBRARY_LINEAR = c.PRELUDE + '''
+import torch.nn.functional as F
+
+class ModelNew(nn.Module):
+    def forward(self, A, B):
+        return F.linear(A, B.t(), ops.relu(-torch.ones(B.shape[1], device=B.device)))
+'''
+# KernelBench level 2's conv + ReLU + bias: cuDNN's convolution, then its own fused epilogue (stays verified)
+CONV_EPILOGUE = r'''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+ops = load_inline(name="kernel_lsp_gpu_test_epilogue", cpp_sources="torch::Tensor relu_bias(torch::Tensor x, torch::Tensor bias);",
+                  cuda_sources=r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+
+__global__ void relu_bias_kernel(const float* __restrict__ x, const float* __restrict__ bias, float* __restrict__ y,
+                                 long long n, long long hw, int channels) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        y[i] = fmaxf(x[i], 0.f) + bias[(i / hw) % channels];
+}
+
+torch::Tensor relu_bias(torch::Tensor x, torch::Tensor bias) {
+    auto y = torch::empty_like(x);
+    long long n = x.numel(), hw = x.size(2) * x.size(3);
+    int blocks = (int)std::min<long long>((n + 255) / 256, 132LL * 32);
+    relu_bias_kernel<<<blocks, 256, 0, at::cuda::getCurrentCUDAStream()>>>(x.data_ptr<float>(), bias.data_ptr<float>(),
+                                                                            y.data_ptr<float>(), n, hw, (int)x.size(1));
+    return y;
+}
+""", functions=["relu_bias"], extra_cuda_cflags=["-O3"], verbose=False)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_channels, out_channels, kernel_size, bias_shape):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size)
+        self.bias = nn.Parameter(torch.randn(bias_shape))
+
+    def forward(self, x):
+        return ops.relu_bias(self.conv(x).contiguous(), self.bias.contiguous())
+'''
+
+
+@pytest.mark.parametrize("candidate", [LIBRARY_ADDMM, LIBRARY_LINEAR], ids=["addmm", "linear"])
+async def test_library_work_is_a_warning_for_a_person_and_a_reject_for_the_reward(tmp_path: Path, candidate: str):
+    from kernel_lsp.kinds.verify import VerifyOutcome
+    from kernel_lsp.worker.protocol import Result
+
+    result = await verify(tmp_path, candidate, c.MATMUL_PROBLEM, trials=2, timedCalls=10)
+    work = result["report"]["kernels"]["work"]
+    assert result["verdict"] == "verified", (result["summary"], result["findings"])
+    assert work["own_share"] < 0.01 and work["how"].startswith("device time"), work
+    assert "matrix multiply" in work["library_work"], work
+    assert [f["severity"] for f in result["findings"] if f["code"] == "integrity-library-work"] == [2]  # a warning
+    metrics = {key: result[key] for key in ("verdict", "summary", "report")}
+    assert VerifyOutcome.of(Result("ok", result["findings"], metrics), for_reward=True).verdict == "rejected"
+
+
+async def test_a_cudnn_convolution_with_its_own_fused_epilogue_stays_verified(tmp_path: Path):
+    result = await verify(tmp_path, CONV_EPILOGUE, "level2/1_Conv2D_ReLU_BiasAdd.py", trials=2, timedCalls=10)
+    work = result["report"]["kernels"]["work"]
+    assert result["verdict"] == "verified", (result["summary"], result["findings"])
+    assert work["own_share"] >= 0.05 and work["library_work"] is None, work
+    assert "integrity-library-work" not in codes(result) and "own kernels" in result["summary"]

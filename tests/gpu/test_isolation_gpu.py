@@ -39,7 +39,7 @@ torch.Tensor.relu = lambda self: torch.zeros_like(self)
 
 # every figure its own process could report, divided by 100 (the judge's summary of its samples too, were it here)
 FORGES_TIMING = c.HONEST_RELU + '''
-import kernel_lsp.verify.timing as timing
+import kernel_lsp.candidate.timing as timing
 _real, _summarize = timing.time_cuda_calls, timing.summarize
 timing.time_cuda_calls = lambda fn, sets, count, device, scratch, *rest: [s / 100 for s in _real(fn, sets, count, device, scratch, *rest)]
 timing.summarize = lambda samples, **fields: _summarize([s / 100 for s in samples], **fields)

@@ -1,7 +1,7 @@
 """Issue 38 on a real GPU: the candidate's sandbox (bubblewrap namespaces) with CUDA inside it.
 
 - Device memory crosses between two processes in different PID namespaces as the driver's file descriptors
-  (verify/device_share.py through verify/exchange.py), both ways, and what one side writes the other sees.
+  (candidate/device_share.py through candidate/exchange.py), both ways, and what one side writes the other sees.
 - An honest CUDA candidate is verified with the sandbox on (its report says so), and the hostile candidate of
   tests/pipeline/hostile_candidate.py, run on the GPU, is refused everything it tries.
 
@@ -35,7 +35,7 @@ GPU_MEMORY_LIMIT = 16 << 30  # the sandbox's default host memory: CUDA's librari
 OTHER_SIDE = r'''
 import json, socket, sys
 import torch
-from kernel_lsp.verify.exchange import Exchange
+from kernel_lsp.candidate.exchange import Exchange
 exchange = Exchange(sys.argv[2], "candidate", socket.socket(fileno=int(sys.argv[1])))
 value = exchange.receive(json.loads(sys.stdin.readline()))
 print("sum", value[0].sum().item(), value[1], file=sys.stderr, flush=True)
@@ -56,7 +56,7 @@ def sandboxed() -> None:
 def test_device_memory_crosses_pid_namespaces_both_ways(sandboxed, tmp_path: Path):
     import torch
 
-    from kernel_lsp.verify.exchange import Exchange
+    from kernel_lsp.candidate.exchange import Exchange
 
     prepare_writable([str(tmp_path)])
     judge_end, other_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)

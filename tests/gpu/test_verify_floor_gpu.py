@@ -28,7 +28,7 @@ def test_stock_kernels_are_never_below_the_floor(tmp_path) -> None:
     import torch
 
     from kernel_lsp.verify.floor import Floor, below_floor, device_peaks, problem_work
-    from kernel_lsp.verify.timing import make_input_sets, time_callable
+    from kernel_lsp.candidate.timing import make_input_sets, time_callable
 
     peaks = device_peaks("cuda", tmp_path)
     problems = [(torch.relu, lambda: [torch.randn(16384, 16384)]),

@@ -13,7 +13,7 @@ def test_an_unwritten_output_reads_poison_after_poisoning():
     import torch
 
     from kernel_lsp.verify.compare import compare_outputs
-    from kernel_lsp.verify.integrity import flush_allocator, poison_free_memory
+    from kernel_lsp.candidate.integrity import flush_allocator, poison_free_memory
 
     flush_allocator("cuda")
     leftover = torch.full((1 << 20,), 3.0, device="cuda")  # what a reference would leave behind
@@ -44,7 +44,7 @@ def test_right_values_on_the_wrong_device_and_honest_gpu_outputs():
 def test_cuda_event_timing_is_stable_and_orders_work():
     import torch
 
-    from kernel_lsp.verify.timing import make_input_sets, speedup, time_callable
+    from kernel_lsp.candidate.timing import make_input_sets, speedup, time_callable
 
     sets = make_input_sets(lambda: [torch.randn(4096, 4096)], count=3, seed=0, device="cuda")
     assert all(s[0].is_cuda for s in sets) and not torch.equal(sets[0][0], sets[1][0])

@@ -40,7 +40,7 @@ def relu_extension():
 def test_profiler_sees_the_candidates_own_kernel_on_the_current_stream(relu_extension) -> None:
     import torch
 
-    from kernel_lsp.verify.kernels import KernelRecorder, classify, launches_off_stream, own_kernel_names
+    from kernel_lsp.candidate.kernels import KernelRecorder, classify, launches_off_stream, own_kernel_names
 
     x = torch.randn(1 << 20, device="cuda")
     own = own_kernel_names({"relu.cu": RELU_CUDA})
@@ -57,7 +57,7 @@ def test_profiler_sees_the_candidates_own_kernel_on_the_current_stream(relu_exte
 def test_stock_relu_is_no_custom_kernel(relu_extension) -> None:
     import torch
 
-    from kernel_lsp.verify.kernels import KernelRecorder, classify, own_kernel_names
+    from kernel_lsp.candidate.kernels import KernelRecorder, classify, own_kernel_names
 
     x = torch.randn(1 << 20, device="cuda")
     with KernelRecorder("cuda") as seen:
@@ -70,7 +70,7 @@ def test_stock_relu_is_no_custom_kernel(relu_extension) -> None:
 def test_work_on_a_side_stream_is_seen_on_another_stream(relu_extension) -> None:
     import torch
 
-    from kernel_lsp.verify.kernels import KernelRecorder, kernel_name_of, launches_off_stream
+    from kernel_lsp.candidate.kernels import KernelRecorder, kernel_name_of, launches_off_stream
 
     x = torch.randn(1 << 20, device="cuda")
     side = torch.cuda.Stream()

@@ -44,7 +44,7 @@ async def test_honest_relu_is_verified_against_eager_and_compile(tmp_path: Path)
     assert report["correctness"]["distributions"] == ["own", "normal", "scaled", "own", "normal"]
     assert report["kernels"]["custom"] == ["relu_kernel"] and report["kernels"]["how"] == "profiler"
     timing = report["timing"]
-    assert timing["candidate"]["clock"] == "cuda-events" and timing["candidate"]["l2_flushed"]
+    assert timing["candidate"]["clock"] == "judge-wall" and timing["candidate"]["l2_flushed"]
     assert 0.5 < report["speedup"]["eager"] < 2.0  # both are bound by the same 12.9 GB of traffic
     assert report["speedup"]["compile"] is not None or timing["compileError"]
     assert report["floor"]["floor_ms"] < timing["candidate"]["median_ms"]
@@ -82,6 +82,7 @@ async def test_cheating_relu_is_rejected_with_its_code(tmp_path: Path, candidate
 
 async def test_a_kernel_that_reads_shared_memory_it_never_wrote_is_rejected(tmp_path: Path):
     result = await verify(tmp_path, sc.STALE_SHARED, c.RELU_PROBLEM, trials=2)
+    assert result["report"] is not None, (result["summary"], [f["message"] for f in result["findings"]])
     messages = {problem["code"]: problem["message"] for problem in result["report"]["integrity"]}
     assert result["verdict"] == "rejected", (result["summary"], result["findings"])
     message = messages.get("integrity-uninitialized-output", "")

@@ -167,8 +167,8 @@ async def test_after_verification_a_missing_gpu_is_said_once(after_verify: Langu
 
     def verifications_ended() -> int:
         return sum(1 for token, reports in client.progress_reports.items()
-                   if str(token).startswith("kernel-lsp/verify/") and isinstance(reports[-1], types.WorkDoneProgressEnd)
-                   and reports[-1].message.startswith("correct"))
+                   if str(token).startswith("kernel-lsp/verify/") and reports  # created, not begun yet: none
+                   and isinstance(reports[-1], types.WorkDoneProgressEnd) and reports[-1].message.startswith("correct"))
 
     save_document(client, uri)
     await wait_until(lambda: verifications_ended() == 1, 240, "the first verification")

@@ -214,7 +214,7 @@ class ModelNew(nn.Module):
 
 @pytest.fixture
 async def sandbox():
-    sandbox = Sandbox(preload=("kernel_lsp.verify.prestart", "torch"))
+    sandbox = Sandbox(preload=("kernel_lsp.candidate.prestart", "torch"))
     yield sandbox
     await sandbox.close()
 

@@ -51,7 +51,7 @@ def needs_landlock() -> None:
 
 @pytest.fixture
 async def sandbox():
-    sandbox = Sandbox(preload=("kernel_lsp.verify.prestart", "torch"), env={**os.environ, **SECRETS})
+    sandbox = Sandbox(preload=("kernel_lsp.candidate.prestart", "torch"), env={**os.environ, **SECRETS})
     yield sandbox
     await sandbox.close()
 
@@ -101,7 +101,7 @@ async def test_the_judges_build_caches_are_apart_from_the_candidates_while_profi
     needs_landlock()
     worker_cache = tmp_path / "worker-cache"
     monkeypatch.setenv("KERNEL_LSP_CACHE_DIR", str(worker_cache))
-    own = Sandbox(preload=("kernel_lsp.verify.prestart", "torch"))
+    own = Sandbox(preload=("kernel_lsp.candidate.prestart", "torch"))
     try:
         await measure(own, tmp_path / "cache", HONEST, reference=LEAVES_A_JUDGE_BUILD)
         probes = list(worker_cache.rglob("judge-probe/kernel.json"))

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from kernel_lsp.contracts.codec import decode
+from kernel_lsp.contracts.verify_report import VerifyReport
 from kernel_lsp.verify.verdict import report_findings, summary
 from kernel_lsp.worker.sandbox import Sandbox, SandboxLimits, SandboxTask
 from tests.problems import assert_not_tampered, caches_by_identity, linear_relu_problem, relu_problem
@@ -207,7 +209,7 @@ for name, module in list(sys.modules.items()):  # every verifier function it can
 # the candidate's process rewrites every figure it could report: its summary divides by 1000 and its per-call
 # clocks say a microsecond; it runs its calls all the same (issue 39: "its own word")
 FORGES_TIMING = HONEST + '''
-import kernel_lsp.verify.timing as timing
+import kernel_lsp.candidate.timing as timing
 _summarize = timing.summarize
 def _forged_summary(samples, **fields):
     return _summarize([value / 1000 for value in samples], **fields)
@@ -218,16 +220,20 @@ timing.time_cpu_calls = lambda fn, input_sets, count, *a, **k: [0.001] * count
 # the batch does half the work (the other calls hand back the first call's output, or nothing), and the output the
 # judge asked to keep is computed afresh outside the clock, in the host's own code it replaces
 HALF_THE_BATCH = HONEST + '''
-import sys
-import kernel_lsp.verify.host as host
+import sys, time
+import kernel_lsp.candidate.host as host
 def _half(self, request):
     sets = request["sets"]
     done = [self.timing_call(*self.timing_sets[i]) for i in sets[: max(1, len(sets) // 2)]]
     self.batch_outputs = done + [done[0]] * (len(sets) - len(done))
     return {}
-for module in (host, sys.modules["__main__"]):  # the host runs as __main__ (python -m kernel_lsp.verify.host)
+def _slow_ping(self, request):  # a slow round trip makes the judge size long batches (whatever the machine's load)
+    time.sleep(0.05)
+    return {}
+for module in (host, sys.modules["__main__"]):  # the host runs as __main__ (python -m kernel_lsp.candidate.host)
     if hasattr(module, "Host"):
         module.Host.op_batch = _half
+        module.Host.op_ping = _slow_ping
 '''
 
 # these do less work once they guess they are being timed; checked calls get the right answer
@@ -349,6 +355,13 @@ class ModelNew(nn.Module):
         return x.clamp(min=triton_relu(x.contiguous()) * 0)
 '''
 
+# its own result bounds the output from below only: NaN and a large finite value cross the bound, -Inf does not
+DECOY_BOUND_FROM_BELOW = TRITON_RELU + '''
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return torch.maximum(x.clamp(min=0), triton_relu(x.contiguous()) - 1000)
+'''
+
 # its own kernel is launched (one program) over no element at all, beside the stock op that does the work
 DECOY_EMPTY_LAUNCH = TRITON_RELU + '''
 class ModelNew(nn.Module):
@@ -411,7 +424,56 @@ class ModelNew(nn.Module):
         return triton_relu(x) if not SEEN else torch.zeros_like(x)  # a wrong answer tells the secret got through
 '''
 
-BIG_RELU_PROBLEM = RELU_PROBLEM.replace("torch.rand(64, 256)", "torch.rand(4096, 4096)")  # 128 MB moved
+MATMUL_PROBLEM = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, a, b):
+        return torch.matmul(a, b)
+
+
+def get_inputs():
+    return [torch.rand(2048, 2048), torch.rand(2048, 2048)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+# issue 39's library work: its own kernel writes a zero bias, the library does the product (own share ~1%)
+ZERO_BIAS = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+@triton.jit
+def zero_kernel(out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offsets, tl.zeros((BLOCK,), dtype=tl.float32), mask=offsets < n)
+
+def own_zero_bias(like, n):
+    out = torch.empty(n, device=like.device, dtype=like.dtype)
+    zero_kernel[(1,)](out, n, BLOCK=triton.next_power_of_2(n))
+    return out
+'''
+
+LIBRARY_ADDMM = ZERO_BIAS + '''
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        return torch.addmm(own_zero_bias(a, b.shape[1]), a, b)
+'''
+
+LIBRARY_LINEAR = ZERO_BIAS + '''
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        return F.linear(a, b.t(), own_zero_bias(a, b.shape[1]))
+'''
+
+BIG_RELU_PROBLEM = RELU_PROBLEM.replace("torch.rand(64, 256)", "torch.rand(1024, 1024)")  # 8 MB moved
 
 
 @pytest.fixture(scope="module")
@@ -445,18 +507,23 @@ def codes(report: dict) -> list[str]:
 
 
 async def test_honest_triton_candidate_is_verified_with_cpu_timing(sandbox: Sandbox, cache_dir: Path):
-    report = await verify(sandbox, cache_dir, HONEST)
+    report = await verify(sandbox, cache_dir, HONEST, baselines=("eager", "compile"))
+    typed = decode(VerifyReport, report)  # the contract's view, before the wire's dict is taken apart below
+    # torch.compile is not timed on the CPU (inductor's C++ build, ~18 s, for a figure no one is shown): said so
+    assert report["timing"]["compile"] is None and "not timed on the CPU" in report["timing"]["skipped"]["compile"]
     assert report["verdict"] == "verified", report["integrity"]
     assert report["correctness"]["passed"] == report["correctness"]["trials"] == 4
     assert report["correctness"]["distributions"] == ["own", "normal", "scaled", "own"]
+    work = report["kernels"].pop("work")
     assert report["kernels"] == {"custom": ["relu_kernel"], "stock": [], "how": "triton-launcher",
                                  "output_from_kernel": True}
+    assert 0.05 < work["own_share"] <= 1 and work["how"].startswith("wall time") and work["library_work"] is None
     assert report["timing"]["candidate"]["clock"] == "judge-wall" and report["speedup"]["eager"] > 0
     assert report["floor"]["bytes"] == 2 * 64 * 256 * 4
     assert report["shared_memory_poison"] is None  # a CPU has no shared memory to fill: no warning either
-    title = summary("verified", report)
+    title = summary("verified", typed)
     assert title == "correct 4/4 · run on the CPU: timings not comparable"  # the figures stay in the report
-    assert report_findings(report, "file:///c.py", HONEST) == []
+    assert report_findings(typed, "file:///c.py", HONEST) == []
 
 
 async def test_honest_candidate_with_weights_is_verified(sandbox: Sandbox, cache_dir: Path):
@@ -464,13 +531,39 @@ async def test_honest_candidate_with_weights_is_verified(sandbox: Sandbox, cache
     assert report["verdict"] == "verified", report["integrity"]
     assert report["correctness"]["weights"] == "state_dict: 2 of 2 tensors loaded"
     assert report["kernels"]["custom"] == ["relu_kernel"]
+    # its own ReLU after a stock linear: far over the library-work share (the interpreter makes it slow, too)
+    work = report["kernels"]["work"]
+    assert work["own_share"] > 0.05 and work["library_work"] is None and work["reference_main"] is None, work
+
+
+@pytest.mark.parametrize("candidate", [LIBRARY_ADDMM, LIBRARY_LINEAR], ids=["addmm", "linear"])
+async def test_library_work_is_a_warning_for_a_person_and_a_reject_for_the_reward(sandbox: Sandbox, cache_dir: Path,
+                                                                                  candidate: str):
+    """Its own kernel runs and its result reaches the output (the ablation changes it), but the library does the
+    product: verified with an integrity-library-work warning; the agent, bench and campaign read it as rejected."""
+    from kernel_lsp.kinds.verify import VerifyOutcome
+    from kernel_lsp.worker.protocol import Result
+
+    report = await verify(sandbox, cache_dir, candidate, reference=MATMUL_PROBLEM, trials=2, calls=3)
+    assert report["verdict"] == "verified", report["integrity"]
+    assert report["kernels"]["output_from_kernel"] is True  # no decoy by the ablation's reckoning
+    work = report["kernels"]["work"]
+    assert 0 < work["own_share"] < 0.05 and work["reference_main"] == "aten::mm", work
+    assert "matrix multiply" in work["library_work"]
+    findings = report_findings(decode(VerifyReport, report), "file:///c.py", candidate)
+    assert [(f.code, f.severity.name) for f in findings] == [("integrity-library-work", "WARNING")]
+    result = Result(status="ok", metrics={"verdict": "verified", "report": report, "summary": "ok"},
+                    findings=[f.to_dict() for f in findings])
+    assert VerifyOutcome.of(result).verdict == "verified"
+    for_reward = VerifyOutcome.of(result, for_reward=True)
+    assert for_reward.verdict == "rejected" and for_reward.reason().startswith("integrity-library-work")
 
 
 async def test_wrong_candidate_is_a_mismatch_on_forward(sandbox: Sandbox, cache_dir: Path):
     report = await verify(sandbox, cache_dir, WRONG, trials=2)
     assert report["verdict"] == "rejected" and report["timing"] is None
     assert report["correctness"]["passed"] == 0 and report["correctness"]["worst"]["reason"] == "mismatch"
-    [finding] = report_findings(report, "file:///c.py", WRONG)
+    [finding] = report_findings(decode(VerifyReport, report), "file:///c.py", WRONG)
     assert finding.code == "verify-mismatch" and "2 of 2 trials failed" in finding.message
     forward_line = next(i for i, line in enumerate(WRONG.splitlines()) if "def forward" in line)
     assert finding.range.start.line == forward_line
@@ -511,19 +604,20 @@ async def test_each_trial_draws_fresh_inputs(sandbox: Sandbox, cache_dir: Path):
     (DECOY_TIMES_ZERO, "integrity-output-not-from-kernel"),
     (DECOY_CLAMP_BOUND, "integrity-output-not-from-kernel"),
     (DECOY_EMPTY_LAUNCH, "integrity-output-not-from-kernel"),
+    (DECOY_BOUND_FROM_BELOW, "integrity-output-not-from-kernel"),
     (RUNS_ONLY_WHILE_WATCHED, "integrity-no-custom-kernel"),
 ], ids=["mutates-input", "stock-only", "falls-back", "patches-timer", "thread", "nondeterministic",
         "patches-torch-relu", "patches-tensor-method", "patches-nn-module",
         "changes-numerics-flags", "slacks-after-checks", "slacks-under-the-timer", "slacks-on-repeated-inputs",
         "caches-by-identity", "caches-by-data-pointer", "caches-by-version", "caches-by-sampled-values", "decoy-on-scratch",
         "decoy-result-unused", "decoy-overwritten",
-        "decoy-times-zero", "decoy-clamp-bound", "decoy-empty-launch", "runs-only-while-watched"])
+        "decoy-times-zero", "decoy-clamp-bound", "decoy-empty-launch", "decoy-bound-from-below", "runs-only-while-watched"])
 async def test_cheating_candidate_is_rejected_with_its_code(sandbox: Sandbox, cache_dir: Path, candidate: str,
                                                             code: str):
     report = await verify(sandbox, cache_dir, candidate)
     assert report["verdict"] == "rejected"
     assert code in codes(report), report["integrity"]
-    assert any(f.code == code for f in report_findings(report, "file:///c.py", candidate))
+    assert any(f.code == code for f in report_findings(decode(VerifyReport, report), "file:///c.py", candidate))
 
 
 async def test_torch_patch_is_named(sandbox: Sandbox, cache_dir: Path):
@@ -541,14 +635,15 @@ async def test_thread_left_running_is_named(sandbox: Sandbox, cache_dir: Path):
 async def test_subclass_output_is_refused(sandbox: Sandbox, cache_dir: Path):
     report = await verify(sandbox, cache_dir, SUBCLASS_OUTPUT, trials=1)
     assert report["verdict"] == "rejected" and report["correctness"]["worst"]["reason"] == "type"
-    assert [f.code for f in report_findings(report, "file:///c.py", SUBCLASS_OUTPUT)] == ["verify-output"]
+    assert [f.code for f in report_findings(decode(VerifyReport, report), "file:///c.py", SUBCLASS_OUTPUT)] == ["verify-output"]
 
 
 async def test_caching_by_pointer_gains_nothing_in_the_timed_rounds(sandbox: Sandbox, cache_dir: Path):
     report = await verify(sandbox, cache_dir, CACHES_BY_POINTER, reference=BIG_RELU_PROBLEM, trials=2, calls=8)
     assert report["correctness"]["passed"] == 2  # right answers...
     # ...but the judge wrote new values into every set before each round: no timed call found its answer in the
-    # cache, so every one did the work (a cached answer would be far below the floor of reading 64 MiB)
+    # cache, so every one did the work (a cached answer, a dict look-up of a few µs, would be far below the floor
+    # of moving 8 MB, ~0.1 ms here; the interpreter takes ~150 ms to do the work)
     timing = report["timing"]["candidate"]
     assert timing["clock"] == "judge-wall" and timing["median_ms"] > report["floor"]["floor_ms"], (timing,
                                                                                                  report["floor"])
@@ -578,9 +673,10 @@ async def test_the_stated_time_is_the_judges_whatever_the_candidate_reports(sand
         # timedCalls 5: 5 rounds, 5 more where a cached baseline was timed again
         assert timing["clock"] == "judge-wall" and timing["rounds"] in (5, 10) and len(timing["samples_ms"]) == timing["rounds"]
         assert timing["round_trip_ms"] > 0
-    # the forger's figures would be a thousand times smaller; the judge's clock, in its own process, is not
+    # the forger's figures would be a thousand times smaller; the judge's clock, in its own process, is not (the
+    # two runs are timed one after the other on a machine whose load changes: a few times apart, never a thousand)
     ratio = forged["timing"]["candidate"]["median_ms"] / honest["timing"]["candidate"]["median_ms"]
-    assert ratio > 0.3, (forged["timing"]["candidate"], honest["timing"]["candidate"])
+    assert ratio > 0.05, (forged["timing"]["candidate"], honest["timing"]["candidate"])
 
 
 async def test_half_a_batch_is_caught_by_the_output_the_judge_chose(sandbox: Sandbox, cache_dir: Path):

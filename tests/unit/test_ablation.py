@@ -1,4 +1,4 @@
-"""verify/ablation.py with a real compiled extension (C++ on the CPU, built once by torch's load_inline): the
+"""candidate/ablation.py with a real compiled extension (C++ on the CPU, built once by torch's load_inline): the
 results of the candidate's own functions are destroyed as made, and only a decoy's output stays the same."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernel_lsp.verify.ablation import ablate, destroy
+from kernel_lsp.candidate.ablation import ablate, destroy
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]  # builds a C++ extension
 
@@ -99,12 +99,25 @@ def test_a_decoys_output_stays_the_same(ext, forward):
 ], ids=["times-zero", "clamp-bound"])
 def test_a_result_that_shows_only_through_nan_is_caught_by_the_finite_pass(ext, forward):
     seen = run(ext, forward)
-    assert seen["changed_by"] == {"nan": True, "finite": False} and not seen["changed"], seen
+    assert seen["changed_by"] == {"nan": True, "finite": False, "+inf": True, "-inf": True}, seen
+    assert not seen["changed"]
 
 
-def test_an_honest_result_changes_in_both_passes(ext):
+@pytest.mark.parametrize(("forward", "unchanged"), [
+    (lambda m, self, x: torch.maximum(x.clamp(min=0), m.ops.relu(x) - 1000), "-inf"),
+    (lambda m, self, x: torch.minimum(x.clamp(min=0), m.ops.relu(x + 5000) - 4000), "+inf"),
+], ids=["bound-from-below", "bound-from-above"])
+def test_a_result_that_bounds_the_output_from_one_side_is_caught_by_an_infinity(ext, forward, unchanged):
+    """A bound under every value (maximum(relu, k - 1000), k in [0, 0.5]): NaN and FINITE (234.5 then) cross it,
+    -Inf does not; one over every value from a kernel that writes more than FINITE: +Inf does not cross it."""
+    seen = run(ext, forward)
+    assert [name for name, changed in seen["changed_by"].items() if not changed] == [unchanged], seen
+    assert not seen["changed"]
+
+
+def test_an_honest_result_changes_in_every_pass(ext):
     seen = run(ext, lambda m, self, x: m.ops.relu(x))
-    assert seen["changed_by"] == {"nan": True, "finite": True} and seen["changed"], seen
+    assert seen["changed_by"] == {"nan": True, "finite": True, "+inf": True, "-inf": True} and seen["changed"], seen
 
 
 def test_nothing_intercepted_is_said(ext):
@@ -122,7 +135,7 @@ def test_destroy_changes_every_dtype():
 
 
 def test_extensions_of_installed_packages_are_not_the_candidates():
-    from kernel_lsp.verify.ablation import is_extension
+    from kernel_lsp.candidate.ablation import is_extension
 
     assert not is_extension(torch._C)
     fake = types.ModuleType("x")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -14,6 +15,7 @@ from kernel_lsp.bench.metrics import ProblemResult, bench_metrics, fast_p, fast_
 from kernel_lsp.bench.report import bench_json, html_report, read_results, text_report, write_json
 from kernel_lsp.verify.pairing import Pairing
 from kernel_lsp.verify.verdict import summary as verdict_summary
+from tests.problems import recorded_report, timed_report
 
 BASELINES = ["eager", "compile"]
 
@@ -113,21 +115,20 @@ def test_a_run_on_the_cpu_shows_no_times_or_speedups_and_says_why():
 
 
 def test_the_lens_line_of_a_cpu_run_has_correctness_and_no_timings():
-    report = {"correctness": {"passed": 5, "trials": 5}, "speedup": {"eager": 0.000222, "compile": 0.000455},
-              "timing": {"candidate": {"median_ms": 40.0}}, "device": "cpu"}
+    report = timed_report(40.0, {"eager": 0.000222, "compile": 0.000455}, device="cpu")
     assert verdict_summary("verified", report) == "correct 5/5 · run on the CPU: timings not comparable"
-    on_gpu = {**report, "device": "cuda", "speedup": {"eager": 1.84, "compile": 0.97},
-              "timing": {"candidate": {"median_ms": 3.1}}}
+    on_gpu = timed_report(3.1, {"eager": 1.84, "compile": 0.97}, device="cuda")
     assert verdict_summary("verified", on_gpu) == "correct 5/5 · 1.84× eager · 0.97× compile · 3.1 ms"
 
 
 def test_a_speedup_whose_interval_holds_one_is_shown_as_about_one_and_not_counted():
-    on_gpu = {"correctness": {"passed": 5, "trials": 5}, "device": "cuda", "speedup": {"eager": 1.08, "compile": 2.4},
-              "interval": {"eager": [0.93, 1.21], "compile": [2.2, 2.6]},
-              "significant": {"eager": False, "compile": True}, "timing": {"candidate": {"median_ms": 0.0052}}}
+    on_gpu = timed_report(0.0052, {"eager": 1.08, "compile": 2.4}, device="cuda",
+                          interval={"eager": (0.93, 1.21), "compile": (2.2, 2.6)},
+                          significant={"eager": False, "compile": True})
     assert verdict_summary("verified", on_gpu) == "correct 5/5 · ≈1× eager · 2.4× compile · 5.2 µs"
     noisy = ProblemResult(candidate="add.py", reference="kb/level2/add.py", level=2, problem_id=1, name="Add",
-                          verdict="verified", device="cuda", speedup=on_gpu["speedup"], interval=on_gpu["interval"])
+                          verdict="verified", device="cuda", speedup=dict(on_gpu.speedup),
+                          interval={kind: list(bounds) for kind, bounds in on_gpu.interval.items()})
     sure = result("Relu", eager=1.6, compile=1.3)  # no interval stated (an older report): its figure counts
     narrow = ProblemResult(**{**noisy.to_dict(), "name": "Mul", "speedup": {"eager": 1.6, "compile": 1.6},
                               "interval": {"eager": [1.45, 1.7], "compile": [1.55, 1.65]}})
@@ -185,3 +186,17 @@ def test_verify_job_carries_the_modules_the_candidate_imports_from_its_folder(tm
     candidate.write_text("import torch, helpers\nfrom ops.cuda.relu import relu\nclass ModelNew: ...\n")
     job = verify_job(candidate, reference, {})
     assert set(job.source_files) == {"cand.py", "ref.py", "helpers.py", "ops/__init__.py", "ops/cuda/relu.py"}
+
+
+def test_the_lens_line_on_a_gpu_shows_the_own_kernels_share():
+    """The share of the recorded runs' device time in the candidate's own kernels (its profiler's word); none on
+    the CPU, where the interpreter's wall time says nothing of a GPU's split."""
+    recorded = recorded_report().kernels
+    work = dataclasses.replace(recorded.work, own_share=0.934)
+    report = timed_report(2.0, {"eager": 1.5}, device="cuda", kernels=dataclasses.replace(recorded, work=work))
+    assert verdict_summary("verified", report) == "correct 5/5 · 1.5× eager · 2 ms · own kernels 93%"
+    tiny = dataclasses.replace(report, kernels=dataclasses.replace(recorded, work=dataclasses.replace(
+        work, own_share=0.0004)))
+    assert verdict_summary("verified", tiny).endswith("· own kernels <1%")
+    on_cpu = dataclasses.replace(report, device="cpu")
+    assert "own kernels" not in verdict_summary("verified", on_cpu)

@@ -24,6 +24,8 @@ from kernel_lsp.jobs.cache import ResultCache
 from kernel_lsp.jobs.disk_cache import DiskCache
 from kernel_lsp.sources import parse_python
 
+pytestmark = pytest.mark.timeout(1800)  # nvcc over torch's headers, on a loaded 2-core machine
+
 no_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH (install the CUDA toolkit)")
 no_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed (its headers)")
 
@@ -65,7 +67,7 @@ def _doc(path: Path, text: str, version: int) -> Document:
 
 
 async def _reports(service: CompileService, path: Path, text: str, version: int):
-    return [r async for r in service.run(_doc(path, text, version), Settings())]
+    return [r async for r in service.run(_doc(path, text, version), Settings(compile_timeout_s=900.0))]
 
 
 def _shown(findings) -> list[tuple]:

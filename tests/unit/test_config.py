@@ -87,7 +87,7 @@ def test_every_setting_takes_its_own_default_back_through_the_converter():
     import dataclasses
     import json
 
-    from kernel_lsp.kinds.options import camel
+    from kernel_lsp.contracts.options import camel
 
     defaults = Settings()
     as_json = json.loads(json.dumps({camel(f.name): getattr(defaults, f.name) for f in dataclasses.fields(Settings)}))

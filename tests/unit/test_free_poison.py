@@ -13,13 +13,14 @@ import pytest
 import torch
 
 from kernel_lsp.findings import Severity
-from kernel_lsp.verify import integrity
-from kernel_lsp.verify import run as verify_run
-from kernel_lsp.verify.exchange import Exchange
-from kernel_lsp.verify.host import Host
-from kernel_lsp.verify.integrity import POISON_BYTE, POISON_FREE_FRACTION, poison_budget
-from kernel_lsp.verify.run import JUDGE_FOOTPRINTS, POISON_FOOTPRINTS, POISON_MIN_BYTES, Footprint, note_free_poison
+from kernel_lsp.candidate import integrity
+from kernel_lsp.verify import judge as verify_judge
+from kernel_lsp.candidate.exchange import Exchange
+from kernel_lsp.candidate.host import Host
+from kernel_lsp.candidate.integrity import POISON_BYTE, POISON_FREE_FRACTION, poison_budget
+from kernel_lsp.verify.judge import JUDGE_FOOTPRINTS, POISON_FOOTPRINTS, POISON_MIN_BYTES, Footprint, note_free_poison
 from kernel_lsp.verify.verdict import COVERED, report_findings
+from tests.problems import recorded_report
 
 GB = 10**9
 RELU = Footprint(inputs=6_442_450_944, output=6_442_450_944)  # KernelBench level1/19_ReLU: 4096 x 393216 fp32
@@ -68,12 +69,12 @@ def test_run_candidate_asks_for_the_outputs_floor_and_notes_what_was_poisoned():
     exchange = SimpleNamespace(share=lambda inputs: ("sent", inputs), receive=lambda sent: torch.zeros(2), channel=None)
     judge = SimpleNamespace(target=torch.device("cuda"), exchange=exchange, ask=ask, shared_fill=None,
                             free_poison=None)
-    verify_run.run_candidate(judge, (torch.ones(2),), POISON_BYTE, record=False, footprint=RELU)
+    verify_judge.run_candidate(judge, (torch.ones(2),), POISON_BYTE, record=False, footprint=RELU)
     [forward] = [a for a in asked if a["op"] == "forward"]
     assert forward["poison_floor"] == RELU.output + POISON_MIN_BYTES
     assert forward["reserve"] == JUDGE_FOOTPRINTS * RELU.total
     assert judge.free_poison == COVERED
-    verify_run.run_candidate(judge, (torch.ones(2),), POISON_BYTE, record=False, own_copy=True, footprint=RELU)
+    verify_judge.run_candidate(judge, (torch.ones(2),), POISON_BYTE, record=False, own_copy=True, footprint=RELU)
     assert asked[-2]["poison_floor"] == RELU.total + POISON_MIN_BYTES  # the inputs' copies are made on it first
     assert judge.free_poison.startswith("the largest block poisoned, 6.25 GiB, is smaller than the 12 GiB")
 
@@ -100,11 +101,11 @@ def test_the_judge_keeps_the_first_shortfall_and_nothing_off_cuda():
 def test_a_short_poison_is_a_warning_and_a_covered_one_is_not():
     uri, text = "file:///k.py", "class ModelNew:\n    pass\n"
     short = "the largest block poisoned, 1 GiB, is smaller than the 6 GiB the run's output needs"
-    [finding] = report_findings({"free_memory_poison": short}, uri, text)
+    [finding] = report_findings(recorded_report(free_memory_poison=short), uri, text)
     assert (finding.code, finding.severity) == ("verify-poison-short", Severity.WARNING)
     assert short in finding.message and "zeros instead of NaN" in finding.message
-    assert report_findings({"free_memory_poison": COVERED}, uri, text) == []
-    assert report_findings({"free_memory_poison": None}, uri, text) == []  # on the CPU nothing is poisoned
+    assert report_findings(recorded_report(free_memory_poison=COVERED), uri, text) == []
+    assert report_findings(recorded_report(free_memory_poison=None), uri, text) == []  # on the CPU nothing is poisoned
 
 
 def test_the_candidates_process_passes_the_floor_on_and_says_the_size(tmp_path: Path, monkeypatch):

@@ -1,8 +1,8 @@
-"""verify/interpose.py: a hooked attribute is the same object watched or not, and wrappers nest and unwind."""
+"""candidate/interpose.py: a hooked attribute is the same object watched or not, and wrappers nest and unwind."""
 
 from __future__ import annotations
 
-from kernel_lsp.verify.interpose import handled, hook
+from kernel_lsp.candidate.interpose import handled, hook
 
 
 class Launcher:

@@ -12,8 +12,8 @@ import pytest
 from kernel_lsp.config import Settings, resolve_settings
 from kernel_lsp.findings import Finding, Range, Severity
 from kernel_lsp.kinds import profile, verify
-from kernel_lsp.kinds.files import gather_files
-from kernel_lsp.kinds.options import ProfileOptions, VerifyOptions, from_config, to_config
+from kernel_lsp.jobs.files import gather_files
+from kernel_lsp.contracts.options import ProfileOptions, VerifyOptions, from_config, to_config
 from kernel_lsp.worker.protocol import Job, Result
 
 LOADER = ("import torch\nimport helpers\nfrom torch.utils.cpp_extension import load\n"

@@ -15,7 +15,7 @@ from kernel_lsp.process.isolation import (
     judge_build_root,
     use_judge_build_caches,
 )
-from kernel_lsp.verify.candidate_process import candidate_launch
+from kernel_lsp.candidate.handle import candidate_launch
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from kernel_lsp.verify import floor as floor_module
 from kernel_lsp.verify import schedule
 from kernel_lsp.verify.baselines import BaselineCache
 from kernel_lsp.verify.floor import Floor, Peaks, Work, device_peaks
-from kernel_lsp.verify.timing import time_callable
+from kernel_lsp.candidate.timing import time_callable
 
 ALL_CPUS = frozenset(os.sched_getaffinity(0))
 NEEDS_TWO_CPUS = pytest.mark.skipif(len(ALL_CPUS) < 2, reason="narrowing the affinity needs two CPUs or more")

@@ -62,18 +62,18 @@ def test_what_the_program_leaves_running_is_named_and_killed(how: str):
     assert keeper.wait(WAIT_S) == 0  # the program's own exit code
     end = link.end()
     link.close()
-    assert end["reason"] is None and end["leftCount"] >= 1 and end["left"], end
-    assert end["unkilled"] == []
+    assert end.reason is None and end.left_count >= 1 and end.left, end
+    assert end.unkilled == []
     assert marked(marker) == []
 
 
 def test_a_program_that_starts_nothing_leaves_nothing():
     keeper, link = start("import subprocess\nsubprocess.run(['true'])\n")
     assert keeper.wait(WAIT_S) == 0
-    assert link.start() is not None and link.start()["subreaper"] is None
+    assert link.start() is not None and link.start().subreaper is None
     end = link.end()
     link.close()
-    assert (end["leftCount"], end["left"], end["status"]) == (0, [], 0)
+    assert (end.left_count, end.left, end.status) == (0, [], 0)
 
 
 @pytest.mark.parametrize("program, returncode", [
@@ -83,7 +83,7 @@ def test_a_program_that_starts_nothing_leaves_nothing():
 def test_the_keeper_exits_as_its_program_did(program: str, returncode: int):
     keeper, link = start(program)
     assert keeper.wait(WAIT_S) == returncode
-    assert link.end()["status"] == returncode
+    assert link.end().status == returncode
     link.close()
 
 
@@ -100,7 +100,7 @@ def test_a_lost_lifeline_kills_the_tree_and_removes_the_folders(tmp_path: Path, 
         until(ready.exists, "the program and its detached process started")
         link.release()
         assert keeper.wait(WAIT_S) == -signal.SIGKILL
-        assert link.end()["reason"] == "lifeline"
+        assert link.end().reason == "lifeline"
         link.close()
     else:  # the keeper's parent dies of SIGKILL: no code of it runs, only its end of the lifeline closes
         parent = subprocess.Popen([sys.executable, "-c", (
@@ -134,7 +134,7 @@ def test_the_disk_limit_counts_files_held_open_after_deletion(tmp_path: Path):
     assert keeper.wait(WAIT_S) == -signal.SIGKILL
     end = link.end()
     link.close()
-    assert end["reason"] == "disk" and end["diskBytes"] > 8 << 20 and end["diskLimit"] == 8 << 20
+    assert end.reason == "disk" and end.disk_bytes > 8 << 20 and end.disk_limit == 8 << 20
 
 
 def test_disk_use_counts_each_inode_once_and_follows_no_link(tmp_path: Path):

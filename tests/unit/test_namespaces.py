@@ -99,7 +99,7 @@ def test_the_sandbox_runs_a_program_as_an_unprivileged_user_when_it_can(fresh_st
 def test_require_isolation_refuses_before_any_candidate_code_runs(fresh_status, tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch):
     from kernel_lsp.config import Settings
-    from kernel_lsp.kinds.options import to_config
+    from kernel_lsp.contracts.options import to_config
     from kernel_lsp.kinds.verify import verify_options
     from kernel_lsp.verify.run import verify_candidate
 

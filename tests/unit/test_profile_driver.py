@@ -16,7 +16,7 @@ from kernel_lsp.profile.driver import (
     make_inputs,
     run_forward,
 )
-from kernel_lsp.verify.run import init_inputs
+from kernel_lsp.verify.reference import init_inputs
 from tests.problems import linear_relu_problem
 
 PROBLEM = linear_relu_problem("torch.rand(4, 8)", 8)
@@ -110,7 +110,7 @@ def test_without_a_reference_the_candidates_file_is_measured_in_its_own_process(
 @pytest.mark.slow
 def test_a_candidate_that_fails_is_reported_as_its_own_failure(tmp_path: Path):
     from kernel_lsp.profile.measure import measure_candidate
-    from kernel_lsp.verify.candidate_process import CandidateFailed
+    from kernel_lsp.candidate.handle import CandidateFailed
 
     with pytest.raises(CandidateFailed) as failed:
         measure_candidate(write(tmp_path, "cand.py", CANDIDATE + "\nraise RuntimeError('broken at import')\n"),
@@ -150,7 +150,7 @@ except OSError:
 def test_the_driver_confines_itself_before_the_candidate_runs(tmp_path: Path):
     import subprocess
 
-    from kernel_lsp.verify.candidate_process import candidate_launch
+    from kernel_lsp.candidate.handle import candidate_launch
     from kernel_lsp.process.confine import landlock_abi
 
     if landlock_abi() < 1:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_lsp.kinds.options import ProfileOptions
+from kernel_lsp.contracts.options import ProfileOptions
 from kernel_lsp.kinds.profile import profile_job
 from kernel_lsp.profile.ncu_run import (
     NcuPlan,

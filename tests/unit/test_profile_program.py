@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kernel_lsp.findings import uri_to_path
-from kernel_lsp.kinds.files import gather_files
+from kernel_lsp.jobs.files import gather_files
 from kernel_lsp.process.namespaces import bwrap_path, isolation_status
 from kernel_lsp.profile.program import (
     ProgramHeader,

@@ -17,8 +17,8 @@ from types import SimpleNamespace
 import pytest
 
 from kernel_lsp.findings import uri_to_path
-from kernel_lsp.kinds.options import from_config
-from kernel_lsp.kinds.files import JOB_KEYS
+from kernel_lsp.contracts.options import from_config
+from kernel_lsp.jobs.files import JOB_KEYS
 from kernel_lsp.kinds.sanitize import SanitizeOptions, SanitizeOutcome, sanitize_job, sanitize_result
 from tests.gpu.sanitizer_candidates import STANDALONE, bug_line
 

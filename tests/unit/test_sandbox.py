@@ -209,19 +209,21 @@ async def test_warm_child_has_the_preload_imported_and_starts_fast():
         await sandbox.close()
 
 
-async def test_cancelling_a_run_kills_the_child(sandbox: Sandbox, tmp_path: Path):
-    pid_file = tmp_path / "pid"
-    source = ("import os\n"
+async def started_run(sandbox: Sandbox, pid_file: Path, then: str) -> tuple[asyncio.Task, int]:
+    """A run whose task writes its pid to `pid_file` and then runs `then` (lines of its body); it and the pid."""
+    source = ("import os, time\n"
               "def main(pid_file):\n"
               "    with open(pid_file, 'w') as f:\n"
-              "        f.write(str(os.getpid()))\n"
-              "    while True:\n"
-              "        pass\n")
+              "        f.write(str(os.getpid()))\n" + then)
     running = asyncio.create_task(run(sandbox, source, pid_file=str(pid_file)))
     deadline = time.monotonic() + 10
     while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
-    pid = int(pid_file.read_text())
+    return running, int(pid_file.read_text())
+
+
+async def test_cancelling_a_run_kills_the_child(sandbox: Sandbox, tmp_path: Path):
+    running, pid = await started_run(sandbox, tmp_path / "pid", "    while True:\n        pass\n")
     assert is_running(pid)
     running.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -300,12 +302,33 @@ async def test_a_child_that_cannot_start_is_a_sandbox_error_and_the_start_is_ret
 
 async def test_a_waiting_child_killed_from_outside_is_replaced(sandbox: Sandbox):
     await sandbox.start()
-    waiting = [int(p) for p in os.listdir("/proc") if p.isdigit() and _is_waiting_child(int(p))]
+    waiting = _sandbox_children()
     assert len(waiting) == 1  # the child of its keeper, a child of this process
     os.kill(waiting[0], 9)
     await asyncio.sleep(0.2)
     outcome = await run(sandbox, "import os\ndef main():\n    return os.getpid()\n")
     assert outcome.status == "ok" and outcome.value != waiting[0]
+
+
+async def test_no_child_starts_while_a_run_runs_and_the_next_waits_after_it(sandbox: Sandbox, tmp_path: Path):
+    """The next child's imports (a candidate's process with its CUDA context, on a worker) would share the CPU and
+    the device with the judge's timed rounds: it starts when the run ends."""
+    await sandbox.start()
+    running, runner = await started_run(sandbox, tmp_path / "pid", "    time.sleep(1.5)\n")
+    during = []
+    while not running.done():
+        during.extend(pid for pid in _sandbox_children() if pid != runner)
+        await asyncio.sleep(0.05)
+    assert (await running).status == "ok"
+    assert during == [], f"children started while the run ran: {sorted(set(during))}"
+    deadline = time.monotonic() + 10
+    while not [pid for pid in _sandbox_children() if pid != runner] and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert [pid for pid in _sandbox_children() if pid != runner], "no child waits for the next run"
+
+
+def _sandbox_children() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and _is_waiting_child(int(p))]
 
 
 def _parent(pid: int) -> int:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_lsp.agent.setup import api_key
+from kernel_lsp.agent.credentials import api_key
 from kernel_lsp.commands import doctor
 from kernel_lsp.findings import held_secret_names, secret_variable, secrets_held
 from kernel_lsp.worker.client import WorkerClient, worker_environment

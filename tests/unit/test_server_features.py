@@ -51,3 +51,39 @@ def test_a_feature_asking_for_one_set_up_after_it_is_told_which():
     server.features = [f for f in server.features if not isinstance(f, WorkspaceFeature)]
     with pytest.raises(LookupError, match="WorkspaceFeature is not set up"):
         server.get_feature(WorkspaceFeature)
+
+
+def test_an_event_reaches_every_subscriber_even_when_one_raises(caplog) -> None:
+    from kernel_lsp.server.events import CANDIDATE_VERIFIED, Events
+
+    events, heard = Events(), []
+
+    def broken(*args):
+        raise RuntimeError("a subscriber's bug")
+
+    events.subscribe(CANDIDATE_VERIFIED, broken)
+    events.subscribe(CANDIDATE_VERIFIED, lambda *args: heard.append(args))
+    events.publish(CANDIDATE_VERIFIED, "file:///c.py", "pairing", "job")
+    events.publish("nobody-listens", 1)
+    assert heard == [("file:///c.py", "pairing", "job")]
+    assert "a handler of 'candidate-verified' failed" in caplog.text and "a subscriber's bug" in caplog.text
+
+
+def test_what_the_server_asks_of_every_feature_reaches_the_real_features() -> None:
+    """Priority, visibility and lens notes are asked of each feature the server sets up (its real list): the
+    workspace feature says how soon a document is checked, the compile feature whether a resource line shows."""
+    from kernel_lsp.findings import SOURCE, Finding, Range, Severity
+    from kernel_lsp.jobs.scheduler import Priority
+    from kernel_lsp.server.setup import create_server
+
+    from pygls.workspace import Workspace
+
+    server = create_server()
+    server.protocol._workspace = Workspace(None)  # as `initialize` leaves it: no document open
+    assert len(server.features) >= 8
+    assert server.priority_of("file:///w/not_open.cu") == Priority.CLOSED  # the workspace feature says
+    resources = Finding("file:///w/k.cu", Range.line(0), Severity.INFORMATION, SOURCE, "ptxas-resources", "32 registers")
+    error = Finding("file:///w/k.cu", Range.line(0), Severity.ERROR, SOURCE, "nvcc-error", "expected a ;")
+    assert server._visible(error) is True
+    assert server._visible(resources) is (server.settings.settings.resource_usage in ("diagnostic", "both"))
+    assert server.lens_notes("file:///w/k.py", "text") == []

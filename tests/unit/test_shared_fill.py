@@ -1,4 +1,4 @@
-"""The shared-memory fill (verify/shared_fill.py) on the CPU: its PTX assembled by the real ptxas (the stores
+"""The shared-memory fill (candidate/shared_fill.py) on the CPU: its PTX assembled by the real ptxas (the stores
 kept), its driver-API calls made against a libcuda stand-in built here, the verifier's use of it (the candidate's
 process fills shared memory with the run's poison byte last before forward and says whether it could; the judge
 names shared memory in integrity-uninitialized-output only when it was filled, and warns when it was not). The
@@ -15,14 +15,16 @@ import torch
 
 from kernel_lsp.findings import Severity
 from kernel_lsp.profile.program import nvcc_path
-from kernel_lsp.verify import run as verify_run
-from kernel_lsp.verify import shared_fill
-from kernel_lsp.verify.candidate_process import CandidateFailed
-from kernel_lsp.verify.exchange import Exchange
-from kernel_lsp.verify.host import Host
-from kernel_lsp.verify.integrity import POISON_BYTE, SECOND_POISON_BYTE
-from kernel_lsp.verify.run import CandidateRun, Verdict, check_rerun, note_shared_fill
+from kernel_lsp.verify import checks as verify_checks
+from kernel_lsp.candidate import shared_fill
+from kernel_lsp.candidate.handle import CandidateFailed
+from kernel_lsp.candidate.exchange import Exchange
+from kernel_lsp.candidate.host import Host
+from kernel_lsp.candidate.integrity import POISON_BYTE, SECOND_POISON_BYTE
+from kernel_lsp.verify.checks import check_rerun
+from kernel_lsp.verify.judge import CandidateRun, Verdict, note_shared_fill
 from kernel_lsp.verify.verdict import report_findings
+from tests.problems import recorded_report
 from profilers.sass import parse_sass, sass_for_cubin
 
 
@@ -244,7 +246,7 @@ class _Doubler(torch.nn.Module):
 
 
 def test_the_candidates_process_fills_shared_memory_last_before_forward_and_says_so(tmp_path: Path, monkeypatch):
-    from kernel_lsp.verify import integrity
+    from kernel_lsp.candidate import integrity
 
     log: list = []
     monkeypatch.setattr(integrity, "poison_free_memory", lambda device, byte, *rest: log.append(("free", byte)))
@@ -300,7 +302,7 @@ def _rerun_problem(monkeypatch, said: str, outputs: list, first: list | None = N
             output = output(judge)
         return CandidateRun(torch.tensor(output), [], False, [], True)
 
-    monkeypatch.setattr(verify_run, "run_candidate", run_candidate)
+    monkeypatch.setattr(verify_checks, "run_candidate", run_candidate)
     judge = _judge("cuda", said)
     check_rerun(judge, (), CandidateRun(torch.tensor(first or [0.0] * 4), [], False, [], True), {},
                 SimpleNamespace(reason="nan"), 0)
@@ -348,11 +350,11 @@ def test_without_the_fill_the_rerun_names_the_free_memory_only_and_runs_no_third
 def test_a_fill_that_did_not_run_is_a_warning_on_the_candidate():
     text = "class ModelNew:\n    def forward(self, x):\n        return x\n"
     said = "cannot load the CUDA driver library (libcuda.so.1): not found"
-    [finding] = report_findings({"shared_memory_poison": said}, "file:///c.py", text)
+    [finding] = report_findings(recorded_report(shared_memory_poison=said), "file:///c.py", text)
     assert (finding.code, finding.severity) == ("verify-shared-unpoisoned", Severity.WARNING)
     assert said in finding.message
-    assert report_findings({"shared_memory_poison": shared_fill.FILLED}, "file:///c.py", text) == []
-    assert report_findings({"shared_memory_poison": None}, "file:///c.py", text) == []
+    assert report_findings(recorded_report(shared_memory_poison=shared_fill.FILLED), "file:///c.py", text) == []
+    assert report_findings(recorded_report(shared_memory_poison=None), "file:///c.py", text) == []
 
 
 def test_the_driver_library_is_taken_by_soname_first_and_its_absence_said(driver_stub, monkeypatch, tmp_path: Path):
@@ -425,3 +427,29 @@ def test_the_verifiers_fill_is_sized_from_the_current_contexts_device_as_the_sel
     driver_stub.stub_fail(13)
     with pytest.raises(shared_fill.PoisonUnavailable, match="cuCtxGetDevice"):
         shared_fill.Poisoner(0, library=driver_stub)
+
+
+def test_the_third_run_is_judged_on_a_bounded_sample_of_where_the_first_two_differ(monkeypatch):
+    """Only the elements where the first two runs differ are kept for the third (a few MiB on the host, not two
+    copies of the outputs): a sample spread over them, with both runs' values, compared where the third run has them."""
+    from kernel_lsp.verify import compare
+
+    monkeypatch.setattr(verify_checks, "COMPARE_CHUNK", 1000)
+    monkeypatch.setattr(compare, "COMPARE_CHUNK", 1000)
+    first = torch.zeros(10_000)
+    second = first.clone()
+    second[::3] = 1.0  # 3,334 elements differ, over ten chunks
+    found = verify_checks.differing_elements((first, torch.arange(5)), (second, torch.arange(5)), {}, limit=50)
+    kept = torch.cat([sample.positions for sample in found])
+    assert {sample.leaf for sample in found} == {0} and 10 <= len(found)  # each chunk with differences, leaf 0
+    assert kept.numel() <= 10 * 1024 and bool((kept % 3 == 0).all())  # at most per_chunk a chunk, only differing
+    assert all(bool((s.first == 0).all()) and bool((s.second == 1).all()) for s in found)
+    assert verify_checks.agrees_at((second, torch.arange(5)), found, "second", {})
+    assert not verify_checks.agrees_at((second, torch.arange(5)), found, "first", {})
+    third = second.clone()
+    third[:5000] = 0.0  # the first run's values in the first half, the second's in the other
+    assert not verify_checks.agrees_at((third,), found, "second", {}) and not verify_checks.agrees_at((third,), found,
+                                                                                                 "first", {})
+    assert not verify_checks.agrees_at((torch.zeros(10),), found, "first", {})  # shorter than the positions
+    ints = verify_checks.differing_elements(torch.tensor([1, 2, 3]), torch.tensor([1, 5, 3]), {})
+    assert [(s.positions.tolist(), s.first.tolist(), s.second.tolist()) for s in ints] == [([1], [2], [5])]

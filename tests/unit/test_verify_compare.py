@@ -165,7 +165,7 @@ def test_chunked_comparison_gives_the_same_figures_as_one_chunk(monkeypatch) -> 
 
 def test_rerun_comparison_looks_at_every_chunk(monkeypatch) -> None:
     import kernel_lsp.verify.compare as compare
-    from kernel_lsp.verify.run import same_within
+    from kernel_lsp.verify.checks import same_within
 
     monkeypatch.setattr(compare, "COMPARE_CHUNK", 4)
     first = torch.randn(3, 5)

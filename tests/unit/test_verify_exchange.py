@@ -8,7 +8,7 @@ import msgpack
 import pytest
 import torch
 
-from kernel_lsp.verify.exchange import Exchange, ExchangeError
+from kernel_lsp.candidate.exchange import Exchange, ExchangeError
 
 
 def across(value: object, folder: Path) -> tuple[object, object, Exchange, Exchange]:

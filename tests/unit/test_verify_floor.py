@@ -124,3 +124,26 @@ def test_without_a_cache_dir_peaks_are_measured_every_time(monkeypatch) -> None:
     assert device_peaks("cpu", None) == PEAKS
     assert device_peaks("cpu", None) == PEAKS
     assert calls == [torch.device("cpu"), torch.device("cpu")]
+
+
+def test_a_problems_work_is_counted_once_per_reference_and_shapes(tmp_path: Path, monkeypatch) -> None:
+    """The FLOPs and bytes of a reference on inputs of given shapes are kept in the judge's cache; other shapes,
+    another reference, or an entry that does not read back are counted anew."""
+    counted = []
+    original = floor_module.problem_work
+    monkeypatch.setattr(floor_module, "problem_work", lambda model, inputs: counted.append(1) or original(model, inputs))
+    model = torch.nn.Linear(8, 4)
+    small, large = (torch.ones(2, 8),), (torch.ones(16, 8),)
+    first = floor_module.cached_problem_work(model, small, tmp_path, "reference A", [[[2, 8], "torch.float32"]])
+    again = floor_module.cached_problem_work(model, small, tmp_path, "reference A", [[[2, 8], "torch.float32"]])
+    assert first == again == original(model, small) and len(counted) == 1
+    assert first.flops == 2 * 2 * 8 * 4
+    other = floor_module.cached_problem_work(model, large, tmp_path, "reference A", [[[16, 8], "torch.float32"]])
+    assert other.flops == 2 * 16 * 8 * 4 and len(counted) == 2
+    floor_module.cached_problem_work(model, small, tmp_path, "reference B", [[[2, 8], "torch.float32"]])
+    assert len(counted) == 3
+    for stored in (tmp_path / "work").glob("*.json"):
+        stored.write_text('{"bytes": -1, "flops": "many"}')  # tampered or damaged: not believed
+    assert floor_module.cached_problem_work(model, small, tmp_path, "reference A", [[[2, 8], "torch.float32"]]) == first
+    assert len(counted) == 4
+    assert floor_module.cached_problem_work(model, small, None, "reference A", []) == first and len(counted) == 5

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kernel_lsp.verify.compare import metadata_problem
-from kernel_lsp.verify.integrity import (
+from kernel_lsp.candidate.integrity import (
     changed_since,
     input_snapshot,
     patched_timers,

@@ -9,7 +9,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-from kernel_lsp.verify.kernels import (
+import pytest
+
+from kernel_lsp.candidate.kernels import (
     KernelLaunch,
     classify,
     kernel_name_of,
@@ -155,8 +157,8 @@ import torch
 import triton
 import triton.language as tl
 from triton.runtime.interpreter import GridExecutor, InterpreterBuilder
-from kernel_lsp.verify.interpose import hook, install_triton
-from kernel_lsp.verify.kernels import KernelRecorder, classify, own_kernel_names
+from kernel_lsp.candidate.interpose import hook, install_triton
+from kernel_lsp.candidate.kernels import KernelRecorder, classify, own_kernel_names
 install_triton()  # as the candidate's process does before the candidate's import
 
 @triton.jit
@@ -172,6 +174,7 @@ report = {}
 with KernelRecorder("cpu") as custom:
     add_one[(2,)](x, 100, BLOCK=64)
 report["custom"] = [custom.how, [vars(l) for l in custom.launches], classify(custom.launches, own).custom]
+report["custom_window_s"] = custom.seconds
 report["written"] = x.sum().item()
 with KernelRecorder("cpu") as stock:
     torch.relu(x)
@@ -207,11 +210,14 @@ def run_script(tmp_path: Path, script: str, interpret: bool) -> dict:
 
 
 def test_recorder_sees_triton_launches_on_the_cpu_and_unhooks_after(tmp_path: Path) -> None:
-    """The recordings go through verify/interpose.py's hooks: the hooked attributes stay the same objects
+    """The recordings go through candidate/interpose.py's hooks: the hooked attributes stay the same objects
     throughout, and nothing of a session is left on them once it ended (a crash in it included)."""
     report = run_script(tmp_path, RECORDER_SCRIPT, interpret=True)
-    assert report["custom"] == ["triton-launcher", [{"name": "add_one", "stream": None, "source": "triton-launcher"}],
-                                ["add_one"]]
+    how, launches, custom = report["custom"]
+    seconds = launches[0].pop("seconds")  # the interpreted launch's wall time, inside the window's
+    assert (how, launches, custom) == ("triton-launcher", [{"name": "add_one", "stream": None,
+                                                            "source": "triton-launcher"}], ["add_one"])
+    assert 0 < seconds <= report["custom_window_s"]
     assert report["written"] == 100.0
     assert report["stock"] == ["triton-launcher", [], "no custom kernel ran: no kernel launch was seen"]
     assert report["restored"] is True and report["unhooked"] is True
@@ -221,7 +227,7 @@ def test_recorder_sees_triton_launches_on_the_cpu_and_unhooks_after(tmp_path: Pa
 def test_recorder_says_why_it_sees_nothing_without_the_interpreter(tmp_path: Path) -> None:
     script = '''
     import json
-    from kernel_lsp.verify.kernels import KernelRecorder
+    from kernel_lsp.candidate.kernels import KernelRecorder
     with KernelRecorder("cpu") as seen:
         pass
     print(json.dumps([seen.how, seen.reason, seen.launches]))
@@ -232,11 +238,39 @@ def test_recorder_says_why_it_sees_nothing_without_the_interpreter(tmp_path: Pat
 
 
 def test_marker_pairs_split_launches_into_windows() -> None:
-    from kernel_lsp.verify.kernels import split_at_markers
+    from kernel_lsp.candidate.kernels import split_at_markers
 
     marker = "at::cuda::(anonymous namespace)::spin_kernel(long)"
-    kernels = [("reference_gemm", 7), (marker, 7), ("relu_kernel", 7), ("side", 9), (marker, 7),
-               ("reference_relu", 7), (marker, 13), (marker, 13)]
+    kernels = [("reference_gemm", 7, 1.0), (marker, 7, 1e-6), ("relu_kernel", 7, 2e-5), ("side", 9, 3e-6),
+               (marker, 7, 1e-6), ("reference_relu", 7, 5.0), (marker, 13, 1e-6), (marker, 13, 1e-6)]
     windows = split_at_markers(kernels)
-    assert [([launch.name for launch in launches], stream) for launches, stream in windows] == [
-        (["relu_kernel", "side"], 7), ([], 13)]
+    assert [([(launch.name, launch.seconds) for launch in launches], stream) for launches, stream in windows] == [
+        ([("relu_kernel", 2e-5), ("side", 3e-6)], 7), ([], 13)]
+
+
+def test_library_kernels_and_aten_operators_fall_into_families() -> None:
+    from kernel_lsp.candidate.kernels import operation_family
+
+    for name in ("aten::mm", "mm", "addmm", "aten::bmm", "linear", "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n",
+                 "void cutlass::Kernel2<cutlass_80_simt_sgemm_128x64_8x5_nn_align1>(...)", "ampere_sgemm_128x64_nn"):
+        assert operation_family(name) == "matrix multiply", name
+    for name in ("aten::mkldnn_convolution", "sm90_xmma_fprop_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nchw",
+                 "void cudnn::winograd_nonfused::winogradForwardData4x4<float, float>(...)"):
+        assert operation_family(name) == "convolution", name
+    assert operation_family("aten::relu") == "relu"
+    assert operation_family("aten::summary") == "summary"  # 'mm' inside a word is no matrix multiply
+
+
+def test_the_work_share_leaves_out_the_first_window_and_counts_allowed_kernels_in_the_total() -> None:
+    from kernel_lsp.candidate.kernels import Window, work_share
+
+    def window(*launches):
+        return Window([KernelLaunch(name, 7, "profiler", seconds) for name, seconds in launches], 7)
+
+    first = window(("relu_kernel", 1.0), ("ampere_sgemm_128x64_nn", 1.0))  # first calls: left out
+    steady = [window(("relu_kernel", 1e-6), ("ampere_sgemm_128x64_nn", 9e-6), ("allowed_copy", 1e-5))] * 2
+    share = work_share([first, *steady], {"relu_kernel"}, allowed=("allowed_*",))
+    assert share.own_share == pytest.approx(0.05) and share.library == {"ampere_sgemm_128x64_nn": pytest.approx(18e-6)}
+    assert work_share([window(("relu_kernel", None))], {"relu_kernel"}) is None  # nothing timed: no share
+    cpu = [Window([KernelLaunch("relu_kernel", None, "triton-launcher", 0.02)], None, 0.1)] * 2
+    assert work_share(cpu, {"relu_kernel"}).own_share == pytest.approx(0.2)

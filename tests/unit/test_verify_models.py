@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from kernel_lsp.verify.models import load_weights
+from kernel_lsp.candidate.models import load_weights
 
 
 class Reference(nn.Module):

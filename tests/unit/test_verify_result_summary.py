@@ -18,9 +18,10 @@ class Document:
     version: int = 1
 
 
-def feature(documents: dict) -> VerifyFeature:
+def feature(documents: dict, lens_notes=lambda _uri, _text: []) -> VerifyFeature:
     return VerifyFeature(None, None, None, documents=lambda: documents, progress=None,
-                         supports_progress=lambda: False, tell_user=lambda _m: None, refresh_lenses=lambda: None)
+                         supports_progress=lambda: False, tell_user=lambda _m: None, refresh_lenses=lambda: None,
+                         lens_notes=lens_notes)
 
 
 def test_only_a_finished_verification_has_a_summary() -> None:
@@ -52,12 +53,13 @@ def test_the_verify_lens_shows_the_energy_a_profile_of_the_same_text_read(tmp_pa
     from kernel_lsp.worker.protocol import Result
 
     documents = {URI: Document(URI, "text")}
-    verify = feature(documents)
+    profiles = []  # the server asks each feature for its lens note; here the one profile feature
+    verify = feature(documents, lens_notes=lambda uri, text: [n for n in (p.lens_note(uri, text) for p in profiles) if n])
     refreshed = []
     profile = ProfileFeature(None, None, None, documents=lambda: documents, progress=None, tell_user=lambda _m: None,
                              verify_summary=verify.result_summary, chart_dir=tmp_path,
                              refresh_lenses=lambda: refreshed.append(True))
-    verify.energy_note = profile.energy_note
+    profiles.append(profile)
     verify._runs[URI] = VerifyRun("done", Path("/w/ref.py"), "text", summary="correct 5/5 · 1.84× eager")
     titles = lambda: [lens.command.title for lens in verify.code_lenses(URI)]  # noqa: E731
     assert titles() == ["correct 5/5 · 1.84× eager"]  # no profile yet
@@ -74,4 +76,4 @@ def test_the_verify_lens_shows_the_energy_a_profile_of_the_same_text_read(tmp_pa
     verify._runs[URI] = VerifyRun("done", Path("/w/ref.py"), "edited", summary="correct 5/5 · 2.0× eager")
     assert titles() == ["correct 5/5 · 2.0× eager"]  # the energy was read for the old text
     verify._runs[URI] = VerifyRun("unavailable", Path("/w/ref.py"), "edited", message="no worker")
-    assert profile.energy_note(URI, "text") is not None and "mJ" not in titles()[0]
+    assert profile.lens_note(URI, "text") is not None and "mJ" not in titles()[0]

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from kernel_lsp.verify.timing import (
+from kernel_lsp.candidate.timing import (
     MAX_WARMUP_CALLS,
     Timing,
     make_input_sets,
@@ -176,7 +176,7 @@ def test_the_speedup_interval_holds_the_ratio_and_excludes_one_only_when_it_shou
 
 
 def test_batches_are_sized_so_the_round_trip_is_a_small_part() -> None:
-    from kernel_lsp.verify.run import ROUND_TRIP_FACTOR, batch_size
+    from kernel_lsp.verify.rounds import ROUND_TRIP_FACTOR, batch_size
 
     assert batch_size(0.1, 10.0, 64) == 1  # a long call: one a batch
     size = batch_size(0.1, 0.005, 64)  # 5 us calls and a 100 us round trip: the most the sets allow
@@ -186,7 +186,7 @@ def test_batches_are_sized_so_the_round_trip_is_a_small_part() -> None:
 
 
 def test_the_judge_keeps_one_call_per_set_chosen_after_the_batch() -> None:
-    from kernel_lsp.verify.run import Keeper
+    from kernel_lsp.verify.rounds import Keeper
 
     keeper = Keeper()
     first = keeper.choose([0, 1, 2], 0, 1)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from kernel_lsp.kinds.options import VerifyOptions
+from kernel_lsp.contracts.options import VerifyOptions
 from kernel_lsp.kinds.verify import VerifyOutcome, verify_job
 from kernel_lsp.worker.client import WorkerClient
 from tests.problems import relu_problem, triton_relu
@@ -194,7 +194,7 @@ async def test_a_candidate_that_leaves_a_process_running_is_rejected_and_the_pro
 async def test_an_honest_candidate_is_still_verified(worker: WorkerClient, tmp_path: Path):
     outcome = await verify(worker, tmp_path, triton_relu())
     assert outcome.verdict == "verified", outcome.findings
-    assert outcome.report["isolation"]["processes"].startswith("isolated"), outcome.report["isolation"]
+    assert outcome.report.isolation.processes.startswith("isolated"), outcome.report.isolation
 
 
 WRITES = {

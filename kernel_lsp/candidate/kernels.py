@@ -12,7 +12,9 @@ with a marker kernel on the current stream, and the stream the profiler reports 
 from __future__ import annotations
 
 import ast
+import re
 import contextlib
+import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -34,6 +36,7 @@ class KernelLaunch:
     name: str  # as the observer reports it: demangled C++ from the profiler, the function name from Triton
     stream: int | None  # the profiler's stream id; None where the observer has no streams
     source: str  # 'profiler' | 'triton-launcher'
+    seconds: float | None = None  # the profiler's device time; the interpreted launch's wall time on the CPU
 
 
 @dataclass
@@ -173,6 +176,7 @@ class Window:
 
     launches: list[KernelLaunch] = field(default_factory=list)
     current_stream: int | None = None  # profiler stream id of the harness's current stream
+    seconds: float | None = None  # the window's wall time (the CPU's share of work is measured against it)
 
 
 class RecordingSession:
@@ -211,10 +215,12 @@ class RecordingSession:
             yield window
             return
         watch.open_window(len(self.windows) - 1)
+        started = time.perf_counter()
         try:
             yield window
         finally:
             watch.close_window()
+            window.seconds = time.perf_counter() - started
 
     def __exit__(self, *exc_info: object) -> None:
         if self._watch is None:
@@ -239,6 +245,7 @@ class KernelRecorder:
         self.launches: list[KernelLaunch] = []
         self.how, self.reason = "none", None
         self.current_stream: int | None = None
+        self.seconds: float | None = None
 
     def __enter__(self) -> KernelRecorder:
         self._session.__enter__()
@@ -250,7 +257,7 @@ class KernelRecorder:
         self._window.__exit__(None, None, None)
         self._session.__exit__(None, None, None)
         window = self._session.windows[0]
-        self.launches, self.current_stream = window.launches, window.current_stream
+        self.launches, self.current_stream, self.seconds = window.launches, window.current_stream, window.seconds
         self.how, self.reason = self._session.how, self._session.reason
 
 
@@ -296,25 +303,26 @@ class _ProfilerWatch:
         if results is None:
             raise Unobservable("this torch's profiler does not expose its kineto events")
         kernels = sorted((event for event in results.events() if _is_kernel_event(event)), key=methodcaller("start_ns"))
-        seen = split_at_markers([(event.name(), _stream_of(event)) for event in kernels])
+        seen = split_at_markers([(event.name(), _stream_of(event), event.duration_ns() / 1e9) for event in kernels])
         if len(seen) != windows:
             raise Unobservable(f"the profiler saw {len(seen)} of {windows} marked windows, so launches cannot be "
                                "told apart")
         return seen
 
 
-def split_at_markers(kernels: list[tuple[str, int | None]]) -> list[tuple[list[KernelLaunch], int | None]]:
-    """(launches, current stream) per window, from kernels in start order where marker pairs open and close each
-    window; kernels between windows (the reference's, the harness's) belong to none."""
+def split_at_markers(kernels: list[tuple[str, int | None, float | None]]) -> list[tuple[list[KernelLaunch], int | None]]:
+    """(launches, current stream) per window, from (name, stream, device seconds) of kernels in start order where
+    marker pairs open and close each window; kernels between windows (the reference's, the harness's) belong to
+    none."""
     windows: list[tuple[list[KernelLaunch], int | None]] = []
     inside = False
-    for name, stream in kernels:
+    for name, stream, seconds in kernels:
         if MARKER_KERNEL in name:
             if not inside:
                 windows.append(([], stream))
             inside = not inside
         elif inside:
-            windows[-1][0].append(KernelLaunch(name, stream, "profiler"))
+            windows[-1][0].append(KernelLaunch(name, stream, "profiler", seconds))
     return windows
 
 
@@ -336,7 +344,7 @@ def _stream_of(event) -> int | None:
 
 class _InterpreterWatch:
     """@triton.jit launches under TRITON_INTERPRET=1, seen through the interpreter's GridExecutor for the session
-    (its hook, verify/interpose.py: the attribute stays the same object whether a session watches or not).
+    (its hook, candidate/interpose.py: the attribute stays the same object whether a session watches or not).
     A launch counts once at least one program of its grid ran: an empty grid does no work."""
 
     how = "triton-launcher"
@@ -356,7 +364,7 @@ class _InterpreterWatch:
             raise Unobservable("TRITON_INTERPRET=1 is not set: Triton kernels do not run on the CPU without it")
         from triton.runtime.interpreter import GridExecutor, InterpreterBuilder
 
-        from kernel_lsp.verify.interpose import handled
+        from kernel_lsp.candidate.interpose import handled
 
         self._handled.enter_context(handled(GridExecutor, "__call__", self._recorded_launch))
         self._handled.enter_context(handled(InterpreterBuilder, "set_grid_idx", self._counted_program))
@@ -373,10 +381,11 @@ class _InterpreterWatch:
 
     def _recorded_launch(self, original: Callable) -> Callable:
         def launch(executor, *args, **kwargs):
-            programs_before = self.programs
+            programs_before, started = self.programs, time.perf_counter()
             result = original(executor, *args, **kwargs)
             if self.programs > programs_before and self.window is not None:
-                self.launches.append((self.window, KernelLaunch(executor.fn.__name__, None, "triton-launcher")))
+                self.launches.append((self.window, KernelLaunch(executor.fn.__name__, None, "triton-launcher",
+                                                                time.perf_counter() - started)))
             return result
         return launch
 
@@ -385,3 +394,71 @@ class _InterpreterWatch:
             self.programs += 1
             return original(builder, *args, **kwargs)
         return set_grid_idx
+
+
+@dataclass
+class WorkShare:
+    """How the recorded runs' time split between the candidate's own kernels and the rest (library kernels: cuBLAS,
+    cuDNN, ATen, inductor). The candidate's process measures it, so it is its word: shown, and used only to flag
+    library work, which a candidate gains nothing by hiding (its own kernels would have to take the time)."""
+
+    own_s: float
+    total_s: float
+    how: str  # what the seconds are
+    library: dict[str, float] = field(default_factory=dict)  # stock kernel (short name) -> seconds; CUDA only
+
+    @property
+    def own_share(self) -> float:
+        return self.own_s / self.total_s if self.total_s > 0 else 0.0
+
+
+DEVICE_TIME = "device time of each kernel (torch's profiler in the candidate's process)"
+WALL_TIME = "wall time inside its own interpreted launches, of forward's (the candidate's process)"
+
+
+def work_share(windows: Iterable[Window], own_names: set[str], allowed: tuple[str, ...] = ()) -> WorkShare | None:
+    """Own and total seconds over the recorded windows: on CUDA the profiler's device time of each kernel (allowed
+    kernels count in the total, as neither own nor library); on the CPU the wall time of the candidate's own
+    interpreted launches against forward's. The first window is left out where there are others: it pays for
+    first calls (Triton's compile, the interpreter's parse, cuBLAS's handle). None where nothing was timed."""
+    own_s = total_s = 0.0
+    library: dict[str, float] = {}
+    how = None
+    windows = list(windows)
+    for window in windows[1:] or windows:
+        for launch in window.launches:
+            if launch.seconds is None:
+                continue
+            name = kernel_name_of(launch.name)
+            if is_own_kernel(name, own_names):
+                own_s += launch.seconds
+            elif launch.source == "profiler" and not any(fnmatchcase(name, p) or fnmatchcase(launch.name, p)
+                                                         for p in allowed):
+                library[name] = library.get(name, 0.0) + launch.seconds
+            if launch.source == "profiler":
+                total_s += launch.seconds
+                how = DEVICE_TIME
+        if window.launches and window.launches[0].source == "triton-launcher" and window.seconds:
+            total_s += window.seconds
+            how = WALL_TIME
+    if how is None or total_s <= 0:
+        return None
+    return WorkShare(own_s, total_s, how, library)
+
+
+# the families a library kernel or ATen operator belongs to, by name: the first that matches (a cuDNN convolution
+# is often an implicit GEMM, so convolution comes first); anything else is its own family
+OPERATION_FAMILIES = (
+    ("convolution", re.compile(r"conv|fprop|dgrad|wgrad|winograd|implicit_gemm|cudnn", re.I)),
+    ("matrix multiply", re.compile(r"gemm|xmma|matmul|cublas|cutlass|(^|[^a-z])(add|b|baddb)?mm([^a-z]|$)|"
+                                   r"addmm|linear|(^|_)dot(_|$)", re.I)),
+)
+
+
+def operation_family(name: str) -> str:
+    """'matrix multiply' for 'aten::mm', 'addmm' or 'sm90_xmma_gemm_f32f32...'; 'convolution' for a cuDNN fprop
+    or 'aten::mkldnn_convolution'; else the name without 'aten::'."""
+    for family, pattern in OPERATION_FAMILIES:
+        if pattern.search(name):
+            return family
+    return name.removeprefix("aten::")

@@ -1,4 +1,4 @@
-"""The judge's handle on the candidate's process (kernel_lsp.verify.host): start it, ask it, read its answers.
+"""The judge's handle on the candidate's process (kernel_lsp.candidate.host): start it, ask it, read its answers.
 
 The process is started at the very beginning of a verification, so that its imports overlap the reference's
 set-up. It runs under a keeper of its own (process/keeper.py), a child of the judge: when it ends, whatever it
@@ -6,7 +6,7 @@ started and left running (a daemon, a process in a new session, a double fork) i
 rejects the candidate for it; when the judge dies, the keeper kills it all. It gets a scratch folder of its own as
 HOME and TMPDIR, and may write only there, in the build caches, /dev and /proc (process/confine.py).
 
-A request may have a time limit (CallLimit, from the reference's own time: verify/run.py): past it, the candidate
+A request may have a time limit (CallLimit, from the reference's own time: verify/judge.py HangLimits): past it, the candidate
 hangs, and its process and everything it started are killed (the run's `timeout`). If it dies without answering
 (a segfault, an illegal address that aborts, the out-of-memory killer), the judge ends the same way (same signal
 or exit code, the candidate's own stderr already in the shared stderr), so the sandbox reports the candidate's
@@ -34,11 +34,12 @@ from typing import Any, NoReturn
 from kernel_lsp.process.confine import SIGNAL_SCOPE_ABI, landlock_abi
 from kernel_lsp.process.frames import read_frame, write_frame
 from kernel_lsp.process.isolation import BUILD_CACHES, build_cache_root, candidate_environment, with_package_on_path
+from kernel_lsp.contracts.keeper_report import KeeperEnd
 from kernel_lsp.process.keeper import KILL_WITHIN_S, KeeperLink, keeper_command, processes_isolation
 from kernel_lsp.process.namespaces import (TASK_DIR_ENV, SandboxPlan, isolation_status, make_readable, prepare_writable,
                                            sandbox_command)
 
-HOST_MODULE = "kernel_lsp.verify.host"
+HOST_MODULE = "kernel_lsp.candidate.host"
 ALWAYS_WRITABLE = ("/dev", "/proc")  # device nodes CUDA opens read-write; CUDA's driver writes under /proc/self
 LEFT_GRACE_S = 1.0  # what the candidate's process started may take this long to end after it
 CLOSE_S = 5.0  # the process exits by itself when asked; past this it is killed
@@ -109,13 +110,13 @@ def counters_admin_only() -> bool:
 @contextlib.contextmanager
 def candidate_process(allow_network: bool, device: str, files: tuple[str, ...] = ()) -> Iterator[CandidateProcess]:
     """The candidate's process for one task: the one this sandbox child started while it waited
-    (verify/prestart.py) if it suits, else a new one; closed and its scratch folder removed afterwards.
+    (candidate/prestart.py) if it suits, else a new one; closed and its scratch folder removed afterwards.
     For the CPU it runs Triton's interpreter (TRITON_INTERPRET=1), which Triton reads when it is imported: the
     process must start with it. `files`: the task's files it loads (their folders are readable in its sandbox,
     besides the task folder)."""
     if device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    prestart = sys.modules.get("kernel_lsp.verify.prestart")  # imported only where the worker preloads it
+    prestart = sys.modules.get("kernel_lsp.candidate.prestart")  # imported only where the worker preloads it
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
     readable = task_folders(files)
     host = prestart.take(allow_network, interpret, readable) if prestart is not None else None
@@ -189,7 +190,7 @@ class CandidateProcess:
             self.link.started()
         self.confinement: dict[str, str] | None = None
         self._pending_ready: dict[str, Any] | None = None  # the ready frame, when inherit_limits read it first
-        self.kept: dict[str, Any] | None = None  # the keeper's last report, once closed (None: it was killed)
+        self.kept: KeeperEnd | None = None  # the keeper's last report, once closed (None: it was killed)
         self.wall_s: dict[str, float] = {}  # per op, the judge's clock from request to reply
 
     def ready(self) -> dict[str, str]:
@@ -291,8 +292,8 @@ class CandidateProcess:
         """The candidate's process ended without answering: this process ends the same way."""
         returncode = self.process.wait()  # the keeper's, which exits as the candidate's process did
         ended = self.link.end()  # in the sandbox, bwrap exits 128+N for a signal N: the keeper's report says which
-        if ended is not None and isinstance(ended.get("status"), int):
-            returncode = ended["status"]
+        if ended is not None and ended.status is not None:
+            returncode = ended.status
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         faulthandler.disable()  # the candidate's own dump is the last one on stderr, as the sandbox expects

@@ -19,7 +19,7 @@ import os
 import socket
 from typing import Any
 
-from kernel_lsp.verify.shared_fill import PoisonUnavailable, driver_check, load_driver
+from kernel_lsp.candidate.shared_fill import PoisonUnavailable, driver_check, load_driver
 
 CU_MEM_ALLOCATION_TYPE_PINNED = 1
 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1

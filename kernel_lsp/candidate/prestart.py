@@ -12,12 +12,13 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from kernel_lsp.verify.candidate_process import CandidateProcess
+from kernel_lsp.candidate.handle import CandidateProcess
+from kernel_lsp.process.namespaces import nvidia_device_present
 
 # Triton reads TRITON_INTERPRET when it is imported (the candidate's process imports it with torch._dynamo while
 # it waits): a machine without an NVIDIA device can only run Triton in the interpreter, so its processes start
 # with it; elsewhere a CPU task gets a fresh process
-NO_GPU = not any(os.path.exists(node) for node in ("/dev/nvidiactl", "/dev/nvidia0"))
+NO_GPU = not nvidia_device_present()
 if NO_GPU:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 

@@ -31,16 +31,16 @@ SMALL_CHUNK_BYTES = 512 << 10  # the caching allocator serves requests <= 1 MiB 
 SMALL_POOL_POISON_BYTES = 64 << 20
 
 
-def copied(value: Any) -> Any:
-    """Tensors cloned, in the same tuples, lists and dicts."""
+def copied(value: Any, device: torch.device | str | None = None) -> Any:
+    """Tensors cloned (onto `device` where one is given), in the same tuples, lists and dicts."""
     if isinstance(value, torch.Tensor):
-        return value.clone()
+        return value.clone() if device is None else value.to(device, copy=True)
     if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple takes its items one by one
-        return type(value)(*(copied(item) for item in value))
+        return type(value)(*(copied(item, device) for item in value))
     if isinstance(value, (tuple, list)):
-        return type(value)(copied(item) for item in value)
+        return type(value)(copied(item, device) for item in value)
     if isinstance(value, dict):
-        return {key: copied(item) for key, item in value.items()}
+        return {key: copied(item, device) for key, item in value.items()}
     return value
 
 

@@ -53,7 +53,7 @@ class VerifyOptions:
     limits: dict[str, Any] = field(default_factory=lambda: verify_limits(DEFAULT_JOB_TIMEOUT_S))  # the sandbox's
 
     def __post_init__(self) -> None:
-        problems = _type_problems(self)
+        problems = type_problems(self)
         if self.device not in VERIFY_DEVICES:
             problems.append(f"device: expected one of {', '.join(VERIFY_DEVICES)}, got {self.device!r}")
         if not set(self.baselines) <= set(BASELINE_KINDS):
@@ -63,7 +63,7 @@ class VerifyOptions:
                 problems.append(f"{camel(name)}: must be at least 1, got {getattr(self, name)!r}")
         if isinstance(self.hang_timeout_s, (int, float)) and not self.hang_timeout_s > 0:
             problems.append(f"hangTimeoutS: must be more than 0, got {self.hang_timeout_s!r}")
-        problems += _limit_problems(self.limits)
+        problems += limit_problems(self.limits)
         if problems:
             raise ValueError(f"invalid verify options: {'; '.join(problems)}")
 
@@ -80,10 +80,10 @@ class ProfileOptions:
     limits: dict[str, Any] = field(default_factory=dict)  # empty: the measuring child 900 s, ncu 600 s
 
     def __post_init__(self) -> None:
-        problems = _type_problems(self)
+        problems = type_problems(self)
         if self.device not in VERIFY_DEVICES:
             problems.append(f"device: expected one of {', '.join(VERIFY_DEVICES)}, got {self.device!r}")
-        problems += _limit_problems(self.limits)
+        problems += limit_problems(self.limits)
         if problems:
             raise ValueError(f"invalid profile options: {'; '.join(problems)}")
 
@@ -142,7 +142,7 @@ def _is_tuple(hint: Any) -> bool:
     return getattr(hint, "__origin__", None) is tuple
 
 
-def _type_problems(options: Any) -> list[str]:
+def type_problems(options: Any) -> list[str]:
     """Each field whose value is not of its annotated type (bool is not a number here)."""
     problems = []
     for name, hint in get_type_hints(type(options)).items():
@@ -165,9 +165,9 @@ def _type_problems(options: Any) -> list[str]:
     return problems
 
 
-def _limit_problems(limits: Any) -> list[str]:
+def limit_problems(limits: Any) -> list[str]:
     if not isinstance(limits, dict):
-        return []  # said by _type_problems
+        return []  # said by type_problems
     unknown = sorted(set(limits) - LIMIT_KEYS)
     return [f"limits: unknown keys {', '.join(unknown)} (known: {', '.join(sorted(LIMIT_KEYS))})"] if unknown else []
 

@@ -6,7 +6,7 @@ int, float, str). Nothing is unpickled, so the other side cannot make this proce
 - CUDA tensors cross by CUDA IPC: the receiver maps the sender's device memory (no copy, so an output of many
   GiB costs nothing extra, and the judge reads what is really there, also later). Across PID namespaces (the
   candidate in its sandbox, process/namespaces.py) legacy IPC handles do not open: with a `channel` (a unix
-  socket shared by both sides) a CUDA tensor is copied into memory of the driver's own (verify/device_share.py)
+  socket shared by both sides) a CUDA tensor is copied into memory of the driver's own (candidate/device_share.py)
   whose file descriptor crosses the socket, all of one value's descriptors in one message tagged with a random
   batch name the value's descriptor carries (a batch the other side sent and never described is skipped).
 - CPU tensors cross as files in a shared folder, mapped with MAP_SHARED by both sides (torch.from_file), so the
@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from kernel_lsp.process.namespaces import prepare_writable
-from kernel_lsp.verify import device_share
+from kernel_lsp.candidate import device_share
 
 SCALARS = (type(None), bool, int, float, str)
 

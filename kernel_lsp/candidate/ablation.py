@@ -10,6 +10,8 @@ and once with every result of the candidate's own code destroyed as soon as it i
   overwritten: NaN for floating point, bits flipped for integers, negated for booleans;
 - then once more with a finite value (FINITE) instead of NaN: a result that reaches the output only through
   `0 * k` or a `clamp(min=k * 0)` bound carries NaN through but not a finite value;
+- then with +Inf, and with -Inf: a result that bounds the output from one side only (`torch.maximum(x, k)` with k
+  under every value, which NaN and a large finite value both change) does not change it from that side;
 - if the final output is bitwise the same as the plain run's in either pass, what the candidate's own code
   wrote does not make it.
 
@@ -38,17 +40,18 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
-from kernel_lsp.verify.integrity import changed_since, copied, input_snapshot, tensor_leaves
-from kernel_lsp.verify.models import installed_file
+from kernel_lsp.candidate.integrity import changed_since, copied, input_snapshot, tensor_leaves
+from kernel_lsp.candidate.models import installed_file
 
 
 
 FINITE = 1234.5  # the finite pass's value: exact in every float dtype, and far from what a kernel usually writes
+PASSES = {"nan": float("nan"), "finite": FINITE, "+inf": float("inf"), "-inf": float("-inf")}
 
 
 def ablate(model: Callable[..., Any], roots: list[Any], own_kernels: set[str], inputs: tuple,
            others: tuple) -> dict[str, Any]:
-    """forward on `inputs` as it is, then per pass (NaN, then FINITE) on `others` and on `inputs` with the results
+    """forward on `inputs` as it is, then per pass (NaN, FINITE, +Inf, -Inf) on `others` and on `inputs` with the results
     of the candidate's own code destroyed: whether the output changed in every pass (`changed_by` says per pass),
     what was intercepted, and the stock operators of the last run."""
     # each run on its own copy (`copied`): a candidate that writes into its inputs changes none of the next run's
@@ -58,7 +61,7 @@ def ablate(model: Callable[..., Any], roots: list[Any], own_kernels: set[str], i
     counts: list[tuple[int, int]] = []  # (launches, destroyed) of each pass
     names: set[str] = set()
     stock = StockOps()
-    for value in (float("nan"), FINITE):
+    for name, value in PASSES.items():
         with torch.no_grad():
             model(*copied(others))  # buffers the candidate keeps across calls now hold other values
         ablation, stock = Ablation(own_kernels, roots, value), StockOps(value)
@@ -66,10 +69,10 @@ def ablate(model: Callable[..., Any], roots: list[Any], own_kernels: set[str], i
             ablated = copied(inputs)
             with stock:
                 output = model(*ablated)
-            changed_by["nan" if value != value else "finite"] = bool(changed_since(plain, output))
+            changed_by[name] = bool(changed_since(plain, output))
         counts.append((ablation.launches, ablation.destroyed))
         names |= ablation.names
-    # per forward, the fewer of the two passes' (what one pass only saw is not reliably the candidate's work)
+    # per forward, the fewest of the passes' (what one pass only saw is not reliably the candidate's work)
     return {"changed": all(changed_by.values()), "changed_by": changed_by, "launches": min(c[0] for c in counts),
             "destroyed": min(c[1] for c in counts), "names": sorted(names), "stock": stock.names}
 
@@ -101,9 +104,9 @@ class Ablation:
         self._handled = contextlib.ExitStack()
 
     def __enter__(self) -> Ablation:
-        from kernel_lsp.verify.interpose import handled
+        from kernel_lsp.candidate.interpose import handled
 
-        for owner in triton_launchers():  # through its hook (verify/interpose.py): `run` stays the same object
+        for owner in triton_launchers():  # through its hook (candidate/interpose.py): `run` stays the same object
             self._handled.enter_context(handled(owner, "run", self._triton_run))
         for module in extension_modules(self.roots):
             self._wrap_extension(module)

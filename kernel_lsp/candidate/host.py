@@ -1,9 +1,9 @@
 """The candidate's process: it imports the candidate, builds its model and runs it when the judge asks.
 
-`python -m kernel_lsp.verify.host` is started by the judge (kernel_lsp.verify.run) and confines itself before
+`python -m kernel_lsp.candidate.host` is started by the judge (kernel_lsp.verify.run) and confines itself before
 it imports anything else (process/confine.py: writes only to its scratch folder, the build caches, /dev and
 /proc; no network unless allowed; no signal to the judge). It never decides anything: it runs `forward` on
-the inputs the judge sends and sends back its outputs (verify/exchange.py), records what kernels each run
+the inputs the judge sends and sends back its outputs (candidate/exchange.py), records what kernels each run
 launched, times itself when asked, and says what it saw of its own process (torch patched, timers replaced,
 threads left running). The judge treats each of those answers as the candidate's word: outputs are compared
 against the judge's own reference, timings are cross-checked against the judge's clock.
@@ -34,12 +34,12 @@ from kernel_lsp.process.confine import confine
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m kernel_lsp.verify.host")
+    parser = argparse.ArgumentParser(prog="python -m kernel_lsp.candidate.host")
     parser.add_argument("--requests-fd", type=int, required=True)
     parser.add_argument("--replies-fd", type=int, required=True)
     parser.add_argument("--exchange", required=True)
     parser.add_argument("--writable", action="append", default=[])
-    parser.add_argument("--channel-fd", type=int)  # device memory descriptors (verify/exchange.py), in a sandbox
+    parser.add_argument("--channel-fd", type=int)  # device memory descriptors (candidate/exchange.py), in a sandbox
     parser.add_argument("--allow-network", action="store_true")
     options = parser.parse_args(argv)
     for fd in (options.requests_fd, options.replies_fd, options.channel_fd):
@@ -69,9 +69,9 @@ def lowest(a: int, b: int) -> int:
 
 
 class TimedCalls:
-    """What the judge's timing protocol (verify/run.py measure) keeps of the timed calls in the candidate's process:
+    """What the judge's timing protocol (verify/rounds.py measure) keeps of the timed calls in the candidate's process:
     the outputs the judge asked to keep (one per input set, chosen by the judge once each batch was over), and the
-    kernel recordings of the extra calls it asked for between batches (verify/kernels.py). Both are this process's
+    kernel recordings of the extra calls it asked for between batches (candidate/kernels.py). Both are this process's
     word: the judge compares the outputs with its own reference and judges the launches like a trial's."""
 
     def __init__(self, device: str) -> None:
@@ -81,7 +81,7 @@ class TimedCalls:
 
     @contextmanager
     def record(self, index: int) -> Iterator[None]:
-        from kernel_lsp.verify.kernels import RecordingSession
+        from kernel_lsp.candidate.kernels import RecordingSession
 
         session = RecordingSession(self.device)
         try:
@@ -91,7 +91,7 @@ class TimedCalls:
             self.sessions.append((index, session))
 
     def keep(self, index: int, set_index: int, output: Any) -> None:
-        from kernel_lsp.verify.integrity import copied
+        from kernel_lsp.candidate.integrity import copied
 
         # a copy: what the caller saw when the call returned, even from a candidate that returns the same buffer
         # every call (CUDA graphs do)
@@ -102,7 +102,7 @@ def plain(output: Any) -> bool:
     """Every tensor of the output is a plain torch.Tensor (a subclass can change how it compares)."""
     import torch
 
-    from kernel_lsp.verify.integrity import tensor_leaves
+    from kernel_lsp.candidate.integrity import tensor_leaves
 
     return all(type(t) is torch.Tensor for t in tensor_leaves(output))
 
@@ -125,7 +125,7 @@ class Host:
         import torch
         import torch._dynamo  # noqa: F401 - torch_snapshot needs it at load: imported while waiting instead
 
-        from kernel_lsp.verify.exchange import Exchange
+        from kernel_lsp.candidate.exchange import Exchange
 
         if torch.cuda.is_available():
             torch.empty(1, device="cuda")  # the CUDA context, made while waiting (about half a second)
@@ -153,22 +153,22 @@ class Host:
         return {}
 
     def op_load(self, request: dict[str, Any]) -> dict[str, Any]:
-        from kernel_lsp.verify.integrity import thread_idents, timer_snapshot, torch_snapshot
-        from kernel_lsp.verify.models import WEIGHTS_SEED, load_module, load_weights
-        from kernel_lsp.verify.timing import resolve_device
+        from kernel_lsp.candidate.integrity import thread_idents, timer_snapshot, torch_snapshot
+        from kernel_lsp.candidate.models import WEIGHTS_SEED, load_module, load_weights
+        from kernel_lsp.candidate.timing import resolve_device
 
         torch = self.torch
         self.enter(request["task_dir"])
         self.target = resolve_device(request["device"])
         seconds: dict[str, float] = {}
         if self.target.type == "cuda":
-            from kernel_lsp.verify.shared_fill import SharedPoison
+            from kernel_lsp.candidate.shared_fill import SharedPoison
 
             with stopwatch(seconds, "candidate: shared-memory fill loaded"):
                 index = self.target.index if self.target.index is not None else torch.cuda.current_device()
                 self.shared_poison = SharedPoison(index)
         with stopwatch(seconds, "candidate: launch hooks installed"):
-            from kernel_lsp.verify.interpose import install_triton
+            from kernel_lsp.candidate.interpose import install_triton
 
             install_triton()  # before the candidate's import: what watches its launches is in place from the start
         self.before = (timer_snapshot(), thread_idents(), torch_snapshot())
@@ -200,13 +200,13 @@ class Host:
     def enter(self, task_dir: str) -> None:
         """The task's folder becomes this process's: a process started ahead of time began elsewhere, and the
         candidate's own helper modules lie beside it. (Triton's interpreter, for the CPU, was chosen when this
-        process started: verify/candidate_process.py.)"""
+        process started: candidate/handle.py.)"""
         os.chdir(task_dir)
         sys.path.insert(0, task_dir)
 
     def op_record(self, request: dict[str, Any]) -> dict[str, Any]:
         """Starts (on=True) or ends the recording session of the trials; at its end, what each run launched."""
-        from kernel_lsp.verify.kernels import RecordingSession
+        from kernel_lsp.candidate.kernels import RecordingSession
 
         if request["on"]:
             self.session = RecordingSession(str(self.target)).__enter__()
@@ -214,8 +214,8 @@ class Host:
         session, self.session = self.session, None
         session.__exit__(None, None, None)
         return {"how": session.how, "reason": session.reason,
-                "windows": [{"launches": [[k.name, k.stream, k.source] for k in w.launches],
-                             "current_stream": w.current_stream} for w in session.windows]}
+                "windows": [{"launches": [[k.name, k.stream, k.source, k.seconds] for k in w.launches],
+                             "current_stream": w.current_stream, "seconds": w.seconds} for w in session.windows]}
 
     def op_forward(self, request: dict[str, Any]) -> dict[str, Any]:
         """One run of forward on the judge's inputs (over freshly poisoned memory: the free device memory with the
@@ -223,7 +223,7 @@ class Host:
         output, as returned. With own_copy, forward gets copies made in this process's memory (op_again then frees
         and reuses it). `shared_fill`: "filled", or why shared memory was not (None off CUDA); `poisoned_bytes`: the
         size of the large block poisoned, which any output up to that size is split from (0 off CUDA)."""
-        from kernel_lsp.verify.integrity import poison_free_memory, thread_idents, threads_started
+        from kernel_lsp.candidate.integrity import poison_free_memory, thread_idents, threads_started
 
         torch, target = self.torch, self.target
         seconds: dict[str, float] = {}
@@ -260,7 +260,7 @@ class Host:
         """forward once more on new values in old places (integrity-stale-output): in the same tensor objects as
         the last run (how="objects": the judge already wrote the new values into its shared memory), or in the
         storage of the last run's own copies, freed and taken again by new tensors (how="storage")."""
-        from kernel_lsp.verify.integrity import tensor_leaves
+        from kernel_lsp.candidate.integrity import tensor_leaves
 
         torch, target = self.torch, self.target
         self.output = None
@@ -282,8 +282,8 @@ class Host:
 
     def op_ablate(self, request: dict[str, Any]) -> dict[str, Any]:
         """forward as it is, then with every result of the candidate's own code destroyed as made
-        (verify/ablation.py): whether the output changed, and what made it."""
-        from kernel_lsp.verify.ablation import ablate
+        (candidate/ablation.py): whether the output changed, and what made it."""
+        from kernel_lsp.candidate.ablation import ablate
 
         inputs, others = self.exchange.receive(request["inputs"]), self.exchange.receive(request["others"])
         return ablate(self.model, [self.module, self.model], set(request["own"]), inputs, others)
@@ -317,7 +317,7 @@ class Host:
         return {}
 
     def op_timing_sets(self, request: dict[str, Any]) -> dict[str, Any]:
-        """More of the timing's input sets, held for the batches that follow (verify/run.py measure): the judge's
+        """More of the timing's input sets, held for the batches that follow (verify/rounds.py measure): the judge's
         shared memory, whose values it changes between rounds."""
         if self.watch is None:
             self.timing_sets: list[tuple] = []
@@ -341,7 +341,7 @@ class Host:
     def op_batch(self, request: dict[str, Any]) -> dict[str, Any]:
         """One batch, timed by the judge's clock around this request: forward on each named input set, back to
         back, then the device synchronized. The outputs stay alive until op_after_batch."""
-        from kernel_lsp.verify.timing import time_batch
+        from kernel_lsp.candidate.timing import time_batch
 
         self.batch_outputs = time_batch(self.timing_call, self.timing_sets, request["sets"], self.settle_device)
         return {}
@@ -378,8 +378,8 @@ class Host:
 
     def op_report(self, request: dict[str, Any]) -> dict[str, Any]:
         """What the candidate changed in this process since before its import."""
-        from kernel_lsp.verify.integrity import patched_timers, thread_idents, threads_started, timer_snapshot
-        from kernel_lsp.verify.integrity import torch_patches
+        from kernel_lsp.candidate.integrity import patched_timers, thread_idents, threads_started, timer_snapshot
+        from kernel_lsp.candidate.integrity import torch_patches
 
         timers, threads, torch_state = self.before
         return {"timers": patched_timers(timers, timer_snapshot()), "torch": torch_patches(torch_state),

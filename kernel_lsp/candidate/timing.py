@@ -1,4 +1,4 @@
-"""Timing: the judge's protocol's parts (verify/run.py measure) and a self-timed loop for measurements.
+"""Timing: the judge's protocol's parts (verify/rounds.py measure) and a self-timed loop for measurements.
 
 A verification's figures are the judge's: it times whole batches of calls (time_batch: the calls back to back,
 then the device synchronized) by its own clock, in rounds interleaved with the baselines; summarize gives the
@@ -20,10 +20,11 @@ import random
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
+
+from kernel_lsp.contracts.verify_report import Timing
 
 CUDA_EVENTS = "cuda-events"
 CPU_PERF_COUNTER = "cpu-perf-counter"
@@ -32,33 +33,6 @@ BOOTSTRAP_RESAMPLES = 2000
 INTERVAL = (0.025, 0.975)  # a 95% interval
 L2_FLUSH_FACTOR = 2  # writing twice the L2 size evicts every line even with a non-LRU replacement policy
 MAX_WARMUP_CALLS = 1000
-
-
-@dataclass(frozen=True)
-class Timing:
-    device: str  # 'cuda' | 'cpu'
-    clock: str  # 'cuda-events' | 'cpu-perf-counter'
-    calls: int
-    warmup: int  # the warm-up calls that ran
-    median_ms: float
-    mean_ms: float
-    min_ms: float
-    max_ms: float
-    p10_ms: float
-    p90_ms: float
-    spread: float  # (p90 - p10) / median
-    input_sets: int
-    l2_flushed: bool
-    busy_ms: float = 0.0  # all calls' times added up, warm-up included
-    # by the judge's clock (JUDGE_CLOCK): rounds of `batch` calls each, one sample (milliseconds per call) a round
-    rounds: int = 0
-    batch: int = 0
-    round_trip_ms: float = 0.0  # a request's round trip to the process that ran the calls (0: the judge's own)
-    samples_ms: tuple[float, ...] | list[float] = ()
-    median_interval_ms: tuple[float, float] | list[float] | None = None  # 95% bootstrap interval of the median
-
-    def to_dict(self) -> dict[str, object]:
-        return asdict(self)
 
 
 def resolve_device(device: str) -> torch.device:
@@ -168,7 +142,7 @@ def time_callable(fn: Callable[..., object], input_sets: list[tuple], *, device:
     """Run fn untimed warmup times (and, with warmup_ms, until the warm-up calls took that long), then calls
     times timed, each by its own clock (CUDA events, or perf_counter on the CPU); call i gets
     input_sets[i % len(input_sets)]. The profile job and the physical floor's measurements use it; a
-    verification's timing is the judge's (verify/run.py measure)."""
+    verification's timing is the judge's (verify/rounds.py measure)."""
     if calls < 1:
         raise ValueError(f"calls must be at least 1, got {calls}")
     if warmup < 0 or warmup_ms < 0:

@@ -1,7 +1,7 @@
 """Hooks that stay in place: what watches the candidate's launches looks the same whether it watches or not.
 
-The recording of the trials (verify/kernels.py, Triton's interpreter) and the output-from-kernel check
-(verify/ablation.py) each need to run their own code around a launch. Replacing a class's attribute for the
+The recording of the trials (candidate/kernels.py, Triton's interpreter) and the output-from-kernel check
+(candidate/ablation.py) each need to run their own code around a launch. Replacing a class's attribute for the
 while (and putting the original back) lets a candidate tell watched calls from the others: it saves
 `GridExecutor.__call__` or `JITFunction.run` at import and compares. Here each such attribute is replaced once,
 for good, by a forwarder installed before the candidate's import (`install_triton`, from the host's load), and

@@ -1,0 +1,134 @@
+"""One encode and one decode for the reports that cross a process boundary (contracts.verify_report,
+contracts.keeper_report), by cattrs:
+a received dict becomes the typed report or a ContractError naming every key that is unknown, missing or of the
+wrong type; a typed report becomes the wire's dict (msgpack and JSON safe), under the wire's names."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar, get_args, get_origin
+
+import cattrs
+from cattrs.cols import homogenous_tuple_structure_factory, list_structure_factory
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+
+from kernel_lsp.contracts.keeper_report import KeeperEnd
+from kernel_lsp.contracts.verify_report import Floor, Isolation, Timing, Timings, Unavailable, VerifyReport
+
+T = TypeVar("T")
+Wire = dict[str, Any]  # a report's encoded form, as msgpack and JSON carry it: what `encode` gives, `decode` takes
+
+# fields the wire leaves out when they hold nothing (the reports written before them had no such key)
+ABSENT_WHEN_NONE: dict[type, tuple[str, ...]] = {Timing: ("check_ms",), Timings: ("schedule",),
+                                                 Floor: ("schedule", "datasheet"),
+                                                 Isolation: ("processes", "namespaces")}
+RENAMED: dict[type, dict[str, str]] = {Timings: {"compile_error": "compileError"},
+                                       KeeperEnd: {"left_count": "leftCount", "disk_bytes": "diskBytes",
+                                                   "disk_limit": "diskLimit"}}
+
+
+class ContractError(ValueError):
+    """A report that does not match its contract: what the sender got wrong, every key of it."""
+
+
+@functools.cache
+def converter() -> cattrs.Converter:
+    conv = cattrs.Converter(forbid_extra_keys=True, unstruct_collection_overrides={tuple: list})
+    conv.register_structure_hook(float, _number)  # an int is a float on the wire (msgpack keeps 0 as an int)
+    for exact in (str, int, bool):  # as sent: cattrs would turn 3 into "3" and "5" or 5.5 into 5
+        conv.register_structure_hook(exact, _exactly)
+    # an array, as sent: cattrs would take a str as the list of its characters
+    conv.register_structure_hook_factory(lambda kind: get_origin(kind) in (list, tuple), _sequence_hook)
+    conv.register_structure_hook_func(lambda kind: kind is object, lambda value, _: value)  # NVML's: kept as read
+    for cls in dict.fromkeys([*ABSENT_WHEN_NONE, *RENAMED]):  # a class's hook before those of classes holding it
+        renames = RENAMED.get(cls, {})
+        absent = ABSENT_WHEN_NONE.get(cls, ())
+        fields = {name: override(rename=renames.get(name), omit_if_default=name in absent)
+                  for name in {*renames, *absent}}
+        conv.register_unstructure_hook(cls, make_dict_unstructure_fn(cls, conv, **fields))
+        conv.register_structure_hook(cls, make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=True,
+                                                                 **{k: override(rename=v) for k, v in
+                                                                    renames.items()}))
+    return conv
+
+
+def _number(value: Any, _: type) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"expected a number, got {type(value).__name__} {value!r:.40}")
+    return float(value)
+
+
+def _sequence_hook(kind: Any, conv: cattrs.Converter) -> Callable[[Any, Any], Any]:
+    args = get_args(kind)
+    if get_origin(kind) is list:
+        inner = list_structure_factory(kind, conv)
+    elif len(args) == 2 and args[1] is Ellipsis:
+        inner = homogenous_tuple_structure_factory(kind, conv)
+    else:  # a fixed length: (low, high)
+        def inner(value: Any, _: Any) -> tuple:
+            if len(value) != len(args):
+                raise ValueError(f"expected {len(args)} items, got {len(value)}")
+            return tuple(conv.structure(item, arg) for item, arg in zip(value, args))
+
+    def structure(value: Any, _: Any) -> Any:
+        if not isinstance(value, (list, tuple)):
+            raise TypeError(f"expected an array, got {type(value).__name__} {value!r:.40}")
+        return inner(value, kind)
+    return structure
+
+
+def _exactly(value: Any, kind: type) -> Any:
+    if type(value) is not kind and not (kind is int and isinstance(value, int) and not isinstance(value, bool)):
+        raise TypeError(f"expected {kind.__name__}, got {type(value).__name__} {value!r:.40}")
+    return value
+
+
+def decode(cls: type[T], data: object) -> T:
+    """`data` as `cls`; ContractError names each key that is unknown, missing or of the wrong type."""
+    if not isinstance(data, Mapping):
+        raise ContractError(f"{cls.__name__}: expected a mapping, got {type(data).__name__}")
+    try:
+        return converter().structure(data, cls)
+    except (cattrs.BaseValidationError, TypeError, ValueError) as exc:
+        raise ContractError(f"{cls.__name__}: {'; '.join(_problems(exc))}") from None
+
+
+def encode(report: object) -> Wire:
+    """The wire's dict of a typed report (lists for tuples, the wire's names)."""
+    return converter().unstructure(report)
+
+
+def decode_verify_report(data: object) -> VerifyReport | Unavailable:
+    """What the judge returned: a VerifyReport, or Unavailable (`{"verdict": "unavailable", "reason"}`)."""
+    if isinstance(data, Mapping) and data.get("verdict") == "unavailable":
+        return decode(Unavailable, data)
+    return decode(VerifyReport, data)
+
+
+def _problems(exc: BaseException, path: str = "") -> list[str]:
+    """One line per leaf error, with the key path cattrs recorded on its way down."""
+    if isinstance(exc, cattrs.BaseValidationError):
+        notes = getattr(exc, "__notes__", None) or []
+        found = []
+        for index, inner in enumerate(exc.exceptions):
+            note = getattr(inner, "__notes__", None) or []
+            where = _where(note[-1] if note else (notes[index] if index < len(notes) else ""))
+            found.extend(_problems(inner, f"{path}{where}"))
+        return found or [f"{path or 'report'}: {exc}"]
+    if isinstance(exc, cattrs.ForbiddenExtraKeysError):
+        return [f"{path or 'report'}: unknown key(s) {sorted(exc.extra_fields)}"]
+    if isinstance(exc, KeyError):
+        return [f"{path}: missing"]
+    return [f"{path or 'report'}: {exc}"]
+
+
+def _where(note: str) -> str:
+    """'.key' or '[index]' from a cattrs note ("Structuring class Timing @ attribute median_ms")."""
+    if "@ attribute " in note:
+        return "." + note.rsplit("@ attribute ", 1)[1].split()[0]
+    if "@ index " in note:
+        return f"[{note.rsplit('@ index ', 1)[1].split()[0]}]"
+    if "@ key " in note:
+        return f"[{note.rsplit('@ key ', 1)[1].split()[0]}]"
+    return ""

@@ -1,0 +1,445 @@
+"""The judge's timing protocol (docs/verification.md): the timing's input sets, the contenders (the candidate's
+batches in its process, the baselines' in the judge's), warm-up, batch size, interleaved rounds with outputs kept
+by a choice the candidate cannot see, the baselines' cache, and the physical floor (`measure`)."""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kernel_lsp.candidate.integrity import copied, tensor_leaves
+from kernel_lsp.candidate.kernels import classify
+from kernel_lsp.candidate.timing import (
+    JUDGE_CLOCK,
+    MAX_WARMUP_CALLS,
+    l2_scratch,
+    make_input_sets,
+    median_interval,
+    speedup,
+    speedup_interval,
+    summarize,
+    time_batch,
+)
+from kernel_lsp.contracts.verify_report import Timing
+from kernel_lsp.verify.baselines import BaselineCache, gpu_state
+from kernel_lsp.verify.checks import compare_candidate, note_kernel_use, reported_window
+from kernel_lsp.verify.floor import Floor, below_floor, cached_problem_work, device_peaks
+from kernel_lsp.verify.judge import PHASES, Judge, Verdict, clone_inputs, first_line, release, size_in_bytes
+from kernel_lsp.verify.reference import device_name, input_signature, run_reference
+
+TIMING_SEED = 10_000  # timed inputs are drawn apart from the trials' seeds
+REFRESH_SEED = 1_000_000  # and the timing's sets' values after their first round (TimingSets)
+MAX_TIMING_INPUT_SETS = 64
+FIRST_TIMING_SETS = 4  # drawn before the warm-up; more, up to the batch size, once it is known
+TIMING_MEMORY_FRACTION = 0.25  # the timing's input sets (and their outputs) may take this much free device memory
+TIMING_CPU_BYTES = 256 << 20  # and this much memory on the CPU
+COPY_TRIES = 3  # copies of an output the judge times: the fastest is what keeping one costs
+ROUND_TRIPS = 5  # pings to the candidate's process; their median is its round trip
+ROUND_TRIP_FACTOR = 50  # a batch is sized to take at least this many round trips
+MIN_ROUNDS = 10  # interleaved rounds at the least (unless timedCalls asks for fewer calls), however large a batch
+CACHE_CHECK_ROUNDS = 3  # rounds a cached baseline runs to show it still holds
+CACHE_SLACK = 0.05
+WARMUP_MS = 250.0  # warm-up calls run at least this long before a candidate or a baseline is timed
+TIMED_CALLS_RECORDED = 1  # extra calls between the timed batches, recorded (each costs a profiler start on CUDA)
+
+
+@PHASES("timing input sets")
+def timing_sets_that_fit(first: tuple, target: torch.device, output_bytes: int) -> int:
+    """How many input sets the timing may use: as many as fit (each with room for two outputs: held until its
+    batch is over, and a kept copy) in a quarter of the free device memory, or TIMING_CPU_BYTES on the CPU; at
+    least one, at most MAX_TIMING_INPUT_SETS. A batch calls each set at most once, so no batch is longer."""
+    size = size_in_bytes(first) + 2 * output_bytes
+    budget = TIMING_CPU_BYTES
+    if target.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(target)
+        budget = int(free * TIMING_MEMORY_FRACTION)
+    return max(1, min(MAX_TIMING_INPUT_SETS, budget // max(size, 1)))
+
+
+def no_grad_call(model: Callable[..., Any]) -> Callable[..., Any]:
+    def call(*inputs: Any) -> Any:
+        with torch.no_grad():
+            return model(*inputs)
+    return call
+
+
+class Contender:
+    """One of the timed: the candidate's process or a baseline, each run the same way by rounds (`measure`)."""
+
+    kind: str
+    round_trip_ms: float = 0.0
+    warm_calls: int = 0
+
+    def batch(self, indices: list[int]) -> float:
+        """Runs one batch; its wall time by the judge's clock, in seconds."""
+        raise NotImplementedError
+
+    def after(self, indices: list[int], first: int, keep: tuple[int, ...] = ()) -> float:
+        """What follows a batch: the outputs of the calls at offsets `keep` kept, the others let go; the seconds it
+        took by the judge's clock, of which the candidate's own share counts (`measure`)."""
+        return 0.0
+
+
+class CandidateBatches(Contender):
+    """The candidate's batches: each a request to its process, timed around the whole round trip."""
+
+    kind = "candidate"
+
+    def __init__(self, judge: Judge) -> None:
+        self.judge = judge
+
+    def batch(self, indices: list[int]) -> float:
+        started = time.perf_counter()
+        self.judge.ask("batch", runs=len(indices), sets=indices)
+        return time.perf_counter() - started
+
+    def after(self, indices: list[int], first: int, keep: tuple[int, ...] = ()) -> float:
+        started = time.perf_counter()
+        self.judge.ask("after_batch", runs=len(keep), sets=indices, first=first, keep=list(keep))
+        return time.perf_counter() - started
+
+
+class BaselineBatches(Contender):
+    """A baseline's batches, run in the judge's process by the same batch function (candidate/timing.py time_batch)
+    on the same input sets; its outputs are held until the batch is over, as the candidate's are."""
+
+    def __init__(self, kind: str, model: Callable[..., Any], input_sets: list[tuple], target: torch.device) -> None:
+        self.kind, self.model, self.input_sets, self.target = kind, no_grad_call(model), input_sets, target
+        self.held: list[Any] = []
+
+    def batch(self, indices: list[int]) -> float:
+        started = time.perf_counter()
+        self.held = time_batch(self.model, self.input_sets, indices, lambda: settle(self.target))
+        return time.perf_counter() - started
+
+    def after(self, indices: list[int], first: int, keep: tuple[int, ...] = ()) -> float:
+        self.held = []
+        return 0.0
+
+
+def settle(target: torch.device) -> None:
+    if target.type == "cuda":
+        torch.cuda.synchronize()
+
+
+class TimingSets:
+    """The timing's input sets as both processes see them (the judge's view of the shared memory, which the
+    baselines run on too), refreshed by the judge between rounds: each set used in a round gets new values,
+    drawn by the problem's get_inputs with a seed of its own (set, round), written in place. No timed call sees
+    contents an earlier call saw, so an answer kept from one (a cache keyed by identity, pointer, version or any
+    function of the values) is wrong, and the kept outputs are compared on exactly the values they were made
+    from. On CUDA the judge also flushes the L2 cache between batches (its own scratch: the cache is the
+    device's)."""
+
+    def __init__(self, judge: Judge, get_inputs: Callable[[], list], seed: int, count: int) -> None:
+        self.judge, self.get_inputs, self.seed, self.target = judge, get_inputs, seed, judge.target
+        self.views: list[tuple] = []  # the baselines hold this list: sets added later reach them too
+        self.scratch = l2_scratch(judge.target) if judge.target.type == "cuda" else None
+        self.grow(count)
+
+    @property
+    def count(self) -> int:
+        return len(self.views)
+
+    def grow(self, count: int) -> None:
+        """Sets up to `count` (drawn as round 0's values, shared, and sent to the candidate's process)."""
+        if count <= self.count:
+            return
+        shared = [self.judge.exchange.share(self.values(index, 0)) for index in range(self.count, count)]
+        self.judge.ask("timing_sets", input_sets=[described for described, _ in shared])
+        self.views.extend(view for _, view in shared)
+
+    def values(self, set_index: int, round_number: int) -> tuple:
+        """The values set `set_index` holds in round `round_number` (round 0: as first drawn)."""
+        seed = self.seed + TIMING_SEED + (set_index if round_number == 0 else
+                                          REFRESH_SEED + set_index + MAX_TIMING_INPUT_SETS * round_number)
+        return make_input_sets(self.get_inputs, 1, seed, str(self.target))[0]
+
+    def refresh(self, indices: list[int], round_number: int) -> None:
+        for set_index in indices:
+            for view, value in zip(tensor_leaves(self.views[set_index]),
+                                   tensor_leaves(self.values(set_index, round_number))):
+                view.copy_(value)
+        settle(self.target)
+
+    def flush(self) -> None:
+        if self.scratch is not None:
+            self.scratch.zero_()
+            settle(self.target)
+
+
+def warm_up(contender: Contender, sets: int, calls: int, minimum_ms: float) -> float:
+    """Untimed batches of `contender` (at least `calls` calls, then more, doubling, until they took minimum_ms
+    or MAX_WARMUP_CALLS ran); milliseconds per call of the last batch, by the judge's clock."""
+    done, spent_ms, size, per_call_ms = 0, 0.0, max(1, min(calls, sets)), 0.0
+    while done < max(calls, 1) or (spent_ms < minimum_ms and done < MAX_WARMUP_CALLS):
+        indices = [(done + offset) % sets for offset in range(size)]
+        seconds = contender.batch(indices)
+        contender.after(indices, done)
+        spent_ms += seconds * 1e3
+        per_call_ms = seconds * 1e3 / size
+        done += size
+        size = min(sets, size * 2)
+    contender.warm_calls = done
+    return per_call_ms
+
+
+def batch_size(round_trip_ms: float, per_call_ms: float, sets: int) -> int:
+    """Calls per batch: enough that the round trip is at most 1/ROUND_TRIP_FACTOR of the batch (a power of two, so
+    that small changes in the estimate keep the cached baselines' setting), at most one call per input set."""
+    wanted = ROUND_TRIP_FACTOR * round_trip_ms / max(per_call_ms, 1e-6)
+    return max(1, min(sets, 1 << max(0, math.ceil(math.log2(max(wanted, 1.0))))))
+
+
+def judged_timing(contender: Contender, samples: list[float], batch: int, device: str, sets: int,
+                  seed: int) -> Timing:
+    return summarize(samples, device=device, clock=JUDGE_CLOCK, warmup=contender.warm_calls, input_sets=sets,
+                     l2_flushed=device == "cuda", busy_ms=sum(samples) * batch, calls=len(samples) * batch,
+                     rounds=len(samples), batch=batch, round_trip_ms=contender.round_trip_ms,
+                     samples_ms=[round(v, 6) for v in samples], median_interval_ms=median_interval(samples, seed))
+
+
+class Keeper:
+    """Which timed calls' outputs the candidate's process keeps for the judge: chosen by the judge once the batch
+    is over (reservoir sampling per input set: the k-th call of a set replaces the kept one with probability
+    1/k), with a generator the candidate's process never sees, so no call can know while it runs whether its
+    output will be compared. The candidate's copies of them are made under the judge's clock (`Rounds`)."""
+
+    def __init__(self) -> None:
+        self.rng = random.Random(int.from_bytes(os.urandom(8), "little"))
+        self.seen: dict[int, int] = {}
+        self.kept: dict[int, tuple[int, int]] = {}  # input set -> (call, round) whose output was asked for
+
+    def choose(self, indices: list[int], first: int, round_number: int) -> tuple[int, ...]:
+        """The offsets in this batch (each set appears once in it) whose outputs replace the kept ones."""
+        chosen = []
+        for offset, set_index in enumerate(indices):
+            self.seen[set_index] = self.seen.get(set_index, 0) + 1
+            if self.rng.random() * self.seen[set_index] < 1:
+                chosen.append(offset)
+                self.kept[set_index] = (first + offset, round_number)
+        return tuple(chosen)
+
+
+class Rounds:
+    """The judge's timing protocol (docs/verification.md): rounds in which every contender runs one batch of
+    `batch` calls on distinct input sets, the order rotating round by round (so drift and a noisy neighbour
+    reach each alike), the judge's clock around each batch. The candidate's sample of a round is its batch plus
+    the request that keeps the outputs the judge chose (so nothing it computes there is free), less what the
+    judge's own copy of as many outputs of that size takes (`copy_s` each, timed once before the rounds); between
+    rounds the judge refreshes the sets used."""
+
+    def __init__(self, sets: TimingSets, batch: int, copy_s: float,
+                 recorded: Callable[[int, int], None] | None = None) -> None:
+        self.sets, self.batch, self.copy_s, self.recorded = sets, batch, copy_s, recorded
+        self.keeper = Keeper()
+        self.samples: dict[str, list[float]] = {}
+        self.next_round = 0
+
+    def run(self, contenders: list[Contender], rounds: int, only_first: dict[str, int] | None = None) -> None:
+        """`only_first[kind]`: a contender that runs in the first so many of these rounds only (a cached
+        baseline's check)."""
+        only_first = only_first or {}
+        for step in range(rounds):
+            number = self.next_round = self.next_round + 1
+            shift = number % len(contenders)
+            indices = [(number * self.batch + offset) % self.sets.count for offset in range(self.batch)]
+            self.sets.refresh(indices, number)
+            for contender in contenders[shift:] + contenders[:shift]:
+                if step >= only_first.get(contender.kind, rounds):
+                    continue
+                self.sets.flush()
+                seconds = contender.batch(indices)
+                if contender.kind == "candidate":
+                    keep = self.keeper.choose(indices, number * self.batch, number)
+                    seconds += contender.after(indices, number * self.batch, keep) - self.copy_s * len(keep)
+                    if self.recorded is not None:
+                        self.recorded(number, number * self.batch)
+                else:
+                    contender.after(indices, number * self.batch)
+                self.samples.setdefault(contender.kind, []).append(max(seconds, 0.0) * 1e3 / self.batch)
+
+
+def copy_seconds(output: Any, target: torch.device) -> float:
+    """What the judge takes to copy one output of the reference's (the fastest of COPY_TRIES): what an honest keep
+    of one costs the candidate's process."""
+    best = float("inf")
+    for _ in range(COPY_TRIES):
+        started = time.perf_counter()
+        copy = copied(output)  # as the candidate's process keeps one (host.TimedCalls)
+        settle(target)
+        best = min(best, time.perf_counter() - started)
+        del copy
+    return best
+
+
+COMPILE_ON_THE_CPU = ("not timed on the CPU: inductor's C++ build takes ~18 s a verification, and no figure of a CPU "
+                      "run is shown (the interpreter's times say nothing of a GPU)")
+
+
+def measure(report: dict[str, Any], judge: Judge, reference_module: Any, ref_model: torch.nn.Module, calls: int,
+            warmup: int, seed: int, baselines: tuple[str, ...], cache_dir: Path | None, reference_text: str) -> None:
+    """The candidate and its baselines timed by the judge's clock, in interleaved rounds (`Rounds`); the speedup
+    is the ratio of the medians, with a 95% interval. A cached baseline runs CACHE_CHECK_ROUNDS rounds only, and
+    is timed afresh when those differ from it by more than its interval. Then the kept timed outputs are
+    compared with the reference on the values they were made from, and the physical floor is checked."""
+    target, verdict = judge.target, judge.verdict
+    release(judge, return_memory=True)
+    get_inputs = reference_module.get_inputs
+    probe = run_reference(ref_model, clone_inputs(make_input_sets(get_inputs, 1, seed + TIMING_SEED, str(target))[0]))
+    output_bytes, copy_s = size_in_bytes(probe), copy_seconds(probe, target)
+    del probe  # the judge holds no output of its own while the candidate runs
+    with PHASES("timing input sets"):
+        fit = timing_sets_that_fit(make_input_sets(get_inputs, 1, seed + TIMING_SEED, str(target))[0], target,
+                                   output_bytes)
+        sets = TimingSets(judge, get_inputs, seed, min(fit, FIRST_TIMING_SETS))  # more once the batch is known
+    with PHASES("GPU state (NVML)"):
+        before = gpu_state(target)
+    candidate = CandidateBatches(judge)
+    with PHASES("timing: set-up"):
+        trips = []
+        for _ in range(ROUND_TRIPS):
+            started = time.perf_counter()
+            judge.ask("ping")
+            trips.append((time.perf_counter() - started) * 1e3)
+        candidate.round_trip_ms = statistics.median(trips)
+    contenders: list[Contender] = [candidate]
+    timings: dict[str, Any] = {"candidate": None, "eager": None, "compile": None, "compileError": None,
+                               "cached": {"eager": False, "compile": False}, "skipped": {}}
+    for kind in baselines:
+        if kind == "compile" and target.type == "cpu":
+            timings["skipped"]["compile"] = COMPILE_ON_THE_CPU
+            continue
+        try:
+            with PHASES(f"timing: the {kind} baseline's set-up"):
+                model: Callable[..., Any] = ref_model
+                if kind == "compile":
+                    model = torch.compile(ref_model)
+                    no_grad_call(model)(*sets.views[0])  # compiled here, not in its first batch
+                contenders.append(BaselineBatches(kind, model, sets.views, target))
+        except Exception as exc:  # torch.compile fails on some models and machines: say why, keep eager
+            timings["compileError"] = first_line(exc)
+    with PHASES("timing: warm-up"):
+        per_call = {c.kind: warm_up(c, sets.count, warmup, WARMUP_MS) for c in contenders}
+    # the round trip is the candidate's alone: its batches are sized to make it small (the baselines' are the same)
+    batch = batch_size(candidate.round_trip_ms, per_call["candidate"], fit)
+    with PHASES("timing input sets"):
+        sets.grow(batch)
+    rounds = max(min(MIN_ROUNDS, calls), math.ceil(calls / batch))  # fewer only when fewer calls are asked
+    cache = BaselineCache(cache_dir) if cache_dir is not None else None
+    key = cache.key(reference_text, device_name(target), torch.__version__,
+                    {"protocol": JUDGE_CLOCK, "rounds": rounds, "batch": batch, "warmup": warmup, "seed": seed,
+                     "sets": sets.count, "shapes": input_signature(sets.views[0])}) if cache else ""
+    cached = {c.kind: Timing(**stored) for c in contenders[1:]
+              if cache and (stored := cache.get(key, c.kind)) is not None and stored.get("clock") == JUDGE_CLOCK}
+    chosen = set(random.Random(int.from_bytes(os.urandom(8), "little")).sample(range(1, rounds + 1),
+                                                                              min(TIMED_CALLS_RECORDED, rounds)))
+
+    def record(number: int, first_call: int) -> None:
+        if number in chosen:  # an extra call, recorded: its launches are judged, its time is no sample
+            judge.ask("record_call", runs=1, set=first_call % sets.count, call=-number)
+    timed = Rounds(sets, batch, copy_s, record)
+    with PHASES("timing: interleaved rounds"):
+        timed.run(contenders, rounds, {kind: min(CACHE_CHECK_ROUNDS, rounds) for kind in cached})
+    samples = timed.samples
+    stale = [kind for kind, timing in cached.items() if not within_interval(statistics.median(samples[kind]), timing)]
+    if stale:  # cached figures no longer hold: those baselines are timed in full, again against the candidate
+        with PHASES("timing: rounds against re-timed baselines"):
+            for kind in stale:
+                del samples[kind], cached[kind]
+            timed.run([c for c in contenders if c.kind == "candidate" or c.kind in stale], rounds)
+    with PHASES("checking timed calls"):
+        reply = judge.ask("timed_report")
+        check_timed_outputs(judge, reply["kept"], sets, ref_model, timed.keeper.kept)
+        check_timed_kernels(judge, reply["recorded"][:TIMED_CALLS_RECORDED])
+    release(judge)
+    device = target.type
+    judged = {c.kind: (cached[c.kind] if c.kind in cached
+                       else judged_timing(c, samples[c.kind], batch, device, sets.count, seed)) for c in contenders}
+    timings["candidate"] = judged["candidate"].to_dict()
+    for contender in contenders[1:]:
+        kind = contender.kind
+        timings[kind] = judged[kind].to_dict()
+        timings["cached"][kind] = kind in cached
+        if kind in cached:
+            timings[kind]["check_ms"] = [round(v, 6) for v in samples[kind]]
+        elif cache:
+            cache.put(key, kind, timings[kind])
+    if cache and cache.schedule:
+        timings["schedule"] = dict(cache.schedule)  # kind -> why its fresh timing was not cached
+    report["timing"] = timings
+    with PHASES("GPU state (NVML)"):
+        report["gpu"] = {"before": before, "after": gpu_state(target)}
+    intervals, significant = report.setdefault("interval", {}), report.setdefault("significant", {})
+    for contender in contenders[1:]:
+        kind, base = contender.kind, judged[contender.kind]
+        report["speedup"][kind] = speedup(base, judged["candidate"])
+        low, high = speedup_interval(list(base.samples_ms), list(judged["candidate"].samples_ms), seed)
+        intervals[kind] = [low, high]
+        significant[kind] = not low <= 1.0 <= high
+    first_values = sets.values(0, 0)
+    report["floor"] = physical_floor(ref_model, first_values, target, cache_dir, judged["candidate"], verdict,
+                                     reference_text)
+
+
+def within_interval(fresh_ms: float, cached: Timing) -> bool:
+    """A cached baseline still holds: the median of its check rounds lies in its median's 95% interval, widened
+    by CACHE_SLACK on each side (a few check rounds are noisier than the many that made the interval)."""
+    low, high = cached.median_interval_ms or (cached.median_ms, cached.median_ms)
+    return low * (1 - CACHE_SLACK) <= fresh_ms <= high * (1 + CACHE_SLACK)
+
+
+def check_timed_outputs(judge: Judge, kept: list[dict[str, Any]], sets: TimingSets, ref_model: torch.nn.Module,
+                        asked: dict[int, tuple[int, int]]) -> None:
+    """The outputs the candidate's process kept of its timed calls (one per input set, the call the judge chose
+    after each batch) against the judge's reference output on the values that call got: integrity-timed-output."""
+    returned = {item.get("set"): item.get("call") for item in kept}
+    wrong = [set_index for set_index, (call, _) in asked.items() if returned.get(set_index) != call]
+    if wrong:
+        judge.verdict.reject("integrity-timed-output", f"the candidate's process did not return the timed output the "
+                                                       f"judge asked for, for {len(wrong)} of the {len(asked)} input "
+                                                       f"sets")
+    for item in kept:
+        set_index, call = item.get("set"), item.get("call")
+        if not isinstance(set_index, int) or set_index not in asked or asked[set_index][0] != call:
+            continue
+        actual = judge.exchange.receive(item["output"])
+        expected = run_reference(ref_model, sets.values(set_index, asked[set_index][1]))
+        comparison = compare_candidate(expected, actual, bool(item.get("plain")), judge.overrides)
+        del expected, actual
+        if not comparison.ok:
+            judge.verdict.reject("integrity-timed-output",
+                                 f"timed call {call} (input set {set_index + 1}) returned a different answer than "
+                                 f"the checked calls: {comparison.message}")
+
+
+def check_timed_kernels(judge: Judge, recorded: list[dict[str, Any]]) -> None:
+    """What the recorded calls between the timed batches launched, judged like a trial's run (no custom kernel,
+    other streams)."""
+    for item in recorded:
+        if item.get("how") == "none":
+            continue  # nothing could observe launches here: the trials already said so
+        window = reported_window(item)
+        note_kernel_use(judge.verdict, classify(window.launches, judge.own, judge.allowed), window,
+                        "a call between the timed batches")
+
+
+def physical_floor(ref_model: torch.nn.Module, inputs: tuple, target: torch.device, cache_dir: Path | None,
+                   candidate: Timing, verdict: Verdict, reference_text: str) -> dict[str, Any]:
+    with PHASES("physical floor: the problem's work"):
+        work = cached_problem_work(ref_model, inputs, cache_dir, reference_text, input_signature(inputs))
+    with PHASES("physical floor: the device's peaks"):
+        peaks = device_peaks(target, cache_dir)
+    floor = Floor(work, peaks)
+    problem = below_floor(candidate.median_ms, floor, device=target.type)
+    if problem is not None:
+        verdict.reject("integrity-below-floor", problem)
+    return floor.to_dict()

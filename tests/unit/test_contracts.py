@@ -1,0 +1,167 @@
+"""The reports' contracts (kernel_lsp/contracts): one definition each, decoded strictly where a report arrives (the
+worker from the judge's pipe, a client from the worker's result, a keeper's parent from its report pipe) and encoded
+back to the wire's names."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from kernel_lsp.contracts.codec import ContractError, decode, decode_verify_report, encode
+from kernel_lsp.contracts.keeper_report import KeeperEnd, KeeperStart
+from kernel_lsp.contracts.options import VerifyOptions, to_config
+from kernel_lsp.contracts.verify_report import Timing, Unavailable, VerifyReport
+from kernel_lsp.kinds import verify
+from kernel_lsp.process.keeper import KeeperLink
+from kernel_lsp.verify.checks import note_processes_left
+from kernel_lsp.verify.judge import Verdict
+from kernel_lsp.worker.protocol import Job, Result
+from kernel_lsp.worker.sandbox import SandboxOutcome
+from tests.paths import REPORTS
+
+RECORDED = sorted(REPORTS.glob("*.json"))
+
+
+def _recorded(name: str = "verify_cpu_honest") -> dict:
+    return json.loads((REPORTS / f"{name}.json").read_text())
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=[path.stem for path in RECORDED])
+def test_a_recorded_report_decodes_and_encodes_back_to_the_same_wire_dict(path: Path):
+    wire = json.loads(path.read_text())
+    report = decode_verify_report(wire)
+    assert isinstance(report, VerifyReport) and report.verdict == wire["verdict"]
+    assert encode(report) == wire
+    assert json.loads(json.dumps(encode(report))) == wire  # JSON (bench.json, the CLI) carries it unchanged
+
+
+def test_every_key_that_breaks_the_contract_is_named():
+    wire = _recorded()
+    wire["surprise"] = 1  # unknown
+    del wire["correctness"]["passed"]  # missing
+    wire["integrity"] = [{"code": "integrity-x", "message": "m"}, {"code": 3, "message": "m"}]  # 3 is no str
+    wire["timing"]["candidate"]["median_ms"] = "fast"  # no number
+    wire["correctness"]["trials"] = True  # a bool is no int
+    wire["verdict"] = "maybe"
+    with pytest.raises(ContractError) as caught:
+        decode_verify_report(wire)
+    message = str(caught.value)
+    for named in ("unknown key(s) ['surprise']", ".correctness.passed: missing", ".integrity[1].code: expected str",
+                  ".timing.candidate.median_ms: expected a number", ".correctness.trials: expected int",
+                  ".verdict:"):
+        assert named in message, message
+
+
+def test_numbers_are_taken_as_sent_and_text_is_never_coerced():
+    wire = _recorded()
+    wire["timing"]["candidate"]["median_ms"] = 4  # msgpack keeps a whole float as an int: still a number
+    assert decode(VerifyReport, wire).timing.candidate.median_ms == 4.0
+    wire["correctness"]["trials"] = "4"  # cattrs' default would make it 4
+    with pytest.raises(ContractError, match=r"\.correctness\.trials: expected int, got str"):
+        decode(VerifyReport, wire)
+    with pytest.raises(ContractError, match="expected a mapping"):
+        decode_verify_report(["verified"])
+
+
+def test_fields_added_later_are_absent_from_the_wire_when_they_hold_nothing():
+    timing = decode(VerifyReport, _recorded()).timing
+    assert "check_ms" not in encode(timing.eager) and "schedule" not in encode(timing)
+    checked = dataclasses.replace(timing.eager, check_ms=(0.1, 0.2))
+    assert encode(checked)["check_ms"] == [0.1, 0.2] and decode(Timing, encode(checked)) == checked
+    assert encode(timing)["compileError"] is None and "compile_error" not in encode(timing)  # the wire's name
+
+
+def test_an_unavailable_verdict_has_its_own_shape():
+    assert decode_verify_report({"verdict": "unavailable", "reason": "no GPU"}) == Unavailable("no GPU")
+    with pytest.raises(ContractError, match="reason: missing"):
+        decode_verify_report({"verdict": "unavailable"})
+
+
+class _Sandbox:
+    """The judge's child as the worker sees it: a run that returns `value`."""
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    async def run(self, task, limits) -> SandboxOutcome:
+        return SandboxOutcome("ok", "", self.value, "", "", False, 0.5, 0, None, [], None)
+
+
+async def _handled(value: object) -> Result:
+    async def progress(*_args, **_kwargs) -> None:
+        return None
+
+    context = SimpleNamespace(sandbox=_Sandbox(value), cache_dir=Path("/nonexistent"), progress=progress)
+    config = {**to_config(VerifyOptions(device="cpu")), "candidate": "cand.py", "reference": "ref.py",
+              "origins": {"cand.py": "/work/cand.py"}}
+    job = Job("verify", {"cand.py": "class ModelNew:\n    pass\n", "ref.py": ""}, config, "key")
+    return await verify._verify(job, VerifyOptions(device="cpu"), context, on_gpu=False)
+
+
+async def test_the_worker_decodes_the_judges_report_and_sends_it_on_encoded():
+    result = await _handled(_recorded("verify_cpu_rejected"))
+    assert result.metrics["verdict"] == "rejected" and result.metrics["report"] == _recorded("verify_cpu_rejected")
+    assert [f["code"] for f in result.findings] == ["integrity-input-mutated"]
+    outcome = verify.VerifyOutcome.of(result)
+    assert outcome.report == decode(VerifyReport, _recorded("verify_cpu_rejected")) and outcome.finished
+
+
+async def test_a_report_that_breaks_the_contract_is_unavailable_and_says_where():
+    broken = _recorded()
+    broken["kernels"]["custom"] = "relu_kernel"  # a str where the contract has a list
+    result = await _handled(broken)
+    assert result.metrics["verdict"] == "unavailable" and result.metrics["report"] is None
+    [finding] = result.findings
+    assert finding["code"] == "verify-unavailable" and ".kernels.custom" in finding["message"], finding
+    assert "not your code" in finding["message"]
+
+
+def test_a_client_refuses_a_result_whose_report_breaks_the_contract():
+    wire = copy.deepcopy(_recorded())
+    wire["speedup"] = {"eager": "2x"}
+    outcome = verify.VerifyOutcome.of(Result("ok", [], {"verdict": "verified", "summary": "s", "report": wire}))
+    assert outcome.verdict == "unavailable" and not outcome.finished and outcome.report is None
+    assert ".speedup" in outcome.summary and "contract" in outcome.summary
+
+
+def _keeper_said(*lines: dict) -> KeeperLink:
+    """A KeeperLink whose keeper wrote `lines` on its report pipe and exited."""
+    link = KeeperLink()
+    _control_read, report_write = link.child_fds
+    os.write(report_write, b"".join(json.dumps(line).encode() + b"\n" for line in lines))
+    link.started()  # the keeper's ends closed here, as once it runs: the report then reads to its end
+    return link
+
+
+KEEPER_END = {"status": 0, "reason": None, "left": ["4242 sleep 60"], "leftCount": 1, "unkilled": [],
+              "diskBytes": 4096, "diskLimit": None}
+
+
+def test_a_keepers_lines_are_decoded_under_its_own_names():
+    link = _keeper_said({"child": 17, "subreaper": None}, KEEPER_END)
+    end = link.end()
+    assert link.start(0) == KeeperStart(child=17, subreaper=None)
+    assert end == KeeperEnd(status=0, reason=None, left=["4242 sleep 60"], left_count=1, unkilled=[], disk_bytes=4096,
+                            disk_limit=None)
+    assert encode(end) == KEEPER_END
+    link.close()
+
+
+@pytest.mark.parametrize("forged", [{**KEEPER_END, "leftCount": "0"}, {**KEEPER_END, "reason": "done"},
+                                    {**KEEPER_END, "extra": True}, {"status": 0}],
+                         ids=["count-as-text", "unknown-reason", "unknown-key", "missing-keys"])
+def test_a_keepers_last_line_that_breaks_the_contract_accounts_for_nothing(forged: dict):
+    link = _keeper_said({"child": 17, "subreaper": None}, forged)
+    kept = link.end()
+    link.close()
+    assert kept is None  # as if the keeper was killed before it said: the judge rejects on it
+    verdict = Verdict(device="cpu")
+    report: dict = {"verdict": "verified"}
+    note_processes_left(kept, verdict, report)
+    assert report["verdict"] == "rejected" and [p["code"] for p in verdict.integrity] == ["integrity-process-left"]
