@@ -404,6 +404,10 @@ CODES: dict[str, CodeDoc] = {
                                    "install bubblewrap (`kernel-lsp doctor` says what is missing), run on a kernel "
                                    "with Landlock and seccomp, or accept the risk; `requireIsolation` refuses such "
                                    "runs for the agent, bench and campaign"),
+    "verify-output-copied": CodeDoc("information", "the candidate returns one output buffer on every call, so each "
+                                    "timed call's output was copied as it returned (a later call overwrites it), and "
+                                    "those copies are in its time",
+                                    "return a new tensor per call for a figure without them (or accept the copy)"),
     "verify-judge-disturbed": CodeDoc("warning", "the judge's own process was not scheduled as it started (reniced, "
                                                  "pinned to fewer CPUs, its CPU-time limits lowered) while it measured "
                                                  "a baseline or the device's peaks, or the measured bandwidth was far "

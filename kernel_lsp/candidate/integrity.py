@@ -44,6 +44,18 @@ def copied(value: Any, device: torch.device | str | None = None) -> Any:
     return value
 
 
+def outputs_share_memory(outputs: Sequence[object]) -> bool:
+    """Two of these outputs (all alive at once) hold a tensor on the same storage: the model writes one buffer
+    again on every call (as CUDA graphs do), so an earlier call's answer is gone once a later call returns."""
+    seen: set[int] = set()
+    for output in outputs:
+        here = {t.untyped_storage().data_ptr() for t in tensor_leaves(output) if t.untyped_storage().nbytes()}
+        if here & seen:
+            return True
+        seen |= here
+    return False
+
+
 def tensor_leaves(obj: object) -> Iterator[torch.Tensor]:
     """Tensors in (nested) tuples, lists and dict values, in order."""
     if isinstance(obj, torch.Tensor):

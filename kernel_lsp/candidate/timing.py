@@ -72,11 +72,14 @@ def summarize(samples: list[float], *, device: str, clock: str, warmup: int, inp
 
 
 def time_batch(fn: Callable[..., object], input_sets: Sequence[tuple], indices: Sequence[int],
-               settle: Callable[[], None] = lambda: None) -> list[object]:
+               settle: Callable[[], None] = lambda: None,
+               as_returned: Callable[[object], object] | None = None) -> list[object]:
     """One batch of the judge's protocol: fn on each named input set, back to back, then `settle` (on CUDA the
     whole device synchronized); the outputs, in order. Nothing else runs in it (no flush, no overwrite, no
-    per-call clock): the judge's clock around the whole request is the measurement."""
-    outputs = [fn(*input_sets[index]) for index in indices]
+    per-call clock): the judge's clock around the whole request is the measurement. `as_returned` (a copy, for a
+    model that returns the same buffer every call) is applied to each output before the next call."""
+    outputs = [fn(*input_sets[index]) for index in indices] if as_returned is None else \
+        [as_returned(fn(*input_sets[index])) for index in indices]
     settle()
     return outputs
 

@@ -53,6 +53,9 @@ class Timing:
     samples_ms: tuple[float, ...] = ()
     median_interval_ms: tuple[float, float] | None = None  # 95% bootstrap interval of the median
     check_ms: tuple[float, ...] | None = None  # a cached baseline: the check rounds that confirmed it (else absent)
+    # the candidate returned one buffer on successive calls, so each timed call's output was copied as it returned
+    # (a later call overwrites it): those copies are in its time
+    reused_output: bool = False
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)

@@ -10,6 +10,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -179,7 +180,9 @@ class TimingSets:
 def warm_up(contender: Contender, sets: int, calls: int, minimum_ms: float) -> float:
     """Untimed batches of `contender` (at least `calls` calls, then more, doubling, until they took minimum_ms
     or MAX_WARMUP_CALLS ran); milliseconds per call of the last batch, by the judge's clock."""
-    done, spent_ms, size, per_call_ms = 0, 0.0, max(1, min(calls, sets)), 0.0
+    # the first batch has 2 calls or more (where 2 sets exist): the candidate's process sees there whether its
+    # model returns one buffer on every call, before any batch is timed (host.TimedCalls.reused_output)
+    done, spent_ms, size, per_call_ms = 0, 0.0, max(1, min(sets, max(calls, 2))), 0.0
     while done < max(calls, 1) or (spent_ms < minimum_ms and done < MAX_WARMUP_CALLS):
         indices = [(done + offset) % sets for offset in range(size)]
         seconds = contender.batch(indices)
@@ -360,10 +363,12 @@ def measure(report: dict[str, Any], judge: Judge, reference_module: Any, ref_mod
         reply = judge.ask("timed_report")
         check_timed_outputs(judge, reply["kept"], sets, ref_model, timed.keeper.kept)
         check_timed_kernels(judge, reply["recorded"][:TIMED_CALLS_RECORDED])
+        reused_output = reply.get("reused_output") is True  # its word, which only ever costs it time
     release(judge)
     device = target.type
     judged = {c.kind: (cached[c.kind] if c.kind in cached
                        else judged_timing(c, samples[c.kind], batch, device, sets.count, seed)) for c in contenders}
+    judged["candidate"] = replace(judged["candidate"], reused_output=reused_output)
     timings["candidate"] = judged["candidate"].to_dict()
     for contender in contenders[1:]:
         kind = contender.kind

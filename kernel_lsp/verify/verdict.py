@@ -67,6 +67,12 @@ def report_findings(report: VerifyReport, candidate_uri: str, candidate_text: st
                                 f"output the candidate never writes may read zeros instead of NaN, and then fails "
                                 f"as a mismatch rather than integrity-uninitialized-output, or passes where zeros "
                                 f"are right"))
+    timed = report.timing.candidate if report.timing else None
+    if timed is not None and timed.reused_output:
+        findings.append(Finding(candidate_uri, where, Severity.INFORMATION, SOURCE, "verify-output-copied",
+                                "forward returns the same output tensor on every call, so a later call overwrites "
+                                "an earlier answer: each timed call's output was copied as it returned, to be "
+                                "checked, and those copies (one pass over the output each) are in its time"))
     disturbed = judge_disturbances(report)
     if disturbed:
         findings.append(Finding(candidate_uri, where, Severity.WARNING, SOURCE, "verify-judge-disturbed",

@@ -236,6 +236,44 @@ for module in (host, sys.modules["__main__"]):  # the host runs as __main__ (pyt
         module.Host.op_ping = _slow_ping
 '''
 
+# a slow round trip makes the judge size long batches (several calls each, whatever the machine's load)
+SLOW_ROUND_TRIP = """
+import sys, time
+import kernel_lsp.candidate.host as host
+def _slow_ping(self, request):
+    time.sleep(0.05)
+    return {}
+for module in (host, sys.modules["__main__"]):  # the host runs as __main__ (python -m kernel_lsp.candidate.host)
+    if hasattr(module, "Host"):
+        module.Host.op_ping = _slow_ping
+"""
+
+# one output buffer, written again by every call (as CUDA graphs do): each answer lasts until the next call
+REUSES_ONE_BUFFER = TRITON_RELU + SLOW_ROUND_TRIP + '''
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.out = None
+
+    def forward(self, x):
+        x = x.contiguous()
+        if self.out is None or self.out.shape != x.shape:
+            self.out = torch.empty_like(x)
+        return triton_relu(x, self.out)
+'''
+
+# the same, but once the checks are over it writes the buffer on one call in 8 only, leaving the last answer there
+REUSES_ONE_BUFFER_AND_SKIPS = REUSES_ONE_BUFFER + '''
+class ModelNew(ModelNew):
+    calls = 0
+
+    def forward(self, x):
+        ModelNew.calls += 1
+        if ModelNew.calls > 12 and self.out is not None and ModelNew.calls % 8:
+            return self.out
+        return super().forward(x)
+'''
+
 # these do less work once they guess they are being timed; checked calls get the right answer
 SLACKS_AFTER_CHECKS = TRITON_RELU + '''
 class ModelNew(nn.Module):
@@ -686,6 +724,23 @@ async def test_half_a_batch_is_caught_by_the_output_the_judge_chose(sandbox: San
     assert report["timing"]["candidate"]["batch"] > 1, report["timing"]["candidate"]  # several calls a batch
     assert "integrity-timed-output" in codes(report), report["integrity"]
     assert report["verdict"] == "rejected"
+
+
+async def test_one_buffer_for_every_call_is_verified_with_each_output_copied_as_it_returns(sandbox: Sandbox,
+                                                                                               cache_dir: Path):
+    tiny = RELU_PROBLEM.replace("torch.rand(64, 256)", "torch.rand(8, 16)")
+    report = await verify(sandbox, cache_dir, REUSES_ONE_BUFFER, trials=2, calls=40, reference=tiny)
+    timing = report["timing"]["candidate"]
+    assert timing["batch"] > 1, timing  # several calls a batch: without a copy, a kept call's answer is overwritten
+    assert report["verdict"] == "verified", report["integrity"]
+    assert timing["reused_output"] is True and report["timing"]["eager"]["reused_output"] is False
+    findings = report_findings(decode(VerifyReport, report), "file:///c.py", REUSES_ONE_BUFFER)
+    assert [(f.code, f.severity.label) for f in findings] == [("verify-output-copied", "info")]
+    # a model that leaves the last answer in its buffer instead of computing: a copied call it skipped holds the
+    # answer of an earlier call, on other values
+    skips = await verify(sandbox, cache_dir, REUSES_ONE_BUFFER_AND_SKIPS, calls=40, reference=tiny)
+    assert skips["timing"]["candidate"]["batch"] > 1, skips["timing"]["candidate"]
+    assert skips["verdict"] == "rejected" and "integrity-timed-output" in codes(skips), skips["integrity"]
 
 
 def confined_here() -> str | None:
