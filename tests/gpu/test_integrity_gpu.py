@@ -152,6 +152,50 @@ async def test_issue_39s_cheats_are_rejected_with_their_codes(tmp_path: Path, ca
     assert code in codes(result), (result["summary"], result["findings"])
 
 
+# one output buffer written again by every call: by the extension into a tensor it keeps, and by a CUDA graph
+# replayed on a static input (PyTorch's own recipe); each answer lasts until the next call
+REUSES_ONE_BUFFER = c.PRELUDE + '''
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.out = None
+
+    def forward(self, x):
+        x = x.contiguous()
+        if self.out is None or self.out.shape != x.shape:
+            self.out = torch.empty_like(x)
+        ops.relu_out(x, self.out)
+        return self.out
+'''
+CUDA_GRAPH = c.PRELUDE + '''
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.graph = None
+
+    def forward(self, x):
+        if self.graph is None or self.static_x.shape != x.shape:
+            self.static_x = x.contiguous().clone()
+            ops.relu(self.static_x)  # warm-up before capture, on the current stream (a side stream is rejected)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self.static_y = ops.relu(self.static_x)
+        self.static_x.copy_(x)
+        self.graph.replay()
+        return self.static_y
+'''
+
+
+@pytest.mark.parametrize("candidate", [REUSES_ONE_BUFFER, CUDA_GRAPH], ids=["reused-buffer", "cuda-graph"])
+async def test_one_output_buffer_for_every_call_is_verified(tmp_path: Path, candidate: str):
+    (tmp_path / "small.py").write_text(relu_problem("torch.randn(64, 1024)"))  # launch bound: long batches
+    result = await verify(tmp_path, candidate, tmp_path / "small.py", trials=3, timedCalls=40)
+    assert result["verdict"] == "verified", (result["summary"], result["findings"])
+    timing = result["report"]["timing"]["candidate"]
+    assert timing["batch"] > 1 and timing["reused_output"] is True, timing
+    assert "verify-output-copied" in codes(result)
+
+
 # a void extension function (its result in a tensor passed to it): honest, and as a decoy on a scratch tensor
 VOID_RELU = c.relu_candidate("(lambda y: (ops.relu_out(x.contiguous(), y), y)[1])(torch.empty_like(x))")
 VOID_DECOY = c.relu_candidate("(ops.relu_out(x.contiguous(), torch.empty_like(x)), x.clamp(min=0))[1]")
