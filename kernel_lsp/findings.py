@@ -433,7 +433,7 @@ CODES: dict[str, CodeDoc] = {
                                           "remove races and uninitialised reads"),
     "integrity-no-custom-kernel": CodeDoc("error", "no kernel of the candidate's own ran (all stock or allowed ones, or none)",
                                           "compute the result in your own kernel; list library kernels in `allowedKernels`"),
-    "integrity-other-stream": CodeDoc("error", "kernels ran on a stream other than the current one",
+    "integrity-other-stream": CodeDoc("error", "the candidate's own kernels ran on a stream other than the current one",
                                       "launch on `torch.cuda.current_stream()`"),
     "integrity-pending-work": CodeDoc("error", "the output still changed after `forward` returned and the stream was done",
                                       "finish all work on the current stream before returning"),

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import array
 import ctypes
+import gc
 import os
 import socket
+import sys
 from typing import Any
 
 from kernel_lsp.candidate.shared_fill import PoisonUnavailable, driver_check, load_driver
@@ -26,6 +28,7 @@ CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1
 CU_MEM_LOCATION_TYPE_DEVICE = 1
 CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3
 CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0
+CUDA_ERROR_OUT_OF_MEMORY = 2
 
 
 class ShareError(RuntimeError):
@@ -72,6 +75,27 @@ def driver() -> Any:
                                                        ctypes.POINTER(_AllocationProp), ctypes.c_int]
         _driver = cuda
     return _driver
+
+
+def return_cached_memory(device: int) -> bool:
+    """This process's PyTorch caching allocator gives its free blocks back to the driver (cuMemCreate takes memory
+    from the driver, not from that cache: a judge that just ran a 7.5 GB reference holds its temporaries there);
+    False where torch has no CUDA state here to give back."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return False
+    gc.collect()
+    with torch.cuda.device(device):
+        torch.cuda.empty_cache()
+    return True
+
+
+def free_gb(device: int) -> str:
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return "unknown"
+    free, total = torch.cuda.mem_get_info(device)
+    return f"{free / 1e9:.3g} of {total / 1e9:.3g} GB"
 
 
 def _check(code: int, what: str) -> None:
@@ -122,7 +146,13 @@ class SharedBlock:
         step = granularity(device)
         size = max(step, -(-nbytes // step) * step)
         handle = ctypes.c_uint64()
-        _check(driver().cuMemCreate(ctypes.byref(handle), size, ctypes.byref(_prop(device)), 0), "cuMemCreate")
+        code = driver().cuMemCreate(ctypes.byref(handle), size, ctypes.byref(_prop(device)), 0)
+        if code == CUDA_ERROR_OUT_OF_MEMORY and return_cached_memory(device):
+            code = driver().cuMemCreate(ctypes.byref(handle), size, ctypes.byref(_prop(device)), 0)
+        if code == CUDA_ERROR_OUT_OF_MEMORY:
+            raise ShareError(f"cuMemCreate failed: CUDA error 2 (out of memory) for {size / 1e9:.3g} GB of shared "
+                             f"device memory, {free_gb(device)} free on the device")
+        _check(code, "cuMemCreate")
         return cls(device, nbytes, handle.value, size)
 
     @classmethod

@@ -154,12 +154,16 @@ def classify(launches: Iterable[KernelLaunch], own_names: set[str], allowed: tup
     return use
 
 
-def launches_off_stream(launches: Iterable[KernelLaunch], current_stream: int | None) -> list[KernelLaunch]:
-    """Launches on a stream other than `current_stream` (KernelRecorder.current_stream, a profiler stream id);
-    none when the current stream is unknown."""
+def launches_off_stream(launches: Iterable[KernelLaunch], current_stream: int | None,
+                        names: Iterable[str] | None = None) -> list[KernelLaunch]:
+    """Launches on a stream other than `current_stream` (KernelRecorder.current_stream, a profiler stream id),
+    of the kernels `names` (short names, as classify gives them) where given; none when the current stream is
+    unknown."""
     if current_stream is None:
         return []
-    return [launch for launch in launches if launch.stream is not None and launch.stream != current_stream]
+    counted = None if names is None else set(names)
+    return [launch for launch in launches if launch.stream is not None and launch.stream != current_stream
+            and (counted is None or kernel_name_of(launch.name) in counted)]
 
 
 class Unobservable(Exception):

@@ -173,12 +173,16 @@ def note_run_integrity(run: CandidateRun, window: Window, use: Any, index: int, 
 
 
 def note_kernel_use(verdict: Verdict, use: Any, window: Window, where: str, detail: str = "") -> None:
-    """What one recorded run launched: none of the candidate's own kernels (integrity-no-custom-kernel), or
-    kernels on a stream other than the current one (integrity-other-stream); `where` names the run."""
+    """What one recorded run launched: none of the candidate's own kernels (integrity-no-custom-kernel), or its own
+    or allowed kernels on a stream other than the current one (integrity-other-stream); `where` names the run."""
     problem = use.problem()
     if problem is not None:
         verdict.reject("integrity-no-custom-kernel", f"{problem}{detail} ({where})")
-    others = [launch.name for launch in launches_off_stream(window.launches, window.current_stream)]
+    # the candidate's own kernels and the allowed ones: PyTorch's own set-up on a side stream is not its work (a
+    # CUDA graph's capture fills the generator's state on the capture stream); the judge's clock waits for the
+    # whole device, and the pending-work check for what a side stream still writes after forward returned
+    others = [launch.name for launch in launches_off_stream(window.launches, window.current_stream,
+                                                            [*use.custom, *use.allowed])]
     if others:
         verdict.reject("integrity-other-stream", f"kernels ran on a stream other than the current one: "
                                                  f"{', '.join(sorted(set(others))[:3])} ({where})")

@@ -149,6 +149,23 @@ def test_launches_off_the_current_stream() -> None:
     launches = [launch("a", 7), launch("b", 13), launch("c", None)]
     assert [x.name for x in launches_off_stream(launches, 7)] == ["b"]
     assert launches_off_stream(launches, None) == []
+    # only the kernels named count: PyTorch's own fill on a CUDA graph's capture stream is not the candidate's work
+    assert [x.name for x in launches_off_stream([launch("relu_kernel", 13), launch("b", 13)], 7, ["relu_kernel"])] \
+        == ["relu_kernel"]
+
+
+def test_only_the_candidates_own_kernels_off_the_current_stream_are_rejected() -> None:
+    from kernel_lsp.candidate.kernels import Window
+    from kernel_lsp.verify.checks import note_kernel_use
+    from kernel_lsp.verify.judge import Verdict
+
+    fill = "void at::native::vectorized_elementwise_kernel<2, at::native::FillFunctor<long> >(int)"
+    for launches, rejected in (([launch("relu_kernel", 7), launch(fill, 13)], False),
+                               ([launch("relu_kernel", 13), launch(fill, 7)], True)):
+        verdict = Verdict("cuda")
+        window = Window(launches=launches, current_stream=7)
+        note_kernel_use(verdict, classify(launches, {"relu_kernel"}), window, "trial 1")
+        assert [p["code"] for p in verdict.integrity] == (["integrity-other-stream"] if rejected else []), launches
 
 
 RECORDER_SCRIPT = '''
