@@ -1,18 +1,24 @@
 """The typed options of each job kind, with their defaults: the one place they are defined.
 
-Stdlib only and nothing from kernel_lsp, so every layer may use them: the settings take their verify defaults
-from VerifyOptions, the job builders (kinds.verify, kinds.profile) put them on the wire, the worker's handlers and
-the sandboxed child read them back. On the wire (a job's config) the keys are camelCase (`timedCalls`); in Python
-they are the fields' names. `from_config` rejects unknown keys and wrong types with one message naming them all.
+Nothing from kernel_lsp, so every layer may use them: the settings take their verify defaults from VerifyOptions,
+the job builders (kinds.verify, kinds.profile, kinds.sanitize) put them on the wire, the worker's handlers and the
+sandboxed child read them back. On the wire (a job's config) the keys are camelCase (`timedCalls`); in Python they
+are the fields' names. One cattrs converter encodes (`to_config`) and decodes (`from_config`) them: a decode
+rejects unknown keys and values of the wrong type (a string for a number, a bool for a count) with one message
+naming them all; each class's `__post_init__` then checks what types cannot say (a device's name, a count of 0).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, get_type_hints
+from typing import Any, TypeVar, get_origin
+
+import cattrs
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 VERIFY_DEVICES = ("auto", "cuda", "cpu")
 BASELINE_KINDS = ("eager", "compile")
@@ -53,15 +59,15 @@ class VerifyOptions:
     limits: dict[str, Any] = field(default_factory=lambda: verify_limits(DEFAULT_JOB_TIMEOUT_S))  # the sandbox's
 
     def __post_init__(self) -> None:
-        problems = type_problems(self)
+        problems = []
         if self.device not in VERIFY_DEVICES:
             problems.append(f"device: expected one of {', '.join(VERIFY_DEVICES)}, got {self.device!r}")
         if not set(self.baselines) <= set(BASELINE_KINDS):
             problems.append(f"baselines: expected some of {', '.join(BASELINE_KINDS)}, got {list(self.baselines)!r}")
         for name in ("trials", "timed_calls"):
-            if isinstance(getattr(self, name), int) and getattr(self, name) < 1:
+            if getattr(self, name) < 1:
                 problems.append(f"{camel(name)}: must be at least 1, got {getattr(self, name)!r}")
-        if isinstance(self.hang_timeout_s, (int, float)) and not self.hang_timeout_s > 0:
+        if not self.hang_timeout_s > 0:
             problems.append(f"hangTimeoutS: must be more than 0, got {self.hang_timeout_s!r}")
         problems += limit_problems(self.limits)
         if problems:
@@ -80,7 +86,7 @@ class ProfileOptions:
     limits: dict[str, Any] = field(default_factory=dict)  # empty: the measuring child 900 s, ncu 600 s
 
     def __post_init__(self) -> None:
-        problems = type_problems(self)
+        problems = []
         if self.device not in VERIFY_DEVICES:
             problems.append(f"device: expected one of {', '.join(VERIFY_DEVICES)}, got {self.device!r}")
         problems += limit_problems(self.limits)
@@ -92,19 +98,17 @@ Options = TypeVar("Options")  # a frozen dataclass of a job kind's options: Veri
 
 
 def from_config(kind: type[Options], config: Mapping[str, Any], ignore: frozenset[str] = frozenset()) -> Options:
-    """The options in a job's config (camelCase keys; lists for tuples); keys in `ignore` (the job's own:
-    candidate, reference, origins) are skipped, any other unknown key is an error."""
-    names = {camel(f.name): f.name for f in dataclasses.fields(kind)}
-    unknown = sorted(set(config) - set(names) - ignore)
+    """The options in a job's config (camelCase keys; lists for tuples), decoded by cattrs; keys in `ignore` (the
+    job's own: candidate, reference, origins) are skipped, any other unknown key is an error, and so is every value
+    of the wrong type (all of them named in one ValueError)."""
+    names = {camel(f.name) for f in dataclasses.fields(kind)}
+    unknown = sorted(set(config) - names - ignore)
     if unknown:
         raise ValueError(f"unknown {_label(kind)} options: {', '.join(unknown)} (known: {', '.join(sorted(names))})")
-    hints = get_type_hints(kind)
-    values = {}
-    for key, name in names.items():
-        if key in config:
-            value = config[key]
-            values[name] = tuple(value) if _is_tuple(hints[name]) and isinstance(value, list) else value
-    return kind(**values)
+    try:
+        return _converter(kind).structure({key: value for key, value in config.items() if key in names}, kind)
+    except cattrs.BaseValidationError as exc:
+        raise ValueError(f"invalid {_label(kind)} options: {'; '.join(_problems(exc))}") from None
 
 
 def coerce(kind: type[Options], options: Options | Mapping[str, Any]) -> Options:
@@ -114,7 +118,59 @@ def coerce(kind: type[Options], options: Options | Mapping[str, Any]) -> Options
 
 def to_config(options: Any) -> dict[str, Any]:
     """The options as a job's config entries: camelCase keys, JSON values (lists for tuples)."""
-    return {camel(f.name): _json(getattr(options, f.name)) for f in dataclasses.fields(options)}
+    return _converter(type(options)).unstructure(options)
+
+
+@functools.cache
+def _converter(kind: type) -> cattrs.Converter:
+    """The converter for one options class: its fields under their camelCase names, each value of exactly its
+    type (cattrs alone would turn "5" into 5 and a string into a tuple of its characters)."""
+    conv = cattrs.Converter(forbid_extra_keys=True, unstruct_collection_overrides={tuple: list})
+    for scalar in (str, bool, int, float):  # by type, so that the generated function calls them, not int()
+        conv.register_structure_hook(scalar, _scalar)
+    conv.register_structure_hook_func(lambda hint: get_origin(hint) is tuple, _strings)
+    conv.register_structure_hook_func(lambda hint: get_origin(hint) is dict, _mapping)
+    renames = {f.name: override(rename=camel(f.name)) for f in dataclasses.fields(kind)}
+    conv.register_structure_hook(kind, make_dict_structure_fn(kind, conv, _cattrs_forbid_extra_keys=True,
+                                                              **renames))
+    conv.register_unstructure_hook(kind, make_dict_unstructure_fn(kind, conv, **renames))
+    return conv
+
+
+def _scalar(value: Any, hint: type) -> Any:
+    if hint is bool:
+        ok = isinstance(value, bool)
+    elif hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    elif hint is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, hint)
+    if not ok:
+        raise TypeError(f"expected {_describe(hint)}, got {value!r}")
+    return value
+
+
+def _strings(value: Any, hint: Any) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(item, str) for item in value):
+        raise TypeError(f"expected {_describe(hint)}, got {value!r}")
+    return tuple(value)
+
+
+def _mapping(value: Any, hint: Any) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"expected {_describe(hint)}, got {value!r}")
+    return _json(dict(value))
+
+
+def _problems(exc: BaseException) -> list[str]:
+    """'timedCalls: expected ...' for each field cattrs found wrong."""
+    found: list[str] = []
+    for inner in getattr(exc, "exceptions", [exc]):
+        notes = getattr(inner, "__notes__", None) or []
+        name = notes[-1].rsplit("@ attribute ", 1)[-1].split()[0] if notes and "@ attribute " in notes[-1] else ""
+        found.append(f"{camel(name)}: {inner}" if name else str(inner))
+    return found
 
 
 def camel(name: str) -> str:
@@ -138,41 +194,14 @@ def _json(value: Any) -> Any:
     return value
 
 
-def _is_tuple(hint: Any) -> bool:
-    return getattr(hint, "__origin__", None) is tuple
-
-
-def type_problems(options: Any) -> list[str]:
-    """Each field whose value is not of its annotated type (bool is not a number here)."""
-    problems = []
-    for name, hint in get_type_hints(type(options)).items():
-        value = getattr(options, name)
-        origin = getattr(hint, "__origin__", hint)
-        if origin is tuple:
-            ok = isinstance(value, tuple) and all(isinstance(item, str) for item in value)
-        elif origin is dict:
-            ok = isinstance(value, dict)
-        elif hint is int:
-            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
-        elif hint is float:
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        elif hint is bool:
-            ok = isinstance(value, bool)
-        else:
-            ok = isinstance(value, origin)
-        if not ok:
-            problems.append(f"{camel(name)}: expected {_describe(hint)}, got {value!r}")
-    return problems
-
-
 def limit_problems(limits: Any) -> list[str]:
     if not isinstance(limits, dict):
-        return []  # said by type_problems
+        return []  # not a mapping: from_config says so
     unknown = sorted(set(limits) - LIMIT_KEYS)
     return [f"limits: unknown keys {', '.join(unknown)} (known: {', '.join(sorted(LIMIT_KEYS))})"] if unknown else []
 
 
 def _describe(hint: Any) -> str:
-    origin = getattr(hint, "__origin__", hint)
+    origin = get_origin(hint) or hint
     return {tuple: "a list of strings", dict: "an object", int: "a non-negative whole number", bool: "true or false",
             str: "a string", float: "a number"}.get(origin, str(hint))

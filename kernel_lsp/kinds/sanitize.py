@@ -17,7 +17,7 @@ from kernel_lsp.config import Settings
 from kernel_lsp.findings import Finding
 from kernel_lsp.jobs.cache import cache_key
 from kernel_lsp.jobs.files import JOB_KEYS, gather_files
-from kernel_lsp.contracts.options import coerce, from_config, limit_problems, to_config, type_problems
+from kernel_lsp.contracts.options import coerce, from_config, limit_problems, to_config
 from kernel_lsp.profile.sanitize import (
     CHECKS,
     DEFAULT_TOOL_TIMEOUT_S,
@@ -48,11 +48,11 @@ class SanitizeOptions:
     limits: dict[str, Any] = field(default_factory=dict)  # wallTimeS: the warm call (build and one forward)
 
     def __post_init__(self) -> None:
-        problems = type_problems(self)
-        unknown = [tool for tool in self.tools if tool not in CHECKS] if isinstance(self.tools, tuple) else []
+        problems = []
+        unknown = [tool for tool in self.tools if tool not in CHECKS]
         if unknown or self.tools == ():
             problems.append(f"tools: expected some of {', '.join(CHECKS)}, got {list(self.tools)!r}")
-        if isinstance(self.timeout_s, (int, float)) and not self.timeout_s > 0:
+        if not self.timeout_s > 0:
             problems.append(f"timeoutS: must be more than 0, got {self.timeout_s!r}")
         problems += limit_problems(self.limits)
         if problems:

@@ -62,6 +62,18 @@ def test_bad_verify_options_are_refused_by_name(config: dict, message: str):
         from_config(VerifyOptions, config)
 
 
+def test_every_wrong_value_is_named_in_one_message():
+    with pytest.raises(ValueError) as raised:
+        from_config(VerifyOptions, {"trials": "5", "allowNetwork": "yes", "baselines": "eager", "timedCalls": 2.5,
+                                    "tolerances": [1]})
+    message = str(raised.value)
+    for part in ("trials: expected a non-negative whole number, got '5'", "allowNetwork: expected true or false",
+                 "baselines: expected a list of strings, got 'eager'", "timedCalls: expected a non-negative whole",
+                 "tolerances: expected an object"):
+        assert part in message, message
+    assert from_config(VerifyOptions, {"hangTimeoutS": 5}).hang_timeout_s == 5  # a whole number is a number
+
+
 def test_a_job_built_from_texts_never_saved_carries_the_same_files_as_one_built_from_disk(tmp_path: Path):
     """The agent's candidates and the editor's unsaved buffers: modules, loaded sources and their headers are
     found in the texts first, then on disk."""
