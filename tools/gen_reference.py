@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 from kernel_lsp import config  # noqa: E402
 from kernel_lsp.cli import build_parser  # noqa: E402
 from kernel_lsp.contracts import codec, verify_report  # noqa: E402
+from kernel_lsp.contracts.profile_report import NOTE_CODES, PROBLEM_CODES  # noqa: E402
 from kernel_lsp.findings import CODES  # noqa: E402
 
 OUT = ROOT / "docs" / "reference"
@@ -103,6 +104,13 @@ def findings_md() -> str:
     for code, doc in CODES.items():
         shown = "ncu-<RuleName>" if code == "ncu-*" else code
         lines.append(f"| `{shown}` | {doc.severity} | {_cell(doc.meaning)} | {_cell(doc.action)} |")
+    lines += ["", "## Profile problems\n",
+              "Why part of a profile is missing or static: a ProfileReport's `problems`, each `{\"code\", \"message\"}` "
+              "(`kernel-lsp profile --format json`). The editor shows a *note* as information, the others as a "
+              "warning; the agent is not told of a note it asked for.\n",
+              "| code | note | meaning |", "| --- | --- | --- |"]
+    for code, meaning in PROBLEM_CODES.items():
+        lines.append(f"| `{code}` | {'yes' if code in NOTE_CODES else ''} | {_cell(meaning)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -38,10 +38,10 @@ from kernel_lsp.findings import Finding, Severity, path_to_uri
 from kernel_lsp.kinds.cute_dsl import CuteDslOutcome, cute_dsl_job, dsl_arch
 from kernel_lsp.contracts.codec import encode
 from kernel_lsp.contracts.options import ProfileOptions, VerifyOptions, coerce
-from kernel_lsp.kinds.profile import ProfileOutcome, profile_job
+from kernel_lsp.contracts.profile_report import NOTE_CODES
+from kernel_lsp.kinds.profile import ProfileOutcome, profile_job, report_problems
 from kernel_lsp.kinds.sanitize import SanitizeOutcome, client_timeout_s, sanitize_job, sanitize_options
 from kernel_lsp.kinds.verify import VerifyOutcome, verify_job
-from kernel_lsp.profile.worker_job import NO_GPU, NO_GPU_PLAIN, ON_CPU
 from kernel_lsp.sources import find_kernels, parse_python
 from kernel_lsp.worker.client import WorkerClient
 from kernel_lsp.worker.protocol import Job, Result
@@ -624,7 +624,7 @@ def static_feedback(report: dict[str, Any]) -> dict[str, Any]:
                         "sass": kernel.get("sass"), "line": kernel.get("line"),
                         "hints": [{"code": h.get("code"), "line": h.get("line"), "message": _cut(h.get("message", ""))}
                                   for h in hints[:MAX_HINTS]]})
-    problems = [_cut(p) for p in report.get("problems") or [] if p not in (ON_CPU, NO_GPU, NO_GPU_PLAIN)]  # asked for: no news
+    problems = [_cut(p.message) for p in report_problems(report) if p.code not in NOTE_CODES]  # asked for: no news
     return {"ok": bool(kernels), "kernels": kernels, "problems": problems}
 
 
@@ -637,7 +637,7 @@ def profile_feedback(report: dict[str, Any]) -> dict[str, Any]:
                         "occupancy_pct": kernel.get("occupancy_pct"),
                         "hints": [{"code": h.get("code"), "line": h.get("line"), "message": _cut(h.get("message", "")),
                                    "estimated_speedup": h.get("estimated_speedup")} for h in hints[:MAX_HINTS]]})
-    shown = {"ok": bool(kernels), "kernels": kernels, "problems": [_cut(p) for p in report.get("problems") or []]}
+    shown = {"ok": bool(kernels), "kernels": kernels, "problems": [_cut(p.message) for p in report_problems(report)]}
     energy = rubric_energy(report)
     if energy:
         shown["energy"] = energy

@@ -33,6 +33,7 @@ from kernel_lsp.profile.report import (
     gain_text,
     imported_kernels,
     kernel_phrase,
+    problem_messages,
     summary_line,
 )
 
@@ -124,7 +125,8 @@ async def _worker_report(args: argparse.Namespace, program: bool = False) -> dic
     outcome = ProfileOutcome.of(await run_one_job(client, job))
     if outcome.report is None:
         raise CommandUsageError(outcome.summary)
-    return {**outcome.report, "problems": outcome.run_failures() + list(outcome.report.get("problems") or [])}
+    failures = [{"code": f.code, "message": f.message} for f in outcome.findings if f.code.startswith("run-")]
+    return {**outcome.report, "problems": failures + list(outcome.report.get("problems") or [])}
 
 
 def reference_for(args: argparse.Namespace, settings: Settings) -> Path | None:
@@ -156,7 +158,7 @@ def _print_report(fmt: str, file: Path, report: dict[str, Any]) -> None:
     for kernel in report["kernels"]:
         lines += kernel_lines(kernel)
     lines += reference_lines(report.get("reference_kernels") or [])
-    lines += [f"problem: {problem}" for problem in report["problems"]]
+    lines += [f"problem: {problem}" for problem in problem_messages(report)]
     print("\n".join(lines))
 
 

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from kernel_lsp.config import Settings
+from kernel_lsp.contracts.codec import ContractError, decode
+from kernel_lsp.contracts.profile_report import ProfileProblem
 from kernel_lsp.findings import Finding
 from kernel_lsp.jobs.cache import cache_key
 from kernel_lsp.jobs.files import JOB_KEYS, gather_files
@@ -51,6 +53,7 @@ class ProfileOutcome:
     summary: str  # one line: the source (ncu or static) and each kernel's bound, or why there is no report
     findings: list[Finding]  # the hints on the kernels' lines, and the candidate's own crash (run-*)
     error: str | None  # why the job did not finish
+    problems: list[ProfileProblem] = dataclasses.field(default_factory=list)  # the report's, decoded
 
     @classmethod
     def of(cls, result: Result) -> ProfileOutcome:
@@ -59,11 +62,24 @@ class ProfileOutcome:
             error = f"the profile job {result.status}: {result.error or 'no message'}"
             return cls(None, error, findings, error)
         report = result.metrics.get("profile") or {}
-        return cls(report, str(result.metrics.get("summary") or _summary(report)), findings, None)
+        return cls(report, str(result.metrics.get("summary") or _summary(report)), findings, None,
+                   report_problems(report))
 
     def run_failures(self) -> list[str]:
         """The candidate's own crash or hang while it was measured (run-* findings), as messages."""
         return [f.message for f in self.findings if f.code.startswith("run-")]
+
+
+def report_problems(report: Mapping[str, Any]) -> list[ProfileProblem]:
+    """A ProfileReport's problems, typed; one that breaks the contract (a worker of another version) is said as a
+    problem of its own rather than lost."""
+    problems = []
+    for item in report.get("problems") or []:
+        try:
+            problems.append(decode(ProfileProblem, item))
+        except ContractError as exc:
+            problems.append(ProfileProblem("profile-contract", f"a problem the worker sent in another form: {exc}"))
+    return problems
 
 
 def _summary(report: dict[str, Any]) -> str:

@@ -17,12 +17,14 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kernel_lsp.contracts.profile_report import PROBLEM_CODES, ProfileProblem
 from kernel_lsp.profile.driver import (
     ProblemError,
     build_model,
     make_inputs,
     run_forward,
 )
+from kernel_lsp.profile.report import wire_problems
 from profilers.nvml import ENERGY_MIN_SECONDS
 from profilers.roofline import Ceilings
 
@@ -49,7 +51,7 @@ def measure_candidate(candidate: str, reference: str | None = None, cache_dir: s
 
     use_judge_build_caches()  # this process runs the reference; the candidate's process gets the candidates' caches
 
-    problems: list[str] = []
+    problems: list[ProfileProblem] = []
     reference_model = inputs = None
     files = (candidate, *([reference] if reference else []))
     with candidate_process(allow_network, device, files) as host:  # it starts now: its imports overlap the reference's
@@ -69,7 +71,7 @@ def measure_candidate(candidate: str, reference: str | None = None, cache_dir: s
                         init=exchange.send(init_inputs(inputs_module)) if reference is not None else None)
         exchange.forget()
     candidate_energy = checked_energy(said.get("energy"))
-    problems += [str(problem) for problem in said.get("problems") or [] if isinstance(problem, str)]
+    problems += said_problems(said.get("problems"))
     if reference is None:  # the candidate's file was its own reference: its figures, measured in its process
         kernels, reference_energy = checked_kernels(said.get("reference_kernels")), checked_energy(
             said.get("reference_energy"))
@@ -81,8 +83,16 @@ def measure_candidate(candidate: str, reference: str | None = None, cache_dir: s
             "energy": candidate_energy,
             # the reference on the same inputs, read the same way: what the agent's rubric compares against
             "reference_energy": reference_energy,
-            "ceilings": measured_ceilings, "gpu_state": gpu_state(device), "problems": problems,
+            "ceilings": measured_ceilings, "gpu_state": gpu_state(device), "problems": wire_problems(problems),
             "isolation": isolation}
+
+
+def said_problems(value: Any) -> list[ProfileProblem]:
+    """The problems the candidate's process said (its word: only well-formed ones with a known code)."""
+    if not isinstance(value, list):
+        return []
+    return [ProfileProblem(item["code"], item["message"][:2000]) for item in value
+            if isinstance(item, dict) and item.get("code") in PROBLEM_CODES and isinstance(item.get("message"), str)]
 
 
 def candidate_side(candidate: str, device: str, energy_seconds: float, inputs: tuple | None,
@@ -93,7 +103,7 @@ def candidate_side(candidate: str, device: str, energy_seconds: float, inputs: t
     from kernel_lsp.candidate.models import load_module
     from kernel_lsp.verify.reference import init_inputs
 
-    problems: list[str] = []
+    problems: list[ProfileProblem] = []
     before = mapped_libraries()
     module = load_module(candidate, "kernel_lsp_candidate")
     if not hasattr(module, "ModelNew"):
@@ -107,12 +117,14 @@ def candidate_side(candidate: str, device: str, energy_seconds: float, inputs: t
     model = build_model(module, init or [], device)
     run_forward(model, inputs, 1)
     said: dict[str, Any] = {"extensions": sorted(own_libraries(mapped_libraries() - before)),
-                            "energy": energy(model, inputs, device, energy_seconds, problems), "problems": problems}
+                            "energy": energy(model, inputs, device, energy_seconds, problems),
+                            "problems": problems}
     if own:
         reference_model = build_reference(module, device, problems)
         said["reference_kernels"] = reference_kernels(reference_model, inputs, problems)
         said["reference_energy"] = (energy(reference_model, inputs, device, energy_seconds, problems)
                                     if said["energy"] is not None and reference_model is not None else None)
+    said["problems"] = wire_problems(problems)
     return said
 
 
@@ -162,7 +174,7 @@ def own_libraries(paths: set[str]) -> set[str]:
             and TRITON_LAUNCHERS not in path}
 
 
-def build_reference(inputs_module: Any, device: str, problems: list[str]) -> Any:
+def build_reference(inputs_module: Any, device: str, problems: list[ProfileProblem]) -> Any:
     """The reference's Model (in the reference, or in the candidate's own file) with the verification's weights
     seed; None when there is none or it cannot be built (said in problems)."""
     import torch
@@ -176,12 +188,12 @@ def build_reference(inputs_module: Any, device: str, problems: list[str]) -> Any
         torch.manual_seed(WEIGHTS_SEED)
         return inputs_module.Model(*init_inputs(inputs_module)).to(device).eval()
     except Exception as exc:  # the reference's failure is reported, not the candidate's
-        problems.append(f"no reference measurements: the reference's Model could not be built: "
-                        f"{type(exc).__name__}: {exc}")
+        problems.append(ProfileProblem("profile-no-reference", f"no reference measurements: the reference's Model "
+                                                               f"could not be built: {type(exc).__name__}: {exc}"))
         return None
 
 
-def reference_kernels(model: Any, inputs: tuple, problems: list[str]) -> list[dict[str, Any]]:
+def reference_kernels(model: Any, inputs: tuple, problems: list[ProfileProblem]) -> list[dict[str, Any]]:
     """The PyTorch kernels of the reference's forward and their device times."""
     from profilers.torch_kernels import KernelTimesUnavailable, forward_kernels
 
@@ -190,42 +202,48 @@ def reference_kernels(model: Any, inputs: tuple, problems: list[str]) -> list[di
     try:
         return [kernel.to_dict() for kernel in forward_kernels(lambda: model(*inputs))]
     except KernelTimesUnavailable as exc:
-        problems.append(f"no reference kernel list: {exc}")
+        problems.append(ProfileProblem("profile-no-reference", f"no reference kernel list: {exc}"))
     except Exception as exc:  # the reference's failure is reported, not the candidate's
-        problems.append(f"no reference kernel list: the reference's forward failed: {type(exc).__name__}: {exc}")
+        problems.append(ProfileProblem("profile-no-reference", f"no reference kernel list: the reference's forward "
+                                                               f"failed: {type(exc).__name__}: {exc}"))
     return []
 
 
-def energy(model: Any, inputs: tuple, device: str, seconds: float, problems: list[str]) -> dict[str, Any] | None:
+def energy(model: Any, inputs: tuple, device: str, seconds: float,
+           problems: list[ProfileProblem]) -> dict[str, Any] | None:
     import torch
 
     from kernel_lsp.verify.baselines import current_cuda_index, nvml_index_of
     from profilers.nvml import NvmlUnavailable, energy_per_call
 
     if not device.startswith("cuda"):
-        problems.append(f"no energy reading: the candidate ran on {device}, not a GPU")
+        problems.append(ProfileProblem("profile-no-energy", f"no energy reading: the candidate ran on {device}, "
+                                                            "not a GPU"))
         return None
     index = nvml_index_of(current_cuda_index())
     if index is None:
-        problems.append("no energy reading: CUDA_VISIBLE_DEVICES names GPUs by UUID, so the NVML index is unknown")
+        problems.append(ProfileProblem("profile-no-energy", "no energy reading: CUDA_VISIBLE_DEVICES names GPUs by "
+                                                            "UUID, so the NVML index is unknown"))
         return None
     try:
         with torch.no_grad():
             return energy_per_call(lambda: model(*inputs), torch.cuda.synchronize, index, seconds)
     except NvmlUnavailable as exc:
-        problems.append(f"no energy reading: {exc}")
+        problems.append(ProfileProblem("profile-no-energy", f"no energy reading: {exc}"))
         return None
 
 
-def ceilings(device: str, cache_dir: str | None, problems: list[str]) -> dict[str, Any] | None:
+def ceilings(device: str, cache_dir: str | None, problems: list[ProfileProblem]) -> dict[str, Any] | None:
     if not device.startswith("cuda"):
-        problems.append(f"no roofline ceilings: the candidate ran on {device}, not a GPU")
+        problems.append(ProfileProblem("profile-no-ceilings", f"no roofline ceilings: the candidate ran on {device}, "
+                                                              "not a GPU"))
         return None
     try:
         return measured_ceilings(device, Path(cache_dir) if cache_dir else None).to_dict()
     except Exception as exc:  # ncu's theoretical ceilings stand in: the profile itself does not need them
-        problems.append(f"roofline ceilings not measured ({type(exc).__name__}: {exc}); ncu's theoretical "
-                        "ones are used")
+        problems.append(ProfileProblem("profile-no-ceilings", f"roofline ceilings not measured "
+                                                              f"({type(exc).__name__}: {exc}); ncu's theoretical "
+                                                              "ones are used"))
         return None
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernel_lsp.compile.process import ProcessResult, output_tail, run_process
+from kernel_lsp.contracts.profile_report import ProfileProblem
 from kernel_lsp.findings import SOURCE, Finding, Range, Severity, path_to_uri
 from kernel_lsp.process.namespaces import isolation_status
 from kernel_lsp.candidate.handle import candidate_launch, in_sandbox
@@ -42,13 +43,13 @@ RUN_TIMEOUT_S = 120.0
 class ProgramHeader:
     build: tuple[str, ...] = ()
     run: tuple[str, ...] = ()
-    problems: tuple[str, ...] = ()
+    problems: tuple[ProfileProblem, ...] = ()
 
 
 def program_header(text: str) -> ProgramHeader:
     """The build flags and run arguments of the file's `// kernel-lsp:` lines (the later of two wins)."""
     values: dict[str, tuple[str, ...]] = {}
-    problems: list[str] = []
+    problems: list[ProfileProblem] = []
     for line in text.splitlines()[:HEADER_LINES]:
         match = HEADER.search(line)
         if match is None:
@@ -60,7 +61,8 @@ def program_header(text: str) -> ProgramHeader:
             try:
                 values[key.group(1)] = tuple(shlex.split(body[key.end():end]))
             except ValueError as exc:
-                problems.append(f"the {key.group(1)}= header does not parse: {exc}")
+                problems.append(ProfileProblem("profile-bad-header", f"the {key.group(1)}= header does not parse: "
+                                                                     f"{exc}"))
     return ProgramHeader(values.get("build", ()), values.get("run", ()), tuple(problems))
 
 
@@ -80,7 +82,7 @@ class ProgramRun:
     binary: Path | None
     build: ProcessResult | None = None
     run: ProcessResult | None = None
-    problems: list[str] = field(default_factory=list)
+    problems: list[ProfileProblem] = field(default_factory=list)
 
     @property
     def built(self) -> bool:
@@ -98,12 +100,14 @@ async def build_program(source: Path, header: ProgramHeader, output: Path,
     try:
         result = await run_process(argv, timeout_s=timeout_s, cwd=str(source.parent))
     except OSError as exc:
-        return ProgramRun(None, problems=[f"cannot run nvcc: {exc}"])
+        return ProgramRun(None, problems=[ProfileProblem("profile-tool-missing", f"cannot run nvcc: {exc}")])
     run = ProgramRun(output if result.returncode == 0 and output.is_file() else None, build=result)
     if result.timed_out:
-        run.problems.append(f"nvcc ran past {timeout_s:.0f} s building {source.name}")
+        run.problems.append(ProfileProblem("profile-build-failed", f"nvcc ran past {timeout_s:.0f} s building "
+                                                                   f"{source.name}"))
     elif not run.built:
-        run.problems.append(f"{source.name} did not build: {_tail(result.output)}")
+        run.problems.append(ProfileProblem("profile-build-failed", f"{source.name} did not build: "
+                                                                   f"{_tail(result.output)}"))
     return run
 
 

@@ -1,13 +1,15 @@
 """ProfileReports (docs: ../shared PROFILE_CONTRACT) shaped from ncu launches or SASS/ptxas, and turned into findings.
 
 A ProfileReport is a plain dict, msgpack and JSON safe: source, gpu, ceilings, kernels (one KernelProfile per
-profiled launch or compiled kernel), reference_kernels, problems. Torch-free: the server and CLI import it.
+profiled launch or compiled kernel), reference_kernels, problems (contracts.profile_report.ProfileProblem, encoded:
+`{"code", "message"}`). Torch-free: the server and CLI import it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from kernel_lsp.contracts.profile_report import ProfileProblem
 from kernel_lsp.findings import SOURCE, Finding, Position, Range, Severity, path_to_uri
 from kernel_lsp.profile.locations import Location
 from profilers.hints import Hint
@@ -36,9 +38,20 @@ def finding_severity(hint: dict[str, Any]) -> Severity:
 
 def profile_report(source: str, kernels: list[dict[str, Any]], *, gpu: str | None = None,
                    ceilings: Ceilings | None = None, reference_kernels: list[dict[str, Any]] | None = None,
-                   problems: list[str] | None = None) -> dict[str, Any]:
+                   problems: list[ProfileProblem] | None = None) -> dict[str, Any]:
     return {"source": source, "gpu": gpu, "ceilings": ceilings.to_dict() if ceilings else None,
-            "kernels": kernels, "reference_kernels": reference_kernels or [], "problems": problems or []}
+            "kernels": kernels, "reference_kernels": reference_kernels or [],
+            "problems": wire_problems(problems or [])}
+
+
+def wire_problems(problems: list[ProfileProblem]) -> list[dict[str, str]]:
+    """Problems as a report carries them."""
+    return [{"code": p.code, "message": p.message} for p in problems]
+
+
+def problem_messages(report: dict[str, Any]) -> list[str]:
+    """The messages of a report's problems, in order (what a person reads; never compared)."""
+    return [str(p.get("message")) for p in report.get("problems") or [] if isinstance(p, dict)]
 
 
 # --- kernels from ncu -----------------------------------------------------------------------------------
@@ -77,8 +90,10 @@ def imported_kernels(details_csv: str, raw_csv: str | None = None) -> list[dict[
     return [launch_profile(launch, theoretical_ceilings(launch)) for launch in imported_launches(details_csv, raw_csv)]
 
 
-NO_LAUNCHES = "the file holds no kernel launches: export it with 'ncu --import REPORT --csv --page details'"
-NO_CEILINGS = "no roofline ceilings: import the raw page too ('ncu --import REPORT --csv --page raw')"
+NO_LAUNCHES = ProfileProblem("profile-no-launches", "the file holds no kernel launches: export it with "
+                                                    "'ncu --import REPORT --csv --page details'")
+NO_CEILINGS = ProfileProblem("profile-no-ceilings", "no roofline ceilings: import the raw page too "
+                                                    "('ncu --import REPORT --csv --page raw')")
 
 
 def imported_report(details_csv: str, raw_csv: str | None = None) -> dict[str, Any]:
@@ -182,7 +197,7 @@ def summary_line(report: dict[str, Any]) -> str:
     """'3 kernels (ncu on NVIDIA H200): vec_add memory bound 1.23 ms; ...' or what went wrong."""
     kernels = report["kernels"]
     if not kernels:
-        return f"no kernel profiled: {'; '.join(report['problems']) or 'none found'}"
+        return f"no kernel profiled: {'; '.join(problem_messages(report)) or 'none found'}"
     where = f"{report['source']} on {report['gpu']}" if report.get("gpu") else report["source"]
     parts = [kernel_phrase(kernel) for kernel in kernels]
     return f"{len(kernels)} kernel{'s' if len(kernels) != 1 else ''} ({where}): {'; '.join(parts)}"

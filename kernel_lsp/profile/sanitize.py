@@ -207,12 +207,12 @@ async def _warm_program(plan: SanitizePlan, files: dict[str, str], folder: Path,
     environment: the candidate's, no secrets, HOME in the scratch folder)."""
     source = folder / "task" / plan.candidate
     header = program_header(files[plan.candidate])
-    outcome.problems += header.problems
+    outcome.problems += [problem.message for problem in header.problems]
     if progress:
         await progress(f"building {plan.candidate} with nvcc -lineinfo and running it once")
     built = await build_program(source, header, folder / "program")
     if not built.built:
-        outcome.problems += built.problems
+        outcome.problems += [problem.message for problem in built.problems]
         return None, None
     argv, environment = confined_launch([str(folder / "program"), *header.run], home, plan.allow_network)
     started = time.monotonic()

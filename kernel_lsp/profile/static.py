@@ -31,6 +31,7 @@ from kernel_lsp.compile.units import (
     load_inline_units,
 )
 from kernel_lsp.config import Settings
+from kernel_lsp.contracts.profile_report import ProfileProblem
 from kernel_lsp.profile.locations import Location, document_line, kernel_locations
 from kernel_lsp.profile.report import hint_dict, profile_report, sass_summary
 from kernel_lsp.sources import parse_python
@@ -61,16 +62,19 @@ async def static_profile(files: dict[str, str], candidate: str, origins: dict[st
     reference's files are left out). `kernels` keeps only those base names."""
     settings, origins = settings or Settings(), origins or {}
     units = compile_units(files, candidate, origins, settings)
-    problems: list[str] = []
+    problems: list[ProfileProblem] = []
     if not units:
-        problems.append(f"{candidate} holds no CUDA source to compile (load_inline cuda_sources or a .cu file): "
-                        "without a GPU there is nothing to profile statically; Triton kernels need ncu on a GPU")
+        problems.append(ProfileProblem("profile-no-cuda-source",
+                                       f"{candidate} holds no CUDA source to compile (load_inline cuda_sources or a "
+                                       ".cu file): without a GPU there is nothing to profile statically; Triton "
+                                       "kernels need ncu on a GPU"))
         return profile_report("static", [], problems=problems)
     try:
         nvcc = await find_nvcc(settings)
         torch = await find_torch_headers(settings) if any(p.unit.torch_flags for p in units) else None
     except ToolProblem as exc:
-        return profile_report("static", [], problems=[f"no static profile: {exc}"])
+        return profile_report("static", [], problems=[ProfileProblem("profile-tool-missing",
+                                                                     f"no static profile: {exc}")])
     locations = kernel_locations(files, origins)
     profiles: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="kernel-lsp-profile-") as directory:
@@ -109,7 +113,8 @@ def cubin_command(nvcc: str, unit: CompileUnit, settings: Settings, torch: Torch
 
 
 async def unit_profiles(placed: PlacedUnit, nvcc: Tool, torch: TorchHeaders | None, settings: Settings,
-                        directory: Path, locations: dict[str, Location], problems: list[str]) -> list[dict[str, Any]]:
+                        directory: Path, locations: dict[str, Location],
+                        problems: list[ProfileProblem]) -> list[dict[str, Any]]:
     """Compiles one unit and profiles each of its kernels; a failure becomes a problem and no profiles."""
     unit = placed.unit
     (directory / unit.file_name).write_text(unit.text, encoding="utf-8", errors="replace")
@@ -118,13 +123,14 @@ async def unit_profiles(placed: PlacedUnit, nvcc: Tool, torch: TorchHeaders | No
     result = await run_process(argv, timeout_s=settings.compile_timeout_s, cwd=str(directory))
     if result.timed_out or result.returncode != 0:
         why = "timed out" if result.timed_out else f"exit status {result.returncode}"
-        problems.append(f"nvcc could not compile {unit.label} ({why}): {CHECK_POINTER.format(path=placed.path)}")
+        problems.append(ProfileProblem("profile-build-failed", f"nvcc could not compile {unit.label} ({why}): "
+                                                               f"{CHECK_POINTER.format(path=placed.path)}"))
         return []
     resources = [r for r in parse_ptxas_verbose(result.output) if r.is_entry]
     try:
         stats = {s.mangled: s for s in await asyncio.to_thread(sass_stats_for_cubin, cubin)}
     except (SassToolMissing, SassToolFailed) as exc:
-        problems.append(f"no SASS for {unit.label}, ptxas figures only: {exc}")
+        problems.append(ProfileProblem("profile-no-sass", f"no SASS for {unit.label}, ptxas figures only: {exc}"))
         stats = {}
     return [kernel_profile(r, stats.get(r.mangled), placed, locations.get(r.base_name)) for r in resources]
 

@@ -18,7 +18,9 @@ from typing import Any
 from kernel_lsp.compile.units import CUDA_SUFFIXES
 from kernel_lsp.config import Settings
 from kernel_lsp.findings import Finding
+from kernel_lsp.contracts.codec import decode
 from kernel_lsp.contracts.options import DEFAULT_JOB_LIMITS, ProfileOptions
+from kernel_lsp.contracts.profile_report import ProfileProblem
 from kernel_lsp.profile.locations import kernel_locations
 from kernel_lsp.profile.ncu_run import NcuPlan, profile_launches, profile_program, write_files
 from kernel_lsp.profile.program import (
@@ -35,6 +37,7 @@ from kernel_lsp.profile.report import (
     profile_findings,
     profile_report,
     summary_line,
+    wire_problems,
 )
 from kernel_lsp.profile.static import REFERENCE_FOLDER, static_profile
 from kernel_lsp.candidate.kernels import cute_kernel_function, own_kernel_names
@@ -53,17 +56,21 @@ from profilers.sass import (
 )
 
 
-NO_GPU = ("no GPU visible to the worker: ncu, energy and the reference's kernel times need one; this is the "
-          "static profile (ptxas resources and SASS) of the candidate's CUDA")
-NO_GPU_PLAIN = ("no GPU visible to the worker: ncu and energy need one; this is the static profile (ptxas resources "
-                "and SASS) of the file's CUDA")  # a file profiled without a reference
-ON_CPU = ("asked for on the CPU (device cpu): this is the static profile (ptxas resources and SASS) of the "
-          "candidate's CUDA")
-STATIC_STANDS_IN = "ncu profiled no kernel: the static profile (ptxas and SASS) stands in"
-CUDA_FILE_NO_MAIN = ("a .cu file without main() is profiled statically (ptxas resources and SASS): a program with "
-                     "its own main() is built and profiled live under ncu on a GPU worker")
-CUDA_FILE = ("a .cu file is profiled statically, by the server (ptxas resources and SASS, no GPU run); ncu profiles "
-             "the kernels of a .py candidate (ModelNew) on a GPU worker")
+NO_GPU = ProfileProblem("profile-no-gpu", "no GPU visible to the worker: ncu, energy and the reference's kernel "
+                                          "times need one; this is the static profile (ptxas resources and SASS) of "
+                                          "the candidate's CUDA")
+NO_GPU_PLAIN = ProfileProblem("profile-no-gpu", "no GPU visible to the worker: ncu and energy need one; this is the "
+                                                "static profile (ptxas resources and SASS) of the file's CUDA")  # no ref
+ON_CPU = ProfileProblem("profile-on-cpu", "asked for on the CPU (device cpu): this is the static profile (ptxas "
+                                          "resources and SASS) of the candidate's CUDA")
+STATIC_STANDS_IN = ProfileProblem("profile-static-stands-in", "ncu profiled no kernel: the static profile (ptxas and "
+                                                              "SASS) stands in")
+CUDA_FILE_NO_MAIN = ProfileProblem("profile-cuda-file", "a .cu file without main() is profiled statically (ptxas "
+                                                        "resources and SASS): a program with its own main() is built "
+                                                        "and profiled live under ncu on a GPU worker")
+CUDA_FILE = ProfileProblem("profile-cuda-file", "a .cu file is profiled statically, by the server (ptxas resources "
+                                                "and SASS, no GPU run); ncu profiles the kernels of a .py candidate "
+                                                "(ModelNew) on a GPU worker")
 
 
 async def profile_result(job: Job, options: ProfileOptions, context: JobContext, on_gpu: bool) -> Result:
@@ -115,7 +122,7 @@ async def program_profile(job: Job, options: ProfileOptions, context: JobContext
                 # no writes to /dev and /proc; tests/gpu/RESULTS.md, 2026-12-05)
                 launches = await profile_program(plan, [str(folder / "program"), *header.run], folder, environment)
             except NcuError as exc:
-                problems.append(str(exc))
+                problems.append(ProfileProblem("profile-ncu-failed", str(exc)))
             sass = await extension_sass([str(folder / "program")], problems)
     ceilings = ncu_ceilings(launches, None)
     kernels = [launch_profile(launch, ceilings, {}, sass.get(launch.base_name)) for launch in launches]
@@ -126,19 +133,20 @@ async def program_profile(job: Job, options: ProfileOptions, context: JobContext
     if not report["kernels"]:
         static = await static_profile(job.source_files, candidate, origins, options.kernels)
         report.update(source="static", kernels=static["kernels"])
-        report["problems"] += [STATIC_STANDS_IN] + static["problems"]
+        report["problems"] += wire_problems([STATIC_STANDS_IN]) + static["problems"]
     result = profile_job_result(report, job, roofline_artifacts(ceilings, launches))
     result.findings[:0] = [f.to_dict() for f in runtime]
     return result
 
 
-async def static_result(job: Job, kernels: Sequence[str], note: str, settings: Settings | None = None) -> Result:
+async def static_result(job: Job, kernels: Sequence[str], note: ProfileProblem,
+                        settings: Settings | None = None) -> Result:
     """The job's static profile (ptxas and SASS of its CUDA) as the profile job's Result, `note` first among its
     problems (why it is static). The worker runs it without a GPU; the server runs it itself for a `.cu` file."""
     config = job.config
     report = await static_profile(job.source_files, config["candidate"], config.get("origins") or {}, kernels,
                                   settings)
-    report["problems"].insert(0, note)
+    report["problems"][:0] = wire_problems([note])
     return profile_job_result(report, job)
 
 
@@ -169,7 +177,8 @@ async def gpu_profile(job: Job, options: ProfileOptions, context: JobContext) ->
     await context.progress(f"building and measuring {config['candidate']} (reference kernels, energy, ceilings)")
     outcome = await context.sandbox.run(task, sandbox_limits(options.limits or DEFAULT_JOB_LIMITS))
     if outcome.status != "ok":
-        problem = f"the candidate did not run ({outcome.status}): {outcome.message}"
+        problem = ProfileProblem("profile-candidate-failed", f"the candidate did not run ({outcome.status}): "
+                                                             f"{outcome.message}")
         report = profile_report("ncu", [], problems=[problem])
         result = profile_job_result(report, job, {"outcome": outcome.to_dict()})
         result.findings.insert(0, outcome_finding(outcome, task).to_dict())
@@ -181,24 +190,25 @@ async def gpu_profile(job: Job, options: ProfileOptions, context: JobContext) ->
         static = await static_profile(job.source_files, config["candidate"], config.get("origins") or {},
                                       options.kernels)
         report.update(source="static", kernels=static["kernels"])
-        report["problems"] += [STATIC_STANDS_IN] + static["problems"]
+        report["problems"] += wire_problems([STATIC_STANDS_IN]) + static["problems"]
     return profile_job_result(report, job, artifacts)
 
 
 async def ncu_report(job: Job, options: ProfileOptions, measured: dict[str, Any]
                      ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The ncu ProfileReport and its artifacts (the roofline chart) from the sandbox's measurements."""
-    problems = list(measured["problems"])
+    problems = [decode(ProfileProblem, problem) for problem in measured["problems"]]
     gaps = isolation_gaps(measured.get("isolation"))
     if gaps:
-        problems.append("the candidate ran without full isolation: " + "; ".join(gaps))
+        problems.append(ProfileProblem("profile-not-isolated", "the candidate ran without full isolation: "
+                                                               + "; ".join(gaps)))
     launches: list[KernelLaunch] = []
     plan = ncu_plan(job, options)
     try:
         launches = [_named_by_function(launch, plan.kernels)
                     for launch in await profile_launches(plan, job.source_files)]
     except NcuError as exc:
-        problems.append(str(exc))
+        problems.append(ProfileProblem("profile-ncu-failed", str(exc)))
     ceilings = ncu_ceilings(launches, ceilings_from(measured.get("ceilings")))
     sass = await extension_sass(measured["extensions"], problems)
     state = measured.get("gpu_state") or {}
@@ -239,7 +249,7 @@ def ceilings_from(raw: dict[str, Any] | None) -> Ceilings | None:
                     tensor_tflops=raw.get("tensor_tflops"), how=raw["how"])
 
 
-async def extension_sass(binaries: list[str], problems: list[str]) -> dict[str, SassStats]:
+async def extension_sass(binaries: list[str], problems: list[ProfileProblem]) -> dict[str, SassStats]:
     """Base name -> SASS statistics of the kernels in the candidate's extension libraries (cuobjdump reads
     shared libraries; it prints no source lines)."""
     found: dict[str, SassStats] = {}
@@ -247,7 +257,7 @@ async def extension_sass(binaries: list[str], problems: list[str]) -> dict[str, 
         try:
             kernels = await asyncio.to_thread(sass_stats_for_cubin, binary)  # not a cubin: cuobjdump --dump-sass
         except (SassToolMissing, SassToolFailed) as exc:
-            problems.append(f"no SASS of {binary}: {exc}")
+            problems.append(ProfileProblem("profile-no-sass", f"no SASS of {binary}: {exc}"))
             continue
         for stats in kernels:
             found.setdefault(stats.base_name, stats)

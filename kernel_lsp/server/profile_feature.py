@@ -28,14 +28,15 @@ from lsprotocol import types
 
 from kernel_lsp.compile.units import CUDA_SUFFIXES
 from kernel_lsp.config import cache_dir
+from kernel_lsp.contracts.profile_report import NOTE_CODES, ProfileProblem
 from kernel_lsp.findings import Finding, Position, uri_to_path
 from kernel_lsp.jobs.cache import ResultCache
-from kernel_lsp.kinds.profile import profile_job, profile_options
+from kernel_lsp.kinds.profile import profile_job, profile_options, report_problems
 from kernel_lsp.profile.locations import Location, kernel_locations
-from kernel_lsp.profile.report import profile_findings, summary_line
+from kernel_lsp.profile.report import problem_messages, profile_findings, summary_line
 from kernel_lsp.profile.static import CHECK_POINTER
 from kernel_lsp.profile.program import has_main
-from kernel_lsp.profile.worker_job import CUDA_FILE, CUDA_FILE_NO_MAIN, NO_GPU, NO_GPU_PLAIN, ON_CPU, static_result
+from kernel_lsp.profile.worker_job import CUDA_FILE, static_result
 from kernel_lsp.server import compile_feature
 from kernel_lsp.server.convert import STALE, OpenDocument, ago, command_action, kind_requested, lsp_range
 from kernel_lsp.server.diagnostics import DiagnosticStore
@@ -192,7 +193,7 @@ class ProfileFeature(Feature):
             return {"status": "error", "message": f"{details.name} is not an 'ncu --csv --page details' export "
                                                   f"({type(exc).__name__}: {exc})"}
         kept = await self._keep(report, f"import-csv {details.name}")
-        return {"status": "ok" if kept else "empty", "kernels": kept, "problems": report["problems"],
+        return {"status": "ok" if kept else "empty", "kernels": kept, "problems": problem_messages(report),
                 "summary": summary_line(report)}
 
     async def profile_command(self, args: tuple[Any, ...]) -> dict[str, Any]:
@@ -272,9 +273,10 @@ class ProfileFeature(Feature):
                                           f"{result.error or 'no reason given'}")
         report = result.metrics.get("profile") or {}
         kept = await self._keep(report, _source_label(report), uri, text) if report.get("kernels") else []
-        problems = [_in_the_editor(p) for p in report.get("problems") or []]
-        notes = [p for p in problems if p in DEVICE_NOTES]  # what was asked for on this machine: no warning
-        warnings = [p for p in problems if p not in DEVICE_NOTES]
+        said = report_problems(report)
+        problems = [_in_the_editor(p.message) for p in said]
+        notes = [_in_the_editor(p.message) for p in said if p.code in NOTE_CODES]  # asked for here: no warning
+        warnings = [_in_the_editor(p.message) for p in said if p.code not in NOTE_CODES]
         if warnings:
             self._tell_user(f"kernel-lsp: profile: {'; '.join(warnings)}")
         if notes:
@@ -484,9 +486,9 @@ def _path_of(uri: str) -> Path | None:
         return None
 
 
-PROGRAM_STATIC = (f"{CUDA_FILE}; this one is a program (its own main()): a worker connected to a GPU builds, runs and "
-                  "profiles it live under ncu, and none is connected yet")
-DEVICE_NOTES = frozenset({NO_GPU, NO_GPU_PLAIN, ON_CPU, CUDA_FILE, CUDA_FILE_NO_MAIN, PROGRAM_STATIC})
+PROGRAM_STATIC = ProfileProblem("profile-program-static",
+                                f"{CUDA_FILE.message}; this one is a program (its own main()): a worker connected to "
+                                "a GPU builds, runs and profiles it live under ncu, and none is connected yet")
 _CHECK_POINTER = re.compile(re.escape(CHECK_POINTER).replace(re.escape("{path}"), ".+?") + "$")
 
 

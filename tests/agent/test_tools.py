@@ -229,7 +229,8 @@ async def test_static_facts_asks_the_worker_for_the_static_profile(bench):
                            "sass": {"local_loads": 3}, "line": 12,
                            "findings": [{"code": "hint-local-memory", "line": 14, "message": "spills",
                                          "estimated_speedup": 0.2}]}],
-              "problems": [ON_CPU, "no SASS for cuda.cu"]}
+              "problems": [{"code": ON_CPU.code, "message": ON_CPU.message},
+                           {"code": "profile-no-sass", "message": "no SASS for cuda.cu"}]}
     shown = static_feedback(static)
     assert shown["kernels"][0]["ptxas"]["spill_stores"] == 8 and shown["kernels"][0]["hints"][0]["line"] == 14
     assert shown["problems"] == ["no SASS for cuda.cu"]  # the device note the tool asked for is no news

@@ -191,4 +191,4 @@ async def test_profiling_keeps_the_candidate_confined_in_both_of_its_processes(t
         assert report["isolation"]["files"].startswith("isolated"), report["isolation"]
         assert {path: path.read_bytes() for path in stored} == stored
         assert (workspace / "problem_copy.py").read_text() == "original\n"
-    assert not any("without full isolation" in problem for problem in report["problems"]), report["problems"]
+    assert not any(problem["code"] == "profile-not-isolated" for problem in report["problems"]), report["problems"]

@@ -46,7 +46,8 @@ def test_import_with_the_raw_page_has_ceilings_and_one_profile_per_kernel(report
 
 def test_import_without_the_raw_page_says_the_roofline_needs_it():
     report = imported_report((FIXTURES / "ncu_details.csv").read_text())
-    assert report["ceilings"] is None and report["problems"] == [NO_CEILINGS]
+    assert report["ceilings"] is None and report["problems"] == [{"code": NO_CEILINGS.code,
+                                                                   "message": NO_CEILINGS.message}]
 
 
 def test_card_of_a_profiled_kernel(report: dict):

@@ -90,9 +90,11 @@ def test_the_sandbox_measurement_says_what_the_cpu_cannot_measure(tmp_path: Path
                                  device="cpu")
     assert measured["extensions"] == [] and measured["reference_kernels"] == [] and measured["energy"] is None
     assert measured["reference_energy"] is None
-    problems = " | ".join(measured["problems"])
+    problems = " | ".join(p["message"] for p in measured["problems"])
     assert "no reference kernel list: CUDA is not available" in problems
     assert "no energy reading: the candidate ran on cpu" in problems and "no roofline ceilings" in problems
+    assert {p["code"] for p in measured["problems"]} == {"profile-no-reference", "profile-no-energy",
+                                                         "profile-no-ceilings"}
     assert "unavailable" in measured["gpu_state"]
 
 
@@ -101,7 +103,7 @@ def test_without_a_reference_the_candidates_file_is_measured_in_its_own_process(
     from kernel_lsp.profile.measure import measure_candidate
 
     measured = measure_candidate(write(tmp_path, "both.py", PROBLEM + CANDIDATE), device="cpu")
-    problems = " | ".join(measured["problems"])
+    problems = " | ".join(p["message"] for p in measured["problems"])
     assert "no reference kernel list: CUDA is not available" in problems  # said by the candidate's process
     assert set(measured["isolation"]) == {"files", "network", "processes", "namespaces"}  # as verification is
     assert "kernel_lsp_candidate" not in sys.modules  # never imported by the measuring process

@@ -72,7 +72,8 @@ async def profile_on_a_worker(tmp_path: Path, options: dict, *, cpu_only: bool =
 async def test_the_worker_gives_the_static_profile_on_the_python_lines_without_a_gpu(tmp_path: Path):
     result = await profile_on_a_worker(tmp_path, {}, cpu_only=True)
     report = result.metrics["profile"]
-    assert report["source"] == "static" and report["problems"][0] == NO_GPU_PLAIN  # no reference: none named
+    assert report["source"] == "static"
+    assert report["problems"][0] == {"code": "profile-no-gpu", "message": NO_GPU_PLAIN.message}  # no reference named
     assert result.metrics["summary"].startswith("1 kernel (static): gather_kernel")
     local = next(f for f in result.findings if f["code"] == "hint-local-memory")
     assert local["uri"].endswith(f"{tmp_path.name}/cand.py")
@@ -87,4 +88,5 @@ async def test_the_worker_gives_the_static_profile_on_the_python_lines_without_a
 async def test_device_cpu_asks_for_the_static_profile_and_says_so(tmp_path: Path):
     result = await profile_on_a_worker(tmp_path, {"device": "cpu"})
     report = result.metrics["profile"]
-    assert report["source"] == "static" and report["problems"][0] == ON_CPU
+    assert report["source"] == "static"
+    assert report["problems"][0] == {"code": "profile-on-cpu", "message": ON_CPU.message}

@@ -36,7 +36,7 @@ def test_the_header_gives_build_flags_and_run_arguments():
     later = program_header("// kernel-lsp: run=1\n// kernel-lsp: run=2\n")
     assert later.run == ("2",) and later.build == ()
     broken = program_header("// kernel-lsp: build=-DX='unclosed\n")
-    assert broken.build == () and "build= header does not parse" in broken.problems[0]
+    assert broken.build == () and "build= header does not parse" in broken.problems[0].message
     assert program_header("int main() {}\n" + "\n" * 30 + "// kernel-lsp: run=5\n").run == ()  # only the top
 
 
@@ -93,7 +93,8 @@ def test_a_program_that_does_not_build_says_so(tmp_path: Path):
     source = tmp_path / "bad.cu"
     source.write_text("int main() { return undeclared; }\n")
     built = asyncio.run(build_program(source, ProgramHeader(), tmp_path / "program"))
-    assert not built.built and "bad.cu did not build" in built.problems[0] and "undeclared" in built.problems[0]
+    assert not built.built and "bad.cu did not build" in built.problems[0].message \
+        and "undeclared" in built.problems[0].message and built.problems[0].code == "profile-build-failed"
 
 
 def test_a_program_job_carries_its_quoted_headers(tmp_path: Path):

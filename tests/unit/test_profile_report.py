@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from kernel_lsp.contracts.profile_report import ProfileProblem
 from kernel_lsp.findings import Range, Severity
 from kernel_lsp.profile.locations import Location, kernel_locations
 from kernel_lsp.profile.report import (
@@ -99,7 +100,8 @@ def test_a_kernel_nowhere_in_the_files_goes_to_line_one_of_the_candidate(tmp_pat
 def test_summary_names_each_kernel_or_what_went_wrong():
     report = profile_report("ncu", imported_kernels(fixture("ncu_details.csv"))[:2], gpu="NVIDIA H200")
     assert summary_line(report).startswith("2 kernels (ncu on NVIDIA H200): vec_add memory bound 58.9 µs")
-    empty = profile_report("ncu", [], problems=["ncu is not on PATH"])
+    empty = profile_report("ncu", [], problems=[ProfileProblem("profile-ncu-failed", "ncu is not on PATH")])
+    assert empty["problems"] == [{"code": "profile-ncu-failed", "message": "ncu is not on PATH"}]
     assert summary_line(empty) == "no kernel profiled: ncu is not on PATH"
 
 

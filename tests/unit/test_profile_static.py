@@ -86,12 +86,13 @@ async def test_load_inline_hints_land_on_the_python_lines(tmp_path: Path):
 async def test_a_compile_error_and_a_triton_file_are_problems_not_failures(tmp_path: Path):
     broken = await static_profile({"bad.cu": "__global__ void k() { int x = ; }\n"}, "bad.cu",
                                   {"bad.cu": str(tmp_path / "bad.cu")})
-    assert broken["kernels"] == [] and "kernel-lsp check" in broken["problems"][0]
+    assert broken["kernels"] == [] and "kernel-lsp check" in broken["problems"][0]["message"]
+    assert broken["problems"][0]["code"] == "profile-build-failed"
     triton = await static_profile({"t.py": "import triton\n"}, "t.py")
-    assert "no CUDA source" in triton["problems"][0]
+    assert "no CUDA source" in triton["problems"][0]["message"]
 
 
 async def test_a_missing_nvcc_is_a_problem(tmp_path: Path):
     settings = Settings(nvcc_path=str(tmp_path / "nvcc"))
     report = await static_profile({"k.cu": "__global__ void k() {}\n"}, "k.cu", settings=settings)
-    assert report["kernels"] == [] and "CUDA compiler not found" in report["problems"][0]
+    assert report["kernels"] == [] and "CUDA compiler not found" in report["problems"][0]["message"]
