@@ -125,3 +125,18 @@ def test_input_snapshot_sees_changed_bytes_metadata_and_leaves():
     assert changed_since(snapshot, args) == [1]
     assert changed_since(snapshot, (args[0].t(), args[1])) == [0, 1]  # a transposed view: other strides
     assert changed_since(snapshot, (args[0],)) == [1]  # a leaf gone
+
+
+def test_the_scattered_check_changes_a_few_places_drawn_by_its_seed_and_keeps_the_rest() -> None:
+    from kernel_lsp.verify.checks import SCATTERED_FRACTION, scattered
+
+    old, fresh = torch.zeros(1000, 100), torch.ones(1000, 100)
+    first, = scattered((old,), (fresh,), seed=7)
+    again, = scattered((old,), (fresh,), seed=7)
+    changed = int(first.sum())
+    assert torch.equal(first, again) and old.sum() == 0  # seeded, and the inputs themselves are left alone
+    assert 0.9 * SCATTERED_FRACTION * old.numel() <= changed <= SCATTERED_FRACTION * old.numel()
+    other, = scattered((old,), (fresh,), seed=8)
+    assert not torch.equal(first, other)
+    one, = scattered((torch.zeros(3),), (torch.ones(3),), seed=1)
+    assert int(one.sum()) == 1  # at least one place, however small the tensor
