@@ -21,7 +21,7 @@ from typing import Any
 
 from kernel_lsp.findings import Finding, uri_to_path
 from kernel_lsp.kinds.sanitize import SanitizeOutcome
-from kernel_lsp.profile.sanitize import NO_GPU, library_kernels
+from kernel_lsp.profile.sanitize import NO_GPU_CODE, library_kernels
 
 MESSAGE_CHARS = 400
 SHOWN_ERRORS = 5  # in the verify answer; the rest are counted
@@ -29,7 +29,7 @@ FINISHED = ("errors", "clean")  # the statuses of a check that ran to its end: k
 ON_CPU = "the pass verifies on the CPU, and compute-sanitizer needs a GPU"
 SETTING_OFF = "the agentSanitize setting is off"
 # failures that hold for every later candidate of the pass: the worker will not gain a GPU or learn a job mid-pass
-LASTING_FAILURES = (NO_GPU, "unknown-job-kind")
+LASTING_FAILURES = (NO_GPU_CODE, "unknown-job-kind")  # Result.code
 
 
 def not_sanitized(reason: str, lasting: bool = False) -> dict[str, Any]:
@@ -105,7 +105,7 @@ def _lasting(outcome: SanitizeOutcome) -> bool:
     """No GPU, a worker that does not know the job, or no compute-sanitizer (the job stops before its warm call
     only when it finds none); not a candidate that did not build or a run past its time."""
     if outcome.report is None:
-        return any(mark in (outcome.error or "") for mark in LASTING_FAILURES)
+        return outcome.code in LASTING_FAILURES
     return not outcome.report.get("tools") and outcome.report.get("warm") is None
 
 

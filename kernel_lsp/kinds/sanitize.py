@@ -22,6 +22,7 @@ from kernel_lsp.profile.sanitize import (
     CHECKS,
     DEFAULT_TOOL_TIMEOUT_S,
     NO_GPU,
+    NO_GPU_CODE,
     WARM_TIMEOUT_S,
     SanitizePlan,
     run_sanitizer,
@@ -92,13 +93,14 @@ class SanitizeOutcome:
     summary: str
     findings: list[Finding]  # sanitizer-<tool> on the user's lines, sanitizer-library once
     error: str | None  # why the job did not finish, or why nothing could be sanitized (no GPU, no tool)
+    code: str | None = None  # the failed job's Result.code: NO_GPU_CODE, "unknown-job-kind", ...
 
     @classmethod
     def of(cls, result: Result) -> SanitizeOutcome:
         findings = [Finding.from_dict(f) for f in result.findings]
         if result.status != "ok":
             error = f"the sanitize job {result.status}: {result.error or 'no message'}"
-            return cls(None, error, findings, error)
+            return cls(None, error, findings, error, result.code)
         report = result.metrics.get("sanitize") or {}
         error = None if report.get("tools") else ("; ".join(report.get("problems") or []) or "no tool ran")
         return cls(report, str(result.metrics.get("summary") or ""), findings, error)
@@ -121,7 +123,7 @@ async def handle(job: Job, context: JobContext) -> Result:
         return Result("failed", [], {}, {}, str(exc))
     await context.startup.wait()
     if not context.startup.cuda_available:
-        return Result("failed", [], {}, {}, NO_GPU)
+        return Result("failed", [], {}, {}, NO_GPU, NO_GPU_CODE)
     return await on_device(context, True, lambda: sanitize_result(job, options, context))
 
 

@@ -73,6 +73,7 @@ SHARED_INIT = "shared-init"  # kernel-lsp's own check of shared memory read befo
 CHECKS = (*TOOLS, SHARED_INIT)  # what a sanitize job may run, in this order by default
 NO_GPU = ("compute-sanitizer needs a GPU and the worker has none visible: connect a GPU worker "
           "(the `worker` setting) to check memory safety")
+NO_GPU_CODE = "sanitize-no-gpu"  # a sanitize job's Result.code when the worker has no GPU
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from kernel_lsp.kinds.sanitize import (
 from kernel_lsp.compile.units import CUDA_SUFFIXES
 from kernel_lsp.profile.locations import kernel_locations
 from kernel_lsp.profile.program import has_main
-from kernel_lsp.profile.sanitize import NO_GPU
+from kernel_lsp.profile.sanitize import NO_GPU, NO_GPU_CODE
 from kernel_lsp.server.convert import OpenDocument, command_action, kind_requested, open_texts
 from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.events import CANDIDATE_VERIFIED
@@ -120,9 +120,10 @@ def verified_files(job: Job) -> tuple[Path, Path | None, dict[Path, str]]:
     return candidate_of(job), None if own else Path(origins.get(reference, reference)), job_texts(job)
 
 
-def not_sanitized_reason(error: str) -> str:
-    """The sentence to tell the user: the worker's, without the job's wording around a missing GPU."""
-    return NO_GPU if NO_GPU in error else error
+def not_sanitized_reason(error: str, code: str | None = None) -> str:
+    """The sentence to tell the user: the worker's, without the job's wording around a missing GPU (known by the
+    result's code, not by its sentence)."""
+    return NO_GPU if code == NO_GPU_CODE else error
 
 
 # ---- the feature -------------------------------------------------------------------------------------------
@@ -282,7 +283,7 @@ class SanitizeFeature(Feature):
                 job, progress=lambda message, fraction: self._progress.report(token, message, fraction),
                 timeout_s=client_timeout_s(options, settings))
             outcome = SanitizeOutcome.of(result)
-            error = outcome.error
+            error, code = outcome.error, outcome.code
         except asyncio.CancelledError:
             self._progress.end(token, "cancelled")
             self._checked.discard(job.content_hash)
@@ -290,15 +291,15 @@ class SanitizeFeature(Feature):
                 self._tasks.pop(uri)
             raise
         except WorkerUnavailable as exc:
-            outcome, error = None, str(exc)
+            outcome, error, code = None, str(exc), None
         except Exception as exc:  # a bug here is a message, never a dead server
             log.exception("checking %s for memory safety failed", uri)
-            outcome, error = None, f"kernel-lsp could not run the check ({type(exc).__name__}: {exc})"
+            outcome, error, code = None, f"kernel-lsp could not run the check ({type(exc).__name__}: {exc})", None
         current = self._tasks.get(uri) is asyncio.current_task()
         if current:
             self._tasks.pop(uri)
         if error is not None or outcome is None:
-            reason = not_sanitized_reason(error or "no outcome")
+            reason = not_sanitized_reason(error or "no outcome", code)
             self._progress.end(token, f"not checked: {reason}")
             self._say_not_sanitized(name, reason, once=after_verify)
             return {"uri": uri, "status": "unavailable", "message": reason}

@@ -248,7 +248,8 @@ class WorkerClient:
         elif kind == "error":
             future = connection.pending.get(message_id)
             if future is not None and not future.done():
-                future.set_result(Result("failed", [], {}, {}, f"{message['code']}: {message['message']}"))
+                future.set_result(Result("failed", [], {}, {}, f"{message['code']}: {message['message']}",
+                                         message["code"]))
             else:
                 log.warning("worker error %s: %s", message["code"], message["message"])
 

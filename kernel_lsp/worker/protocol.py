@@ -212,6 +212,7 @@ _SCHEMAS: dict[str, dict[str, _Field]] = {
         "metrics": _MAP,
         "artifacts": _MAP,
         "error": _or_nil(_STR, required=False),
+        "code": _or_nil(_STR, required=False),
     },
     "pong": {"id": _ID, "device": _or_nil(_MAP, required=False)},
     "error": {"id": _or_nil(_ID, required=True), "code": _STR, "message": _STR},
@@ -286,14 +287,19 @@ class Result:
     metrics: dict[str, Any] = field(default_factory=dict)
     artifacts: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    # why a job did not run, as a code its readers branch on (`error` is the sentence a person reads):
+    # "sanitize-no-gpu", or a worker error's code ("unknown-job-kind"); None where the sentence is all there is
+    code: str | None = None
 
     def to_wire(self, id: int) -> dict[str, Any]:
         return {"kind": "result", "id": id, "status": self.status, "findings": list(self.findings),
-                "metrics": dict(self.metrics), "artifacts": dict(self.artifacts), "error": self.error}
+                "metrics": dict(self.metrics), "artifacts": dict(self.artifacts), "error": self.error,
+                "code": self.code}
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> Result:
-        return cls(d["status"], list(d["findings"]), dict(d["metrics"]), dict(d["artifacts"]), d.get("error"))
+        return cls(d["status"], list(d["findings"]), dict(d["metrics"]), dict(d["artifacts"]), d.get("error"),
+                   d.get("code"))
 
 
 def hello(client: str, token: str | None = None, protocol: int = PROTOCOL_VERSION) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from kernel_lsp.config import Settings
 from kernel_lsp.jobs.files import JOB_KEYS
 from kernel_lsp.contracts.options import from_config
 from kernel_lsp.kinds.sanitize import SanitizeOptions
-from kernel_lsp.profile.sanitize import NO_GPU, SanitizeRun, ToolRun, sanitize_findings, sanitize_report, summary_line
+from kernel_lsp.profile.sanitize import NO_GPU, NO_GPU_CODE, SanitizeRun, ToolRun, sanitize_findings, sanitize_report, summary_line
 from kernel_lsp.profile.worker_job import candidate_files
 from kernel_lsp.worker.client import WorkerClient
 from kernel_lsp.worker.protocol import Job, Result
@@ -236,7 +236,7 @@ class NoGpuWorker(RecordingWorker):
             return await super().run(job, progress, timeout_s)
         self.jobs.append(job)
         await asyncio.sleep(self.delay_s)
-        return Result("failed", [], {}, {}, NO_GPU)
+        return Result("failed", [], {}, {}, NO_GPU, NO_GPU_CODE)  # as kinds.sanitize.handle answers
 
 
 def workbench(tmp_path: Path, worker, options: dict, settings: Settings = Settings()) -> Workbench:

@@ -13,7 +13,7 @@ from kernel_lsp.agent.search import FAILURE_LIMIT, SearchTree
 from kernel_lsp.agent.tools import candidate_ms, verify_feedback
 from kernel_lsp.findings import Finding, Range, Related, Severity, path_to_uri
 from kernel_lsp.kinds.sanitize import SanitizeOutcome
-from kernel_lsp.profile.sanitize import NO_GPU
+from kernel_lsp.profile.sanitize import NO_GPU, NO_GPU_CODE
 from kernel_lsp.worker.protocol import Result
 from tests.gpu.sanitizer_candidates import CANDIDATES
 
@@ -41,8 +41,8 @@ def answer(findings: list[dict], tools: list[dict] | None = None, library: int =
     return SanitizeOutcome.of(Result("ok", findings, {"sanitize": report, "summary": summary}, {}))
 
 
-def failed(status: str, error: str) -> SanitizeOutcome:
-    return SanitizeOutcome.of(Result(status, [], {}, {}, error))
+def failed(status: str, error: str, code: str | None = None) -> SanitizeOutcome:
+    return SanitizeOutcome.of(Result(status, [], {}, {}, error, code))
 
 
 def verified(eager: float = 2.0, sanitize: dict | None = None) -> dict:
@@ -86,11 +86,14 @@ def test_a_clean_run_and_one_stopped_before_it_found_anything():
 
 
 def test_what_stops_every_check_of_the_pass_and_what_stops_one():
-    no_gpu = entry(failed("failed", NO_GPU))
+    no_gpu = entry(failed("failed", NO_GPU, NO_GPU_CODE))  # as kinds.sanitize.handle answers without a GPU
     assert no_gpu["status"] == "not-run" and NO_GPU in no_gpu["reason"] and no_gpu["summary"].startswith("not sanit")
     assert safety.lasting_reason(no_gpu) == no_gpu["reason"]
-    older = entry(failed("failed", "unknown-job-kind: unknown job kind 'sanitize' (known: profile, verify)"))
+    older = entry(failed("failed", "unknown-job-kind: unknown job kind 'sanitize' (known: profile, verify)",
+                         "unknown-job-kind"))  # as the client makes a worker's error message a Result
     assert safety.lasting_reason(older) is not None
+    # the sentence alone decides nothing: a candidate that prints the no-GPU sentence is no lasting failure
+    assert safety.lasting_reason(entry(failed("failed", f"the candidate said: {NO_GPU}"))) is None
     missing = "compute-sanitizer is not on PATH nor under CUDA_HOME/bin or /usr/local/cuda/bin"
     no_tool = entry(answer([], [], summary=f"not sanitized: {missing}", problems=[missing], warm=False))
     assert no_tool["status"] == "not-run" and no_tool["reason"] == missing
@@ -111,7 +114,7 @@ def test_errors_score_zero_and_a_check_that_did_not_run_changes_nothing():
     assert unsafe.score == 0 and unsafe.outcome == "unsafe" and not unsafe.verified
     assert unsafe.reason == f"unsafe: line 13: {OOB}"
     plain = rubric.score(verified())
-    for check in (safety.not_sanitized(safety.ON_CPU), entry(failed("failed", NO_GPU)),
+    for check in (safety.not_sanitized(safety.ON_CPU), entry(failed("failed", NO_GPU, NO_GPU_CODE)),
                   entry(answer([], clean=True)), entry(answer([], [{"tool": "memcheck", "problem": "stopped"}]))):
         assert rubric.score(verified(sanitize=check)) == plain and plain.verified
 

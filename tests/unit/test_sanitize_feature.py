@@ -13,7 +13,7 @@ from kernel_lsp.config import resolve_settings
 from kernel_lsp.findings import Finding, Range, Severity, path_to_uri
 from kernel_lsp.kinds.sanitize import client_timeout_s, sanitize_job, sanitize_options
 from kernel_lsp.kinds.verify import verify_job, verify_options
-from kernel_lsp.profile.sanitize import NO_GPU
+from kernel_lsp.profile.sanitize import NO_GPU, NO_GPU_CODE
 from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.sanitize_feature import (
     RecentKeys,
@@ -90,7 +90,9 @@ def test_the_client_waits_for_every_tool_and_never_less_than_the_job_timeout():
 
 
 def test_the_reason_without_a_gpu_is_the_workers_sentence():
-    assert not_sanitized_reason(f"the sanitize job failed: {NO_GPU}") == NO_GPU
+    assert not_sanitized_reason(f"the sanitize job failed: {NO_GPU}", NO_GPU_CODE) == NO_GPU
+    # decided by the result's code: the same sentence from elsewhere (a candidate's output) is kept as said
+    assert not_sanitized_reason(f"the candidate printed: {NO_GPU}") == f"the candidate printed: {NO_GPU}"
     assert not_sanitized_reason("compute-sanitizer not found") == "compute-sanitizer not found"
 
 
@@ -193,7 +195,7 @@ async def test_findings_of_a_text_edited_during_the_check_are_held_back(tmp_path
 
 async def test_a_failed_check_says_why_and_publishes_nothing(tmp_path: Path):
     path, uri = candidate_files(tmp_path)
-    fake = feature(tmp_path, [Result("failed", [], {}, {}, NO_GPU)])
+    fake = feature(tmp_path, [Result("failed", [], {}, {}, NO_GPU, NO_GPU_CODE)])
     fake.documents[uri] = Document(uri, 1, CANDIDATE)
     answer = await fake.feature.sanitize_command((uri,))
     assert answer == {"uri": uri, "status": "unavailable", "message": NO_GPU}
@@ -213,7 +215,7 @@ async def test_after_verification_only_when_asked_for_and_a_missing_gpu_is_said_
     off.feature.after_verify(uri, pairing, verified(CANDIDATE))
     assert not off.feature._tasks and not off.told  # sanitizeAfterVerify is off by default
 
-    failed = Result("failed", [], {}, {}, NO_GPU)
+    failed = Result("failed", [], {}, {}, NO_GPU, NO_GPU_CODE)  # as kinds.sanitize.handle answers
     fake = feature(tmp_path, [failed, failed], {"sanitizeAfterVerify": True})
     fake.feature.after_verify(uri, pairing, verified(CANDIDATE))
     await fake.feature._tasks[uri]

@@ -85,6 +85,7 @@ async def test_job_timeout_cancels_on_the_worker(client: WorkerClient):
 async def test_unknown_job_kind_fails_that_job_only(client: WorkerClient):
     result = await client.run(Job("no-such-kind", {}, {}, ""))
     assert result.status == "failed" and result.error.startswith("unknown-job-kind")
+    assert result.code == "unknown-job-kind"  # what a reader branches on, apart from the sentence
     assert (await client.run(Job("noop", {}, {}, ""))).status == "ok"
 
 
