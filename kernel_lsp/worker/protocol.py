@@ -9,15 +9,18 @@ the error codes. Nothing a peer sends may crash the reader: every bad input beco
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import ipaddress
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NewType
 
+import cattrs
 import msgpack
+from cattrs.gen import make_dict_structure_fn
 
 PROTOCOL_VERSION = 1
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024
@@ -123,14 +126,97 @@ def decode_body(body: bytes) -> dict[str, Any]:
 
 
 # ---- message schemas -------------------------------------------------------------------------------------
+# One frozen dataclass per message kind: the fields each must have and their types, the one place they are defined
+# (docs/PROTOCOL.md says what they mean). `validate` decodes a message through them with cattrs, strictly (no value
+# coerced: "8" is no id, 1 is no bool), and names the first field that is missing or of the wrong type. Fields not
+# listed (and `kind` itself) are ignored.
+
+MessageId = NewType("MessageId", int)  # an integer >= 0
+StrMap = NewType("StrMap", dict)  # str -> str (a job's files)
+Versions = NewType("Versions", dict)  # str -> str or nil
+Maps = NewType("Maps", list)  # a list of maps (a result's findings)
+Status = NewType("Status", str)  # one of RESULT_STATUSES
 
 
 @dataclass(frozen=True)
-class _Field:
-    check: Callable[[Any], bool]
-    expected: str
-    required: bool = True
-    fields: dict[str, _Field] | None = None  # a nested map whose own fields are checked
+class JobMessage:
+    kind: str
+    source_files: StrMap
+    config: dict
+    content_hash: str
+
+
+@dataclass(frozen=True)
+class HelloMessage:
+    protocol: int
+    client: str
+    token: str | None = None
+
+
+@dataclass(frozen=True)
+class SubmitMessage:
+    id: MessageId
+    job: JobMessage
+
+
+@dataclass(frozen=True)
+class IdMessage:  # cancel, ping
+    id: MessageId
+
+
+@dataclass(frozen=True)
+class ShutdownMessage:
+    pass
+
+
+@dataclass(frozen=True)
+class WelcomeMessage:
+    protocol: int
+    worker: str
+    versions: Versions
+    device: dict | None  # required, nil where the worker has no GPU
+    authenticated: bool
+
+
+@dataclass(frozen=True)
+class ProgressMessage:
+    id: MessageId
+    message: str
+    fraction: float | None = None
+
+
+@dataclass(frozen=True)
+class ResultMessage:
+    id: MessageId
+    status: Status
+    findings: Maps
+    metrics: dict
+    artifacts: dict
+    error: str | None = None
+    code: str | None = None
+
+
+@dataclass(frozen=True)
+class PongMessage:
+    id: MessageId
+    device: dict | None = None
+
+
+@dataclass(frozen=True)
+class ErrorMessage:
+    id: MessageId | None  # required: nil where the error answers no request
+    code: str
+    message: str
+
+
+MESSAGES: dict[str, type] = {"hello": HelloMessage, "submit": SubmitMessage, "cancel": IdMessage, "ping": IdMessage,
+                             "shutdown": ShutdownMessage, "welcome": WelcomeMessage, "progress": ProgressMessage,
+                             "result": ResultMessage, "pong": PongMessage, "error": ErrorMessage}
+
+_EXPECTED: dict[Any, str] = {MessageId: "an integer >= 0", int: "an integer", str: "a string", bool: "a boolean",
+                             float: "a number", dict: "a map", StrMap: "a map of string to string",
+                             Versions: "a map of string to string or nil", Maps: "a list of maps",
+                             Status: "one of " + ", ".join(RESULT_STATUSES), JobMessage: "a map"}
 
 
 def _is_int(value: Any) -> bool:
@@ -141,82 +227,44 @@ def _is_id(value: Any) -> bool:
     return _is_int(value) and value >= 0
 
 
-def _is_str(value: Any) -> bool:
-    return isinstance(value, str)
-
-
-def _is_bool(value: Any) -> bool:
-    return isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, float) or _is_int(value)
-
-
-def _is_map(value: Any) -> bool:
-    return isinstance(value, dict)
-
-
-def _is_str_map(value: Any) -> bool:
-    return _is_map(value) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
-
-
-def _is_versions(value: Any) -> bool:
-    return _is_map(value) and all(isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in value.items())
-
-
-def _is_list_of_maps(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(item, dict) for item in value)
-
-
-def _is_status(value: Any) -> bool:
-    return isinstance(value, str) and value in RESULT_STATUSES
-
-
-def _or_nil(base: _Field, required: bool) -> _Field:
-    return _Field(lambda v: v is None or base.check(v), f"{base.expected} or nil", required)
-
-
-_ID = _Field(_is_id, "an integer >= 0")
-_INT = _Field(_is_int, "an integer")
-_STR = _Field(_is_str, "a string")
-_BOOL = _Field(_is_bool, "a boolean")
-_MAP = _Field(_is_map, "a map")
-_NUMBER = _Field(_is_number, "a number")
-
-_JOB_FIELDS = {
-    "kind": _STR,
-    "source_files": _Field(_is_str_map, "a map of string to string"),
-    "config": _MAP,
-    "content_hash": _STR,
+_CHECKS: dict[Any, Callable[[Any], bool]] = {
+    MessageId: _is_id,
+    int: _is_int,
+    str: lambda v: isinstance(v, str),
+    bool: lambda v: isinstance(v, bool),
+    float: lambda v: isinstance(v, float) or _is_int(v),
+    dict: lambda v: isinstance(v, dict),
+    StrMap: lambda v: isinstance(v, dict) and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()),
+    Versions: lambda v: isinstance(v, dict) and all(isinstance(k, str) and (x is None or isinstance(x, str))
+                                                    for k, x in v.items()),
+    Maps: lambda v: isinstance(v, list) and all(isinstance(item, dict) for item in v),
+    Status: lambda v: isinstance(v, str) and v in RESULT_STATUSES,
 }
 
-_SCHEMAS: dict[str, dict[str, _Field]] = {
-    "hello": {"protocol": _INT, "client": _STR, "token": _or_nil(_STR, required=False)},
-    "submit": {"id": _ID, "job": _Field(_is_map, "a map", fields=_JOB_FIELDS)},
-    "cancel": {"id": _ID},
-    "ping": {"id": _ID},
-    "shutdown": {},
-    "welcome": {
-        "protocol": _INT,
-        "worker": _STR,
-        "versions": _Field(_is_versions, "a map of string to string or nil"),
-        "device": _or_nil(_MAP, required=True),
-        "authenticated": _BOOL,
-    },
-    "progress": {"id": _ID, "message": _STR, "fraction": _or_nil(_NUMBER, required=False)},
-    "result": {
-        "id": _ID,
-        "status": _Field(_is_status, "one of " + ", ".join(RESULT_STATUSES)),
-        "findings": _Field(_is_list_of_maps, "a list of maps"),
-        "metrics": _MAP,
-        "artifacts": _MAP,
-        "error": _or_nil(_STR, required=False),
-        "code": _or_nil(_STR, required=False),
-    },
-    "pong": {"id": _ID, "device": _or_nil(_MAP, required=False)},
-    "error": {"id": _or_nil(_ID, required=True), "code": _STR, "message": _STR},
-}
+
+class _WrongType(TypeError):
+    def __init__(self, hint: Any, value: Any) -> None:
+        super().__init__(f"must be {_EXPECTED[hint]}, not {_wire_type(value)}")
+        self.hint, self.value = hint, value
+
+
+@functools.cache
+def _converter() -> cattrs.Converter:
+    conv = cattrs.Converter()
+    for hint, check in _CHECKS.items():
+        def structure(value: Any, _: Any, hint: Any = hint, check: Callable[[Any], bool] = check) -> Any:
+            if not check(value):
+                raise _WrongType(hint, value)
+            return value
+        conv.register_structure_hook(hint, structure)
+    job = make_dict_structure_fn(JobMessage, conv)
+
+    def structure_job(value: Any, _: Any) -> JobMessage:  # not a map: said as the field's type
+        if not isinstance(value, dict):
+            raise _WrongType(JobMessage, value)
+        return job(value, JobMessage)
+    conv.register_structure_hook(JobMessage, structure_job)
+    return conv
 
 
 def validate(message: dict[str, Any]) -> dict[str, Any]:
@@ -225,26 +273,28 @@ def validate(message: dict[str, Any]) -> dict[str, Any]:
     kind = message.get("kind")
     if not isinstance(kind, str):
         raise ProtocolError("bad-field", "field 'kind' is missing or not a string", message_id=message_id)
-    schema = _SCHEMAS.get(kind)
+    schema = MESSAGES.get(kind)
     if schema is None:
         raise ProtocolError("unknown-kind", f"unknown message kind '{kind}'", message_id=message_id)
-    _check_fields(message, schema, kind, "", message_id)
+    try:
+        _converter().structure(message, schema)
+    except cattrs.BaseValidationError as exc:
+        path, problem = _first_problem(exc)
+        text = (f"'{kind}' needs field '{path}'" if isinstance(problem, KeyError)
+                else f"field '{path}' of '{kind}' {problem}")
+        raise ProtocolError("bad-field", text, message_id=message_id) from None
     return message
 
 
-def _check_fields(value: dict[str, Any], schema: dict[str, _Field], kind: str, prefix: str,
-                  message_id: int | None) -> None:
-    for name, spec in schema.items():
-        path = prefix + name
-        if name not in value:
-            if spec.required:
-                raise ProtocolError("bad-field", f"'{kind}' needs field '{path}'", message_id=message_id)
-            continue
-        if not spec.check(value[name]):
-            raise ProtocolError("bad-field", f"field '{path}' of '{kind}' must be {spec.expected}, "
-                                f"not {_wire_type(value[name])}", message_id=message_id)
-        if spec.fields is not None:
-            _check_fields(value[name], spec.fields, kind, path + ".", message_id)
+def _first_problem(exc: BaseException, path: str = "") -> tuple[str, BaseException]:
+    """The dotted path of the first field cattrs found missing or wrong, and that error."""
+    while isinstance(exc, cattrs.BaseValidationError) and exc.exceptions:
+        inner = exc.exceptions[0]
+        notes = getattr(inner, "__notes__", None) or []
+        name = notes[-1].rsplit("@ attribute ", 1)[-1].split()[0] if notes and "@ attribute " in notes[-1] else ""
+        path = f"{path}.{name}" if path and name else path or name
+        exc = inner
+    return path, exc
 
 
 def _message_id(message: dict[str, Any]) -> int | None:
