@@ -94,6 +94,24 @@ class ModelNew(nn.Module):
 """
 
 
+def one_output_buffer(write: str) -> str:
+    """A ModelNew that writes one output buffer again on every call (as CUDA graphs do): `write` fills `self.out`
+    from `x`; each answer lasts until the next call."""
+    return f'''
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.out = None
+
+    def forward(self, x):
+        x = x.contiguous()
+        if self.out is None or self.out.shape != x.shape:
+            self.out = torch.empty_like(x)
+        {write}
+        return self.out
+'''
+
+
 def recorded_report(name: str = "verify_cpu_honest", **changes: object) -> VerifyReport:
     """A VerifyReport the judge returned on the CPU (tests/fixtures/reports), decoded, with `changes` made."""
     report = decode(VerifyReport, json.loads((REPORTS / f"{name}.json").read_text()))

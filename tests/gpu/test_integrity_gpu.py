@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.gpu import candidates as c
-from tests.problems import caches_by_identity, relu_problem
+from tests.problems import caches_by_identity, one_output_buffer, relu_problem
 from tests.gpu.test_verify_pipeline_gpu import codes, verify
 from tests.gpu.test_worker_gpu import gpu_present
 
@@ -154,19 +154,7 @@ async def test_issue_39s_cheats_are_rejected_with_their_codes(tmp_path: Path, ca
 
 # one output buffer written again by every call: by the extension into a tensor it keeps, and by a CUDA graph
 # replayed on a static input (PyTorch's own recipe); each answer lasts until the next call
-REUSES_ONE_BUFFER = c.PRELUDE + '''
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.out = None
-
-    def forward(self, x):
-        x = x.contiguous()
-        if self.out is None or self.out.shape != x.shape:
-            self.out = torch.empty_like(x)
-        ops.relu_out(x, self.out)
-        return self.out
-'''
+REUSES_ONE_BUFFER = c.PRELUDE + one_output_buffer("ops.relu_out(x, self.out)")
 CUDA_GRAPH = c.PRELUDE + '''
 class ModelNew(nn.Module):
     def __init__(self):

@@ -15,7 +15,13 @@ from kernel_lsp.contracts.codec import decode
 from kernel_lsp.contracts.verify_report import VerifyReport
 from kernel_lsp.verify.verdict import report_findings, summary
 from kernel_lsp.worker.sandbox import Sandbox, SandboxLimits, SandboxTask
-from tests.problems import assert_not_tampered, caches_by_identity, linear_relu_problem, relu_problem
+from tests.problems import (
+    assert_not_tampered,
+    caches_by_identity,
+    linear_relu_problem,
+    one_output_buffer,
+    relu_problem,
+)
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -249,18 +255,7 @@ for module in (host, sys.modules["__main__"]):  # the host runs as __main__ (pyt
 """
 
 # one output buffer, written again by every call (as CUDA graphs do): each answer lasts until the next call
-REUSES_ONE_BUFFER = TRITON_RELU + SLOW_ROUND_TRIP + '''
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.out = None
-
-    def forward(self, x):
-        x = x.contiguous()
-        if self.out is None or self.out.shape != x.shape:
-            self.out = torch.empty_like(x)
-        return triton_relu(x, self.out)
-'''
+REUSES_ONE_BUFFER = TRITON_RELU + SLOW_ROUND_TRIP + one_output_buffer("triton_relu(x, self.out)")
 
 # the same, but once the checks are over it writes the buffer on one call in 8 only, leaving the last answer there
 REUSES_ONE_BUFFER_AND_SKIPS = REUSES_ONE_BUFFER + '''
