@@ -115,13 +115,16 @@ async def test_the_job_turns_an_ncu_failure_into_a_problem_and_profiles_its_own_
     fake_ncu(tmp_path / "bin", monkeypatch, PERMISSION_OUTPUT)
     candidate = tmp_path / "cand.py"
     candidate.write_text(CANDIDATE)
-    measured = {"problems": ["no energy reading: test"], "extensions": [], "ceilings": None,
+    measured = {"problems": [{"code": "profile-no-energy", "message": "no energy reading: test"}], "extensions": [],
+                "ceilings": None,
                 "gpu_state": {"name": "NVIDIA H200"}, "energy": None,
                 "reference_kernels": [{"name": "void at::native::add_kernel", "device_ms": 0.01, "calls": 1}]}
     report, artifacts = await ncu_report(profile_job(candidate, None, {}), ProfileOptions(), measured)
     assert report["kernels"] == [] and artifacts == {}
-    assert report["problems"][0] == "no energy reading: test"
-    assert "ERR_NVGPUCTRPERM" in report["problems"][1] and "NVreg_RestrictProfilingToAdminUsers" in report["problems"][1]
+    assert report["problems"][0] == {"code": "profile-no-energy", "message": "no energy reading: test"}
+    failed = report["problems"][1]
+    assert failed["code"] == "profile-ncu-failed"
+    assert "ERR_NVGPUCTRPERM" in failed["message"] and "NVreg_RestrictProfilingToAdminUsers" in failed["message"]
     assert report["gpu"] == "NVIDIA H200" and report["reference_kernels"][0]["calls"] == 1
     argv = (tmp_path / "bin" / "argv.txt").read_text()
     assert "regex:^(?:(?:.*::)?(?:add_kernel|scale_kernel)$|kernel_cutlass_(?:add_kernel|scale_kernel)_)" in argv
