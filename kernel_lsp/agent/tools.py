@@ -39,7 +39,8 @@ from kernel_lsp.kinds.cute_dsl import CuteDslOutcome, cute_dsl_job, dsl_arch
 from kernel_lsp.contracts.codec import encode
 from kernel_lsp.contracts.options import ProfileOptions, VerifyOptions, coerce
 from kernel_lsp.contracts.profile_report import NOTE_CODES
-from kernel_lsp.kinds.profile import ProfileOutcome, profile_job, report_problems
+from kernel_lsp.kinds.profile import ProfileOutcome, profile_job
+from kernel_lsp.profile.report import report_problems
 from kernel_lsp.kinds.sanitize import SanitizeOutcome, client_timeout_s, sanitize_job, sanitize_options
 from kernel_lsp.kinds.verify import VerifyOutcome, verify_job
 from kernel_lsp.sources import find_kernels, parse_python

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import array
 import ctypes
-import gc
 import os
 import socket
 import sys
@@ -84,9 +83,9 @@ def return_cached_memory(device: int) -> bool:
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_initialized():
         return False
-    gc.collect()
-    with torch.cuda.device(device):
-        torch.cuda.empty_cache()
+    from kernel_lsp.candidate.integrity import flush_allocator
+
+    flush_allocator(f"cuda:{device}")
     return True
 
 

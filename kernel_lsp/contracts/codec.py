@@ -106,21 +106,32 @@ def decode_verify_report(data: object) -> VerifyReport | Unavailable:
     return decode(VerifyReport, data)
 
 
-def _problems(exc: BaseException, path: str = "") -> list[str]:
+def _problems(exc: BaseException) -> list[str]:
     """One line per leaf error, with the key path cattrs recorded on its way down."""
-    if isinstance(exc, cattrs.BaseValidationError):
-        notes = getattr(exc, "__notes__", None) or []
-        found = []
-        for index, inner in enumerate(exc.exceptions):
-            note = getattr(inner, "__notes__", None) or []
-            where = _where(note[-1] if note else (notes[index] if index < len(notes) else ""))
-            found.extend(_problems(inner, f"{path}{where}"))
-        return found or [f"{path or 'report'}: {exc}"]
-    if isinstance(exc, cattrs.ForbiddenExtraKeysError):
-        return [f"{path or 'report'}: unknown key(s) {sorted(exc.extra_fields)}"]
-    if isinstance(exc, KeyError):
-        return [f"{path}: missing"]
-    return [f"{path or 'report'}: {exc}"]
+    lines = []
+    for path, leaf in failures(exc):
+        if isinstance(leaf, cattrs.ForbiddenExtraKeysError):
+            lines.append(f"{path or 'report'}: unknown key(s) {sorted(leaf.extra_fields)}")
+        elif isinstance(leaf, KeyError):
+            lines.append(f"{path}: missing")
+        else:
+            lines.append(f"{path or 'report'}: {leaf}")
+    return lines
+
+
+def failures(exc: BaseException, path: str = "") -> list[tuple[str, BaseException]]:
+    """The leaf errors of a cattrs structure error, in order, each with the key path cattrs noted on its way down
+    ('.timing.median_ms', '[2]'); a plain error is its own leaf at `path`. Every reader of cattrs's errors (the
+    reports' decode here, the jobs' options, the worker's messages) walks them through this."""
+    if not isinstance(exc, cattrs.BaseValidationError):
+        return [(path, exc)]
+    notes = getattr(exc, "__notes__", None) or []
+    found: list[tuple[str, BaseException]] = []
+    for index, inner in enumerate(exc.exceptions):
+        note = getattr(inner, "__notes__", None) or []
+        where = _where(note[-1] if note else (notes[index] if index < len(notes) else ""))
+        found.extend(failures(inner, f"{path}{where}"))
+    return found or [(path, exc)]
 
 
 def _where(note: str) -> str:

@@ -1,6 +1,6 @@
 """The typed options of each job kind, with their defaults: the one place they are defined.
 
-Nothing from kernel_lsp, so every layer may use them: the settings take their verify defaults from VerifyOptions,
+Nothing from kernel_lsp above contracts, so every layer may use them: the settings take their verify defaults from VerifyOptions,
 the job builders (kinds.verify, kinds.profile, kinds.sanitize) put them on the wire, the worker's handlers and the
 sandboxed child read them back. On the wire (a job's config) the keys are camelCase (`timedCalls`); in Python they
 are the fields' names. One cattrs converter encodes (`to_config`) and decodes (`from_config`) them: a decode
@@ -19,6 +19,8 @@ from typing import Any, TypeVar, get_origin
 
 import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+
+from kernel_lsp.contracts.codec import failures
 
 VERIFY_DEVICES = ("auto", "cuda", "cpu")
 BASELINE_KINDS = ("eager", "compile")
@@ -165,12 +167,7 @@ def _mapping(value: Any, hint: Any) -> dict[str, Any]:
 
 def _problems(exc: BaseException) -> list[str]:
     """'timedCalls: expected ...' for each field cattrs found wrong."""
-    found: list[str] = []
-    for inner in getattr(exc, "exceptions", [exc]):
-        notes = getattr(inner, "__notes__", None) or []
-        name = notes[-1].rsplit("@ attribute ", 1)[-1].split()[0] if notes and "@ attribute " in notes[-1] else ""
-        found.append(f"{camel(name)}: {inner}" if name else str(inner))
-    return found
+    return [f"{camel(path.lstrip('.'))}: {leaf}" if path else str(leaf) for path, leaf in failures(exc)]
 
 
 def camel(name: str) -> str:

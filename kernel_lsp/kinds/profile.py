@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from kernel_lsp.config import Settings
-from kernel_lsp.contracts.codec import ContractError, decode
 from kernel_lsp.contracts.profile_report import ProfileProblem
 from kernel_lsp.findings import Finding
 from kernel_lsp.jobs.cache import cache_key
 from kernel_lsp.jobs.files import JOB_KEYS, gather_files
 from kernel_lsp.contracts.options import ProfileOptions, coerce, from_config, to_config
-from kernel_lsp.profile.report import summary_line
+from kernel_lsp.profile.report import report_problems, summary_line
 from kernel_lsp.profile.worker_job import profile_result
 from kernel_lsp.worker.jobs import JobContext, on_device
 from kernel_lsp.worker.protocol import Job, Result
@@ -68,18 +67,6 @@ class ProfileOutcome:
     def run_failures(self) -> list[str]:
         """The candidate's own crash or hang while it was measured (run-* findings), as messages."""
         return [f.message for f in self.findings if f.code.startswith("run-")]
-
-
-def report_problems(report: Mapping[str, Any]) -> list[ProfileProblem]:
-    """A ProfileReport's problems, typed; one that breaks the contract (a worker of another version) is said as a
-    problem of its own rather than lost."""
-    problems = []
-    for item in report.get("problems") or []:
-        try:
-            problems.append(decode(ProfileProblem, item))
-        except ContractError as exc:
-            problems.append(ProfileProblem("profile-contract", f"a problem the worker sent in another form: {exc}"))
-    return problems
 
 
 def _summary(report: dict[str, Any]) -> str:

@@ -7,8 +7,10 @@ profiled launch or compiled kernel), reference_kernels, problems (contracts.prof
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from kernel_lsp.contracts.codec import ContractError, decode
 from kernel_lsp.contracts.profile_report import ProfileProblem
 from kernel_lsp.findings import SOURCE, Finding, Position, Range, Severity, path_to_uri
 from kernel_lsp.profile.locations import Location
@@ -49,9 +51,21 @@ def wire_problems(problems: list[ProfileProblem]) -> list[dict[str, str]]:
     return [{"code": p.code, "message": p.message} for p in problems]
 
 
-def problem_messages(report: dict[str, Any]) -> list[str]:
+def report_problems(report: Mapping[str, Any]) -> list[ProfileProblem]:
+    """A ProfileReport's problems, typed; one that breaks the contract (a worker of another version) is said as a
+    problem of its own rather than lost."""
+    problems = []
+    for item in report.get("problems") or []:
+        try:
+            problems.append(decode(ProfileProblem, item))
+        except ContractError as exc:
+            problems.append(ProfileProblem("profile-contract", f"a problem the worker sent in another form: {exc}"))
+    return problems
+
+
+def problem_messages(report: Mapping[str, Any]) -> list[str]:
     """The messages of a report's problems, in order (what a person reads; never compared)."""
-    return [str(p.get("message")) for p in report.get("problems") or [] if isinstance(p, dict)]
+    return [problem.message for problem in report_problems(report)]
 
 
 # --- kernels from ncu -----------------------------------------------------------------------------------

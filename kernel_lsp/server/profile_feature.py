@@ -31,9 +31,9 @@ from kernel_lsp.config import cache_dir
 from kernel_lsp.contracts.profile_report import NOTE_CODES, ProfileProblem
 from kernel_lsp.findings import Finding, Position, uri_to_path
 from kernel_lsp.jobs.cache import ResultCache
-from kernel_lsp.kinds.profile import profile_job, profile_options, report_problems
+from kernel_lsp.kinds.profile import profile_job, profile_options
 from kernel_lsp.profile.locations import Location, kernel_locations
-from kernel_lsp.profile.report import problem_messages, profile_findings, summary_line
+from kernel_lsp.profile.report import problem_messages, profile_findings, report_problems, summary_line
 from kernel_lsp.profile.static import CHECK_POINTER
 from kernel_lsp.profile.program import has_main
 from kernel_lsp.profile.worker_job import CUDA_FILE, static_result

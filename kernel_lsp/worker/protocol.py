@@ -22,6 +22,8 @@ import cattrs
 import msgpack
 from cattrs.gen import make_dict_structure_fn
 
+from kernel_lsp.contracts.codec import failures
+
 PROTOCOL_VERSION = 1
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024
 
@@ -279,22 +281,12 @@ def validate(message: dict[str, Any]) -> dict[str, Any]:
     try:
         _converter().structure(message, schema)
     except cattrs.BaseValidationError as exc:
-        path, problem = _first_problem(exc)
+        path, problem = failures(exc)[0]  # the first field missing or of the wrong type
+        path = path.lstrip(".")
         text = (f"'{kind}' needs field '{path}'" if isinstance(problem, KeyError)
                 else f"field '{path}' of '{kind}' {problem}")
         raise ProtocolError("bad-field", text, message_id=message_id) from None
     return message
-
-
-def _first_problem(exc: BaseException, path: str = "") -> tuple[str, BaseException]:
-    """The dotted path of the first field cattrs found missing or wrong, and that error."""
-    while isinstance(exc, cattrs.BaseValidationError) and exc.exceptions:
-        inner = exc.exceptions[0]
-        notes = getattr(inner, "__notes__", None) or []
-        name = notes[-1].rsplit("@ attribute ", 1)[-1].split()[0] if notes and "@ attribute " in notes[-1] else ""
-        path = f"{path}.{name}" if path and name else path or name
-        exc = inner
-    return path, exc
 
 
 def _message_id(message: dict[str, Any]) -> int | None:
