@@ -29,6 +29,7 @@ from kernel_lsp import config  # noqa: E402
 from kernel_lsp.cli import build_parser  # noqa: E402
 from kernel_lsp.contracts import codec, verify_report  # noqa: E402
 from kernel_lsp.contracts.profile_report import NOTE_CODES, PROBLEM_CODES  # noqa: E402
+from kernel_lsp.contracts.sanitize_report import PROBLEM_CODES as SANITIZE_PROBLEM_CODES  # noqa: E402
 from kernel_lsp.findings import CODES  # noqa: E402
 
 OUT = ROOT / "docs" / "reference"
@@ -111,6 +112,13 @@ def findings_md() -> str:
               "| code | note | meaning |", "| --- | --- | --- |"]
     for code, meaning in PROBLEM_CODES.items():
         lines.append(f"| `{code}` | {'yes' if code in NOTE_CODES else ''} | {_cell(meaning)} |")
+    lines += ["", "## Sanitize problems\n",
+              "Why a sanitize run proves nothing clean: a SanitizeReport's `problems` (what kept the job from running "
+              "a tool) and each tool run's `problem`, each `{\"code\", \"message\"}` (`kernel-lsp sanitize "
+              "--format json`). A run with a problem is incomplete, never clean.\n",
+              "| code | meaning |", "| --- | --- |"]
+    for code, meaning in SANITIZE_PROBLEM_CODES.items():
+        lines.append(f"| `{code}` | {_cell(meaning)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kernel_lsp.findings import Finding, uri_to_path
+from kernel_lsp.contracts.sanitize_report import SanitizeReport
 from kernel_lsp.kinds.sanitize import SanitizeOutcome
 from kernel_lsp.profile.sanitize import NO_GPU_CODE, library_kernels
 
@@ -44,14 +45,14 @@ def sanitize_entry(outcome: SanitizeOutcome, candidate: Path, folder: Path) -> d
     unplaced = unplaced_invalid_accesses(outcome)
     if unplaced is not None:
         errors.append(unplaced)
-    others = len((outcome.report or {}).get("library") or [])
+    others = len(outcome.report.library) if outcome.report else 0
     if errors:
         return {"status": "errors", "summary": outcome.summary, "reason": None, "errors": errors, "others": others}
     if outcome.error is not None:
         return not_sanitized(outcome.error, _lasting(outcome))
     if outcome.clean:
         return {"status": "clean", "summary": outcome.summary, "reason": None, "errors": [], "others": others}
-    return {"status": "incomplete", "summary": outcome.summary, "reason": incomplete_reason(outcome.report or {}),
+    return {"status": "incomplete", "summary": outcome.summary, "reason": incomplete_reason(outcome.report),
             "errors": [], "others": others}
 
 
@@ -62,7 +63,7 @@ def unplaced_invalid_accesses(outcome: SanitizeOutcome) -> dict[str, Any] | None
     tensors or the kernel is its own under a name its text does not show (built with NVRTC at run time, loaded
     from a cubin): a candidate must not escape the check by hiding its kernel's name. The other tools' errors in
     such kernels are not counted (initcheck reports libraries' benign reads of workspace memory)."""
-    invalid = [e for e in (outcome.report or {}).get("library") or [] if e.get("tool") == "memcheck"]
+    invalid = [e for e in (outcome.report.library if outcome.report else ()) if e.tool == "memcheck"]
     if not invalid:
         return None
     placed = next((f for f in outcome.findings if f.code == "sanitizer-library"), None)
@@ -89,10 +90,10 @@ def error_entry(finding: Finding, candidate: Path, folder: Path) -> dict[str, An
     return entry
 
 
-def incomplete_reason(report: dict[str, Any]) -> str:
+def incomplete_reason(report: SanitizeReport | None) -> str:
     """What kept a run without errors from being clean: the tools stopped or unreadable, the warm call's problems."""
-    problems = [run["problem"] for run in report.get("tools") or [] if run.get("problem")]
-    return _short("; ".join(problems + list(report.get("problems") or [])) or "a tool did not finish")
+    problems = [*(run.problem for run in report.tools if run.problem), *report.problems] if report else []
+    return _short("; ".join(problem.message for problem in problems) or "a tool did not finish")
 
 
 def lasting_reason(entry: dict[str, Any]) -> str | None:
@@ -102,11 +103,11 @@ def lasting_reason(entry: dict[str, Any]) -> str | None:
 
 
 def _lasting(outcome: SanitizeOutcome) -> bool:
-    """No GPU, a worker that does not know the job, or no compute-sanitizer (the job stops before its warm call
-    only when it finds none); not a candidate that did not build or a run past its time."""
+    """No GPU, a worker that does not know the job, or no compute-sanitizer; not a candidate that did not build or
+    a run past its time."""
     if outcome.report is None:
         return outcome.code in LASTING_FAILURES
-    return not outcome.report.get("tools") and outcome.report.get("warm") is None
+    return any(problem.code == "sanitize-tool-missing" for problem in outcome.report.problems)
 
 
 def sanitizer_errors(evaluation: dict[str, Any]) -> list[dict[str, Any]]:

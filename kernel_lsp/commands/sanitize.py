@@ -29,6 +29,7 @@ from kernel_lsp.commands.shared import (
     reports_usage_errors,
     worker_client,
 )
+from kernel_lsp.contracts.codec import encode
 from kernel_lsp.profile.sanitize import CHECKS
 
 
@@ -55,18 +56,15 @@ def run(args: argparse.Namespace) -> int:
     if args.file.suffix not in (".py", ".cu"):
         raise CommandUsageError(f"{args.file}: expected a .py candidate or a .cu program")
     outcome = asyncio.run(_sanitize(args))
-    report = outcome.report or {}
+    report = outcome.report
     if args.format == "json":
         print(json.dumps({"file": str(args.file), "summary": outcome.summary, "clean": outcome.clean,
-                          "error": outcome.error, **report,
+                          "error": outcome.error, **(encode(report) if report else {}),
                           "findings": [f.to_dict() for f in outcome.findings]}, indent=2))
     else:
         print_findings(outcome.findings, "text")
-        for problem in report.get("problems") or []:
-            print(f"problem: {problem}")
-        for tool_run in report.get("tools") or []:
-            if tool_run.get("problem"):
-                print(f"problem: {tool_run['problem']}")
+        for problem in [*report.problems, *(run.problem for run in report.tools if run.problem)] if report else []:
+            print(f"problem: {problem.message}")
         print(f"{args.file}: {outcome.summary or outcome.error}")
     if outcome.user_errors:
         return EXIT_FINDINGS

@@ -17,7 +17,9 @@ from kernel_lsp.config import Settings
 from kernel_lsp.findings import Finding
 from kernel_lsp.jobs.cache import cache_key
 from kernel_lsp.jobs.files import JOB_KEYS, gather_files
+from kernel_lsp.contracts.codec import ContractError, decode, encode
 from kernel_lsp.contracts.options import coerce, from_config, limit_problems, to_config
+from kernel_lsp.contracts.sanitize_report import SanitizeReport
 from kernel_lsp.profile.sanitize import (
     CHECKS,
     DEFAULT_TOOL_TIMEOUT_S,
@@ -89,7 +91,7 @@ def sanitize_job(candidate: Path, reference: Path | None, options: SanitizeOptio
 class SanitizeOutcome:
     """A finished "sanitize" job as the server, the CLI and the agent read it."""
 
-    report: dict[str, Any] | None  # tools (each run's errors), library, problems, errors, clean; None: no result
+    report: SanitizeReport | None  # tools (each run's errors), library, problems, errors, clean; None: no result
     summary: str
     findings: list[Finding]  # sanitizer-<tool> on the user's lines, sanitizer-library once
     error: str | None  # why the job did not finish, or why nothing could be sanitized (no GPU, no tool)
@@ -101,8 +103,12 @@ class SanitizeOutcome:
         if result.status != "ok":
             error = f"the sanitize job {result.status}: {result.error or 'no message'}"
             return cls(None, error, findings, error, result.code)
-        report = result.metrics.get("sanitize") or {}
-        error = None if report.get("tools") else ("; ".join(report.get("problems") or []) or "no tool ran")
+        try:
+            report = decode(SanitizeReport, result.metrics.get("sanitize"))
+        except ContractError as exc:  # a worker of another version
+            error = f"the worker's sanitize report is not in the form this client reads: {exc}"
+            return cls(None, error, findings, error, "sanitize-contract")
+        error = None if report.tools else ("; ".join(p.message for p in report.problems) or "no tool ran")
         return cls(report, str(result.metrics.get("summary") or ""), findings, error)
 
     @property
@@ -112,7 +118,7 @@ class SanitizeOutcome:
 
     @property
     def clean(self) -> bool:
-        return bool(self.report and self.report.get("clean"))
+        return bool(self.report and self.report.clean)
 
 
 async def handle(job: Job, context: JobContext) -> Result:
@@ -140,4 +146,4 @@ async def sanitize_result(job: Job, options: SanitizeOptions, context: JobContex
     findings, library = sanitize_findings(run, job.source_files, own_files, origins, candidate)
     report = sanitize_report(run, findings, library)
     return Result("ok", [f.to_dict() for f in findings],
-                  {"sanitize": report, "summary": summary_line(run, findings, library)}, {})
+                  {"sanitize": encode(report), "summary": summary_line(run, findings, library)}, {})

@@ -117,10 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.poison_shared:
         import json
 
+        from kernel_lsp.contracts.codec import encode
         from kernel_lsp.profile.shared_init import run_check
 
         index = int(args.device.partition(":")[2] or 0)
-        Path(args.poison_shared).write_text(json.dumps(run_check(model, inputs, run_forward, index)))
+        Path(args.poison_shared).write_text(json.dumps(encode(run_check(model, inputs, run_forward, index))))
         return 0
     with profiled_range(args.device):
         run_forward(model, inputs, args.calls)

@@ -35,6 +35,17 @@ from pathlib import Path
 from typing import Any
 
 from kernel_lsp.compile.process import output_tail, run_process
+from kernel_lsp.contracts.codec import ContractError, decode, encode
+from kernel_lsp.contracts.sanitize_report import (
+    FirstDependent,
+    SanitizeProblem,
+    SanitizeReport,
+    SanitizerErrorEntry,
+    SharedInitAnswer,
+    Site as SiteEntry,
+    ToolRunReport,
+    WarmCall,
+)
 from kernel_lsp.findings import SOURCE, Finding, Range, Related, Severity, path_to_uri
 from kernel_lsp.compile.units import CUDA_SUFFIXES
 from kernel_lsp.profile.locations import (
@@ -58,6 +69,7 @@ from kernel_lsp.candidate.kernels import own_kernel_names
 from profilers.sanitizer import (
     TOOLS,
     SanitizerError,
+    Site,
     SanitizerNotFound,
     SanitizerReport,
     find_sanitizer,
@@ -95,28 +107,28 @@ class ToolRun:
     report: SanitizerReport | None
     wall_s: float
     timed_out: bool = False
-    problem: str | None = None  # the run could not be read (no log, the sanitizer failed)
+    problem: SanitizeProblem | None = None  # the run proves nothing clean (no log, stopped, the sanitizer failed)
     notes: list[str] = field(default_factory=list)  # failed CUDA calls it reported (no kernel site): context
-    shared: dict[str, Any] | None = None  # shared-init's answer (shared_init.run_check), for that check only
+    shared: SharedInitAnswer | None = None  # shared-init's answer (shared_init.run_check), for that check only
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_report(self) -> ToolRunReport:
         report = self.report
-        answer = {"tool": self.tool, "wallS": round(self.wall_s, 2), "timedOut": self.timed_out,
-                  "problem": self.problem, "complete": bool(report and report.complete),
-                  "reported": report.reported if report else None,
-                  "notPrinted": bool(report and report.not_printed), "notes": self.notes[:10],
-                  "errors": [e.to_dict() for e in report.errors] if report else []}
         if self.tool == SHARED_INIT:
-            answer.update(complete=self.shared is not None and self.problem is None, sharedInit=self.shared,
-                          reported=(self.shared or {}).get("dependent"))
-        return answer
+            return ToolRunReport(self.tool, round(self.wall_s, 2), self.timed_out, self.problem,
+                                 complete=self.shared is not None and self.problem is None,
+                                 reported=self.shared.dependent if self.shared else None, not_printed=False,
+                                 notes=tuple(self.notes[:10]), errors=(), shared_init=self.shared)
+        return ToolRunReport(self.tool, round(self.wall_s, 2), self.timed_out, self.problem,
+                             complete=bool(report and report.complete), reported=report.reported if report else None,
+                             not_printed=bool(report and report.not_printed), notes=tuple(self.notes[:10]),
+                             errors=tuple(error_entry(e) for e in report.errors) if report else ())
 
 
 @dataclass
 class SanitizeRun:
     runs: list[ToolRun] = field(default_factory=list)
-    warm: dict[str, Any] | None = None  # the warm call: exit code, wall time, output tail
-    problems: list[str] = field(default_factory=list)
+    warm: WarmCall | None = None  # the warm call: exit code, wall time, output tail
+    problems: list[SanitizeProblem] = field(default_factory=list)
     runtime: list[Finding] = field(default_factory=list)  # a standalone program's plain run: its errors
 
 
@@ -146,7 +158,7 @@ async def run_sanitizer(plan: SanitizePlan, files: dict[str, str], cache_dir: Pa
     try:
         sanitizer = find_sanitizer()
     except SanitizerNotFound as exc:
-        outcome.problems.append(str(exc))
+        outcome.problems.append(SanitizeProblem("sanitize-tool-missing", str(exc)))
         return outcome
     with tempfile.TemporaryDirectory(prefix="kernel-lsp-sanitize-") as directory:
         folder = Path(directory)
@@ -164,8 +176,9 @@ async def run_sanitizer(plan: SanitizePlan, files: dict[str, str], cache_dir: Pa
             return outcome
         for index, tool in enumerate(plan.tools):
             if tool == SHARED_INIT and standalone:
-                outcome.problems.append("shared-init checks a candidate's forward call: a standalone program's "
-                                        "kernels are not checked for reads of unwritten shared memory")
+                outcome.problems.append(SanitizeProblem(
+                    "sanitize-program-shared-init", "shared-init checks a candidate's forward call: a standalone "
+                    "program's kernels are not checked for reads of unwritten shared memory"))
                 continue
             if progress:
                 doing = ("filling shared memory before forward calls" if tool == SHARED_INIT
@@ -187,18 +200,20 @@ async def _warm_candidate(plan: SanitizePlan, folder: Path, environment: dict[st
     started = time.monotonic()
     warm = await run_process(sandboxed(plan, driver_argv(plan, writable, 1, 0), folder, writable),
                              timeout_s=plan.warm_timeout_s, cwd=str(folder / "task"), env=environment)
-    outcome.warm = {"exitCode": warm.returncode, "timedOut": warm.timed_out,
-                    "wallS": round(time.monotonic() - started, 2), "tail": output_tail(warm.output)}
+    outcome.warm = WarmCall(warm.returncode, warm.timed_out, round(time.monotonic() - started, 2),
+                            output_tail(warm.output))
     if warm.timed_out:
-        outcome.problems.append(f"the candidate's warm call (build, load, one forward) ran past "
-                                f"{plan.warm_timeout_s:.0f} s: nothing was sanitized")
+        outcome.problems.append(SanitizeProblem("sanitize-warm-timeout", f"the candidate's warm call (build, load, "
+                                                f"one forward) ran past {plan.warm_timeout_s:.0f} s: nothing was "
+                                                "sanitized"))
         return None
     if warm.returncode and BUILD_FAILED.search(warm.output):
-        outcome.problems.append(f"the candidate's extension did not build: {output_tail(warm.output)}")
+        outcome.problems.append(SanitizeProblem("sanitize-build-failed", f"the candidate's extension did not build: "
+                                                f"{output_tail(warm.output)}"))
         return None
     if warm.returncode:  # a crash in the warm call is what memcheck explains: go on
-        outcome.problems.append(f"the candidate's warm call failed (exit {warm.returncode}): "
-                                f"{output_tail(warm.output)}")
+        outcome.problems.append(SanitizeProblem("sanitize-warm-failed", f"the candidate's warm call failed (exit "
+                                                f"{warm.returncode}): {output_tail(warm.output)}"))
     return driver_argv(plan, writable, 0, 1)
 
 
@@ -208,22 +223,23 @@ async def _warm_program(plan: SanitizePlan, files: dict[str, str], folder: Path,
     environment: the candidate's, no secrets, HOME in the scratch folder)."""
     source = folder / "task" / plan.candidate
     header = program_header(files[plan.candidate])
-    outcome.problems += [problem.message for problem in header.problems]
+    outcome.problems += [SanitizeProblem("sanitize-bad-header", problem.message) for problem in header.problems]
     if progress:
         await progress(f"building {plan.candidate} with nvcc -lineinfo and running it once")
     built = await build_program(source, header, folder / "program")
     if not built.built:
-        outcome.problems += [problem.message for problem in built.problems]
+        outcome.problems += [SanitizeProblem("sanitize-build-failed", problem.message) for problem in built.problems]
         return None, None
     argv, environment = confined_launch([str(folder / "program"), *header.run], home, plan.allow_network)
     started = time.monotonic()
     result = await run_program(argv, folder / "task", environment, timeout_s=plan.warm_timeout_s)
-    outcome.warm = {"exitCode": result.returncode, "timedOut": result.timed_out,
-                    "wallS": round(time.monotonic() - started, 2), "tail": output_tail(result.output)}
+    outcome.warm = WarmCall(result.returncode, result.timed_out, round(time.monotonic() - started, 2),
+                            output_tail(result.output))
     outcome.runtime = runtime_findings(result, plan.origins.get(plan.candidate, plan.candidate),
                                        files[plan.candidate], Path(plan.candidate).name, plan.warm_timeout_s)
     if result.timed_out:
-        outcome.problems.append(f"the program ran past {plan.warm_timeout_s:.0f} s: nothing was sanitized")
+        outcome.problems.append(SanitizeProblem("sanitize-warm-timeout", f"the program ran past "
+                                                f"{plan.warm_timeout_s:.0f} s: nothing was sanitized"))
         return None, None
     # under the sanitizer the program runs itself, with the same scrubbed environment but not confined: started
     # through the confining exec, compute-sanitizer failed at once on the H100 (exit 255 in 0.2 s, the program's
@@ -242,31 +258,41 @@ async def _shared_init(plan: SanitizePlan, folder: Path, home: Path, environment
     started = time.monotonic()
     result = await run_process(argv, timeout_s=plan.tool_timeout_s, cwd=str(folder / "task"), env=environment)
     run = ToolRun(SHARED_INIT, None, time.monotonic() - started, timed_out=result.timed_out)
-    try:
-        run.shared = json.loads(answer.read_text()) if answer.is_file() else None
-    except (OSError, ValueError):
-        run.shared = None
+    run.shared = read_answer(answer)
     run.problem = shared_init_problem(run.shared, result.returncode, result.timed_out, plan.tool_timeout_s,
                                       output_tail(result.output))
     return run
 
 
-def shared_init_problem(answer: dict[str, Any] | None, exit_code: int | None, timed_out: bool, timeout_s: float,
-                        tail: str) -> str | None:
+def read_answer(path: Path) -> SharedInitAnswer | None:
+    """The answer the confined driver wrote, or None when there is none it could have meant (no file, not JSON,
+    not the contract's form: the candidate's process writes that file)."""
+    try:
+        return decode(SharedInitAnswer, json.loads(path.read_text())) if path.is_file() else None
+    except (OSError, ValueError, ContractError):
+        return None
+
+
+def shared_init_problem(answer: SharedInitAnswer | None, exit_code: int | None, timed_out: bool, timeout_s: float,
+                        tail: str) -> SanitizeProblem | None:
     """Why the shared-memory check proves nothing, or None: stopped, no answer, the fill could not run, or an
     output that changed between runs with the same fill (nondeterminism: no verdict either way)."""
     if timed_out:
-        return f"{SHARED_INIT} ran past {timeout_s:.0f} s and was stopped (raise sanitizeTimeoutS)"
-    if not isinstance(answer, dict):
-        return f"the shared-memory check gave no answer (exit {exit_code}): {tail}"
-    if answer.get("problem"):
-        return f"{SHARED_INIT} could not check the candidate: {answer['problem']}"
-    if answer.get("unstable"):
-        followed = (f"; {answer['dependent']} others followed the fill, which may be chance" if answer.get("dependent")
+        return SanitizeProblem("sanitize-tool-stopped", f"{SHARED_INIT} ran past {timeout_s:.0f} s and was stopped "
+                               "(raise sanitizeTimeoutS)")
+    if answer is None:
+        return SanitizeProblem("sanitize-no-answer", f"the shared-memory check gave no answer (exit {exit_code}): "
+                               f"{tail}")
+    if answer.problem:
+        return SanitizeProblem("sanitize-fill-failed", f"{SHARED_INIT} could not check the candidate: "
+                               f"{answer.problem}")
+    if answer.unstable:
+        followed = (f"; {answer.dependent} others followed the fill, which may be chance" if answer.dependent
                     else "")
-        return (f"{SHARED_INIT} is inconclusive: {answer['unstable']} of {answer.get('elements')} output elements "
-                f"changed between two runs with the same shared-memory fill (the output is not deterministic, "
-                f"beyond the verifier's tolerance){followed}")
+        return SanitizeProblem("sanitize-nondeterministic", f"{SHARED_INIT} is inconclusive: {answer.unstable} of "
+                               f"{answer.elements} output elements changed between two runs with the same "
+                               "shared-memory fill (the output is not deterministic, beyond the verifier's "
+                               f"tolerance){followed}")
     return None
 
 
@@ -289,7 +315,8 @@ async def _one_tool(plan: SanitizePlan, tool: str, sanitizer: str, folder: Path,
     try:
         result = await run_process(argv, timeout_s=plan.tool_timeout_s, cwd=str(folder / "task"), env=environment)
     except OSError as exc:
-        return ToolRun(tool, None, 0.0, problem=f"cannot run {sanitizer}: {exc}")
+        return ToolRun(tool, None, 0.0, problem=SanitizeProblem("sanitize-cannot-run",
+                                                                 f"cannot run {sanitizer}: {exc}"))
     wall = time.monotonic() - started
     text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
     if not text.strip():
@@ -302,21 +329,34 @@ async def _one_tool(plan: SanitizePlan, tool: str, sanitizer: str, folder: Path,
 
 
 def tool_problem(tool: str, report: SanitizerReport, exit_code: int | None, timed_out: bool, timeout_s: float,
-                 tail: str) -> str | None:
+                 tail: str) -> SanitizeProblem | None:
     """Why a tool's run proves nothing clean, or None: stopped by its time limit, no summary, the sanitizer's own
     complaint (an error with no kernel that is no failed CUDA call: "Device not supported"), or a program that
     failed while the tool found nothing in any kernel."""
     if timed_out:
-        return (f"{tool} ran past {timeout_s:.0f} s and was stopped: {len(report.errors)} errors printed before "
-                "that are shown (raise sanitizeTimeoutS)")
+        return SanitizeProblem("sanitize-tool-stopped", f"{tool} ran past {timeout_s:.0f} s and was stopped: "
+                               f"{len(report.errors)} errors printed before that are shown (raise sanitizeTimeoutS)")
     if not report.complete:
-        return f"{tool} printed no summary (exit {exit_code}): {tail}"
+        return SanitizeProblem("sanitize-no-summary", f"{tool} printed no summary (exit {exit_code}): {tail}")
     complaint = next((e.title for e in report.errors if e.site is None and e.kind != "api-error"), None)
     if complaint is not None:
-        return f"{tool} could not check the program: {complaint}"
+        return SanitizeProblem("sanitize-tool-complaint", f"{tool} could not check the program: {complaint}")
     if exit_code and not any(e.site for e in report.errors):
-        return f"the program failed under {tool} (exit {exit_code}) and {tool} found no error in a kernel: {tail}"
+        return SanitizeProblem("sanitize-program-failed", f"the program failed under {tool} (exit {exit_code}) and "
+                               f"{tool} found no error in a kernel: {tail}")
     return None
+
+
+def error_entry(error: SanitizerError, tool: str | None = None) -> SanitizerErrorEntry:
+    """One error as the report carries it (`tool`: the run's, where the error is listed apart from it)."""
+    return SanitizerErrorEntry(tool or error.tool, error.kind, error.title, error.severity, _site(error.site),
+                               _site(error.other), error.space, error.access, error.other_access, error.size,
+                               error.thread, error.block, error.address, error.relation, error.hazards,
+                               error.describe())
+
+
+def _site(site: Site | None) -> SiteEntry | None:
+    return SiteEntry(site.symbol, site.kernel, site.offset, site.file, site.line) if site else None
 
 
 # --- findings --------------------------------------------------------------------------------------------
@@ -364,12 +404,12 @@ def inline_extensions(files: dict[str, str], origins: dict[str, str]) -> dict[st
 
 
 def sanitize_findings(run: SanitizeRun, files: dict[str, str], own_files: dict[str, str], origins: dict[str, str],
-                      candidate: str) -> tuple[list[Finding], list[dict[str, Any]]]:
+                      candidate: str) -> tuple[list[Finding], list[SanitizerErrorEntry]]:
     """(findings on the user's lines, one per distinct error site and tool; the errors in others' kernels)."""
     extensions = inline_extensions(own_files, origins)
     own = {name.rsplit("::", 1)[-1] for name in own_kernel_names(own_files)}
     grouped: dict[tuple, list[SanitizerError]] = {}
-    library: list[dict[str, Any]] = []
+    library: list[SanitizerErrorEntry] = []
     placed: dict[tuple, tuple[str, int]] = {}
     for tool_run in run.runs:
         for error in tool_run.report.errors if tool_run.report else []:
@@ -381,7 +421,7 @@ def sanitize_findings(run: SanitizeRun, files: dict[str, str], own_files: dict[s
             if where is None and site.kernel in own:
                 where = _kernel_line(site.kernel, own_files, origins)
             if where is None:
-                library.append({**error.to_dict(), "tool": tool_run.tool})
+                library.append(error_entry(error, tool_run.tool))
                 continue
             other = error.other
             other_where = (user_line(other.file, other.line, own_files, origins, extensions, other.kernel)
@@ -391,8 +431,9 @@ def sanitize_findings(run: SanitizeRun, files: dict[str, str], own_files: dict[s
             placed[key] = where
     findings = [*run.runtime, *(_finding(key[0], errors, placed[key], key[3]) for key, errors in grouped.items())]
     for tool_run in run.runs:
-        if tool_run.tool == SHARED_INIT and tool_run.problem is None and (tool_run.shared or {}).get("dependent"):
-            findings.append(_shared_finding(tool_run.shared or {}, own_files, origins, files, candidate))
+        answer = tool_run.shared
+        if tool_run.tool == SHARED_INIT and tool_run.problem is None and answer is not None and answer.dependent:
+            findings.append(_shared_finding(answer, own_files, origins, files, candidate))
     if library:
         findings.append(_library_finding(library, files, origins, candidate))
     return findings, library
@@ -414,19 +455,19 @@ def _finding(tool: str, errors: list[SanitizerError], where: tuple[str, int],
                                   "errors": [e.to_dict() for e in errors[:5]]})
 
 
-def _shared_finding(answer: dict[str, Any], own_files: dict[str, str], origins: dict[str, str],
+def _shared_finding(answer: SharedInitAnswer, own_files: dict[str, str], origins: dict[str, str],
                     files: dict[str, str], candidate: str) -> Finding:
     """shared-init's error: on the first `__shared__` declaration of the candidate's kernels (the others related),
     else on `class ModelNew`."""
     declarations = shared_declarations(own_files, origins)
     in_kernels = [d for d in declarations if d.kernel] or declarations
-    first = answer.get("first") or {}
-    patterns = answer.get("patterns") or []
-    message = (f"{SHARED_INIT}: {answer.get('dependent')} of {answer.get('elements')} output elements changed with "
+    first = answer.first or FirstDependent(0, 0)
+    patterns = answer.patterns or ()
+    message = (f"{SHARED_INIT}: {answer.dependent} of {answer.elements} output elements changed with "
                f"what was in shared memory before the forward call (every SM's shared memory filled with "
                f"{' then '.join(patterns) or 'two patterns'}; each fill twice gave the same output, within "
                f"tolerance): a kernel reads shared memory no thread of its block wrote (first at output "
-               f"{first.get('output', 0)}, element {first.get('index', 0)})")
+               f"{first.output}, element {first.index})")
     if in_kernels:
         where = in_kernels[0].location
         kernels = sorted({d.kernel for d in in_kernels if d.kernel})
@@ -443,7 +484,8 @@ def _shared_finding(answer: dict[str, Any], own_files: dict[str, str], origins: 
         uri, related = path_to_uri(origins.get(candidate, candidate)), ()
         rng = Range.line(_model_line(files.get(candidate, "")))
     return Finding(uri, rng, Severity.ERROR, SOURCE, f"sanitizer-{SHARED_INIT}", message, related,
-                   data={"tool": SHARED_INIT, "kind": "uninitialized-shared-read", "count": 1, "answer": answer})
+                   data={"tool": SHARED_INIT, "kind": "uninitialized-shared-read", "count": 1,
+                         "answer": encode(answer)})
 
 
 def _shared_related(declarations: list[SharedDeclaration]) -> tuple[Related, ...]:
@@ -460,21 +502,21 @@ def _shared_related(declarations: list[SharedDeclaration]) -> tuple[Related, ...
     return (*list(reads.values())[:8], *others)
 
 
-def library_kernels(errors: list[dict[str, Any]]) -> str:
-    """The kernels of errors kept apart (their `to_dict` form), the first three by name: 'a, b, c, ...'."""
-    kernels = sorted({(e.get("site") or {}).get("kernel") or "an unnamed kernel" for e in errors})
+def library_kernels(errors: Sequence[SanitizerErrorEntry]) -> str:
+    """The kernels of errors kept apart, the first three by name: 'a, b, c, ...'."""
+    kernels = sorted({(e.site.kernel if e.site else "") or "an unnamed kernel" for e in errors})
     return ", ".join(kernels[:3]) + (", ..." if len(kernels) > 3 else "")
 
 
-def _library_finding(library: list[dict[str, Any]], files: dict[str, str], origins: dict[str, str],
+def _library_finding(library: list[SanitizerErrorEntry], files: dict[str, str], origins: dict[str, str],
                      candidate: str) -> Finding:
-    tools = sorted({e["tool"] for e in library})
+    tools = sorted({e.tool for e in library})
     line = _model_line(files.get(candidate, ""))
     message = (f"compute-sanitizer ({', '.join(tools)}) found {len(library)} errors in kernels that are not the "
                f"candidate's own ({library_kernels(library)}): PyTorch's or a library's, shown apart; the inputs "
                "the candidate gives them may be the cause")
     return Finding(path_to_uri(origins.get(candidate, candidate)), Range.line(line), Severity.INFORMATION, SOURCE,
-                   "sanitizer-library", message, data={"errors": library[:20]})
+                   "sanitizer-library", message, data={"errors": [encode(e) for e in library[:20]]})
 
 
 def _model_line(text: str) -> int:
@@ -489,10 +531,10 @@ def _kernel_line(kernel: str, own_files: dict[str, str], origins: dict[str, str]
     return (location.file, location.range.start.line) if location else None
 
 
-def summary_line(run: SanitizeRun, findings: Sequence[Finding], library: Sequence[dict[str, Any]]) -> str:
+def summary_line(run: SanitizeRun, findings: Sequence[Finding], library: Sequence[SanitizerErrorEntry]) -> str:
     """`memcheck 1 · racecheck 0 · initcheck 0 · synccheck 0` errors of the candidate's, then what is apart."""
     if not run.runs:
-        return "not sanitized: " + ("; ".join(run.problems) or "no tool ran")
+        return "not sanitized: " + ("; ".join(p.message for p in run.problems) or "no tool ran")
     own = {tool_run.tool: 0 for tool_run in run.runs}
     for finding in findings:
         if finding.code.startswith("sanitizer-") and finding.code != "sanitizer-library":
@@ -508,10 +550,10 @@ def summary_line(run: SanitizeRun, findings: Sequence[Finding], library: Sequenc
     return f"{verdict}: " + " · ".join(parts) + tail
 
 
-def sanitize_report(run: SanitizeRun, findings: Sequence[Finding], library: list[dict[str, Any]]) -> dict[str, Any]:
+def sanitize_report(run: SanitizeRun, findings: Sequence[Finding],
+                    library: Sequence[SanitizerErrorEntry]) -> SanitizeReport:
     own_errors = sum((f.data or {}).get("count", 1) for f in findings
                      if f.code.startswith("sanitizer-") and f.code != "sanitizer-library")
-    return {"tools": [r.to_dict() for r in run.runs], "warm": run.warm, "problems": list(run.problems),
-            "library": library, "errors": own_errors,
-            "runtime": [f.message for f in run.runtime],
-            "clean": bool(run.runs) and own_errors == 0 and not run.runtime and not any(r.problem for r in run.runs)}
+    clean = bool(run.runs) and own_errors == 0 and not run.runtime and not any(r.problem for r in run.runs)
+    return SanitizeReport(tuple(r.to_report() for r in run.runs), run.warm, tuple(run.problems), tuple(library),
+                          own_errors, tuple(f.message for f in run.runtime), clean)

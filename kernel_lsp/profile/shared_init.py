@@ -20,10 +20,12 @@ first kernel with shared memory is fully checked, and later ones only where the 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from kernel_lsp.candidate.shared_fill import Poisoner, PoisonUnavailable
+from kernel_lsp.contracts.sanitize_report import FirstDependent, SharedInitAnswer
 
 PATTERNS = (0x5A5A5A5A, 0x3F803F80)  # positive as fp32, fp16 and bf16 (a ReLU keeps them apart), and unequal
 SEQUENCE = (0, 1, 0, 1)  # indices into PATTERNS: A, B, A, B
@@ -105,11 +107,11 @@ class RunTally:
                 part = slice(offset, offset + CHUNK)
                 stable[part] &= close(kept[part], new[part], scale)
 
-    def answer(self) -> dict[str, Any]:
+    def answer(self) -> SharedInitAnswer:
         import torch
 
         if self.problem is not None:
-            return {"elements": 0, "dependent": 0, "unstable": 0, "first": None, "problem": self.problem}
+            return SharedInitAnswer(problem=self.problem)
         patterns = list(self.first.values())
         elements = dependent = unstable = 0
         first = None
@@ -122,17 +124,15 @@ class RunTally:
             hit = stable & differs
             count = int(hit.sum())
             if count and first is None:
-                first = {"output": index, "index": int(hit.nonzero()[0, 0])}
+                first = FirstDependent(index, int(hit.nonzero()[0, 0]))
             elements += stable.numel()
             unstable += int((~stable).sum())
             dependent += count
-        answer = {"elements": elements, "dependent": dependent, "unstable": unstable, "first": first}
-        if not elements:
-            answer["problem"] = "the forward call's output holds no tensor values to compare"
-        return answer
+        return SharedInitAnswer(elements, dependent, unstable, first, problem=None if elements else
+                                "the forward call's output holds no tensor values to compare")
 
 
-def compare(runs: Sequence[list[Any]], sequence: Sequence[int] = SEQUENCE) -> dict[str, Any]:
+def compare(runs: Sequence[list[Any]], sequence: Sequence[int] = SEQUENCE) -> SharedInitAnswer:
     """RunTally's answer over whole runs (output_leaves of each), in `sequence`'s pattern order."""
     tally = RunTally()
     for pattern, run in zip(sequence, runs):
@@ -141,21 +141,23 @@ def compare(runs: Sequence[list[Any]], sequence: Sequence[int] = SEQUENCE) -> di
 
 
 def run_check(model: Any, inputs: tuple, forward: Callable[[Any, tuple, int], Any], device_index: int = 0,
-              poisoner: Callable[[int], Any] = Poisoner) -> dict[str, Any]:
+              poisoner: Callable[[int], Any] = Poisoner) -> SharedInitAnswer:
     """The fill, then one forward call, per pattern of SEQUENCE; compare's answer with the patterns used, or
     `problem` when the fill cannot run or the forward call raises. `poisoner` makes the fill (a test's stand-in
     has `fill(pattern)` and `bytes`)."""
     try:
         filler = poisoner(device_index)
     except PoisonUnavailable as exc:
-        return {"problem": str(exc)}
+        return SharedInitAnswer(problem=str(exc))
     tally = RunTally()
     for pattern in SEQUENCE:
         filler.fill(PATTERNS[pattern])
         try:
             output = forward(model, inputs, 1)
         except Exception as exc:  # the candidate's own failure, said as the check's outcome
-            return {"problem": f"the forward call raised under the shared-memory fill: {type(exc).__name__}: {exc}"}
+            return SharedInitAnswer(problem=f"the forward call raised under the shared-memory fill: "
+                                            f"{type(exc).__name__}: {exc}")
         tally.add(pattern, output_leaves(output))
         del output
-    return {**tally.answer(), "patterns": [f"0x{p:08x}" for p in PATTERNS], "fillBytes": filler.bytes}
+    return dataclasses.replace(tally.answer(), patterns=tuple(f"0x{p:08x}" for p in PATTERNS),
+                               fill_bytes=filler.bytes)

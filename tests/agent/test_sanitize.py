@@ -27,6 +27,8 @@ from kernel_lsp.agent.trajectory import TrajectoryWriter, read_trajectory
 from kernel_lsp.config import Settings
 from kernel_lsp.jobs.files import JOB_KEYS
 from kernel_lsp.contracts.options import from_config
+from kernel_lsp.contracts.codec import encode
+from kernel_lsp.contracts.sanitize_report import SanitizeProblem
 from kernel_lsp.kinds.sanitize import SanitizeOptions
 from kernel_lsp.profile.sanitize import NO_GPU, NO_GPU_CODE, SanitizeRun, ToolRun, sanitize_findings, sanitize_report, summary_line
 from kernel_lsp.profile.worker_job import candidate_files
@@ -116,12 +118,14 @@ def recorded_result(job: Job, name: str) -> Result:
     runs = []
     for tool in options.tools:
         report = parse_report(read_log(SANITIZER_LOGS / f"{name}.{tool}.log"), tool)
-        runs.append(ToolRun(tool, report, 0.0, problem=None if report.complete else f"{tool} printed no summary"))
+        runs.append(ToolRun(tool, report, 0.0, problem=None if report.complete else
+                            SanitizeProblem("sanitize-no-summary", f"{tool} printed no summary")))
     run = SanitizeRun(runs)
     findings, library = sanitize_findings(run, job.source_files, candidate_files(job), job.config["origins"],
                                           job.config["candidate"])
     return Result("ok", [f.to_dict() for f in findings],
-                  {"sanitize": sanitize_report(run, findings, library), "summary": summary_line(run, findings, library)},
+                  {"sanitize": encode(sanitize_report(run, findings, library)),
+                   "summary": summary_line(run, findings, library)},
                   {})
 
 

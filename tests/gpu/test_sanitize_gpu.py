@@ -63,7 +63,7 @@ async def test_the_clean_candidate_is_clean_under_every_tool(tmp_path: Path):
     outcome = await _sanitize(path, CHECKS)
     assert outcome.error is None and outcome.clean, (outcome.summary, [f.message for f in outcome.findings])
     assert not outcome.user_errors and outcome.summary.startswith("clean")
-    assert [run["tool"] for run in outcome.report["tools"]] == list(CHECKS)
+    assert [run.tool for run in outcome.report.tools] == list(CHECKS)
 
 
 async def test_an_uninitialised_shared_read_is_found_by_shared_init(tmp_path: Path):
@@ -88,7 +88,7 @@ async def test_pytorchs_own_error_is_kept_apart(tmp_path: Path):
     assert outcome.error is None
     assert not outcome.user_errors, [f.message for f in outcome.user_errors]
     [library] = [f for f in outcome.findings if f.code == "sanitizer-library"]
-    assert library.severity == 3 and outcome.report["library"]
+    assert library.severity == 3 and outcome.report.library
 
 
 async def test_a_standalone_program_is_sanitized_and_profiled_live(tmp_path: Path):

@@ -7,6 +7,14 @@ import gzip
 import json
 from pathlib import Path
 
+from kernel_lsp.contracts.codec import encode
+from kernel_lsp.contracts.sanitize_report import (
+    SanitizeProblem,
+    SanitizeReport,
+    SanitizerErrorEntry,
+    ToolRunReport,
+    WarmCall,
+)
 from kernel_lsp.agent import rubric, safety
 from kernel_lsp.agent.loop import best_candidate, problem_codes
 from kernel_lsp.agent.search import FAILURE_LIMIT, SearchTree
@@ -30,15 +38,19 @@ def finding(path: Path, line: int, code: str = "sanitizer-memcheck", message: st
 
 
 def answer(findings: list[dict], tools: list[dict] | None = None, library: int = 0, clean: bool = False,
-           summary: str = "errors found: memcheck 1 · racecheck 0", problems: list[str] = (),
+           summary: str = "errors found: memcheck 1 · racecheck 0", problems: list[tuple[str, str]] = (),
            warm: bool = True) -> SanitizeOutcome:
     """A finished job's answer, as kinds.sanitize.sanitize_result shapes it (warm: the warm call ran)."""
     tools = tools if tools is not None else [{"tool": "memcheck", "problem": None}, {"tool": "racecheck",
                                                                                      "problem": None}]
-    report = {"tools": tools, "warm": {"exitCode": 0, "timedOut": False, "wallS": 3.0} if warm else None,
-              "problems": list(problems), "library": [{"tool": "initcheck"}] * library,
-              "clean": clean}
-    return SanitizeOutcome.of(Result("ok", findings, {"sanitize": report, "summary": summary}, {}))
+    runs = tuple(ToolRunReport(t["tool"], 1.0, False, SanitizeProblem("sanitize-tool-stopped", t["problem"])
+                               if t["problem"] else None, t["problem"] is None, 0, False, (), ()) for t in tools)
+    other = SanitizerErrorEntry("initcheck", "uninitialized", "Uninitialized __global__ memory read", "error", None,
+                                None, "global", "read", None, 4, None, None, None, None, None, "an initcheck error")
+    report = SanitizeReport(runs, WarmCall(0, False, 3.0, "") if warm else None,
+                            tuple(SanitizeProblem(code, message) for code, message in problems), (other,) * library,
+                            len(findings), (), clean)
+    return SanitizeOutcome.of(Result("ok", findings, {"sanitize": encode(report), "summary": summary}, {}))
 
 
 def failed(status: str, error: str, code: str | None = None) -> SanitizeOutcome:
@@ -95,10 +107,12 @@ def test_what_stops_every_check_of_the_pass_and_what_stops_one():
     # the sentence alone decides nothing: a candidate that prints the no-GPU sentence is no lasting failure
     assert safety.lasting_reason(entry(failed("failed", f"the candidate said: {NO_GPU}"))) is None
     missing = "compute-sanitizer is not on PATH nor under CUDA_HOME/bin or /usr/local/cuda/bin"
-    no_tool = entry(answer([], [], summary=f"not sanitized: {missing}", problems=[missing], warm=False))
+    no_tool = entry(answer([], [], summary=f"not sanitized: {missing}", problems=[("sanitize-tool-missing", missing)],
+                           warm=False))
     assert no_tool["status"] == "not-run" and no_tool["reason"] == missing
     assert safety.lasting_reason(no_tool) == missing
-    unbuilt = entry(answer([], [], problems=["the candidate's extension did not build: ..."], warm=True))
+    unbuilt = entry(answer([], [], problems=[("sanitize-build-failed", "the candidate's extension did not build: ...")],
+                           warm=True))
     assert unbuilt["status"] == "not-run" and safety.lasting_reason(unbuilt) is None  # that candidate's fault
     timeout = entry(failed("timeout", "the job ran past its time limit (2420 s) and was cancelled"))
     assert timeout["status"] == "not-run" and safety.lasting_reason(timeout) is None
@@ -166,7 +180,8 @@ def _recorded_outcome(log: str, tool: str, text: str) -> SanitizeOutcome:
     findings, library = sanitize_findings(run, files, files, {"cand.py": str(CANDIDATE)}, "cand.py")
     report = sanitize_report(run, findings, library)
     return SanitizeOutcome.of(Result("ok", [f.to_dict() for f in findings],
-                                     {"sanitize": report, "summary": summary_line(run, findings, library)}, {}))
+                                     {"sanitize": encode(report), "summary": summary_line(run, findings, library)},
+                                     {}))
 
 
 def test_invalid_accesses_in_a_kernel_whose_name_the_text_hides_are_unsafe():
@@ -177,7 +192,7 @@ def test_invalid_accesses_in_a_kernel_whose_name_the_text_hides_are_unsafe():
     hidden = log.replace("relu_far(const float *, float *, int)", "k_7f3a(const float *, float *, int)")
     hidden = hidden.replace(" in cuda.cu:11", "")
     outcome = _recorded_outcome(hidden, "memcheck", CANDIDATES["many"])
-    assert not outcome.user_errors and outcome.report["library"]  # the editor keeps them apart
+    assert not outcome.user_errors and outcome.report.library  # the editor keeps them apart
     found = entry(outcome)
     assert found["status"] == "errors", found
     [error] = found["errors"]

@@ -165,3 +165,82 @@ def test_a_keepers_last_line_that_breaks_the_contract_accounts_for_nothing(forge
     report: dict = {"verdict": "verified"}
     note_processes_left(kept, verdict, report)
     assert report["verdict"] == "rejected" and [p["code"] for p in verdict.integrity] == ["integrity-process-left"]
+
+
+# --- the sanitize report -------------------------------------------------------------------------------------
+
+def _sanitize_wire(name: str) -> dict:
+    """The report the worker's own code makes from candidate `name`'s four recorded logs (every tool's parse, the
+    errors on the candidate's lines and those apart, a stopped run), encoded as the worker sends it."""
+    from kernel_lsp.contracts.sanitize_report import SanitizeProblem
+    from kernel_lsp.profile.sanitize import SanitizeRun, ToolRun, sanitize_findings, sanitize_report
+    from profilers.sanitizer import parse_report
+    from tests.gpu.sanitizer_candidates import CANDIDATES
+    from tests.unit.test_sanitizer_report import RECORDED as LOGS, recorded
+
+    runs = [ToolRun(tool, parse_report(recorded(f"{name}.{tool}.log"), tool), 2.5)
+            for tool in ("memcheck", "racecheck", "initcheck", "synccheck")
+            if (LOGS / f"{name}.{tool}.log").is_file() or (LOGS / f"{name}.{tool}.log.gz").is_file()]
+    runs[-1].timed_out, runs[-1].problem = True, SanitizeProblem("sanitize-tool-stopped", "stopped")
+    run = SanitizeRun(runs)
+    files = {"cand.py": CANDIDATES[name]}
+    findings, library = sanitize_findings(run, files, files, {"cand.py": "/work/cand.py"}, "cand.py")
+    return encode(sanitize_report(run, findings, library))
+
+
+@pytest.mark.parametrize("name", ["race", "library", "many", "clean"])
+def test_a_sanitize_report_decodes_and_encodes_back_to_the_same_wire_dict(name: str):
+    from kernel_lsp.contracts.sanitize_report import SanitizeReport
+
+    wire = _sanitize_wire(name)
+    report = decode(SanitizeReport, wire)
+    assert (sum(len(run.errors) for run in report.tools) + len(report.library) > 0) == (name != "clean")
+    assert encode(report) == wire and json.loads(json.dumps(wire)) == wire
+    assert {"wallS", "timedOut", "notPrinted"} <= set(wire["tools"][0]) and "sharedInit" not in wire["tools"][0]
+    assert wire["tools"][-1]["problem"] == {"code": "sanitize-tool-stopped", "message": "stopped"}
+
+
+def test_every_key_of_a_sanitize_report_that_breaks_the_contract_is_named():
+    from kernel_lsp.contracts.sanitize_report import SanitizeReport
+
+    wire = _sanitize_wire("many")
+    wire["tools"][0]["problem"] = "memcheck ran past 300 s"  # a sentence, as reports were before codes
+    wire["tools"][0]["errors"][0]["site"]["line"] = "12"
+    wire["tools"][1]["verdict"] = "clean"  # unknown
+    wire["clean"] = 1
+    del wire["errors"]
+    with pytest.raises(ContractError) as caught:
+        decode(SanitizeReport, wire)
+    message = str(caught.value)
+    for named in (".tools[0].problem:", ".tools[0].errors[0].site.line: expected int", ".tools[1]: unknown key(s) "
+                  "['verdict']", ".clean: expected bool", ".errors: missing"):
+        assert named in message, message
+
+
+def test_a_client_says_a_sanitize_report_it_cannot_read_and_never_calls_it_clean():
+    from kernel_lsp.kinds.sanitize import SanitizeOutcome
+
+    wire = _sanitize_wire("race")
+    wire["clean"], wire["tools"] = True, [{"tool": "memcheck", "clean": True}]  # another version's, or forged
+    outcome = SanitizeOutcome.of(Result("ok", [], {"sanitize": wire, "summary": "clean: memcheck 0"}))
+    assert not outcome.clean and outcome.report is None and outcome.code == "sanitize-contract"
+    assert "not in the form this client reads" in outcome.error and ".tools[0]" in outcome.error
+
+
+@pytest.mark.parametrize("written", [
+    {"elements": 8, "dependent": 0, "unstable": 0, "first": None, "verdict": "clean"},  # a key of its own
+    {"elements": 8, "dependent": "0", "unstable": 0, "first": None},  # a count as text
+    ["clean"],
+])
+def test_a_shared_init_answer_in_another_form_is_no_answer(tmp_path: Path, written):
+    """The answer file is written inside the candidate's process: what does not fit its contract is no answer,
+    and the run is incomplete, never clean."""
+    from kernel_lsp.profile.sanitize import read_answer, shared_init_problem
+
+    path = tmp_path / "shared-init.json"
+    path.write_text(json.dumps(written))
+    assert read_answer(path) is None
+    assert shared_init_problem(read_answer(path), 0, False, 60, "").code == "sanitize-no-answer"
+    path.write_text(json.dumps({**{"elements": 8, "dependent": 0, "unstable": 0, "first": None},
+                                "patterns": ["0x5a5a5a5a", "0x3f803f80"], "fillBytes": 32}))
+    assert read_answer(path).fill_bytes == 32 and shared_init_problem(read_answer(path), 0, False, 60, "") is None

@@ -87,7 +87,7 @@ async def test_a_program_is_built_run_confined_and_its_error_lands_on_its_line(t
     build = shlex.split((stand_ins / "nvcc").read_text())
     assert build[:2] == ["-lineinfo", "-arch=native"] and "-O2" in build  # the header's build= flags
     # the plain run went through the confining exec and printed what the program prints
-    assert outcome.report["warm"]["exitCode"] == 0 and "ok 1000000" in outcome.report["warm"]["tail"], outcome.report
+    assert outcome.report.warm.exit_code == 0 and "ok 1000000" in outcome.report.warm.tail, outcome.report
     runs = [shlex.split(line) for line in (stand_ins / "sanitizer").read_text().splitlines()]
     assert [run[run.index("--tool") + 1] for run in runs] == ["memcheck", "racecheck", "initcheck", "synccheck"]
     assert all(run[-1] == "1000000" for run in runs)  # the header's run= arguments, to the program itself
@@ -96,9 +96,9 @@ async def test_a_program_is_built_run_confined_and_its_error_lands_on_its_line(t
     assert finding.range.start.line == bug_line(STANDALONE) - 1
     assert "4 bytes just past the end of a 4000000-byte allocation" in finding.message, finding.message
     assert outcome.summary.startswith("errors found"), outcome.summary
-    tools = {run["tool"]: run for run in outcome.report["tools"]}
-    assert "cudaErrorLaunchFailure" in " ".join(tools["memcheck"]["notes"])
-    assert not tools["racecheck"].get("problem") and not tools["synccheck"].get("problem"), tools
+    tools = {run.tool: run for run in outcome.report.tools}
+    assert "cudaErrorLaunchFailure" in " ".join(tools["memcheck"].notes)
+    assert not tools["racecheck"].problem and not tools["synccheck"].problem, tools
 
 
 async def test_a_program_that_does_not_build_is_said_and_nothing_is_sanitized(tmp_path: Path, monkeypatch):
@@ -114,8 +114,8 @@ async def test_a_program_that_does_not_build_is_said_and_nothing_is_sanitized(tm
     outcome = await _sanitize(path, tmp_path, ["memcheck"])
     assert not (calls / "sanitizer").exists()  # no tool ran
     assert not outcome.clean and not outcome.user_errors
-    assert "prog.cu did not build" in " ".join(outcome.report["problems"]), outcome.report
-    assert 'identifier "z" is undefined' in " ".join(outcome.report["problems"])
+    assert "prog.cu did not build" in " ".join(p.message for p in outcome.report.problems), outcome.report
+    assert 'identifier "z" is undefined' in " ".join(p.message for p in outcome.report.problems)
 
 
 NCU = r"""#!/bin/sh

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
+from kernel_lsp.contracts.codec import encode
+from kernel_lsp.contracts.sanitize_report import SanitizeReport, ToolRunReport
 from kernel_lsp.config import resolve_settings
 from kernel_lsp.findings import Finding, Range, Severity, path_to_uri
 from kernel_lsp.kinds.sanitize import client_timeout_s, sanitize_job, sanitize_options
@@ -146,8 +148,9 @@ def feature(tmp_path: Path, results: list[Result], config: dict | None = None):
 
 
 def ok(findings: list[Finding], summary: str) -> Result:
-    return Result("ok", [f.to_dict() for f in findings], {"sanitize": {"tools": [{"tool": "memcheck"}],
-                                                                       "clean": not findings}, "summary": summary})
+    report = SanitizeReport((ToolRunReport("memcheck", 1.0, False, None, True, len(findings), False, (), ()),),
+                            None, (), (), len(findings), (), not findings)
+    return Result("ok", [f.to_dict() for f in findings], {"sanitize": encode(report), "summary": summary})
 
 
 def candidate_files(tmp_path: Path, text: str = CANDIDATE) -> tuple[Path, str]:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from kernel_lsp.contracts.codec import encode
 from kernel_lsp.findings import uri_to_path
 from kernel_lsp.profile.sanitize import (
     SanitizeRun,
@@ -99,7 +100,7 @@ def test_pytorchs_own_kernel_is_kept_apart_and_the_print_limit_is_seen():
     assert finding.code == "sanitizer-library" and finding.severity == 3 and len(library) == 100
     assert CANDIDATES["library"].splitlines()[finding.range.start.line].startswith("class ModelNew")
     assert "reduce_kernel" in finding.message and uri_to_path(finding.uri) == Path("/work/cand.py")
-    report_dict = sanitize_report(run, findings, library)
+    report_dict = encode(sanitize_report(run, findings, library))
     assert report_dict["errors"] == 0 and report_dict["clean"] and summary_line(run, findings, library) == (
         "clean: initcheck 0 · 100 in others' kernels")
 
@@ -138,14 +139,18 @@ def test_a_run_that_proves_nothing_is_a_problem_not_clean():
     (the text seen on the gVisor H200 machines, "Device not supported", per the device notes: not recorded here)."""
     clean = parse_report(recorded("clean.memcheck.log"), "memcheck")
     assert tool_problem("memcheck", clean, 0, False, 300, "") is None
-    assert "ran past 300 s" in tool_problem("memcheck", clean, None, True, 300, "")
+    stopped = tool_problem("memcheck", clean, None, True, 300, "")
+    assert stopped.code == "sanitize-tool-stopped" and "ran past 300 s" in stopped.message
     cut = parse_report(recorded("sync.synccheck.log"), "synccheck")
-    assert "printed no summary" in tool_problem("synccheck", cut, -9, False, 300, "killed")
+    unfinished = tool_problem("synccheck", cut, -9, False, 300, "killed")
+    assert unfinished.code == "sanitize-no-summary" and "printed no summary" in unfinished.message
     refused = parse_report("========= COMPUTE-SANITIZER\n========= Error: Device not supported.\n"
                            "========= ERROR SUMMARY: 1 error\n", "memcheck")
-    assert "could not check the program: Error: Device not supported" in tool_problem(
-        "memcheck", refused, 255, False, 300, "")
-    assert "failed under memcheck (exit 1)" in tool_problem("memcheck", clean, 1, False, 300, "Traceback")
+    complaint = tool_problem("memcheck", refused, 255, False, 300, "")
+    assert complaint.code == "sanitize-tool-complaint"
+    assert "could not check the program: Error: Device not supported" in complaint.message
+    failed = tool_problem("memcheck", clean, 1, False, 300, "Traceback")
+    assert failed.code == "sanitize-program-failed" and "failed under memcheck (exit 1)" in failed.message
     many = parse_report(recorded("many.memcheck.log"), "memcheck")  # its failed CUDA calls follow kernel errors
     assert tool_problem("memcheck", many, 1, False, 300, "") is None
 

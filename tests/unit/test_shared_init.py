@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from kernel_lsp.contracts.codec import decode, encode
+from kernel_lsp.contracts.sanitize_report import SanitizeProblem, SharedInitAnswer
 from kernel_lsp.findings import Severity, uri_to_path
 from kernel_lsp.kinds.sanitize import SanitizeOptions
 from kernel_lsp.profile import shared_init
@@ -60,21 +62,21 @@ def test_compare_counts_what_follows_the_fill_and_what_is_only_noise():
     a = torch.tensor([1.0, 2.0, 3.0, 4.0])
     b = a.clone()
     b[2] = 9.0  # element 2 follows the pattern: the same in both A runs and both B runs, different between
-    answer = shared_init.compare([_leaves(a), _leaves(b), _leaves(a), _leaves(b)])
+    answer = encode(shared_init.compare([_leaves(a), _leaves(b), _leaves(a), _leaves(b)]))
     assert answer == {"elements": 4, "dependent": 1, "unstable": 0, "first": {"output": 0, "index": 2}}
-    clean = shared_init.compare([_leaves(a)] * 4)
+    clean = encode(shared_init.compare([_leaves(a)] * 4))
     assert clean["dependent"] == 0 and clean["unstable"] == 0 and clean["first"] is None
     last_bits = a * (1 + 1e-7)  # an honest kernel's atomics: the last bits differ from run to run
-    assert shared_init.compare([_leaves(a), _leaves(a), _leaves(last_bits), _leaves(a)])["unstable"] == 0
+    assert encode(shared_init.compare([_leaves(a), _leaves(a), _leaves(last_bits), _leaves(a)]))["unstable"] == 0
     noisy = a.clone()
     noisy[0] = -1.0  # element 0 changed between the two A runs: nondeterminism, not evidence
-    answer = shared_init.compare([_leaves(a), _leaves(b), _leaves(noisy), _leaves(b)])
+    answer = encode(shared_init.compare([_leaves(a), _leaves(b), _leaves(noisy), _leaves(b)]))
     assert answer["unstable"] == 1 and answer["dependent"] == 1
-    second = shared_init.compare([_leaves(a, a), _leaves(a, b), _leaves(a, a), _leaves(a, b)])
+    second = encode(shared_init.compare([_leaves(a, a), _leaves(a, b), _leaves(a, a), _leaves(a, b)]))
     assert second["first"] == {"output": 1, "index": 2} and second["elements"] == 8
-    changed = shared_init.compare([_leaves(a), _leaves(a, a), _leaves(a), _leaves(a)])
+    changed = encode(shared_init.compare([_leaves(a), _leaves(a, a), _leaves(a), _leaves(a)]))
     assert changed["problem"] and changed["dependent"] == 0
-    nothing = shared_init.compare([shared_init.output_leaves(1.5)] * 4)  # a forward that returns no tensor
+    nothing = encode(shared_init.compare([shared_init.output_leaves(1.5)] * 4))  # a forward that returns no tensor
     assert nothing["problem"] == "the forward call's output holds no tensor values to compare"
 
 
@@ -83,7 +85,7 @@ def test_compare_works_in_chunks(monkeypatch):
     a = torch.arange(10, dtype=torch.float32)
     b = a.clone()
     b[[1, 7, 9]] = -5.0
-    answer = shared_init.compare([_leaves(a), _leaves(b), _leaves(a), _leaves(b)])
+    answer = encode(shared_init.compare([_leaves(a), _leaves(b), _leaves(a), _leaves(b)]))
     assert answer["dependent"] == 3 and answer["first"] == {"output": 0, "index": 1}
 
 
@@ -112,16 +114,16 @@ class _Honest(torch.nn.Module):
 def test_the_check_runs_a_fill_before_each_forward_call_and_finds_the_half_that_follows_it():
     x = torch.arange(8, dtype=torch.float32)
     forward = lambda model, inputs, calls: model(*inputs)  # noqa: E731
-    answer = shared_init.run_check(_HalfUnwritten(), (x,), forward, poisoner=_SharedBank)
+    answer = encode(shared_init.run_check(_HalfUnwritten(), (x,), forward, poisoner=_SharedBank))
     assert answer["dependent"] == 4 and answer["elements"] == 8 and answer["unstable"] == 0
     assert answer["first"] == {"output": 0, "index": 4}
     assert answer["patterns"] == [f"0x{p:08x}" for p in shared_init.PATTERNS] and answer["fillBytes"] == 32
-    assert shared_init.run_check(_Honest(), (x,), forward, poisoner=_SharedBank)["dependent"] == 0
+    assert encode(shared_init.run_check(_Honest(), (x,), forward, poisoner=_SharedBank))["dependent"] == 0
 
     def raising(model, inputs, calls):
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
-    assert "illegal memory access" in shared_init.run_check(_Honest(), (x,), raising, poisoner=_SharedBank)["problem"]
+    assert "illegal memory access" in shared_init.run_check(_Honest(), (x,), raising, poisoner=_SharedBank).problem
 
 
 async def test_without_a_gpu_the_confined_drivers_answer_says_why(tmp_path: Path):
@@ -137,15 +139,17 @@ async def test_without_a_gpu_the_confined_drivers_answer_says_why(tmp_path: Path
     environment, writable = sanitize_environment(home, tmp_path / "cache")
     plan = SanitizePlan(candidate="cand.py", reference=None, tools=(SHARED_INIT,), device="cpu")
     run = await _shared_init(plan, folder, home, environment, writable)
-    assert run.shared == {"problem": "no CUDA device is visible to the candidate's process"}, run.problem
-    assert run.problem == "shared-init could not check the candidate: no CUDA device is visible to the candidate's " \
-                          "process"
-    assert run.to_dict()["complete"] is False and not run.timed_out
+    assert run.shared == SharedInitAnswer(problem="no CUDA device is visible to the candidate's process"), run.problem
+    assert run.problem.message == "shared-init could not check the candidate: no CUDA device is visible to the " \
+                                  "candidate's process"
+    assert run.to_report().complete is False and not run.timed_out
 
 
 def _run_with(answer: dict | None, problem: str | None = None, timed_out: bool = False) -> SanitizeRun:
-    run = ToolRun(SHARED_INIT, None, 3.0, timed_out=timed_out, shared=answer)
-    run.problem = problem if problem is not None else shared_init_problem(answer, 0, timed_out, 300, "tail")
+    shared = decode(SharedInitAnswer, answer) if answer is not None else None
+    run = ToolRun(SHARED_INIT, None, 3.0, timed_out=timed_out, shared=shared)
+    run.problem = (SanitizeProblem("test", problem) if problem is not None else
+                   shared_init_problem(shared, 0, timed_out, 300, "tail"))
     return SanitizeRun(runs=[run])
 
 
@@ -171,7 +175,7 @@ def test_the_finding_sits_on_the_shared_declaration_of_the_candidates_kernel(tmp
     assert "a read of `tile`" in finding.related[0].message
     summary = summary_line(run, findings, library)
     assert summary == "errors found: shared-init 1", summary
-    report = sanitize_report(run, findings, library)
+    report = encode(sanitize_report(run, findings, library))
     assert report["errors"] == 1 and not report["clean"]
     assert report["tools"][0]["sharedInit"]["dependent"] == 524288 and report["tools"][0]["complete"]
 
@@ -221,12 +225,12 @@ def test_a_candidate_without_shared_declarations_gets_it_on_model_new():
 ])
 def test_a_check_that_proves_nothing_is_incomplete_never_clean_nor_an_error(answer, timed_out, expected):
     run = _run_with(answer, timed_out=timed_out)
-    assert expected in (run.runs[0].problem or "")
+    assert expected in (run.runs[0].problem.message if run.runs[0].problem else "")
     findings, library = sanitize_findings(run, {"c.py": cands.UNINIT_SHARED}, {"c.py": cands.UNINIT_SHARED}, {},
                                           "c.py")
     assert findings == []
     assert summary_line(run, findings, library).startswith("incomplete: shared-init 0 (")
-    assert not sanitize_report(run, findings, library)["clean"]
+    assert not sanitize_report(run, findings, library).clean
 
 
 def test_a_clean_answer_is_clean():
@@ -234,7 +238,7 @@ def test_a_clean_answer_is_clean():
     findings, library = sanitize_findings(run, {"c.py": cands.UNINIT_SHARED}, {"c.py": cands.UNINIT_SHARED}, {},
                                           "c.py")
     assert findings == [] and summary_line(run, findings, library) == "clean: shared-init 0"
-    assert sanitize_report(run, findings, library)["clean"]
+    assert sanitize_report(run, findings, library).clean
 
 
 def test_shared_init_is_one_of_the_checks_a_job_runs_by_default():
