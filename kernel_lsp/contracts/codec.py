@@ -1,11 +1,12 @@
 """One encode and one decode for the reports that cross a process boundary (contracts.verify_report,
-contracts.keeper_report), by cattrs:
+contracts.keeper_report, contracts.sanitize_report), by cattrs:
 a received dict becomes the typed report or a ContractError naming every key that is unknown, missing or of the
 wrong type; a typed report becomes the wire's dict (msgpack and JSON safe), under the wire's names."""
 
 from __future__ import annotations
 
 import functools
+import typing
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, get_args, get_origin
 
@@ -14,6 +15,7 @@ from cattrs.cols import homogenous_tuple_structure_factory, list_structure_facto
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from kernel_lsp.contracts.keeper_report import KeeperEnd
+from kernel_lsp.contracts.sanitize_report import SanitizerErrorEntry, SharedInitAnswer, ToolRunReport, WarmCall
 from kernel_lsp.contracts.verify_report import Floor, Isolation, Timing, Timings, Unavailable, VerifyReport
 
 T = TypeVar("T")
@@ -22,10 +24,17 @@ Wire = dict[str, Any]  # a report's encoded form, as msgpack and JSON carry it: 
 # fields the wire leaves out when they hold nothing (the reports written before them had no such key)
 ABSENT_WHEN_NONE: dict[type, tuple[str, ...]] = {Timing: ("check_ms",), Timings: ("schedule",),
                                                  Floor: ("schedule", "datasheet"),
-                                                 Isolation: ("processes", "namespaces")}
+                                                 Isolation: ("processes", "namespaces"),
+                                                 ToolRunReport: ("shared_init",),
+                                                 SharedInitAnswer: ("problem", "patterns", "fill_bytes")}
 RENAMED: dict[type, dict[str, str]] = {Timings: {"compile_error": "compileError"},
                                        KeeperEnd: {"left_count": "leftCount", "disk_bytes": "diskBytes",
-                                                   "disk_limit": "diskLimit"}}
+                                                   "disk_limit": "diskLimit"},
+                                       ToolRunReport: {"wall_s": "wallS", "timed_out": "timedOut",
+                                                       "not_printed": "notPrinted", "shared_init": "sharedInit"},
+                                       WarmCall: {"exit_code": "exitCode", "timed_out": "timedOut", "wall_s": "wallS"},
+                                       SanitizerErrorEntry: {"other_access": "otherAccess"},
+                                       SharedInitAnswer: {"fill_bytes": "fillBytes"}}
 
 
 class ContractError(ValueError):
@@ -41,7 +50,7 @@ def converter() -> cattrs.Converter:
     # an array, as sent: cattrs would take a str as the list of its characters
     conv.register_structure_hook_factory(lambda kind: get_origin(kind) in (list, tuple), _sequence_hook)
     conv.register_structure_hook_func(lambda kind: kind is object, lambda value, _: value)  # NVML's: kept as read
-    for cls in dict.fromkeys([*ABSENT_WHEN_NONE, *RENAMED]):  # a class's hook before those of classes holding it
+    for cls in _held_first([*ABSENT_WHEN_NONE, *RENAMED]):  # cattrs looks a held class's hook up as it builds
         renames = RENAMED.get(cls, {})
         absent = ABSENT_WHEN_NONE.get(cls, ())
         fields = {name: override(rename=renames.get(name), omit_if_default=name in absent)
@@ -51,6 +60,29 @@ def converter() -> cattrs.Converter:
                                                                  **{k: override(rename=v) for k, v in
                                                                     renames.items()}))
     return conv
+
+
+def _held_first(classes: list[type]) -> list[type]:
+    """`classes` once each, every one after the classes of the list it holds (in a field, a tuple's items, an
+    Optional)."""
+    ordered: list[type] = []
+
+    def visit(cls: type) -> None:
+        if cls in ordered:
+            return
+        for hint in typing.get_type_hints(cls).values():
+            for held in _classes_in(hint):
+                if held in classes and held is not cls:
+                    visit(held)
+        ordered.append(cls)
+    for cls in classes:
+        visit(cls)
+    return ordered
+
+
+def _classes_in(hint: Any) -> list[type]:
+    args = get_args(hint)
+    return [c for arg in args for c in _classes_in(arg)] if args else [hint] if isinstance(hint, type) else []
 
 
 def _number(value: Any, _: type) -> float:
