@@ -5,6 +5,7 @@ wrong type; a typed report becomes the wire's dict (msgpack and JSON safe), unde
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import typing
 from collections.abc import Callable, Mapping
@@ -50,16 +51,28 @@ def converter() -> cattrs.Converter:
     # an array, as sent: cattrs would take a str as the list of its characters
     conv.register_structure_hook_factory(lambda kind: get_origin(kind) in (list, tuple), _sequence_hook)
     conv.register_structure_hook_func(lambda kind: kind is object, lambda value, _: value)  # NVML's: kept as read
+    conv.register_structure_hook_factory(dataclasses.is_dataclass, lambda cls, conv: _object_only(
+        cls, make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=True)))
     for cls in _held_first([*ABSENT_WHEN_NONE, *RENAMED]):  # cattrs looks a held class's hook up as it builds
         renames = RENAMED.get(cls, {})
         absent = ABSENT_WHEN_NONE.get(cls, ())
         fields = {name: override(rename=renames.get(name), omit_if_default=name in absent)
                   for name in {*renames, *absent}}
         conv.register_unstructure_hook(cls, make_dict_unstructure_fn(cls, conv, **fields))
-        conv.register_structure_hook(cls, make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=True,
-                                                                 **{k: override(rename=v) for k, v in
-                                                                    renames.items()}))
+        structure = make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=True,
+                                           **{k: override(rename=v) for k, v in renames.items()})
+        conv.register_structure_hook(cls, _object_only(cls, structure))
     return conv
+
+
+def _object_only(cls: type, structure: Callable[[Any, Any], T]) -> Callable[[Any, Any], T]:
+    """`structure`, refusing what is not an object first (cattrs would say "'str' object has no attribute
+    'keys'")."""
+    def structure_object(value: Any, kind: Any) -> T:
+        if not isinstance(value, Mapping):
+            raise TypeError(f"expected an object ({cls.__name__}), got {type(value).__name__} {value!r:.40}")
+        return structure(value, kind)
+    return structure_object
 
 
 def _held_first(classes: list[type]) -> list[type]:
@@ -157,11 +170,10 @@ def failures(exc: BaseException, path: str = "") -> list[tuple[str, BaseExceptio
     reports' decode here, the jobs' options, the worker's messages) walks them through this."""
     if not isinstance(exc, cattrs.BaseValidationError):
         return [(path, exc)]
-    notes = getattr(exc, "__notes__", None) or []
     found: list[tuple[str, BaseException]] = []
-    for index, inner in enumerate(exc.exceptions):
+    for inner in exc.exceptions:
         note = getattr(inner, "__notes__", None) or []
-        where = _where(note[-1] if note else (notes[index] if index < len(notes) else ""))
+        where = _where(note[-1] if note else "")
         found.extend(failures(inner, f"{path}{where}"))
     return found or [(path, exc)]
 

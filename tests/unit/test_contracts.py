@@ -203,16 +203,16 @@ def test_a_sanitize_report_decodes_and_encodes_back_to_the_same_wire_dict(name: 
 def test_every_key_of_a_sanitize_report_that_breaks_the_contract_is_named():
     from kernel_lsp.contracts.sanitize_report import SanitizeReport
 
-    wire = _sanitize_wire("many")
+    wire = _sanitize_wire("race")
     wire["tools"][0]["problem"] = "memcheck ran past 300 s"  # a sentence, as reports were before codes
-    wire["tools"][0]["errors"][0]["site"]["line"] = "12"
-    wire["tools"][1]["verdict"] = "clean"  # unknown
+    wire["tools"][1]["errors"][0]["site"]["line"] = "12"
+    wire["tools"][2]["verdict"] = "clean"  # unknown
     wire["clean"] = 1
     del wire["errors"]
     with pytest.raises(ContractError) as caught:
         decode(SanitizeReport, wire)
     message = str(caught.value)
-    for named in (".tools[0].problem:", ".tools[0].errors[0].site.line: expected int", ".tools[1]: unknown key(s) "
+    for named in (".tools[0].problem:", ".tools[1].errors[0].site.line: expected int", ".tools[2]: unknown key(s) "
                   "['verdict']", ".clean: expected bool", ".errors: missing"):
         assert named in message, message
 
