@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 import torch
@@ -17,7 +18,7 @@ from kernel_lsp.candidate.integrity import POISON_BYTE, SECOND_POISON_BYTE, tens
 from kernel_lsp.candidate.kernels import KernelLaunch, Window, WorkShare, launches_off_stream, operation_family
 from kernel_lsp.candidate.shared_fill import FILLED
 from kernel_lsp.contracts.keeper_report import KeeperEnd
-from kernel_lsp.contracts.verify_report import Comparison
+from kernel_lsp.contracts.verify_report import Comparison, Work
 from kernel_lsp.verify.compare import (
     COMPARE_CHUNK,
     Tolerance,
@@ -100,36 +101,34 @@ LIBRARY_WORK_SHARE = 0.05  # own kernels under this share of the time, with a li
 LIBRARY_LISTED = 3
 
 
-def work_report(share: WorkShare | None) -> dict[str, Any] | None:
+def work_report(share: WorkShare | None) -> Work | None:
     """The report's kernels.work: the own kernels' share of the recorded runs' time (the candidate's word)."""
     if share is None:
         return None
     library = sorted(share.library, key=share.library.__getitem__, reverse=True)[:LIBRARY_LISTED]
-    return {"own_share": share.own_share, "own_ms": share.own_s * 1e3, "total_ms": share.total_s * 1e3,
-            "how": share.how, "library": library, "reference_main": None, "library_work": None}
+    return Work(share.own_share, share.own_s * 1e3, share.total_s * 1e3, share.how, library, None, None)
 
 
-def check_library_work(judge: Judge, work: dict[str, Any] | None, ref_model: torch.nn.Module,
-                       inputs: tuple) -> None:
+def check_library_work(judge: Judge, work: Work | None, ref_model: torch.nn.Module, inputs: tuple) -> Work | None:
     """integrity-library-work (a warning for a person; the agent's reward, bench and campaign reject it): the
     candidate's own kernels took under LIBRARY_WORK_SHARE of its time while library code of the same family as the
     reference's main operation (the reference's costliest kernel or ATen operator, profiled here, in the judge's
     process) ran: `torch.addmm(own_zero_bias, A, B)`. A cuDNN convolution with its own fused epilogue is well over
-    the share and stays verified. Only a candidate under the share pays for the reference's profile."""
-    if work is None or work["own_share"] >= LIBRARY_WORK_SHARE:
-        return
+    the share and stays verified. Only a candidate under the share pays for the reference's profile. `work` with
+    the reference's main operation and the warning's message where they were found."""
+    if work is None or work.own_share >= LIBRARY_WORK_SHARE:
+        return work
     with PHASES("library-work check"):
         main = reference_main_operation(ref_model, inputs, judge.target)
     if main is None:
-        return
+        return work
     family = operation_family(main)
-    work["reference_main"] = main
     # on CUDA the library kernels the profiler timed; on the CPU the ATen operators the ablation's run called
-    ran = [name for name in [*work["library"], *judge.ablation_stock] if operation_family(name) == family]
-    if ran:
-        work["library_work"] = (f"the candidate's own kernels took {work['own_share']:.1%} of its time "
-                                f"({work['how']}) while library code ran the reference's main operation "
-                                f"({family}: {ran[0]}, where the reference spends most on {main})")
+    ran = [name for name in [*work.library, *judge.ablation_stock] if operation_family(name) == family]
+    message = (f"the candidate's own kernels took {work.own_share:.1%} of its time ({work.how}) while library code "
+               f"ran the reference's main operation ({family}: {ran[0]}, where the reference spends most on {main})"
+               if ran else None)
+    return replace(work, reference_main=main, library_work=message)
 
 
 def reference_main_operation(ref_model: torch.nn.Module, inputs: tuple, target: torch.device) -> str | None:
@@ -425,9 +424,10 @@ def worse(a: Comparison, b: Comparison) -> bool:
     return a.max_abs_error > b.max_abs_error
 
 
-def note_processes_left(kept: KeeperEnd | None, verdict: Verdict, report: dict[str, Any]) -> None:
+def note_processes_left(kept: KeeperEnd | None, verdict: Verdict) -> bool:
     """What the candidate's process left running when it ended (its keeper's report): processes that kept
-    running, detached or not, are integrity-process-left, and so is a keeper killed before it could say."""
+    running, detached or not, are integrity-process-left, and so is a keeper killed before it could say. Whether
+    the candidate is rejected for it."""
     if kept is None:
         verdict.reject("integrity-process-left", "the keeper of the candidate's process was killed before it could "
                                                  "report: what the candidate started could not be accounted for")
@@ -436,8 +436,8 @@ def note_processes_left(kept: KeeperEnd | None, verdict: Verdict, report: dict[s
         verdict.reject("integrity-process-left", f"the candidate left {kept.left_count} process(es) running after "
                                                  f"its own process ended (now killed): {listed}")
     else:
-        return
-    report["verdict"] = "rejected"
+        return False
+    return True
 
 
 def note_process_changes(seen: dict[str, list[str]], verdict: Verdict) -> None:

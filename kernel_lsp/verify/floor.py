@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from kernel_lsp.contracts.verify_report import Floor as ReportFloor
 from kernel_lsp.verify.baselines import (
     BaselineCache,
     fit_to_measure,
@@ -90,14 +91,10 @@ class Floor:
     def ms(self) -> float:
         return floor_ms(self.work, self.peaks)
 
-    def to_dict(self) -> dict[str, object]:
+    def to_report(self) -> ReportFloor:
         """The report's floor; `schedule` and `datasheet` only where the peaks were not trusted enough to cache."""
-        out: dict[str, object] = {"bytes": self.work.bytes, "flops": self.work.flops, "floor_ms": self.ms,
-                                  "bandwidth_gbs": self.peaks.bandwidth_gbs, "peak_tflops": self.peaks.peak_tflops}
-        for note in ("schedule", "datasheet"):
-            if getattr(self.peaks, note) is not None:
-                out[note] = getattr(self.peaks, note)
-        return out
+        return ReportFloor(self.work.bytes, self.work.flops, self.ms, self.peaks.bandwidth_gbs,
+                           self.peaks.peak_tflops, self.peaks.schedule, self.peaks.datasheet)
 
 
 # --- the work a problem demands ---------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import torch
 
 from kernel_lsp.candidate.exchange import Exchange
 from kernel_lsp.candidate.handle import CallLimit, CandidateProcess
+from kernel_lsp.contracts.verify_report import IntegrityProblem
 from kernel_lsp.candidate.integrity import (
     as_bytes,
     changed_since,
@@ -98,11 +99,11 @@ class CandidateRun:
 @dataclass
 class Verdict:
     device: str
-    integrity: list[dict[str, str]] = field(default_factory=list)
+    integrity: list[IntegrityProblem] = field(default_factory=list)
 
     def reject(self, code: str, message: str) -> None:
-        if not any(p["code"] == code for p in self.integrity):  # one finding per code, the first occurrence
-            self.integrity.append({"code": code, "message": message})
+        if not any(p.code == code for p in self.integrity):  # one finding per code, the first occurrence
+            self.integrity.append(IntegrityProblem(code, message))
 
 
 @dataclass

@@ -13,6 +13,7 @@ import torch
 from kernel_lsp.candidate.integrity import tensor_leaves
 from kernel_lsp.candidate.models import WEIGHTS_SEED, load_module
 from kernel_lsp.candidate.timing import make_input_sets, resolve_device
+from kernel_lsp.contracts.verify_report import DeviceFacts
 from kernel_lsp.verify.judge import PHASES, ReferenceFailed
 
 DISTRIBUTIONS = ("own", "normal", "scaled")
@@ -103,20 +104,18 @@ def accepted_distributions(get_inputs: Callable[[], list], model: torch.nn.Modul
     return accepted, slowest
 
 
-def device_facts(target: torch.device) -> dict[str, Any] | None:
+def device_facts(target: torch.device) -> DeviceFacts | None:
     """What the agent's prompt says of the GPU (the judge's view of it): name, architecture, SMs, memory, the
     shared memory a block may opt into, registers and L2; None off CUDA."""
     if target.type != "cuda":
         return None
     props = torch.cuda.get_device_properties(target)
-    facts = {"name": props.name, "arch": f"sm_{props.major}{props.minor}", "sms": props.multi_processor_count,
-             "memory_bytes": props.total_memory}
-    for key, attribute in (("shared_per_block_optin", "shared_memory_per_block_optin"),
-                           ("registers_per_sm", "regs_per_multiprocessor"), ("l2_bytes", "L2_cache_size")):
-        value = getattr(props, attribute, None)
-        if isinstance(value, int):
-            facts[key] = value
-    return facts
+    optional = {key: value for key, attribute in (("shared_per_block_optin", "shared_memory_per_block_optin"),
+                                                  ("registers_per_sm", "regs_per_multiprocessor"),
+                                                  ("l2_bytes", "L2_cache_size"))
+                if isinstance(value := getattr(props, attribute, None), int)}
+    return DeviceFacts(props.name, f"sm_{props.major}{props.minor}", props.multi_processor_count, props.total_memory,
+                       **optional)
 
 
 def device_name(target: torch.device) -> str:

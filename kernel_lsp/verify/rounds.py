@@ -10,7 +10,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from kernel_lsp.candidate.timing import (
     summarize,
     time_batch,
 )
-from kernel_lsp.contracts.verify_report import Timing
+from kernel_lsp.contracts.verify_report import Floor as ReportFloor, GpuStates, Timing, Timings
 from kernel_lsp.verify.baselines import BaselineCache, gpu_state
 from kernel_lsp.verify.checks import compare_candidate, note_kernel_use, reported_window
 from kernel_lsp.verify.floor import Floor, below_floor, cached_problem_work, device_peaks
@@ -288,8 +288,20 @@ COMPILE_ON_THE_CPU = ("not timed on the CPU: inductor's C++ build takes ~18 s a 
                       "run is shown (the interpreter's times say nothing of a GPU)")
 
 
-def measure(report: dict[str, Any], judge: Judge, reference_module: Any, ref_model: torch.nn.Module, calls: int,
-            warmup: int, seed: int, baselines: tuple[str, ...], cache_dir: Path | None, reference_text: str) -> None:
+@dataclass(frozen=True)
+class Measured:
+    """What the timing adds to a VerifyReport (its fields of the same names)."""
+
+    timing: Timings
+    gpu: GpuStates
+    speedup: dict[str, float | None]  # each timed baseline's
+    interval: dict[str, tuple[float, float]]
+    significant: dict[str, bool]
+    floor: ReportFloor
+
+
+def measure(judge: Judge, reference_module: Any, ref_model: torch.nn.Module, calls: int, warmup: int, seed: int,
+            baselines: tuple[str, ...], cache_dir: Path | None, reference_text: str) -> Measured:
     """The candidate and its baselines timed by the judge's clock, in interleaved rounds (`Rounds`); the speedup
     is the ratio of the medians, with a 95% interval. A cached baseline runs CACHE_CHECK_ROUNDS rounds only, and
     is timed afresh when those differ from it by more than its interval. Then the kept timed outputs are
@@ -315,11 +327,11 @@ def measure(report: dict[str, Any], judge: Judge, reference_module: Any, ref_mod
             trips.append((time.perf_counter() - started) * 1e3)
         candidate.round_trip_ms = statistics.median(trips)
     contenders: list[Contender] = [candidate]
-    timings: dict[str, Any] = {"candidate": None, "eager": None, "compile": None, "compileError": None,
-                               "cached": {"eager": False, "compile": False}, "skipped": {}}
+    skipped: dict[str, str] = {}
+    compile_error: str | None = None
     for kind in baselines:
         if kind == "compile" and target.type == "cpu":
-            timings["skipped"]["compile"] = COMPILE_ON_THE_CPU
+            skipped["compile"] = COMPILE_ON_THE_CPU
             continue
         try:
             with PHASES(f"timing: the {kind} baseline's set-up"):
@@ -329,7 +341,7 @@ def measure(report: dict[str, Any], judge: Judge, reference_module: Any, ref_mod
                     no_grad_call(model)(*sets.views[0])  # compiled here, not in its first batch
                 contenders.append(BaselineBatches(kind, model, sets.views, target))
         except Exception as exc:  # torch.compile fails on some models and machines: say why, keep eager
-            timings["compileError"] = first_line(exc)
+            compile_error = first_line(exc)
     with PHASES("timing: warm-up"):
         per_call = {c.kind: warm_up(c, sets.count, warmup, WARMUP_MS) for c in contenders}
     # the round trip is the candidate's alone: its batches are sized to make it small (the baselines' are the same)
@@ -369,30 +381,29 @@ def measure(report: dict[str, Any], judge: Judge, reference_module: Any, ref_mod
     judged = {c.kind: (cached[c.kind] if c.kind in cached
                        else judged_timing(c, samples[c.kind], batch, device, sets.count, seed)) for c in contenders}
     judged["candidate"] = replace(judged["candidate"], reused_output=reused_output)
-    timings["candidate"] = judged["candidate"].to_dict()
     for contender in contenders[1:]:
         kind = contender.kind
-        timings[kind] = judged[kind].to_dict()
-        timings["cached"][kind] = kind in cached
         if kind in cached:
-            timings[kind]["check_ms"] = [round(v, 6) for v in samples[kind]]
+            judged[kind] = replace(judged[kind], check_ms=tuple(round(v, 6) for v in samples[kind]))
         elif cache:
-            cache.put(key, kind, timings[kind])
-    if cache and cache.schedule:
-        timings["schedule"] = dict(cache.schedule)  # kind -> why its fresh timing was not cached
-    report["timing"] = timings
+            cache.put(key, kind, judged[kind].to_dict())
+    timings = Timings(judged["candidate"], judged.get("eager"), judged.get("compile"), compile_error,
+                      {"eager": "eager" in cached, "compile": "compile" in cached}, skipped,
+                      dict(cache.schedule) if cache and cache.schedule else None)  # kind -> why not cached
     with PHASES("GPU state (NVML)"):
-        report["gpu"] = {"before": before, "after": gpu_state(target)}
-    intervals, significant = report.setdefault("interval", {}), report.setdefault("significant", {})
+        gpu = GpuStates(before, gpu_state(target))
+    speedups: dict[str, float | None] = {}
+    intervals: dict[str, tuple[float, float]] = {}
+    significant: dict[str, bool] = {}
     for contender in contenders[1:]:
         kind, base = contender.kind, judged[contender.kind]
-        report["speedup"][kind] = speedup(base, judged["candidate"])
+        speedups[kind] = speedup(base, judged["candidate"])
         low, high = speedup_interval(list(base.samples_ms), list(judged["candidate"].samples_ms), seed)
-        intervals[kind] = [low, high]
+        intervals[kind] = (low, high)
         significant[kind] = not low <= 1.0 <= high
     first_values = sets.values(0, 0)
-    report["floor"] = physical_floor(ref_model, first_values, target, cache_dir, judged["candidate"], verdict,
-                                     reference_text)
+    floor = physical_floor(ref_model, first_values, target, cache_dir, judged["candidate"], verdict, reference_text)
+    return Measured(timings, gpu, speedups, intervals, significant, floor)
 
 
 def within_interval(fresh_ms: float, cached: Timing) -> bool:
@@ -438,7 +449,7 @@ def check_timed_kernels(judge: Judge, recorded: list[dict[str, Any]]) -> None:
 
 
 def physical_floor(ref_model: torch.nn.Module, inputs: tuple, target: torch.device, cache_dir: Path | None,
-                   candidate: Timing, verdict: Verdict, reference_text: str) -> dict[str, Any]:
+                   candidate: Timing, verdict: Verdict, reference_text: str) -> ReportFloor:
     with PHASES("physical floor: the problem's work"):
         work = cached_problem_work(ref_model, inputs, cache_dir, reference_text, input_signature(inputs))
     with PHASES("physical floor: the device's peaks"):
@@ -447,4 +458,4 @@ def physical_floor(ref_model: torch.nn.Module, inputs: tuple, target: torch.devi
     problem = below_floor(candidate.median_ms, floor, device=target.type)
     if problem is not None:
         verdict.reject("integrity-below-floor", problem)
-    return floor.to_dict()
+    return floor.to_report()

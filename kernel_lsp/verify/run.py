@@ -26,9 +26,8 @@ import gc
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -38,7 +37,7 @@ from kernel_lsp.candidate.integrity import POISON_BYTE
 from kernel_lsp.candidate.kernels import Window, classify, own_kernel_names, work_share
 from kernel_lsp.contracts.options import VerifyOptions, from_config
 from kernel_lsp.contracts.codec import Wire, decode, encode
-from kernel_lsp.contracts.verify_report import Comparison, Unavailable, VerifyReport
+from kernel_lsp.contracts.verify_report import Comparison, Correctness, Isolation, Kernels, Unavailable, VerifyReport
 from kernel_lsp.process.isolation import use_judge_build_caches
 from kernel_lsp.process.namespaces import isolation_status
 from kernel_lsp.sources import parse_python
@@ -118,13 +117,12 @@ def judged_report(reference: str, candidate: str, opts: VerifyOptions, cache_dir
         report = judge_candidate(judge, reference, candidate, opts, cache_dir, files)
         closing = time.perf_counter()
     PHASES.seconds["closing the candidate's process"] = time.perf_counter() - closing
-    if "verdict" in report and report["verdict"] != "unavailable":
-        note_processes_left(host.kept, judge.verdict, report)
-    report["duration_s"] = time.perf_counter() - started
-    report["phases_s"] = {name: round(seconds, 3) for name, seconds in PHASES.seconds.items()}
-    if report.get("verdict") == "unavailable":
-        return Unavailable(str(report.get("reason")))
-    return decode(VerifyReport, report)
+    if isinstance(report, Unavailable):
+        return report
+    left = note_processes_left(host.kept, judge.verdict)
+    return replace(report, verdict="rejected" if left else report.verdict, integrity=list(judge.verdict.integrity),
+                   duration_s=time.perf_counter() - started,
+                   phases_s={name: round(seconds, 3) for name, seconds in PHASES.seconds.items()})
 
 
 CUTE_DSL_NEEDS_A_GPU = ("CuTe DSL kernels run only on an NVIDIA GPU, and this verification runs on the CPU: "
@@ -151,7 +149,7 @@ def gpu_only_reason(text: str) -> str | None:
 
 
 def judge_candidate(judge: Judge, reference: str, candidate: str, opts: VerifyOptions, cache_dir: str | None,
-                    files: dict[str, str]) -> dict[str, Any]:
+                    files: dict[str, str]) -> VerifyReport | Unavailable:
     """The report of one candidate judged against its reference, with the job's options as decoded once."""
     target, verdict, trials, seed = judge.target, judge.verdict, opts.trials, opts.seed
     overrides = {name: Tolerance(**t) for name, t in opts.tolerances.items()}
@@ -162,10 +160,10 @@ def judge_candidate(judge: Judge, reference: str, candidate: str, opts: VerifyOp
             distributions, judge.hang.reference_s = accepted_distributions(reference_module.get_inputs, ref_model,
                                                                            target, seed)
     except ReferenceFailed as exc:
-        return {"verdict": "unavailable", "reason": str(exc)}
+        return Unavailable(str(exc))
     gc.freeze()  # torch, the reference and the judge live until this process ends: collections skip them
     with PHASES("waiting for the candidate's process"):
-        isolation = judge.host.ready()
+        isolation = decode(Isolation, judge.host.ready())
     with PHASES("candidate import and build"):
         state = ref_model.state_dict()
         loaded = judge.host.ask("load", candidate=str(Path(candidate).resolve()), device=str(target),
@@ -174,34 +172,36 @@ def judge_candidate(judge: Judge, reference: str, candidate: str, opts: VerifyOp
                                 weights=judge.exchange.send(list(state.values())))
         judge.exchange.forget()
     note_candidate_phases(loaded.get("seconds"))
-    trials_report = run_trials(judge, reference_module.get_inputs, ref_model, trials, seed, distributions,
-                               overrides, judge.own, opts.allowed_kernels)
-    trials_report["weights"] = str(loaded.get("weights"))  # the candidate's process's word, shown as said
-    kernels = trials_report["kernels"]
-    if trials_report["passed"] == trials and kernels["custom"]:
-        kernels["output_from_kernel"] = check_output_from_kernel(judge, reference_module.get_inputs, seed,
-                                                                 kernels["stock"])
-        check_library_work(judge, kernels["work"], ref_model,
-                           draw_inputs(reference_module.get_inputs, seed, target, distributions[0]))
+    correctness, kernels = run_trials(judge, reference_module.get_inputs, ref_model, trials, seed, distributions,
+                                      overrides, judge.own, opts.allowed_kernels)
+    # the candidate's process's word, shown as said
+    correctness = replace(correctness, weights=str(loaded.get("weights")))
+    if correctness.passed == trials and kernels.custom:
+        kernels = replace(kernels, output_from_kernel=check_output_from_kernel(judge, reference_module.get_inputs,
+                                                                               seed, kernels.stock),
+                          work=check_library_work(judge, kernels.work, ref_model, draw_inputs(
+                              reference_module.get_inputs, seed, target, distributions[0])))
     with PHASES("the candidate's process report"):
         note_process_changes(judge.ask("report"), verdict)
-    report: dict[str, Any] = {"device": target.type, "correctness": trials_report, "integrity": verdict.integrity,
-                              "kernels": trials_report.pop("kernels"), "timing": None,
-                              "speedup": {"eager": None, "compile": None}, "interval": {}, "significant": {},
-                              "gpu": None, "floor": None, "device_facts": device_facts(target),
-                              "isolation": isolation, "shared_memory_poison": judge.shared_fill,
-                              "free_memory_poison": judge.free_poison}
-    correct = trials_report["passed"] == trials_report["trials"] and not verdict.integrity
+    correct = correctness.passed == correctness.trials and not verdict.integrity
+    measured = None
     if correct and opts.timing:
-        measure(report, judge, reference_module, ref_model, opts.timed_calls, opts.warmup, seed, opts.baselines,
-                Path(cache_dir) if cache_dir else None, Path(reference).read_text())
-    report["verdict"] = "verified" if correct and not verdict.integrity else "rejected"
-    return report
+        measured = measure(judge, reference_module, ref_model, opts.timed_calls, opts.warmup, seed, opts.baselines,
+                           Path(cache_dir) if cache_dir else None, Path(reference).read_text())
+    return VerifyReport(
+        verdict="verified" if correct and not verdict.integrity else "rejected", device=target.type,
+        correctness=correctness, integrity=list(verdict.integrity), kernels=kernels,
+        timing=measured.timing if measured else None,
+        speedup={"eager": None, "compile": None, **(measured.speedup if measured else {})},
+        interval=measured.interval if measured else {}, significant=measured.significant if measured else {},
+        gpu=measured.gpu if measured else None, floor=measured.floor if measured else None,
+        device_facts=device_facts(target), isolation=isolation, shared_memory_poison=judge.shared_fill,
+        free_memory_poison=judge.free_poison)
 
 
 def run_trials(judge: Judge, get_inputs: Callable[[], list], ref_model: torch.nn.Module, trials: int, seed: int,
                distributions: list[str], overrides: dict[str, Tolerance], own: set[str],
-               allowed: tuple[str, ...]) -> dict[str, Any]:
+               allowed: tuple[str, ...]) -> tuple[Correctness, Kernels]:
     """Correctness over `trials` fresh input sets, cycling through the distributions; integrity noted in the
     verdict. One recording session in the candidate's process covers the trials; what each run launched is
     judged once it ends."""
@@ -247,6 +247,5 @@ def run_trials(judge: Judge, get_inputs: Callable[[], list], ref_model: torch.nn
         stock.update(use.stock)
         note_run_integrity(run, window, use, index, verdict, how, recorded["reason"])
     share = work_share(windows, own, allowed) if how != "none" else None
-    return {"trials": trials, "passed": passed, "distributions": used,
-            "worst": asdict(worst) if worst is not None else None,
-            "kernels": {"custom": sorted(custom), "stock": sorted(stock), "how": how, "work": work_report(share)}}
+    return (Correctness(trials, passed, used, worst, weights=""),
+            Kernels(sorted(custom), sorted(stock), how, work_report(share)))

@@ -162,9 +162,8 @@ def test_a_keepers_last_line_that_breaks_the_contract_accounts_for_nothing(forge
     link.close()
     assert kept is None  # as if the keeper was killed before it said: the judge rejects on it
     verdict = Verdict(device="cpu")
-    report: dict = {"verdict": "verified"}
-    note_processes_left(kept, verdict, report)
-    assert report["verdict"] == "rejected" and [p["code"] for p in verdict.integrity] == ["integrity-process-left"]
+    rejected = note_processes_left(kept, verdict)
+    assert rejected and [p.code for p in verdict.integrity] == ["integrity-process-left"]
 
 
 # --- the sanitize report -------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from kernel_lsp.contracts.codec import encode
 from kernel_lsp.verify import floor as floor_module
 from kernel_lsp.verify import schedule
 from kernel_lsp.verify.baselines import BaselineCache
@@ -216,7 +217,7 @@ def test_peaks_measured_while_a_thread_is_reniced_are_used_but_not_cached(tmp_pa
     assert (peaks.bandwidth_gbs, peaks.peak_tflops) == (800.0, 50.0)
     assert peaks.schedule is not None and "nice 10" in peaks.schedule
     assert not cpu_peaks_path(tmp_path).exists()
-    assert "nice 10" in Floor(Work(bytes=8, flops=0), peaks).to_dict()["schedule"]
+    assert "nice 10" in encode(Floor(Work(bytes=8, flops=0), peaks).to_report())["schedule"]
 
     monkeypatch.setattr(floor_module, "measure_peaks", lambda device: FAKE)
     assert device_peaks("cpu", tmp_path) == FAKE  # undisturbed: measured again, and now cached
@@ -260,7 +261,7 @@ def test_a_fresh_bandwidth_far_under_the_datasheet_is_not_cached_and_the_datashe
     assert "11 GB/s is under 25% of the datasheet's 1000 GB/s" in peaks.datasheet
     assert "datasheet bandwidth stands in" in peaks.how
     assert not cpu_peaks_path(tmp_path).exists()
-    assert "datasheet" in Floor(Work(bytes=8, flops=0), peaks).to_dict()
+    assert "datasheet" in encode(Floor(Work(bytes=8, flops=0), peaks).to_report())
 
 
 def test_without_a_datasheet_nothing_is_compared(tmp_path, monkeypatch) -> None:

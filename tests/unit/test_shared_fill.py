@@ -307,7 +307,7 @@ def _rerun_problem(monkeypatch, said: str, outputs: list, first: list | None = N
     check_rerun(judge, (), CandidateRun(torch.tensor(first or [0.0] * 4), [], False, [], True), {},
                 SimpleNamespace(reason="nan"), 0)
     [problem] = judge.verdict.integrity
-    assert problem["code"] == "integrity-uninitialized-output" and problem["message"].endswith("read NaN poison)")
+    assert problem.code == "integrity-uninitialized-output" and problem.message.endswith("read NaN poison)")
     return problem, asked
 
 
@@ -321,21 +321,21 @@ def _rerun_problem(monkeypatch, said: str, outputs: list, first: list | None = N
 def test_a_third_run_changing_only_shared_memory_says_which_memory_was_read(monkeypatch, first, second, third, names):
     problem, asked = _rerun_problem(monkeypatch, shared_fill.FILLED, [second, third], first)
     assert asked == [(SECOND_POISON_BYTE, SECOND_POISON_BYTE), (SECOND_POISON_BYTE, POISON_BYTE)]
-    assert "every SM's shared memory were filled with different bytes" in problem["message"]
-    assert names in problem["message"], problem["message"]
+    assert "every SM's shared memory were filled with different bytes" in problem.message
+    assert names in problem.message, problem.message
 
 
 def test_a_third_run_that_fails_leaves_the_rejection_standing_unless_it_hung(monkeypatch):
     failed = CandidateFailed({"status": "crash", "error_type": "OutOfMemoryError", "frames": []})
     problem, asked = _rerun_problem(monkeypatch, shared_fill.FILLED, [[1.0] * 4, failed])
-    assert len(asked) == 2 and "a third run, to tell which memory was read, failed" in problem["message"]
+    assert len(asked) == 2 and "a third run, to tell which memory was read, failed" in problem.message
 
     def unfilled(judge):
         judge.shared_fill = "cuLaunchKernel (the fill) failed: CUDA error 999 (stub)"
         return [0.0] * 4
 
     problem, _ = _rerun_problem(monkeypatch, shared_fill.FILLED, [[1.0] * 4, unfilled])
-    assert "could not fill shared memory (cuLaunchKernel" in problem["message"]  # no attribution on a third
+    assert "could not fill shared memory (cuLaunchKernel" in problem.message  # no attribution on a third
     hung = CandidateFailed({"status": "timeout", "error_type": None, "frames": [], "message": "did not return"})
     with pytest.raises(CandidateFailed):  # its process is gone: the hang is the verdict, as in any run
         _rerun_problem(monkeypatch, shared_fill.FILLED, [[1.0] * 4, hung])
@@ -344,7 +344,7 @@ def test_a_third_run_that_fails_leaves_the_rejection_standing_unless_it_hung(mon
 def test_without_the_fill_the_rerun_names_the_free_memory_only_and_runs_no_third(monkeypatch):
     problem, asked = _rerun_problem(monkeypatch, "no libcuda", [[1.0] * 4])
     assert asked == [(SECOND_POISON_BYTE, SECOND_POISON_BYTE)]
-    assert "after the free memory was filled" in problem["message"] and "shared" not in problem["message"]
+    assert "after the free memory was filled" in problem.message and "shared" not in problem.message
 
 
 def test_a_fill_that_did_not_run_is_a_warning_on_the_candidate():

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
 
+from kernel_lsp.contracts.codec import encode
 from kernel_lsp.verify import floor as floor_module
 from kernel_lsp.verify.floor import Floor, Peaks, Work, below_floor, device_peaks, floor_ms, problem_work
 
@@ -89,7 +91,7 @@ def test_on_a_gpu_the_bytes_bound_is_tighter_than_the_flops_bound() -> None:
 
 def test_the_floor_reports_itself_as_the_contract_dict() -> None:
     floor = Floor(Work(bytes=4 * 10**9, flops=7), PEAKS)
-    assert floor.to_dict() == {"bytes": 4 * 10**9, "flops": 7, "floor_ms": pytest.approx(1.0),
+    assert encode(floor.to_report()) == {"bytes": 4 * 10**9, "flops": 7, "floor_ms": pytest.approx(1.0),
                                "bandwidth_gbs": 4000.0, "peak_tflops": 800.0}
 
 

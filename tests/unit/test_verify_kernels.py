@@ -165,7 +165,7 @@ def test_only_the_candidates_own_kernels_off_the_current_stream_are_rejected() -
         verdict = Verdict("cuda")
         window = Window(launches=launches, current_stream=7)
         note_kernel_use(verdict, classify(launches, {"relu_kernel"}), window, "trial 1")
-        assert [p["code"] for p in verdict.integrity] == (["integrity-other-stream"] if rejected else []), launches
+        assert [p.code for p in verdict.integrity] == (["integrity-other-stream"] if rejected else []), launches
 
 
 RECORDER_SCRIPT = '''
