@@ -1,12 +1,13 @@
-"""Writes docs/reference/{settings,findings,cli,verify-report}.md from the code, so that they cannot drift.
+"""Writes docs/reference/{settings,findings,cli,verify-report,profile-report}.md from the code, so that they cannot
+drift.
 
-    python tools/gen_reference.py          # rewrite the four files
+    python tools/gen_reference.py          # rewrite the five files
     python tools/gen_reference.py --check  # exit 1 when a committed file differs from fresh output
 
 Sources: kernel_lsp/config.py (Settings, _CHOICES) with editor_clients/vscode/package.json
 (contributes.configuration: each setting's description); kernel_lsp/findings.py (CODES);
-kernel_lsp/cli.py (build_parser); kernel_lsp/contracts/verify_report.py (the VerifyReport's classes, each field's
-comment its meaning) with contracts/codec.py (wire names, fields left out when empty).
+kernel_lsp/cli.py (build_parser); kernel_lsp/contracts/verify_report.py and profile_report.py (the reports' classes,
+each field's comment its meaning) with contracts/codec.py (wire names, fields left out when empty).
 tests/unit/test_docs_reference.py runs the check.
 """
 
@@ -27,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from kernel_lsp import config  # noqa: E402
 from kernel_lsp.cli import build_parser  # noqa: E402
-from kernel_lsp.contracts import codec, verify_report  # noqa: E402
+from kernel_lsp.contracts import codec, profile_report, verify_report  # noqa: E402
 from kernel_lsp.contracts.profile_report import NOTE_CODES, PROBLEM_CODES  # noqa: E402
 from kernel_lsp.contracts.sanitize_report import PROBLEM_CODES as SANITIZE_PROBLEM_CODES  # noqa: E402
 from kernel_lsp.findings import CODES  # noqa: E402
@@ -158,28 +159,38 @@ def cli_md() -> str:
     return "\n".join(lines) + "\n"
 
 
-def report_md() -> str:
-    """Each class of the VerifyReport, in the module's order: its fields under their wire names, their types as
-    annotated and the comment on their line."""
-    source = Path(verify_report.__file__).read_text()
+VERIFY_LEAD = ("`kernel-lsp verify --format json` prints it under `report`. A field marked *absent when empty* is "
+               "left out of the wire when it holds nothing. The report itself first, then its parts.")
+PROFILE_LEAD = ("`kernel-lsp profile --format json` prints it (beside `file` and `summary`; each finding with its "
+                "`diagnostic_severity`). A field marked *absent when empty* is left out of the wire when it holds "
+                "nothing; one marked *absent with* others is left out when all of them hold nothing (what one source "
+                "gives: ncu's figures of a launch, a static profile's place, a GPU run's). The report itself first, "
+                "then its parts.")
+
+
+def report_md(module=verify_report, root: str = "VerifyReport", lead: str = VERIFY_LEAD) -> str:
+    """Each class of a report's module, the report first, then in the module's order: its fields under their wire
+    names, their types as annotated and the comment on their line."""
+    source = Path(module.__file__).read_text()
     comments = {token.start[0]: token.string.lstrip("# ").strip()
                 for token in tokenize.generate_tokens(io.StringIO(source).readline) if token.type == tokenize.COMMENT}
-    lines = [HEADER + "# The VerifyReport\n", _cell(" ".join(verify_report.__doc__.split())), "",
-             "`kernel-lsp verify --format json` prints it under `report`. A field marked *absent when empty* is left "
-             "out of the wire when it holds nothing. The report itself first, then its parts.", ""]
+    lines = [HEADER + f"# The {root}\n", _cell(" ".join(module.__doc__.split())), "", lead, ""]
     classes = [node for node in ast.parse(source).body if isinstance(node, ast.ClassDef)]
-    for node in sorted(classes, key=lambda node: node.name != "VerifyReport"):
-        cls = getattr(verify_report, node.name)
+    for node in sorted(classes, key=lambda node: node.name != root):
+        cls = getattr(module, node.name)
         lines += [f"## {node.name}", ""]
         if ast.get_docstring(node):
             lines += [_cell(" ".join(ast.get_docstring(node).split())), ""]
         lines += ["| field | type | meaning |", "| --- | --- | --- |"]
         renamed, absent = codec.RENAMED.get(cls, {}), codec.ABSENT_WHEN_NONE.get(cls, ())
+        together = {name: group for group in codec.ABSENT_TOGETHER.get(cls, ()) for name in group}
         for item in node.body:
             if not isinstance(item, ast.AnnAssign) or not isinstance(item.target, ast.Name):
                 continue
             name = item.target.id
-            meaning = comments.get(item.lineno, "") + (" (absent when empty)" if name in absent else "")
+            others = [f"`{other}`" for other in together.get(name, ()) if other != name]
+            meaning = comments.get(item.lineno, "") + (" (absent when empty)" if name in absent else "") + (
+                f" (absent with {', '.join(others)} when all are empty)" if others else "")
             kind = ast.get_source_segment(source, item.annotation)
             lines.append(f"| `{renamed.get(name, name)}` | `{_cell(kind)}` | {_cell(meaning)} |")
         lines.append("")
@@ -188,7 +199,8 @@ def report_md() -> str:
 
 def generate() -> dict[Path, str]:
     return {OUT / "settings.md": settings_md(), OUT / "findings.md": findings_md(), OUT / "cli.md": cli_md(),
-            OUT / "verify-report.md": report_md()}
+            OUT / "verify-report.md": report_md(),
+            OUT / "profile-report.md": report_md(profile_report, "ProfileReport", PROFILE_LEAD)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,9 +38,8 @@ from kernel_lsp.findings import Finding, Severity, path_to_uri
 from kernel_lsp.kinds.cute_dsl import CuteDslOutcome, cute_dsl_job, dsl_arch
 from kernel_lsp.contracts.codec import encode
 from kernel_lsp.contracts.options import ProfileOptions, VerifyOptions, coerce
-from kernel_lsp.contracts.profile_report import NOTE_CODES
+from kernel_lsp.contracts.profile_report import NOTE_CODES, ProfileHint, ProfileReport
 from kernel_lsp.kinds.profile import ProfileOutcome, profile_job
-from kernel_lsp.profile.report import report_problems
 from kernel_lsp.kinds.sanitize import SanitizeOutcome, client_timeout_s, sanitize_job, sanitize_options
 from kernel_lsp.kinds.verify import VerifyOutcome, verify_job
 from kernel_lsp.sources import find_kernels, parse_python
@@ -446,7 +445,7 @@ class Workbench:
             options, sections=CLASSIFY_SECTIONS) if staged else options, self.state.source))
         if first.report is None:
             return ToolResult(_json({"ok": False, "error": _cut(first.error or "no report")}), True, worker_jobs=1)
-        bounds = {k.get("name"): k.get("bound") for k in first.report.get("kernels") or [] if k.get("bound")}
+        bounds = {k.name: k.bound for k in first.report.kernels if k.bound}
         if not staged or not bounds:
             return ToolResult(_json(profile_feedback(first.report)), worker_jobs=1,
                               energy=rubric_energy(first.report))
@@ -617,41 +616,42 @@ def verify_feedback(evaluation: dict[str, Any]) -> dict[str, Any]:
     return shown
 
 
-def static_feedback(report: dict[str, Any]) -> dict[str, Any]:
+def static_feedback(report: ProfileReport) -> dict[str, Any]:
     kernels = []
-    for kernel in report.get("kernels") or []:
-        hints = sorted(kernel.get("findings") or [], key=lambda f: -(f.get("estimated_speedup") or 0.0))
-        kernels.append({"name": kernel.get("name"), "ptxas": (kernel.get("metrics") or {}).get("ptxas"),
-                        "sass": kernel.get("sass"), "line": kernel.get("line"),
-                        "hints": [{"code": h.get("code"), "line": h.get("line"), "message": _cut(h.get("message", ""))}
-                                  for h in hints[:MAX_HINTS]]})
-    problems = [_cut(p.message) for p in report_problems(report) if p.code not in NOTE_CODES]  # asked for: no news
+    for kernel in report.kernels:
+        ptxas = kernel.metrics.ptxas
+        kernels.append({"name": kernel.name, "ptxas": encode(ptxas) if ptxas is not None else None,
+                        "sass": encode(kernel.sass) if kernel.sass is not None else None, "line": kernel.line,
+                        "hints": [{"code": h.code, "line": h.line, "message": _cut(h.message)}
+                                  for h in _largest_gains(kernel.findings)]})
+    problems = [_cut(p.message) for p in report.problems if p.code not in NOTE_CODES]  # asked for: no news
     return {"ok": bool(kernels), "kernels": kernels, "problems": problems}
 
 
-def profile_feedback(report: dict[str, Any]) -> dict[str, Any]:
+def profile_feedback(report: ProfileReport) -> dict[str, Any]:
     kernels = []
-    for kernel in report.get("kernels") or []:
-        hints = sorted(kernel.get("findings") or [], key=lambda f: -(f.get("estimated_speedup") or 0.0))
-        kernels.append({"name": kernel.get("name"), "bound": kernel.get("bound"),
-                        "duration_ms": kernel.get("duration_ms"), "registers": kernel.get("registers"),
-                        "occupancy_pct": kernel.get("occupancy_pct"),
-                        "hints": [{"code": h.get("code"), "line": h.get("line"), "message": _cut(h.get("message", "")),
-                                   "estimated_speedup": h.get("estimated_speedup")} for h in hints[:MAX_HINTS]]})
-    shown = {"ok": bool(kernels), "kernels": kernels, "problems": [_cut(p.message) for p in report_problems(report)]}
+    for kernel in report.kernels:
+        kernels.append({"name": kernel.name, "bound": kernel.bound, "duration_ms": kernel.duration_ms,
+                        "registers": kernel.registers, "occupancy_pct": kernel.occupancy_pct,
+                        "hints": [{"code": h.code, "line": h.line, "message": _cut(h.message),
+                                   "estimated_speedup": h.estimated_speedup} for h in _largest_gains(kernel.findings)]})
+    shown = {"ok": bool(kernels), "kernels": kernels, "problems": [_cut(p.message) for p in report.problems]}
     energy = rubric_energy(report)
     if energy:
         shown["energy"] = energy
     return shown
 
 
-def rubric_energy(report: dict[str, Any]) -> dict[str, Any] | None:
+def _largest_gains(hints: list[ProfileHint]) -> list[ProfileHint]:
+    return sorted(hints, key=lambda h: -(h.estimated_speedup or 0.0))[:MAX_HINTS]
+
+
+def rubric_energy(report: ProfileReport) -> dict[str, float] | None:
     """The candidate's and the reference's energy per forward call from one profile run, when both were read."""
-    candidate = (report.get("energy") or {}).get("mj_per_call")
-    reference = (report.get("reference_energy") or {}).get("mj_per_call")
-    if candidate is None or reference is None:
+    if report.energy is None or report.reference_energy is None:
         return None
-    return {"candidate_mj_per_call": candidate, "reference_mj_per_call": reference}
+    return {"candidate_mj_per_call": report.energy.mj_per_call,
+            "reference_mj_per_call": report.reference_energy.mj_per_call}
 
 
 def numbered_source(source: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -27,6 +28,8 @@ from kernel_lsp.commands.shared import (
     worker_client,
 )
 from kernel_lsp.config import Settings
+from kernel_lsp.contracts.codec import Wire, encode
+from kernel_lsp.contracts.profile_report import KernelProfile, ProfileProblem, ProfileReport, ReferenceKernel
 from kernel_lsp.profile.program import has_main
 from kernel_lsp.profile.report import (
     finding_severity,
@@ -77,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         raise CommandUsageError(f"{args.file}: expected a .py candidate or a .cu file")
     _print_report(args.format, args.file, report)
-    return EXIT_OK if report["kernels"] else EXIT_USAGE
+    return EXIT_OK if report.kernels else EXIT_USAGE
 
 
 # --- --import-csv ---------------------------------------------------------------------------------------
@@ -90,7 +93,7 @@ def _import_csv(args: argparse.Namespace) -> int:
         raise CommandUsageError(f"{args.import_csv}: no kernel launches found; expected the output of "
                                 "`ncu --import REPORT --csv --page details`")
     if args.kernel:
-        kernels = [k for k in kernels if k["kernel"] in args.kernel]
+        kernels = [k for k in kernels if k.kernel in args.kernel]
     if args.format == "json":
         print(json.dumps(with_diagnostic_severity(kernels), indent=2))
     else:
@@ -107,14 +110,14 @@ def _read(path: Path, option: str) -> str:
 
 # --- FILE -----------------------------------------------------------------------------------------------
 
-async def _static_cuda_report(path: Path, kernels: tuple[str, ...] | list[str]) -> dict[str, Any]:
+async def _static_cuda_report(path: Path, kernels: tuple[str, ...] | list[str]) -> ProfileReport:
     from kernel_lsp.profile.static import static_profile
 
     return await static_profile({path.name: _read(path, "FILE")}, path.name, {path.name: str(path.resolve())},
                                 kernels, nearest_settings(path.parent, "profile")[1])
 
 
-async def _worker_report(args: argparse.Namespace, program: bool = False) -> dict[str, Any]:
+async def _worker_report(args: argparse.Namespace, program: bool = False) -> ProfileReport:
     from kernel_lsp.kinds.profile import ProfileOutcome, profile_job, profile_options
     settings = nearest_settings(args.file.parent, "profile")[1]
     reference = None if program else reference_for(args, settings)
@@ -125,8 +128,8 @@ async def _worker_report(args: argparse.Namespace, program: bool = False) -> dic
     outcome = ProfileOutcome.of(await run_one_job(client, job))
     if outcome.report is None:
         raise CommandUsageError(outcome.summary)
-    failures = [{"code": f.code, "message": f.message} for f in outcome.findings if f.code.startswith("run-")]
-    return {**outcome.report, "problems": failures + list(outcome.report.get("problems") or [])}
+    failures = [ProfileProblem(f.code, f.message) for f in outcome.findings if f.code.startswith("run-")]
+    return dataclasses.replace(outcome.report, problems=[*failures, *outcome.report.problems])
 
 
 def reference_for(args: argparse.Namespace, settings: Settings) -> Path | None:
@@ -149,59 +152,61 @@ def reference_for(args: argparse.Namespace, settings: Settings) -> Path | None:
 
 # --- output ---------------------------------------------------------------------------------------------
 
-def _print_report(fmt: str, file: Path, report: dict[str, Any]) -> None:
+def _print_report(fmt: str, file: Path, report: ProfileReport) -> None:
     if fmt == "json":
-        kernels = with_diagnostic_severity(report["kernels"])
-        print(json.dumps({"file": str(file), "summary": summary_line(report), **report, "kernels": kernels}, indent=2))
+        kernels = with_diagnostic_severity(report.kernels)
+        print(json.dumps({"file": str(file), "summary": summary_line(report), **encode(report), "kernels": kernels},
+                         indent=2))
         return
     lines = [f"{file}: {summary_line(report)}"]
-    for kernel in report["kernels"]:
+    for kernel in report.kernels:
         lines += kernel_lines(kernel)
-    lines += reference_lines(report.get("reference_kernels") or [])
+    lines += reference_lines(report.reference_kernels)
     lines += [f"problem: {problem}" for problem in problem_messages(report)]
     print("\n".join(lines))
 
 
-def with_diagnostic_severity(kernels: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The kernels with each finding's `diagnostic_severity`: the severity the editor shows it with (the rule's
-    own `severity`, a warning for ncu, stays: hints are advice, never warnings or errors in the editor)."""
-    return [{**kernel, "findings": [{**f, "diagnostic_severity": finding_severity(f).label}
-                                    for f in kernel.get("findings") or []]} for kernel in kernels]
+def with_diagnostic_severity(kernels: list[KernelProfile]) -> list[Wire]:
+    """The kernels as the wire has them, each finding with its `diagnostic_severity`: the severity the editor shows
+    it with (the rule's own `severity`, a warning for ncu, stays: hints are advice, never warnings or errors in the
+    editor)."""
+    return [{**encode(kernel), "findings": [{**encode(f), "diagnostic_severity": finding_severity(f).label}
+                                            for f in kernel.findings]} for kernel in kernels]
 
 
-def kernel_lines(kernel: dict[str, Any]) -> list[str]:
+def kernel_lines(kernel: KernelProfile) -> list[str]:
     """The kernel's headline (bound, time, registers, occupancy), then its hints, the largest gains first."""
     facts = [kernel_phrase(kernel)]
-    if kernel.get("registers") is not None:
-        facts.append(f"{kernel['registers']} registers")
-    ptxas = kernel.get("metrics", {}).get("ptxas") or {}
-    if ptxas.get("spill_stores") or ptxas.get("spill_loads"):
-        facts.append(f"{ptxas['spill_stores']}/{ptxas['spill_loads']} B spill stores/loads")
-    if ptxas.get("shared_bytes"):
-        facts.append(f"{ptxas['shared_bytes']} B static shared memory")
-    if kernel.get("occupancy_pct") is not None:
-        facts.append(f"occupancy {kernel['occupancy_pct']:.1f}%")
-    if kernel.get("energy_mj_per_call") is not None:
-        facts.append(f"{kernel['energy_mj_per_call']:.3g} mJ per forward call")
-    lines = ["", f"{kernel['name'][:NAME_CHARS]}", "  " + ", ".join(facts)]
-    ranked = sorted(kernel["findings"], key=lambda f: -(f.get("estimated_speedup") or 0.0))
-    ncu_rules = [f for f in ranked if f["code"].startswith("ncu-")]
-    shown = [f for f in ranked if f in ncu_rules[:TOP_NCU_HINTS] or not f["code"].startswith("ncu-")]
+    if kernel.registers is not None:
+        facts.append(f"{kernel.registers} registers")
+    ptxas = kernel.metrics.ptxas
+    if ptxas is not None and (ptxas.spill_stores or ptxas.spill_loads):
+        facts.append(f"{ptxas.spill_stores}/{ptxas.spill_loads} B spill stores/loads")
+    if ptxas is not None and ptxas.shared_bytes:
+        facts.append(f"{ptxas.shared_bytes} B static shared memory")
+    if kernel.occupancy_pct is not None:
+        facts.append(f"occupancy {kernel.occupancy_pct:.1f}%")
+    if kernel.energy_mj_per_call is not None:
+        facts.append(f"{kernel.energy_mj_per_call:.3g} mJ per forward call")
+    lines = ["", f"{kernel.name[:NAME_CHARS]}", "  " + ", ".join(facts)]
+    ranked = sorted(kernel.findings, key=lambda f: -(f.estimated_speedup or 0.0))
+    ncu_rules = [f for f in ranked if f.code.startswith("ncu-")]
+    shown = [f for f in ranked if f in ncu_rules[:TOP_NCU_HINTS] or not f.code.startswith("ncu-")]
     for finding in shown:
-        where = f"line {finding['line']}: " if finding.get("line") else ""
-        message = " ".join(finding["message"].split())
+        where = f"line {finding.line}: " if finding.line else ""
+        message = " ".join(finding.message.split())
         if len(message) > MESSAGE_CHARS:
             message = message[:MESSAGE_CHARS - 3] + "..."
         severity = finding_severity(finding).label  # as the editor shows it
-        lines.append(f"  {severity:<11} {finding['code']}{gain_text(finding)}: {where}{message}")
+        lines.append(f"  {severity:<11} {finding.code}{gain_text(finding)}: {where}{message}")
     if len(shown) < len(ranked):
         lines.append(f"  ({len(ranked) - len(shown)} more ncu rule result(s) with smaller gains: --format json)")
     return lines
 
 
-def reference_lines(kernels: list[dict[str, Any]]) -> list[str]:
+def reference_lines(kernels: list[ReferenceKernel]) -> list[str]:
     if not kernels:
         return []
     lines = ["", "reference forward (PyTorch kernels the candidate replaces), per call:"]
-    lines += [f"  {k['device_ms']:9.4f} ms  x{k['calls']:<3} {k['name'][:NAME_CHARS]}" for k in kernels]
+    lines += [f"  {k.device_ms:9.4f} ms  x{k.calls:<3} {k.name[:NAME_CHARS]}" for k in kernels]
     return lines

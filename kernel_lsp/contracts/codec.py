@@ -1,5 +1,5 @@
 """One encode and one decode for the reports that cross a process boundary (contracts.verify_report,
-contracts.keeper_report, contracts.sanitize_report), by cattrs:
+contracts.keeper_report, contracts.sanitize_report, contracts.profile_report), by cattrs:
 a received dict becomes the typed report or a ContractError naming every key that is unknown, missing or of the
 wrong type; a typed report becomes the wire's dict (msgpack and JSON safe), under the wire's names."""
 
@@ -16,6 +16,16 @@ from cattrs.cols import homogenous_tuple_structure_factory, list_structure_facto
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from kernel_lsp.contracts.keeper_report import KeeperEnd
+from kernel_lsp.contracts.profile_report import (
+    EnergyReading,
+    KernelMetrics,
+    KernelProfile,
+    Metric,
+    ProfileHint,
+    ProfileIsolation,
+    ProfileReport,
+    PtxasFigures,
+)
 from kernel_lsp.contracts.sanitize_report import SanitizerErrorEntry, SharedInitAnswer, ToolRunReport, WarmCall
 from kernel_lsp.contracts.verify_report import Floor, Isolation, Timing, Timings, Unavailable, VerifyReport
 
@@ -27,7 +37,16 @@ ABSENT_WHEN_NONE: dict[type, tuple[str, ...]] = {Timing: ("check_ms",), Timings:
                                                  Floor: ("schedule", "datasheet"),
                                                  Isolation: ("processes", "namespaces"),
                                                  ToolRunReport: ("shared_init",),
-                                                 SharedInitAnswer: ("problem", "patterns", "fill_bytes")}
+                                                 SharedInitAnswer: ("problem", "patterns", "fill_bytes"),
+                                                 KernelProfile: ("sass", "energy_mj_per_call"),
+                                                 EnergyReading: ("average_power_w",),
+                                                 ProfileIsolation: ("processes", "namespaces")}
+# groups of fields the wire leaves out when every one of them holds nothing, and carries together (null where one
+# is missing) otherwise: what one source gives (ncu's figures of a launch, a static profile's place, a GPU run's)
+ABSENT_TOGETHER: dict[type, tuple[tuple[str, ...], ...]] = {
+    KernelProfile: (("duration_ms", "point", "occupancy_pct", "grid", "block"), ("arch", "file", "line")),
+    ProfileHint: (("file", "line"),),
+    ProfileReport: (("energy", "isolation", "reference_energy"),)}
 RENAMED: dict[type, dict[str, str]] = {Timings: {"compile_error": "compileError"},
                                        KeeperEnd: {"left_count": "leftCount", "disk_bytes": "diskBytes",
                                                    "disk_limit": "diskLimit"},
@@ -53,12 +72,15 @@ def converter() -> cattrs.Converter:
     conv.register_structure_hook_func(lambda kind: kind is object, lambda value, _: value)  # NVML's: kept as read
     conv.register_structure_hook_factory(dataclasses.is_dataclass, lambda cls, conv: _object_only(
         cls, make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=True)))
-    for cls in _held_first([*ABSENT_WHEN_NONE, *RENAMED]):  # cattrs looks a held class's hook up as it builds
-        renames = RENAMED.get(cls, {})
+    conv.register_structure_hook_func(lambda kind: kind == (float | str), _number_or_text)  # a Metric's value
+    _metrics_hooks(conv)
+    for cls in _held_first([*ABSENT_WHEN_NONE, *RENAMED, *ABSENT_TOGETHER]):  # cattrs looks a held class's hook up
+        renames = RENAMED.get(cls, {})                                        # as it builds
         absent = ABSENT_WHEN_NONE.get(cls, ())
         fields = {name: override(rename=renames.get(name), omit_if_default=name in absent)
                   for name in {*renames, *absent}}
-        conv.register_unstructure_hook(cls, make_dict_unstructure_fn(cls, conv, **fields))
+        conv.register_unstructure_hook(cls, _without_empty_groups(make_dict_unstructure_fn(cls, conv, **fields),
+                                                                  ABSENT_TOGETHER.get(cls, ()), renames))
         structure = make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=True,
                                            **{k: override(rename=v) for k, v in renames.items()})
         conv.register_structure_hook(cls, _object_only(cls, structure))
@@ -96,6 +118,52 @@ def _held_first(classes: list[type]) -> list[type]:
 def _classes_in(hint: Any) -> list[type]:
     args = get_args(hint)
     return [c for arg in args for c in _classes_in(arg)] if args else [hint] if isinstance(hint, type) else []
+
+
+def _without_empty_groups(unstructure: Callable[[Any], Wire], groups: tuple[tuple[str, ...], ...],
+                          renames: dict[str, str]) -> Callable[[Any], Wire]:
+    """`unstructure`, leaving out each group of ABSENT_TOGETHER whose fields all hold None."""
+    if not groups:
+        return unstructure
+
+    def without(obj: Any) -> Wire:
+        wire = unstructure(obj)
+        for group in groups:
+            if all(getattr(obj, name) is None for name in group):
+                for name in group:
+                    wire.pop(renames.get(name, name), None)
+        return wire
+    return without
+
+
+def _metrics_hooks(conv: cattrs.Converter) -> None:
+    """KernelMetrics as the wire's one object: ncu's sections, or `ptxas` (a static profile's figures)."""
+    sections = dict[str, dict[str, Metric]]
+
+    def structure(value: Any, _: Any) -> KernelMetrics:
+        if not isinstance(value, Mapping):
+            raise TypeError(f"expected an object (KernelMetrics), got {type(value).__name__} {value!r:.40}")
+        ptxas, parts, errors = value.get("ptxas"), [], []
+        for part, kind, note in (({k: v for k, v in value.items() if k != "ptxas"}, sections, "its sections"),
+                                 (ptxas, PtxasFigures | None, "Structuring class KernelMetrics @ attribute ptxas")):
+            try:
+                parts.append(conv.structure(part, kind))
+            except Exception as exc:  # each part's errors, not only the first
+                exc.__notes__ = [*getattr(exc, "__notes__", []), note]  # the sections: no key of their own
+                errors.append(exc)
+        if errors:
+            raise cattrs.ClassValidationError("While structuring KernelMetrics", errors, KernelMetrics)
+        return KernelMetrics(*parts)
+
+    def unstructure(metrics: KernelMetrics) -> Wire:
+        wire = conv.unstructure(metrics.sections, sections)
+        return {**wire, "ptxas": conv.unstructure(metrics.ptxas)} if metrics.ptxas is not None else wire
+    conv.register_structure_hook(KernelMetrics, structure)
+    conv.register_unstructure_hook(KernelMetrics, unstructure)
+
+
+def _number_or_text(value: Any, _: Any) -> float | str:
+    return value if isinstance(value, str) else _number(value, float)
 
 
 def _number(value: Any, _: type) -> float:
@@ -184,6 +252,6 @@ def _where(note: str) -> str:
         return "." + note.rsplit("@ attribute ", 1)[1].split()[0]
     if "@ index " in note:
         return f"[{note.rsplit('@ index ', 1)[1].split()[0]}]"
-    if "@ key " in note:
-        return f"[{note.rsplit('@ key ', 1)[1].split()[0]}]"
+    if "@ key " in note:  # the key's repr, spaces and all (ncu's metric names have them)
+        return f"[{note.rsplit('@ key ', 1)[1]}]"
     return ""

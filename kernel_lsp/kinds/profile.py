@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from kernel_lsp.config import Settings
-from kernel_lsp.contracts.profile_report import ProfileProblem
+from kernel_lsp.contracts.profile_report import ProfileReport
 from kernel_lsp.findings import Finding
 from kernel_lsp.jobs.cache import cache_key
 from kernel_lsp.jobs.files import JOB_KEYS, gather_files
 from kernel_lsp.contracts.options import ProfileOptions, coerce, from_config, to_config
-from kernel_lsp.profile.report import report_problems, summary_line
+from kernel_lsp.profile.report import received_report, summary_line
 from kernel_lsp.profile.worker_job import profile_result
 from kernel_lsp.worker.jobs import JobContext, on_device
 from kernel_lsp.worker.protocol import Job, Result
@@ -48,32 +48,25 @@ def profile_job(candidate: Path, reference: Path | None, options: ProfileOptions
 class ProfileOutcome:
     """A finished "profile" job as the server, the CLI and the agent read it."""
 
-    report: dict[str, Any] | None  # the ProfileReport (docs/ARCHITECTURE.md); None: the job did not finish
+    report: ProfileReport | None  # decoded where it arrives (received_report); None: the job did not finish
     summary: str  # one line: the source (ncu or static) and each kernel's bound, or why there is no report
     findings: list[Finding]  # the hints on the kernels' lines, and the candidate's own crash (run-*)
     error: str | None  # why the job did not finish
-    problems: list[ProfileProblem] = dataclasses.field(default_factory=list)  # the report's, decoded
 
     @classmethod
     def of(cls, result: Result) -> ProfileOutcome:
+        """The job's result as it arrives: its report decoded once (one a worker of another version sent in
+        another form keeps what it can and says the rest in a `profile-contract` problem)."""
         findings = [Finding.from_dict(f) for f in result.findings]
         if result.status != "ok":
             error = f"the profile job {result.status}: {result.error or 'no message'}"
             return cls(None, error, findings, error)
-        report = result.metrics.get("profile") or {}
-        return cls(report, str(result.metrics.get("summary") or _summary(report)), findings, None,
-                   report_problems(report))
+        report = received_report(result.metrics.get("profile"))
+        return cls(report, str(result.metrics.get("summary") or summary_line(report)), findings, None)
 
     def run_failures(self) -> list[str]:
         """The candidate's own crash or hang while it was measured (run-* findings), as messages."""
         return [f.message for f in self.findings if f.code.startswith("run-")]
-
-
-def _summary(report: dict[str, Any]) -> str:
-    try:
-        return summary_line(report) if report else "no report"
-    except (KeyError, TypeError, ValueError):  # a worker of another version: the report stands, the line does not
-        return "a profile report without its summary line"
 
 
 async def handle(job: Job, context: JobContext) -> Result:

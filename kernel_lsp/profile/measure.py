@@ -17,14 +17,23 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernel_lsp.contracts.profile_report import PROBLEM_CODES, ProfileProblem
+from kernel_lsp.contracts.codec import Wire, encode
+from kernel_lsp.contracts.profile_report import (
+    PROBLEM_CODES,
+    EnergyReading,
+    ProfileCeilings,
+    ProfileMeasurements,
+    ProfileProblem,
+    ReferenceKernel,
+)
+from kernel_lsp.contracts.verify_report import Isolation
 from kernel_lsp.profile.driver import (
     ProblemError,
     build_model,
     make_inputs,
     run_forward,
 )
-from kernel_lsp.profile.report import wire_problems
+from kernel_lsp.profile.report import report_ceilings
 from profilers.nvml import ENERGY_MIN_SECONDS
 from profilers.roofline import Ceilings
 
@@ -40,9 +49,9 @@ TRITON_LAUNCHERS = ".triton"  # the launcher libraries Triton builds for its ker
 
 def measure_candidate(candidate: str, reference: str | None = None, cache_dir: str | None = None,
                       energy_seconds: float = ENERGY_MIN_SECONDS, device: str = "cuda",
-                      allow_network: bool = False) -> dict[str, Any]:
-    """The sandbox entry ("kernel_lsp.profile.measure:measure_candidate"). A candidate that fails raises
-    CandidateFailed, so the sandbox reports it on the candidate's own line."""
+                      allow_network: bool = False) -> Wire:
+    """The sandbox entry ("kernel_lsp.profile.measure:measure_candidate"): its ProfileMeasurements, encoded for the
+    worker. A candidate that fails raises CandidateFailed, so the sandbox reports it on the candidate's own line."""
     from kernel_lsp.process.isolation import use_judge_build_caches
     from kernel_lsp.candidate.handle import candidate_process
     from kernel_lsp.candidate.exchange import Exchange
@@ -79,12 +88,11 @@ def measure_candidate(candidate: str, reference: str | None = None, cache_dir: s
         kernels = reference_kernels(reference_model, inputs, problems)
         reference_energy = (energy(reference_model, inputs, device, energy_seconds, problems)
                             if candidate_energy is not None and reference_model is not None else None)
-    return {"extensions": checked_libraries(said.get("extensions")), "reference_kernels": kernels,
-            "energy": candidate_energy,
-            # the reference on the same inputs, read the same way: what the agent's rubric compares against
-            "reference_energy": reference_energy,
-            "ceilings": measured_ceilings, "gpu_state": gpu_state(device), "problems": wire_problems(problems),
-            "isolation": isolation}
+    return encode(ProfileMeasurements(
+        extensions=checked_libraries(said.get("extensions")), reference_kernels=kernels, energy=candidate_energy,
+        # the reference on the same inputs, read the same way: what the agent's rubric compares against
+        reference_energy=reference_energy, ceilings=measured_ceilings, gpu_state=gpu_state(device),
+        problems=problems, isolation=Isolation(**isolation)))
 
 
 def said_problems(value: Any) -> list[ProfileProblem]:
@@ -116,19 +124,21 @@ def candidate_side(candidate: str, device: str, energy_seconds: float, inputs: t
         inputs, init = make_inputs(module, device), init_inputs(module)
     model = build_model(module, init or [], device)
     run_forward(model, inputs, 1)
+    measured = energy(model, inputs, device, energy_seconds, problems)
+    # the measuring process checks each entry for shape (measure_candidate): this process runs the candidate's code
     said: dict[str, Any] = {"extensions": sorted(own_libraries(mapped_libraries() - before)),
-                            "energy": energy(model, inputs, device, energy_seconds, problems),
-                            "problems": problems}
+                            "energy": encode(measured) if measured is not None else None}
     if own:
         reference_model = build_reference(module, device, problems)
-        said["reference_kernels"] = reference_kernels(reference_model, inputs, problems)
-        said["reference_energy"] = (energy(reference_model, inputs, device, energy_seconds, problems)
-                                    if said["energy"] is not None and reference_model is not None else None)
-    said["problems"] = wire_problems(problems)
+        said["reference_kernels"] = [encode(kernel) for kernel in reference_kernels(reference_model, inputs, problems)]
+        reference = (energy(reference_model, inputs, device, energy_seconds, problems)
+                     if measured is not None and reference_model is not None else None)
+        said["reference_energy"] = encode(reference) if reference is not None else None
+    said["problems"] = [encode(problem) for problem in problems]
     return said
 
 
-def checked_energy(value: Any) -> dict[str, Any] | None:
+def checked_energy(value: Any) -> EnergyReading | None:
     """An energy reading from the candidate's process, if it has the shape of one."""
     if not isinstance(value, dict):
         return None
@@ -136,17 +146,17 @@ def checked_energy(value: Any) -> dict[str, Any] | None:
     numbers = (per_call, calls, seconds)
     if not all(isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n) for n in numbers):
         return None
-    return {"mj_per_call": float(per_call), "calls": int(calls), "seconds": float(seconds),
-            "how": str(value.get("how", ""))[:300]}
+    return EnergyReading(mj_per_call=float(per_call), calls=int(calls), seconds=float(seconds),
+                         how=str(value.get("how", ""))[:300])
 
 
-def checked_kernels(value: Any) -> list[dict[str, Any]]:
+def checked_kernels(value: Any) -> list[ReferenceKernel]:
     """Kernel times from the candidate's process, those with the shape of one."""
     kept = []
     for item in value if isinstance(value, list) else []:
         if (isinstance(item, dict) and isinstance(item.get("name"), str)
                 and isinstance(item.get("device_ms"), (int, float)) and isinstance(item.get("calls"), int)):
-            kept.append({"name": item["name"][:2000], "device_ms": float(item["device_ms"]), "calls": item["calls"]})
+            kept.append(ReferenceKernel(item["name"][:2000], float(item["device_ms"]), item["calls"]))
     return kept
 
 
@@ -193,14 +203,14 @@ def build_reference(inputs_module: Any, device: str, problems: list[ProfileProbl
         return None
 
 
-def reference_kernels(model: Any, inputs: tuple, problems: list[ProfileProblem]) -> list[dict[str, Any]]:
+def reference_kernels(model: Any, inputs: tuple, problems: list[ProfileProblem]) -> list[ReferenceKernel]:
     """The PyTorch kernels of the reference's forward and their device times."""
     from profilers.torch_kernels import KernelTimesUnavailable, forward_kernels
 
     if model is None:
         return []
     try:
-        return [kernel.to_dict() for kernel in forward_kernels(lambda: model(*inputs))]
+        return [ReferenceKernel(k.name, k.device_ms, k.calls) for k in forward_kernels(lambda: model(*inputs))]
     except KernelTimesUnavailable as exc:
         problems.append(ProfileProblem("profile-no-reference", f"no reference kernel list: {exc}"))
     except Exception as exc:  # the reference's failure is reported, not the candidate's
@@ -210,7 +220,7 @@ def reference_kernels(model: Any, inputs: tuple, problems: list[ProfileProblem])
 
 
 def energy(model: Any, inputs: tuple, device: str, seconds: float,
-           problems: list[ProfileProblem]) -> dict[str, Any] | None:
+           problems: list[ProfileProblem]) -> EnergyReading | None:
     import torch
 
     from kernel_lsp.verify.baselines import current_cuda_index, nvml_index_of
@@ -227,19 +237,21 @@ def energy(model: Any, inputs: tuple, device: str, seconds: float,
         return None
     try:
         with torch.no_grad():
-            return energy_per_call(lambda: model(*inputs), torch.cuda.synchronize, index, seconds)
+            read = energy_per_call(lambda: model(*inputs), torch.cuda.synchronize, index, seconds)
     except NvmlUnavailable as exc:
         problems.append(ProfileProblem("profile-no-energy", f"no energy reading: {exc}"))
         return None
+    return EnergyReading(mj_per_call=read["mj_per_call"], calls=read["calls"], seconds=read["seconds"],
+                         average_power_w=read["average_power_w"], how=read["how"])
 
 
-def ceilings(device: str, cache_dir: str | None, problems: list[ProfileProblem]) -> dict[str, Any] | None:
+def ceilings(device: str, cache_dir: str | None, problems: list[ProfileProblem]) -> ProfileCeilings | None:
     if not device.startswith("cuda"):
         problems.append(ProfileProblem("profile-no-ceilings", f"no roofline ceilings: the candidate ran on {device}, "
                                                               "not a GPU"))
         return None
     try:
-        return measured_ceilings(device, Path(cache_dir) if cache_dir else None).to_dict()
+        return report_ceilings(measured_ceilings(device, Path(cache_dir) if cache_dir else None))
     except Exception as exc:  # ncu's theoretical ceilings stand in: the profile itself does not need them
         problems.append(ProfileProblem("profile-no-ceilings", f"roofline ceilings not measured "
                                                               f"({type(exc).__name__}: {exc}); ncu's theoretical "
@@ -295,7 +307,7 @@ def measure_fp32_tflops(device: torch.device) -> float:
         torch.backends.cuda.matmul.allow_tf32 = allowed
 
 
-def gpu_state(device: str) -> dict[str, Any]:
+def gpu_state(device: str) -> dict[str, object]:
     from kernel_lsp.verify.baselines import gpu_state as nvml_state
 
     return nvml_state(device)

@@ -13,7 +13,6 @@ import dataclasses
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from kernel_lsp.compile.commands import device_command
 from kernel_lsp.compile.process import run_process
@@ -31,9 +30,9 @@ from kernel_lsp.compile.units import (
     load_inline_units,
 )
 from kernel_lsp.config import Settings
-from kernel_lsp.contracts.profile_report import ProfileProblem
+from kernel_lsp.contracts.profile_report import KernelMetrics, KernelProfile, ProfileProblem, ProfileReport, PtxasFigures
 from kernel_lsp.profile.locations import Location, document_line, kernel_locations
-from kernel_lsp.profile.report import hint_dict, profile_report, sass_summary
+from kernel_lsp.profile.report import profile_hint, profile_report, sass_summary
 from kernel_lsp.sources import parse_python
 from profilers.hints.sass_rules import sass_hints
 from profilers.ptxas import KernelResources, parse_ptxas_verbose
@@ -57,7 +56,7 @@ CHECK_POINTER = "`kernel-lsp check {path}` shows the errors on their lines"  # t
 
 
 async def static_profile(files: dict[str, str], candidate: str, origins: dict[str, str] | None = None,
-                         kernels: Sequence[str] = (), settings: Settings | None = None) -> dict[str, Any]:
+                         kernels: Sequence[str] = (), settings: Settings | None = None) -> ProfileReport:
     """A "static" ProfileReport of the candidate's CUDA: its .cu files and its load_inline CUDA strings (the
     reference's files are left out). `kernels` keeps only those base names."""
     settings, origins = settings or Settings(), origins or {}
@@ -76,15 +75,14 @@ async def static_profile(files: dict[str, str], candidate: str, origins: dict[st
         return profile_report("static", [], problems=[ProfileProblem("profile-tool-missing",
                                                                      f"no static profile: {exc}")])
     locations = kernel_locations(files, origins)
-    profiles: list[dict[str, Any]] = []
+    profiles: list[KernelProfile] = []
     with tempfile.TemporaryDirectory(prefix="kernel-lsp-profile-") as directory:
         for placed in units:
             profiles += await unit_profiles(placed, nvcc, torch, settings, Path(directory), locations, problems)
     if kernels:
-        profiles = [p for p in profiles if p["kernel"] in kernels]
-    profiles.sort(key=lambda p: (p["file"], p["line"] or 0))
-    for index, profile in enumerate(profiles):
-        profile["id"] = index
+        profiles = [p for p in profiles if p.kernel in kernels]
+    profiles.sort(key=lambda p: (p.file or "", p.line or 0))
+    profiles = [dataclasses.replace(profile, id=index) for index, profile in enumerate(profiles)]
     return profile_report("static", profiles, problems=problems)
 
 
@@ -114,7 +112,7 @@ def cubin_command(nvcc: str, unit: CompileUnit, settings: Settings, torch: Torch
 
 async def unit_profiles(placed: PlacedUnit, nvcc: Tool, torch: TorchHeaders | None, settings: Settings,
                         directory: Path, locations: dict[str, Location],
-                        problems: list[ProfileProblem]) -> list[dict[str, Any]]:
+                        problems: list[ProfileProblem]) -> list[KernelProfile]:
     """Compiles one unit and profiles each of its kernels; a failure becomes a problem and no profiles."""
     unit = placed.unit
     (directory / unit.file_name).write_text(unit.text, encoding="utf-8", errors="replace")
@@ -136,18 +134,15 @@ async def unit_profiles(placed: PlacedUnit, nvcc: Tool, torch: TorchHeaders | No
 
 
 def kernel_profile(resources: KernelResources, stats: SassStats | None, placed: PlacedUnit,
-                   location: Location | None) -> dict[str, Any]:
+                   location: Location | None) -> KernelProfile:
     """One kernel's static KernelProfile: ptxas figures, SASS summary, and the SASS rules' hints on their lines."""
     hints = sass_hints(in_document(stats, placed), resources) if stats is not None else []
-    findings = [hint_dict(h, h.file, h.line) for h in hints]
-    profile: dict[str, Any] = {
-        "kernel": resources.base_name, "name": resources.name, "id": 0, "bound": None,
-        "metrics": {"ptxas": ptxas_metrics(resources)}, "findings": findings, "registers": resources.registers,
-        "arch": resources.arch, "file": location.file if location else placed.path,
-        "line": location.range.start.line + 1 if location else None}
-    if stats is not None:
-        profile["sass"] = sass_summary(stats)
-    return profile
+    return KernelProfile(kernel=resources.base_name, name=resources.name, id=0, bound=None,
+                         metrics=KernelMetrics(ptxas=ptxas_metrics(resources)),
+                         findings=[profile_hint(h, h.file, h.line) for h in hints], registers=resources.registers,
+                         sass=sass_summary(stats) if stats is not None else None, arch=resources.arch,
+                         file=location.file if location else placed.path,
+                         line=location.range.start.line + 1 if location else None)
 
 
 def in_document(stats: SassStats, placed: PlacedUnit) -> SassStats:
@@ -165,7 +160,7 @@ def site_place(file: str | None, line: int | None, placed: PlacedUnit) -> tuple[
     return (placed.path, mapped) if mapped is not None else (None, None)
 
 
-def ptxas_metrics(resources: KernelResources) -> dict[str, Any]:
-    return {"arch": resources.arch, "registers": resources.registers, "stack_frame": resources.stack_frame,
-            "spill_stores": resources.spill_stores, "spill_loads": resources.spill_loads,
-            "shared_bytes": resources.shared_bytes, "barriers": resources.barriers}
+def ptxas_metrics(resources: KernelResources) -> PtxasFigures:
+    return PtxasFigures(arch=resources.arch, registers=resources.registers, stack_frame=resources.stack_frame,
+                        spill_stores=resources.spill_stores, spill_loads=resources.spill_loads,
+                        shared_bytes=resources.shared_bytes, barriers=resources.barriers)

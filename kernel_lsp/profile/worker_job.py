@@ -18,9 +18,9 @@ from typing import Any
 from kernel_lsp.compile.units import CUDA_SUFFIXES
 from kernel_lsp.config import Settings
 from kernel_lsp.findings import Finding
-from kernel_lsp.contracts.codec import decode
+from kernel_lsp.contracts.codec import ContractError, Wire, decode, encode
 from kernel_lsp.contracts.options import DEFAULT_JOB_LIMITS, ProfileOptions
-from kernel_lsp.contracts.profile_report import ProfileProblem
+from kernel_lsp.contracts.profile_report import ProfileIsolation, ProfileMeasurements, ProfileProblem, ProfileReport
 from kernel_lsp.profile.locations import kernel_locations
 from kernel_lsp.profile.ncu_run import NcuPlan, profile_launches, profile_program, write_files
 from kernel_lsp.profile.program import (
@@ -36,8 +36,8 @@ from kernel_lsp.profile.report import (
     ncu_ceilings,
     profile_findings,
     profile_report,
+    roofline_ceilings,
     summary_line,
-    wire_problems,
 )
 from kernel_lsp.profile.static import REFERENCE_FOLDER, static_profile
 from kernel_lsp.candidate.kernels import cute_kernel_function, own_kernel_names
@@ -127,13 +127,11 @@ async def program_profile(job: Job, options: ProfileOptions, context: JobContext
     ceilings = ncu_ceilings(launches, None)
     kernels = [launch_profile(launch, ceilings, {}, sass.get(launch.base_name)) for launch in launches]
     if options.kernels:
-        kernels = [k for k in kernels if k["kernel"] in options.kernels]
+        kernels = [k for k in kernels if k.kernel in options.kernels]
     report = profile_report("ncu", kernels, gpu=ceilings.gpu if ceilings else None, ceilings=ceilings,
                             problems=problems)
-    if not report["kernels"]:
-        static = await static_profile(job.source_files, candidate, origins, options.kernels)
-        report.update(source="static", kernels=static["kernels"])
-        report["problems"] += wire_problems([STATIC_STANDS_IN]) + static["problems"]
+    if not report.kernels:
+        report = await static_stands_in(report, job, options)
     result = profile_job_result(report, job, roofline_artifacts(ceilings, launches))
     result.findings[:0] = [f.to_dict() for f in runtime]
     return result
@@ -146,17 +144,26 @@ async def static_result(job: Job, kernels: Sequence[str], note: ProfileProblem,
     config = job.config
     report = await static_profile(job.source_files, config["candidate"], config.get("origins") or {}, kernels,
                                   settings)
-    report["problems"][:0] = wire_problems([note])
-    return profile_job_result(report, job)
+    return profile_job_result(dataclasses.replace(report, problems=[note, *report.problems]), job)
 
 
-def profile_job_result(report: dict[str, Any], job: Job, artifacts: dict[str, Any] | None = None) -> Result:
+async def static_stands_in(report: ProfileReport, job: Job, options: ProfileOptions) -> ProfileReport:
+    """ncu profiled no kernel: the static profile's kernels, the report's problems and why, then its own."""
+    config = job.config
+    static = await static_profile(job.source_files, config["candidate"], config.get("origins") or {},
+                                  options.kernels)
+    return dataclasses.replace(report, source="static", kernels=static.kernels,
+                               problems=[*report.problems, STATIC_STANDS_IN, *static.problems])
+
+
+def profile_job_result(report: ProfileReport, job: Job, artifacts: dict[str, Any] | None = None) -> Result:
+    """The job's Result: the hints placed on their lines, and the report, encoded here, where it leaves the worker."""
     origins = job.config.get("origins") or {}
     candidate = job.config["candidate"]
     locations = kernel_locations(candidate_files(job), origins)
     texts = {origins.get(name, name): text for name, text in job.source_files.items()}
-    findings = profile_findings(report, locations, origins.get(candidate, candidate), texts)
-    return Result("ok", [f.to_dict() for f in findings], {"profile": report, "summary": summary_line(report)},
+    findings = profile_findings(report.kernels, locations, origins.get(candidate, candidate), texts)
+    return Result("ok", [f.to_dict() for f in findings], {"profile": encode(report), "summary": summary_line(report)},
                   artifacts or {})
 
 
@@ -183,22 +190,28 @@ async def gpu_profile(job: Job, options: ProfileOptions, context: JobContext) ->
         result = profile_job_result(report, job, {"outcome": outcome.to_dict()})
         result.findings.insert(0, outcome_finding(outcome, task).to_dict())
         return result
-    measured = outcome.value
+    try:
+        measured = measurements(outcome.value)
+    except ContractError as exc:  # the measuring process's answer, in a form this worker does not read
+        report = profile_report("ncu", [], problems=[ProfileProblem("profile-contract", str(exc))])
+        return profile_job_result(report, job)
     await context.progress(f"profiling {config['candidate']} under ncu")
     report, artifacts = await ncu_report(job, options, measured)
-    if not report["kernels"]:
-        static = await static_profile(job.source_files, config["candidate"], config.get("origins") or {},
-                                      options.kernels)
-        report.update(source="static", kernels=static["kernels"])
-        report["problems"] += wire_problems([STATIC_STANDS_IN]) + static["problems"]
+    if not report.kernels:
+        report = await static_stands_in(report, job, options)
     return profile_job_result(report, job, artifacts)
 
 
-async def ncu_report(job: Job, options: ProfileOptions, measured: dict[str, Any]
-                     ) -> tuple[dict[str, Any], dict[str, Any]]:
+def measurements(value: Wire) -> ProfileMeasurements:
+    """The measuring sandbox child's answer (profile.measure.measure_candidate), decoded where it arrives."""
+    return decode(ProfileMeasurements, value)
+
+
+async def ncu_report(job: Job, options: ProfileOptions, measured: ProfileMeasurements
+                     ) -> tuple[ProfileReport, dict[str, Any]]:
     """The ncu ProfileReport and its artifacts (the roofline chart) from the sandbox's measurements."""
-    problems = [decode(ProfileProblem, problem) for problem in measured["problems"]]
-    gaps = isolation_gaps(measured.get("isolation"))
+    problems = list(measured.problems)
+    gaps = isolation_gaps(measured.isolation)
     if gaps:
         problems.append(ProfileProblem("profile-not-isolated", "the candidate ran without full isolation: "
                                                                + "; ".join(gaps)))
@@ -209,21 +222,27 @@ async def ncu_report(job: Job, options: ProfileOptions, measured: dict[str, Any]
                     for launch in await profile_launches(plan, job.source_files)]
     except NcuError as exc:
         problems.append(ProfileProblem("profile-ncu-failed", str(exc)))
-    ceilings = ncu_ceilings(launches, ceilings_from(measured.get("ceilings")))
-    sass = await extension_sass(measured["extensions"], problems)
-    state = measured.get("gpu_state") or {}
-    kernels = [launch_profile(launch, ceilings, state, sass.get(launch.base_name)) for launch in launches]
-    energy = measured.get("energy")
-    for kernel in kernels:
-        kernel["energy_mj_per_call"] = energy["mj_per_call"] if energy else None  # of the whole forward call
+    measured_ceilings = roofline_ceilings(measured.ceilings) if measured.ceilings is not None else None
+    ceilings = ncu_ceilings(launches, measured_ceilings)
+    sass = await extension_sass(measured.extensions, problems)
+    state = measured.gpu_state
+    energy = measured.energy
+    kernels = [dataclasses.replace(launch_profile(launch, ceilings, state, sass.get(launch.base_name)),
+                                   energy_mj_per_call=energy.mj_per_call if energy else None)  # the whole call's
+               for launch in launches]
     if options.kernels:
-        kernels = [k for k in kernels if k["kernel"] in options.kernels]
-    report = profile_report("ncu", kernels, gpu=state.get("name") or (ceilings.gpu if ceilings else None),
-                            ceilings=ceilings, reference_kernels=measured["reference_kernels"], problems=problems)
-    report["energy"] = energy
-    # of the measuring process, and of ncu's run of the candidate (in the sandbox where counters allow it)
-    report["isolation"] = {**(measured.get("isolation") or {}), "ncu": tool_isolation(counters=True)}
-    report["reference_energy"] = measured.get("reference_energy")  # the reference forward, read the same way
+        kernels = [k for k in kernels if k.kernel in options.kernels]
+    name = state.get("name")
+    report = profile_report("ncu", kernels, gpu=name if isinstance(name, str) and name else
+                            (ceilings.gpu if ceilings else None),
+                            ceilings=ceilings, reference_kernels=measured.reference_kernels, problems=problems)
+    confined = measured.isolation
+    report = dataclasses.replace(
+        report, energy=energy,
+        # of the measuring process, and of ncu's run of the candidate (in the sandbox where counters allow it)
+        isolation=ProfileIsolation(files=confined.files, network=confined.network, processes=confined.processes,
+                                   namespaces=confined.namespaces, ncu=tool_isolation(counters=True)),
+        reference_energy=measured.reference_energy)  # the reference forward, read the same way
     return report, roofline_artifacts(ceilings, launches)
 
 
@@ -240,13 +259,6 @@ def ncu_plan(job: Job, options: ProfileOptions) -> NcuPlan:
                    sections=options.sections or DEFAULT_SECTIONS, launch_count=options.launch_count,
                    timeout_s=float(options.limits.get("wallTimeS", NcuPlan.timeout_s)),
                    allow_network=options.allow_network)
-
-
-def ceilings_from(raw: dict[str, Any] | None) -> Ceilings | None:
-    if not raw:
-        return None
-    return Ceilings(gpu=raw["gpu"], dram_bandwidth_gbs=raw["dram_bandwidth_gbs"], fp32_tflops=raw["fp32_tflops"],
-                    tensor_tflops=raw.get("tensor_tflops"), how=raw["how"])
 
 
 async def extension_sass(binaries: list[str], problems: list[ProfileProblem]) -> dict[str, SassStats]:

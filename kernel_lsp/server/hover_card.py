@@ -1,8 +1,8 @@
 """The markdown card a hover on a kernel name shows: time, speedup, roofline position and bound, the top hints with
 their estimated gains, registers and occupancy, and a link to the roofline chart.
 
-Pure functions of plain data (a KernelProfile dict from the profiling contract, ptxas resource dicts from the
-compile feature's `ptxas-resources` findings): no LSP, no I/O, so the card is cheap to make on every hover.
+Pure functions of plain data (a KernelProfile of contracts.profile_report, ptxas resource dicts from the compile
+feature's `ptxas-resources` findings): no LSP, no I/O, so the card is cheap to make on every hover.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from kernel_lsp.contracts.profile_report import KernelProfile, Metric, ProfileHint
 from kernel_lsp.verify.verdict import readable_ms
 from profilers.ncu import SPEED_OF_LIGHT
 from profilers.roofline import MEMORY_UNITS, Ceilings, KernelPoint
@@ -26,7 +27,7 @@ _SENTENCE_END = re.compile(r"(?<=[a-z0-9)][.!?])\s*(?=[A-Z])")
 @dataclass(frozen=True)
 class CardFacts:
     kernel: str
-    profile: dict[str, Any] | None = None  # KernelProfile
+    profile: KernelProfile | None = None
     ceilings: Ceilings | None = None
     point: KernelPoint | None = None
     resources: tuple[dict[str, Any], ...] = ()  # ptxas-resources data["resources"] entries
@@ -69,7 +70,7 @@ def _card(facts: CardFacts) -> str:
         blocks.append(f"_{facts.no_profile}_")
         return "\n\n".join(blocks)
     blocks += [line for line in (roofline_line(profile, facts.ceilings, facts.point),
-                                 hints_block(profile.get("findings") or []),
+                                 hints_block(profile.findings),
                                  occupancy_line(profile, facts.resources)) if line]
     if facts.chart_uri:
         blocks.append(f"![roofline of {facts.kernel}]({facts.chart_uri})")
@@ -78,25 +79,25 @@ def _card(facts: CardFacts) -> str:
     return "\n\n".join(blocks)
 
 
-def header(kernel: str, profile: dict[str, Any] | None) -> str:
+def header(kernel: str, profile: KernelProfile | None) -> str:
     parts = [f"**{kernel}**"]
-    if profile is not None and profile.get("duration_ms") is not None:
-        parts.append(readable_ms(float(profile["duration_ms"])))
-    if profile is not None and profile.get("bound"):
-        parts.append(f"{profile['bound']} bound")
+    if profile is not None and profile.duration_ms is not None:
+        parts.append(readable_ms(profile.duration_ms))
+    if profile is not None and profile.bound:
+        parts.append(f"{profile.bound} bound")
     return " · ".join(parts)
 
 
 # --- roofline -------------------------------------------------------------------------------------------
 
-def roofline_line(profile: dict[str, Any], ceilings: Ceilings | None, point: KernelPoint | None) -> str:
+def roofline_line(profile: KernelProfile, ceilings: Ceilings | None, point: KernelPoint | None) -> str:
     """Where the kernel sits: throughputs of peak, arithmetic intensity against the ridge, achieved vs ceiling."""
     parts = [part for part in (throughputs(profile), intensity(point, ceilings), achieved(point, ceilings)) if part]
     return "roofline: " + " · ".join(parts) if parts else ""
 
 
-def throughputs(profile: dict[str, Any]) -> str:
-    sol = (profile.get("metrics") or {}).get(SPEED_OF_LIGHT) or {}
+def throughputs(profile: KernelProfile) -> str:
+    sol = profile.metrics.sections.get(SPEED_OF_LIGHT) or {}
     memory, compute = _number(sol.get("Memory Throughput")), _number(sol.get("Compute (SM) Throughput"))
     if memory is None or compute is None:
         return ""
@@ -137,33 +138,33 @@ def percent(value: float, of: float) -> str:
 
 # --- hints ----------------------------------------------------------------------------------------------
 
-def top_hints(findings: list[dict[str, Any]], count: int = TOP_HINTS) -> list[dict[str, Any]]:
+def top_hints(findings: list[ProfileHint], count: int = TOP_HINTS) -> list[ProfileHint]:
     """The findings with the largest estimated gains, one per code; kernel-wide gains before ncu's local ones."""
-    def rank(f: dict[str, Any]) -> tuple[bool, bool, float]:
-        speedup = f.get("estimated_speedup")
-        return speedup is not None, f.get("speedup_type") in KERNEL_WIDE, speedup or 0.0
+    def rank(f: ProfileHint) -> tuple[bool, bool, float]:
+        speedup = f.estimated_speedup
+        return speedup is not None, f.speedup_type in KERNEL_WIDE, speedup or 0.0
 
-    best: dict[str, dict[str, Any]] = {}
+    best: dict[str, ProfileHint] = {}
     for finding in sorted(findings, key=rank, reverse=True):
-        best.setdefault(finding["code"], finding)
+        best.setdefault(finding.code, finding)
     return list(best.values())[:count]
 
 
-def hints_block(findings: list[dict[str, Any]]) -> str:
+def hints_block(findings: list[ProfileHint]) -> str:
     chosen = top_hints(findings)
     if not chosen:
         return "no hints"
-    lines = [f"{i}. `{f['code']}` {gain(f)}: {short_message(f['message'])}" for i, f in enumerate(chosen, 1)]
-    rest = len({f["code"] for f in findings}) - len(chosen)
+    lines = [f"{i}. `{f.code}` {gain(f)}: {short_message(f.message)}" for i, f in enumerate(chosen, 1)]
+    rest = len({f.code for f in findings}) - len(chosen)
     more = f"\n\n{rest} more as diagnostics" if rest > 0 else ""
     return "top hints:\n\n" + "\n".join(lines) + more
 
 
-def gain(finding: dict[str, Any]) -> str:
-    speedup = finding.get("estimated_speedup")
+def gain(finding: ProfileHint) -> str:
+    speedup = finding.estimated_speedup
     if speedup is None:
         return "(gain not estimated)"
-    kind = finding.get("speedup_type")
+    kind = finding.speedup_type
     scope = " of one unit's time" if kind == "local" else ""
     return f"(est. gain {speedup:.3g}%{scope})"
 
@@ -176,12 +177,12 @@ def short_message(message: str) -> str:
 
 # --- registers and occupancy ----------------------------------------------------------------------------
 
-def occupancy_line(profile: dict[str, Any], resources: tuple[dict[str, Any], ...]) -> str:
+def occupancy_line(profile: KernelProfile, resources: tuple[dict[str, Any], ...]) -> str:
     parts = []
-    if profile.get("registers") is not None:
-        parts.append(f"{profile['registers']} registers/thread")
-    if profile.get("occupancy_pct") is not None:
-        parts.append(f"achieved occupancy {profile['occupancy_pct']:.1f}%")
+    if profile.registers is not None:
+        parts.append(f"{profile.registers} registers/thread")
+    if profile.occupancy_pct is not None:
+        parts.append(f"achieved occupancy {profile.occupancy_pct:.1f}%")
     line = " · ".join(parts)
     ptxas = resources_line(resources)
     return "\n\n".join(p for p in (line, ptxas) if p)
@@ -194,7 +195,7 @@ def resources_line(resources: tuple[dict[str, Any], ...]) -> str:
     return "; ".join(dict.fromkeys(entries))  # one kernel compiled twice for an arch (two findings) reads once
 
 
-def _number(metric: Any) -> float | None:
-    """A metrics_by_section entry ({"value", "unit"}) as a number."""
-    value = metric.get("value") if isinstance(metric, dict) else None
+def _number(metric: Metric | None) -> float | None:
+    """An ncu metric's value when it is a number (ncu prints some as text)."""
+    value = metric.value if metric is not None else None
     return float(value) if isinstance(value, (int, float)) else None

@@ -1,6 +1,6 @@
 """Profiles in the editor: hover cards on kernel names, hint diagnostics, and the "Profile this kernel" action.
 
-Profiles (KernelProfiles of the profiling contract) are kept in memory per kernel base name for this server's
+Profiles (KernelProfiles of contracts.profile_report) are kept in memory per kernel base name for this server's
 workspace. They come from `kernel-lsp.importProfile` [details CSV, raw CSV?] (an `ncu --csv` export read here: no
 worker, no GPU) or from `kernel-lsp.profile` [uri, kernel] (the code action), which runs the worker's "profile" job;
 the static profile of a `.cu` file (ptxas and SASS, all a `.cu` gets) runs in the server itself, in one of the
@@ -28,12 +28,19 @@ from lsprotocol import types
 
 from kernel_lsp.compile.units import CUDA_SUFFIXES
 from kernel_lsp.config import cache_dir
-from kernel_lsp.contracts.profile_report import NOTE_CODES, ProfileProblem
+from kernel_lsp.contracts.codec import encode
+from kernel_lsp.contracts.profile_report import NOTE_CODES, KernelProfile, ProfileProblem, ProfileReport
 from kernel_lsp.findings import Finding, Position, uri_to_path
 from kernel_lsp.jobs.cache import ResultCache
 from kernel_lsp.kinds.profile import profile_job, profile_options
 from kernel_lsp.profile.locations import Location, kernel_locations
-from kernel_lsp.profile.report import problem_messages, profile_findings, report_problems, summary_line
+from kernel_lsp.profile.report import (
+    imported_report,
+    problem_messages,
+    profile_findings,
+    received_report,
+    summary_line,
+)
 from kernel_lsp.profile.static import CHECK_POINTER
 from kernel_lsp.profile.program import has_main
 from kernel_lsp.profile.worker_job import CUDA_FILE, static_result
@@ -42,7 +49,6 @@ from kernel_lsp.server.convert import STALE, OpenDocument, ago, command_action, 
 from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.feature import Feature
 from kernel_lsp.server.hover_card import NO_PROFILE, CardFacts, hover_card
-from kernel_lsp.profile.report import imported_report
 from kernel_lsp.server.profile_report import ceilings_from, point_from
 from kernel_lsp.server.settings import SettingsManager
 from kernel_lsp.server.work_progress import WorkProgress
@@ -69,7 +75,7 @@ STATIC_SOURCE = "static: ptxas and SASS, no GPU run"
 
 @dataclass(frozen=True)
 class ProfiledKernel:
-    profile: dict[str, Any]  # KernelProfile
+    profile: KernelProfile
     ceilings: Ceilings | None
     point: KernelPoint | None
     chart: Path | None
@@ -224,10 +230,11 @@ class ProfileFeature(Feature):
             self._progress.end(token, "cancelled")
             raise
         text = document.source if document else None
-        outcome = await self._outcome(uri, result, text)
-        if outcome["status"] != "unavailable" and outcome.get("kernels"):
-            await self._remember(path, reference, text, result)
-        self._keep_energy(uri, result, text)
+        report = received_report(result.metrics.get("profile")) if result.status == "ok" else None  # read once
+        outcome = await self._outcome(uri, result, report, text)
+        if report is not None and outcome.get("kernels"):
+            await self._remember(path, reference, text, report)
+        self._keep_energy(uri, report, text)
         self._progress.end(token, outcome["message"])
         return outcome
 
@@ -256,24 +263,23 @@ class ProfileFeature(Feature):
         ratio = f" ({candidate / reference:.2g}× the reference's)" if reference else ""
         return f"{candidate:.3g} mJ/call{ratio}"
 
-    def _keep_energy(self, uri: str, result: Result, text: str | None) -> None:
-        report = (result.metrics.get("profile") or {}) if result.status == "ok" else {}
-        candidate = (report.get("energy") or {}).get("mj_per_call")
-        reference = (report.get("reference_energy") or {}).get("mj_per_call")
-        if isinstance(candidate, int | float) and candidate > 0:
-            self._energy[uri] = (text, float(candidate), float(reference) if isinstance(reference, int | float)
-                                 and reference > 0 else None)
+    def _keep_energy(self, uri: str, report: ProfileReport | None, text: str | None) -> None:
+        candidate = report.energy if report is not None else None
+        if candidate is not None and candidate.mj_per_call > 0:
+            reference = report.reference_energy
+            self._energy[uri] = (text, candidate.mj_per_call, reference.mj_per_call if reference is not None
+                                 and reference.mj_per_call > 0 else None)
             self._refresh_lenses()
 
     # --- profiles -------------------------------------------------------------------------------------------
 
-    async def _outcome(self, uri: str, result: Result, text: str | None) -> dict[str, Any]:
-        if result.status != "ok":
+    async def _outcome(self, uri: str, result: Result, report: ProfileReport | None,
+                       text: str | None) -> dict[str, Any]:
+        if report is None:
             return self._unavailable(uri, f"profiling did not finish ({result.status}): "
                                           f"{result.error or 'no reason given'}")
-        report = result.metrics.get("profile") or {}
-        kept = await self._keep(report, _source_label(report), uri, text) if report.get("kernels") else []
-        said = report_problems(report)
+        kept = await self._keep(report, _source_label(report), uri, text) if report.kernels else []
+        said = report.problems
         problems = [_in_the_editor(p.message) for p in said]
         notes = [_in_the_editor(p.message) for p in said if p.code in NOTE_CODES]  # asked for here: no warning
         warnings = [_in_the_editor(p.message) for p in said if p.code not in NOTE_CODES]
@@ -281,24 +287,24 @@ class ProfileFeature(Feature):
             self._tell_user(f"kernel-lsp: profile: {'; '.join(warnings)}")
         if notes:
             self._tell_user(f"kernel-lsp: profile: {'; '.join(notes)}", types.MessageType.Info)
-        status = "ok" if report.get("source") == "ncu" and kept else "not-profiled"
-        message = str(result.metrics.get("summary") or (summary_line(report) if report else "no report"))
-        return {"uri": uri, "status": status, "source": report.get("source"), "kernels": kept,
+        status = "ok" if report.source == "ncu" and kept else "not-profiled"
+        message = str(result.metrics.get("summary") or summary_line(report))
+        return {"uri": uri, "status": status, "source": report.source, "kernels": kept,
                 "problems": problems, "message": message}
 
     def _unavailable(self, uri: str, message: str) -> dict[str, Any]:
         self._tell_user(f"kernel-lsp: {message}")
         return {"uri": uri, "status": "unavailable", "message": message}
 
-    async def _keep(self, report: dict[str, Any], source: str, uri: str | None = None,
+    async def _keep(self, report: ProfileReport, source: str, uri: str | None = None,
                     text: str | None = None) -> list[str]:
         """Each kernel's profile replaces the one before it; charts are drawn now so hovers only read."""
         ceilings = ceilings_from(report)
         arrived = {}
-        for profile in report.get("kernels") or []:
+        for profile in report.kernels:
             point = point_from(profile)
             chart = await asyncio.to_thread(self._draw_chart, ceilings, point)
-            arrived[profile["kernel"]] = ProfiledKernel(profile, ceilings, point, chart, source, uri, text)
+            arrived[profile.kernel] = ProfiledKernel(profile, ceilings, point, chart, source, uri, text)
         self._kernels.update(arrived)  # all at once: a publish meanwhile never shows half a report
         self.republish()
         return list(arrived)
@@ -349,22 +355,21 @@ class ProfileFeature(Feature):
             return None
         return hashlib.sha256(f"{REMEMBERED}\0{job.content_hash}".encode()).hexdigest()
 
-    async def _remember(self, path: Path, reference: Path | None, text: str | None, result: Result) -> None:
+    async def _remember(self, path: Path, reference: Path | None, text: str | None, report: ProfileReport) -> None:
         """The kernels just profiled, added to those kept for the same text (profiling one kernel, then another,
-        keeps both)."""
+        keeps both). On disk the report is its wire form; an entry of another version keeps the kernels it can."""
         disk = self._results.disk if self._results is not None else None
-        report = result.metrics.get("profile") or {}
-        if disk is None or not report.get("kernels"):
+        if disk is None or not report.kernels:
             return
         key = await asyncio.to_thread(self._memory_key, path, reference, text)  # reads the files: off the loop
         if key is None:
             return
         earlier = disk.get(key) or {}
-        kept = {k["kernel"]: k for k in (earlier.get("report") or {}).get("kernels") or []
-                if earlier.get("kind") == REMEMBERED and isinstance(k, dict) and "kernel" in k}
-        kept.update({k["kernel"]: k for k in report["kernels"]})
+        before = received_report(earlier.get("report")).kernels if earlier.get("kind") == REMEMBERED else []
+        kept = {k.kernel: k for k in before}
+        kept.update({k.kernel: k for k in report.kernels})
         disk.put(key, {"kind": REMEMBERED, "at": time.time(), "source": _source_label(report),
-                       "report": {**report, "kernels": list(kept.values())}})
+                       "report": encode(dataclasses.replace(report, kernels=list(kept.values())))})
 
     async def _restore(self, uri: str, text: str) -> None:
         """On open: the profiles kept on disk for exactly this text (after a restart) are shown again, with their
@@ -378,11 +383,11 @@ class ProfileFeature(Feature):
             value = disk.get(key) if key else None
             if not value or value.get("kind") != REMEMBERED:
                 return
-            report = value["report"]
-            fresh = {k["kernel"]: k for k in report["kernels"] if k["kernel"] not in self._kernels}
+            report = received_report(value["report"])
+            fresh = {k.kernel: k for k in report.kernels if k.kernel not in self._kernels}
             if fresh:
                 source = f"{value['source']} · profiled {ago(time.time() - float(value['at']))}"
-                await self._keep({**report, "kernels": list(fresh.values())}, source, uri, text)
+                await self._keep(dataclasses.replace(report, kernels=list(fresh.values())), source, uri, text)
         except (KeyError, TypeError, ValueError, OSError) as exc:  # an entry of another layout: profiled again
             log.info("no remembered profile for %s: %s", uri, exc)
 
@@ -404,9 +409,9 @@ class ProfileFeature(Feature):
                      if name in self._kernels}
         if not locations:
             return []
-        report = {"kernels": [self._kernels[name].profile for name in locations]}
+        kernels = [self._kernels[name].profile for name in locations]
         settings, here = self.settings.settings, path.resolve()
-        return [dataclasses.replace(f, uri=uri) for f in profile_findings(report, locations, str(path), {str(path): text})
+        return [dataclasses.replace(f, uri=uri) for f in profile_findings(kernels, locations, str(path), {str(path): text})
                 if _path_of(f.uri) == here and not settings.is_ignored(f.code)]
 
     # --- kernels in documents -------------------------------------------------------------------------------
@@ -457,17 +462,16 @@ class ProfileFeature(Feature):
         return path if path.is_absolute() or workspace is None else workspace / path
 
 
-def _read_import(details: Path, raw: Path | None) -> dict[str, Any]:
+def _read_import(details: Path, raw: Path | None) -> ProfileReport:
     raw_text = raw.read_text(encoding="utf-8", errors="replace") if raw is not None else None
     return imported_report(details.read_text(encoding="utf-8", errors="replace"), raw_text)
 
 
-def _source_label(report: dict[str, Any]) -> str:
+def _source_label(report: ProfileReport) -> str:
     """Where a job's profile came from, for the card: "ncu on NVIDIA H200", or a static profile said plainly."""
-    source = report.get("source", "ncu")
-    if source == "static":
+    if report.source == "static":
         return STATIC_SOURCE
-    return f"{source} on {report['gpu']}" if report.get("gpu") else source
+    return f"{report.source} on {report.gpu}" if report.gpu else report.source
 
 
 def _profile_args(args: tuple[Any, ...]) -> tuple[str | None, str | None]:

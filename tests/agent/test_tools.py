@@ -10,6 +10,18 @@ import pytest
 
 from kernel_lsp.agent.tools import Workbench, apply_line_edits, kernel_structure, static_feedback
 from kernel_lsp.config import Settings
+from kernel_lsp.contracts.codec import encode
+from kernel_lsp.contracts.profile_report import (
+    EnergyReading,
+    KernelMetrics,
+    KernelProfile,
+    ProfileHint,
+    ProfileIsolation,
+    ProfileProblem,
+    ProfileReport,
+    PtxasFigures,
+    SassSummary,
+)
 from kernel_lsp.findings import Finding, Range, Severity
 from kernel_lsp.profile.worker_job import ON_CPU
 from kernel_lsp.worker.protocol import Job, Result
@@ -18,6 +30,18 @@ from tests.problems import relu_problem, triton_relu, verified_report_wire
 REFERENCE = relu_problem()
 
 TRITON = triton_relu(64)
+
+
+def energy(mj_per_call: float) -> EnergyReading:
+    return EnergyReading(mj_per_call=mj_per_call, calls=100, seconds=1.0, how="NVML")
+
+
+RELU_PROFILE = ProfileReport(  # a GPU run's: relu_kernel memory bound, both energies read
+    source="ncu", gpu=None, ceilings=None, reference_kernels=[], problems=[],
+    kernels=[KernelProfile(kernel="relu_kernel", name="relu_kernel", id=0, bound="memory", metrics=KernelMetrics(),
+                           findings=[], registers=None)],
+    energy=energy(40.0), isolation=ProfileIsolation(files="isolated", network="isolated", ncu="isolated"),
+    reference_energy=energy(50.0))
 
 
 class RecordingWorker:
@@ -32,10 +56,7 @@ class RecordingWorker:
         self.files_left.append(Path(job.config["origins"][job.config["candidate"]]).exists())
         report = verified_report_wire(eager=0.5, median_ms=2.0)
         if job.kind == "profile":
-            return Result("ok", metrics={"profile": {"kernels": [{"name": "relu_kernel", "bound": "memory",
-                                                                  "findings": []}], "problems": [],
-                                                     "energy": {"mj_per_call": 40.0, "calls": 100},
-                                                     "reference_energy": {"mj_per_call": 50.0, "calls": 100}}})
+            return Result("ok", metrics={"profile": encode(RELU_PROFILE)})
         return Result("ok", metrics={"verdict": "verified", "summary": "correct 2/2", "report": report})
 
 
@@ -225,12 +246,13 @@ async def test_static_facts_asks_the_worker_for_the_static_profile(bench):
     assert job.kind == "profile" and job.config["device"] == "cpu" and result.worker_jobs == 1
     answer = json.loads(result.content)
     assert answer["ok"] and answer["kernels"][0]["name"] == "relu_kernel" and answer["problems"] == []
-    static = {"kernels": [{"name": "k", "metrics": {"ptxas": {"registers": 40, "spill_stores": 8}},
-                           "sass": {"local_loads": 3}, "line": 12,
-                           "findings": [{"code": "hint-local-memory", "line": 14, "message": "spills",
-                                         "estimated_speedup": 0.2}]}],
-              "problems": [{"code": ON_CPU.code, "message": ON_CPU.message},
-                           {"code": "profile-no-sass", "message": "no SASS for cuda.cu"}]}
+    sass = SassSummary(arch="sm_90", instructions=100, global_loads={}, global_stores={}, local_loads=3,
+                       local_stores=0, shared_loads=0, shared_stores=0, tensor_core={}, fma=0, loops=1, line_info=True)
+    kernel = KernelProfile(kernel="k", name="k", id=0, bound=None, registers=40, sass=sass, line=12,
+                           metrics=KernelMetrics(ptxas=PtxasFigures("sm_90", 40, 0, 8, 0, 0, 0)),
+                           findings=[ProfileHint("hint-local-memory", "information", "spills", 0.2, None, line=14)])
+    static = ProfileReport(source="static", gpu=None, ceilings=None, kernels=[kernel], reference_kernels=[],
+                           problems=[ON_CPU, ProfileProblem("profile-no-sass", "no SASS for cuda.cu")])
     shown = static_feedback(static)
     assert shown["kernels"][0]["ptxas"]["spill_stores"] == 8 and shown["kernels"][0]["hints"][0]["line"] == 14
     assert shown["problems"] == ["no SASS for cuda.cu"]  # the device note the tool asked for is no news

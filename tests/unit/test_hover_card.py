@@ -6,6 +6,8 @@ import re
 
 import pytest
 
+from kernel_lsp.contracts.codec import encode
+from kernel_lsp.contracts.profile_report import KernelMetrics, KernelProfile, ProfileHint, ProfileReport
 from kernel_lsp.server.hover_card import (
     NO_PROFILE,
     CardFacts,
@@ -28,29 +30,30 @@ PTXAS = {"name": "smem_conflict(float *)", "arch": "sm_90", "registers": 32, "st
 
 
 @pytest.fixture(scope="module")
-def report() -> dict:
+def report() -> ProfileReport:
     return imported_report((FIXTURES / "ncu_details.csv").read_text(), (FIXTURES / "ncu_raw.csv").read_text())
 
 
-def facts(report: dict, kernel: str, **extra) -> CardFacts:
-    profile = next(k for k in report["kernels"] if k["kernel"] == kernel)
+def facts(report: ProfileReport, kernel: str, **extra) -> CardFacts:
+    profile = next(k for k in report.kernels if k.kernel == kernel)
     return CardFacts(kernel, profile, ceilings_from(report), point_from(profile), **extra)
 
 
-def test_import_with_the_raw_page_has_ceilings_and_one_profile_per_kernel(report: dict):
-    assert report["source"] == "import-csv" and report["gpu"] == "NVIDIA H200" and not report["problems"]
-    assert [k["kernel"] for k in report["kernels"]] == ["vec_add", "transpose_read_uncoalesced", "smem_conflict",
-                                                        "divergent", "spills", "tiny_grid", "matmul_naive"]
+def test_import_with_the_raw_page_has_ceilings_and_one_profile_per_kernel(report: ProfileReport):
+    wire = encode(report)
+    assert wire["source"] == "import-csv" and wire["gpu"] == "NVIDIA H200" and not wire["problems"]
+    assert [k["kernel"] for k in wire["kernels"]] == ["vec_add", "transpose_read_uncoalesced", "smem_conflict",
+                                                      "divergent", "spills", "tiny_grid", "matmul_naive"]
     assert round(ceilings_from(report).dram_bandwidth_gbs) == 4809
 
 
 def test_import_without_the_raw_page_says_the_roofline_needs_it():
-    report = imported_report((FIXTURES / "ncu_details.csv").read_text())
+    report = encode(imported_report((FIXTURES / "ncu_details.csv").read_text()))
     assert report["ceilings"] is None and report["problems"] == [{"code": NO_CEILINGS.code,
                                                                    "message": NO_CEILINGS.message}]
 
 
-def test_card_of_a_profiled_kernel(report: dict):
+def test_card_of_a_profiled_kernel(report: ProfileReport):
     card = hover_card(facts(report, "smem_conflict", resources=(PTXAS,), verify_summary="correct 5/5 · 1.84× eager",
                             chart_uri="file:///cache/charts/smem.svg", source="import-csv ncu_details.csv"))
     assert card.startswith("**smem_conflict** · 153 µs · memory bound")
@@ -66,7 +69,7 @@ def test_card_of_a_profiled_kernel(report: dict):
     assert card.endswith("_profile: import-csv ncu_details.csv_")
 
 
-def test_card_of_a_small_grid_names_the_hint(report: dict):
+def test_card_of_a_small_grid_names_the_hint(report: ProfileReport):
     card = hover_card(facts(report, "tiny_grid"))
     assert "latency bound" in card and "`hint-small-grid` (est. gain 97%): 4 blocks on 132 SMs" in card
 
@@ -80,22 +83,21 @@ def test_card_without_a_profile_shows_resources_and_how_to_profile():
 def test_roofline_line_with_flop_counters_compares_against_the_attainable_roof():
     ceilings = Ceilings("GPU", dram_bandwidth_gbs=1000.0, fp32_tflops=50.0, tensor_tflops=None, how="test")
     point = KernelPoint("k", duration_s=1e-3, dram_bytes=1e9, flops=4e9, bytes_from="", flops_from="")
-    line = roofline_line({}, ceilings, point)  # 4 FLOP/B under a ridge of 50: the roof is 4 TFLOP/s
+    profile = KernelProfile(kernel="k", name="k", id=0, bound=None, metrics=KernelMetrics(), findings=[], registers=None)
+    line = roofline_line(profile, ceilings, point)  # 4 FLOP/B under a ridge of 50: the roof is 4 TFLOP/s
     assert line == "roofline: arithmetic intensity 4 FLOP/B (ridge 50) · 4 of 4 TFLOP/s attainable (100.0%)"
 
 
 def test_top_hints_rank_kernel_wide_gains_first_and_keep_one_per_code():
-    findings = [{"code": "a", "estimated_speedup": 99.0, "speedup_type": "local", "message": ""},
-                {"code": "b", "estimated_speedup": 40.0, "speedup_type": "global", "message": ""},
-                {"code": "b", "estimated_speedup": 60.0, "speedup_type": "global", "message": ""},
-                {"code": "c", "estimated_speedup": None, "speedup_type": None, "message": ""},
-                {"code": "d", "estimated_speedup": 10.0, "speedup_type": "estimate", "message": ""}]
-    assert [(f["code"], f["estimated_speedup"]) for f in top_hints(findings)] == [("b", 60.0), ("d", 10.0), ("a", 99.0)]
+    findings = [ProfileHint("a", "hint", "", 99.0, "local"), ProfileHint("b", "hint", "", 40.0, "global"),
+                ProfileHint("b", "hint", "", 60.0, "global"), ProfileHint("c", "hint", "", None, None),
+                ProfileHint("d", "hint", "", 10.0, "estimate")]
+    assert [(f.code, f.estimated_speedup) for f in top_hints(findings)] == [("b", 60.0), ("d", 10.0), ("a", 99.0)]
 
 
 def test_gain_says_when_it_is_local_or_unknown():
-    assert gain({"estimated_speedup": 95.0, "speedup_type": "local"}) == "(est. gain 95% of one unit's time)"
-    assert gain({"estimated_speedup": None}) == "(gain not estimated)"
+    assert gain(ProfileHint("x", "hint", "", 95.0, "local")) == "(est. gain 95% of one unit's time)"
+    assert gain(ProfileHint("x", "hint", "", None, None)) == "(gain not estimated)"
 
 
 def test_short_message_keeps_the_first_sentence_and_caps_it():
@@ -104,7 +106,7 @@ def test_short_message_keeps_the_first_sentence_and_caps_it():
     assert len(long) == 180 and long.endswith("…")
 
 
-def test_card_says_each_line_once(report: dict):
+def test_card_says_each_line_once(report: ProfileReport):
     """Two ptxas-resources findings with the same figures (one kernel instantiated twice) and the verify summary
     also in a hint: the card shows each line once."""
     card = hover_card(facts(report, "smem_conflict", resources=(PTXAS, dict(PTXAS)),

@@ -139,10 +139,13 @@ def test_a_verify_outcome_reads_each_way_a_job_can_end():
     assert odd.verdict == "unavailable" and odd.report is None
 
 
-def test_a_profile_outcome_keeps_the_report_when_its_summary_cannot_be_made():
+def test_a_profile_outcome_keeps_what_it_reads_of_a_report_in_another_form():
     partial = {"kernels": [{"name": "k"}], "problems": []}  # no source: a worker of another version
     outcome = profile.ProfileOutcome.of(Result("ok", [], {"profile": partial}))
-    assert outcome.report == partial and outcome.error is None and "without its summary" in outcome.summary
+    assert outcome.report is not None and outcome.error is None and outcome.report.kernels == []
+    (broken,) = outcome.report.problems  # said, not raised: the reader goes on
+    assert broken.code == "profile-contract" and ".source: missing" in broken.message
+    assert ".kernels[0].kernel: missing" in broken.message and "another version" in outcome.summary
     failed = profile.ProfileOutcome.of(Result("failed", [], {}, {}, "ncu crashed"))
     assert failed.report is None and failed.error == "the profile job failed: ncu crashed"
 

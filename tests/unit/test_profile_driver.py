@@ -123,15 +123,17 @@ def test_a_candidate_that_fails_is_reported_as_its_own_failure(tmp_path: Path):
 
 
 def test_what_the_candidates_process_says_is_checked_for_shape(tmp_path: Path):
+    from kernel_lsp.contracts.codec import encode
     from kernel_lsp.profile.measure import checked_energy, checked_kernels, checked_libraries
 
     reading = {"mj_per_call": 1.5, "calls": 10, "seconds": 1.0, "how": "NVML"}
-    assert checked_energy(reading) == reading
+    assert encode(checked_energy(reading)) == reading
     for forged in ("1.5", {"mj_per_call": "x", "calls": 1, "seconds": 1}, {"mj_per_call": float("nan"), "calls": 1,
                                                                            "seconds": 1}, {"calls": 1}, None):
         assert checked_energy(forged) is None
     kernel = {"name": "k", "device_ms": 0.5, "calls": 1}
-    assert checked_kernels([kernel, {"name": 3}, "k", {"name": "x", "device_ms": "1", "calls": 1}]) == [kernel]
+    checked = checked_kernels([kernel, {"name": 3}, "k", {"name": "x", "device_ms": "1", "calls": 1}])
+    assert [encode(k) for k in checked] == [kernel]
     assert checked_kernels({"name": "k"}) == []
     library = tmp_path / "ext.so"
     library.write_bytes(b"\x7fELF")

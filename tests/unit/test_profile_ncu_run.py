@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from kernel_lsp.contracts.codec import encode
 from kernel_lsp.contracts.options import ProfileOptions
 from kernel_lsp.kinds.profile import profile_job
 from kernel_lsp.profile.ncu_run import (
@@ -17,7 +18,7 @@ from kernel_lsp.profile.ncu_run import (
     profile_launches,
     profiling_command,
 )
-from kernel_lsp.profile.worker_job import ncu_report
+from kernel_lsp.profile.worker_job import measurements, ncu_report
 from profilers.ncu import (
     PERMISSION_DOCS,
     NcuFailed,
@@ -118,8 +119,10 @@ async def test_the_job_turns_an_ncu_failure_into_a_problem_and_profiles_its_own_
     measured = {"problems": [{"code": "profile-no-energy", "message": "no energy reading: test"}], "extensions": [],
                 "ceilings": None,
                 "gpu_state": {"name": "NVIDIA H200"}, "energy": None,
-                "reference_kernels": [{"name": "void at::native::add_kernel", "device_ms": 0.01, "calls": 1}]}
-    report, artifacts = await ncu_report(profile_job(candidate, None, {}), ProfileOptions(), measured)
+                "reference_kernels": [{"name": "void at::native::add_kernel", "device_ms": 0.01, "calls": 1}],
+                "reference_energy": None, "isolation": {"files": "isolated: test", "network": "isolated: test"}}
+    report, artifacts = await ncu_report(profile_job(candidate, None, {}), ProfileOptions(), measurements(measured))
+    report = encode(report)  # as the job's result carries it
     assert report["kernels"] == [] and artifacts == {}
     assert report["problems"][0] == {"code": "profile-no-energy", "message": "no energy reading: test"}
     failed = report["problems"][1]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from kernel_lsp.contracts.profile_report import ProfileProblem
+from kernel_lsp.contracts.codec import encode
+from kernel_lsp.contracts.profile_report import KernelProfile, ProfileHint, ProfileProblem
 from kernel_lsp.findings import Range, Severity
 from kernel_lsp.profile.locations import Location, kernel_locations
 from kernel_lsp.profile.report import (
@@ -37,8 +39,9 @@ def fixture(name: str) -> str:
     return (FIXTURES / name).read_text()
 
 
-def by_kernel(kernels: list[dict]) -> dict[str, dict]:
-    return {kernel["kernel"]: kernel for kernel in kernels}
+def by_kernel(kernels: list[KernelProfile]) -> dict[str, dict]:
+    """The kernels as the wire has them, by name."""
+    return {kernel.kernel: encode(kernel) for kernel in kernels}
 
 
 def codes(kernel: dict) -> set[str]:
@@ -67,22 +70,20 @@ def test_details_alone_still_name_local_memory_for_spills_and_give_the_launch_fa
 def test_sass_of_the_kernel_adds_the_sass_rules_hints_once():
     launches = {launch.base_name: launch for launch in parse_details_csv(fixture("ncu_details.csv"))}
     sass = {stats.base_name: stats for stats in parse_sass_stats(fixture("cuobjdump_sass.txt"))}
-    matmul = launch_profile(launches["matmul_naive"], sass=sass["matmul_naive"])
+    matmul = encode(launch_profile(launches["matmul_naive"], sass=sass["matmul_naive"]))
     assert "hint-no-tensor-cores" in codes(matmul) and matmul["sass"]["fma"] > 0
     assert matmul["sass"]["tensor_core"] == {}
-    spills = launch_profile(launches["spills"], sass=sass["spills"])
+    spills = encode(launch_profile(launches["spills"], sass=sass["spills"]))
     assert [f["code"] for f in spills["findings"]].count("hint-local-memory") == 1
 
 
 def test_findings_sit_on_their_line_else_on_the_kernel_name_and_are_never_errors(tmp_path: Path):
     kernels = imported_kernels(fixture("ncu_details.csv"))
-    kernels[0]["findings"].append({"code": "hint-spills", "severity": "warning", "message": "spills",
-                                   "estimated_speedup": None, "speedup_type": None,
-                                   "file": str(tmp_path / "k.cu"), "line": 12})
+    kernels[0].findings.append(ProfileHint("hint-spills", "warning", "spills", None, None, str(tmp_path / "k.cu"), 12))
     report = profile_report("import-csv", kernels)
     source = str(tmp_path / "kernels.cu")
     locations = kernel_locations({"kernels.cu": fixture("kernels.cu")}, {"kernels.cu": source})
-    findings = profile_findings(report, locations, source)
+    findings = profile_findings(report.kernels, locations, source)
     assert all(f.severity in (Severity.INFORMATION, Severity.HINT) for f in findings)
     spills = next(f for f in findings if f.code == "hint-spills")
     assert spills.range.start.line == 11 and spills.uri.endswith("/k.cu")
@@ -93,7 +94,7 @@ def test_findings_sit_on_their_line_else_on_the_kernel_name_and_are_never_errors
 
 def test_a_kernel_nowhere_in_the_files_goes_to_line_one_of_the_candidate(tmp_path: Path):
     report = profile_report("import-csv", imported_kernels(fixture("ncu_details.csv"))[:1])
-    findings = profile_findings(report, {"other": Location("x.cu", Range.line(3))}, str(tmp_path / "cand.py"))
+    findings = profile_findings(report.kernels, {"other": Location("x.cu", Range.line(3))}, str(tmp_path / "cand.py"))
     assert {f.range.start.line for f in findings} == {0} and findings[0].uri.endswith("/cand.py")
 
 
@@ -101,12 +102,12 @@ def test_summary_names_each_kernel_or_what_went_wrong():
     report = profile_report("ncu", imported_kernels(fixture("ncu_details.csv"))[:2], gpu="NVIDIA H200")
     assert summary_line(report).startswith("2 kernels (ncu on NVIDIA H200): vec_add memory bound 58.9 µs")
     empty = profile_report("ncu", [], problems=[ProfileProblem("profile-ncu-failed", "ncu is not on PATH")])
-    assert empty["problems"] == [{"code": "profile-ncu-failed", "message": "ncu is not on PATH"}]
+    assert encode(empty)["problems"] == [{"code": "profile-ncu-failed", "message": "ncu is not on PATH"}]
     assert summary_line(empty) == "no kernel profiled: ncu is not on PATH"
 
 
 def test_a_kernel_profiled_twice_gives_its_findings_once(tmp_path: Path):
     first = imported_kernels(fixture("ncu_details.csv"))[0]
-    report = profile_report("ncu", [first, {**first, "id": 7}])
-    findings = profile_findings(report, {}, str(tmp_path / "cand.py"))
-    assert len(findings) == len(first["findings"])
+    report = profile_report("ncu", [first, dataclasses.replace(first, id=7)])
+    findings = profile_findings(report.kernels, {}, str(tmp_path / "cand.py"))
+    assert len(findings) == len(first.findings)

@@ -156,12 +156,12 @@ async def test_a_program_is_profiled_live_with_its_kernels_on_its_lines(tmp_path
     outcome = ProfileOutcome.of(await program_profile(job, options, context))
     assert outcome.error is None, outcome.error
     report = outcome.report
-    assert report["source"] == "ncu", report["problems"]
+    assert report.source == "ncu", report.problems
     [profiling] = [shlex.split(line) for line in (stand_ins / "ncu").read_text().splitlines()
                    if "--import" not in line]
     assert profiling[-3:] == [str(Path(profiling[-3])), "--size", "4096"] and profiling[-3].endswith("/program")
     assert "--launch-count" in profiling and "-k" in profiling  # its own kernels only
-    recorded = [kernel["kernel"] for kernel in report["kernels"]]
+    recorded = [kernel.kernel for kernel in report.kernels]
     assert "vec_add" in recorded and "smem_conflict" in recorded, recorded
     written = path.read_text().splitlines()
     hints = [f for f in outcome.findings if f.code.startswith("hint-")]
@@ -170,5 +170,5 @@ async def test_a_program_is_profiled_live_with_its_kernels_on_its_lines(tmp_path
         kernel = finding.message.split(":", 1)[0]
         assert f" {kernel}(" in written[finding.range.start.line], (kernel, finding.range.start.line)
     # the stand-in binary has no device code: the SASS rules say why they are missing, the profile stands
-    assert any(problem.startswith("no SASS of") for problem in problem_messages(report)), report["problems"]
+    assert any(problem.startswith("no SASS of") for problem in problem_messages(report)), report.problems
     assert said[:2] == ["building kernels.cu with nvcc", "running kernels.cu"], said

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernel_lsp.contracts.profile_report import EnergyReading, ProfileReport
 from kernel_lsp.server.verify_feature import STALE, VerifyFeature, VerifyRun
 
 URI = "file:///w/candidate.py"
@@ -16,6 +17,14 @@ class Document:
     uri: str
     source: str
     version: int = 1
+
+
+def profiled(mj_per_call: float | None, reference_mj_per_call: float | None = None) -> ProfileReport:
+    """A profile's report with the energies it read (None: none)."""
+    def reading(mj: float | None) -> EnergyReading | None:
+        return EnergyReading(mj_per_call=mj, calls=10, seconds=1.0, how="NVML") if mj is not None else None
+    return ProfileReport(source="ncu", gpu=None, ceilings=None, kernels=[], reference_kernels=[], problems=[],
+                         energy=reading(mj_per_call), reference_energy=reading(reference_mj_per_call))
 
 
 def feature(documents: dict, lens_notes=lambda _uri, _text: []) -> VerifyFeature:
@@ -50,7 +59,6 @@ def test_the_verify_lens_shows_the_energy_a_profile_of_the_same_text_read(tmp_pa
     """ProfileFeature keeps the energy per call of the last profile (NVML, on a GPU) with the text it profiled;
     the verify lens shows it after a result for that same text, and drops it once the text changes."""
     from kernel_lsp.server.profile_feature import ProfileFeature
-    from kernel_lsp.worker.protocol import Result
 
     documents = {URI: Document(URI, "text")}
     profiles = []  # the server asks each feature for its lens note; here the one profile feature
@@ -64,11 +72,10 @@ def test_the_verify_lens_shows_the_energy_a_profile_of_the_same_text_read(tmp_pa
     titles = lambda: [lens.command.title for lens in verify.code_lenses(URI)]  # noqa: E731
     assert titles() == ["correct 5/5 · 1.84× eager"]  # no profile yet
 
-    profile._keep_energy(URI, Result("ok", metrics={"profile": {"energy": {"mj_per_call": 41.23},
-                                                                "reference_energy": {"mj_per_call": 50.9}}}), "text")
+    profile._keep_energy(URI, profiled(41.23, 50.9), "text")
     assert refreshed == [True]
     assert titles() == ["correct 5/5 · 1.84× eager · 41.2 mJ/call (0.81× the reference's)"]
-    profile._keep_energy(URI, Result("ok", metrics={"profile": {"energy": None}}), "text")  # the CPU: no energy
+    profile._keep_energy(URI, profiled(None), "text")  # the CPU: no energy
     assert titles() == ["correct 5/5 · 1.84× eager · 41.2 mJ/call (0.81× the reference's)"]  # the last reading stays
 
     documents[URI] = Document(URI, "edited")
