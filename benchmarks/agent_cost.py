@@ -59,7 +59,7 @@ async def one_pass(folder: Path, caching: bool) -> dict[str, float]:
     settings = Settings()
     with FakeMessagesApi(script(), prompt_cache=True) as api:
         workbench = Workbench(folder / "relu.py", folder / "ref.py", TRITON, settings, WorkerClient(), OPTIONS, "b1")
-        model = ModelClient("bench-key", api.url, settings.agent_model, settings.agent_max_tokens, None,
+        model = ModelClient("bench-key", api.url, settings.agent.model, settings.agent.max_tokens, None,
                             max_retries=0, prompt_caching=caching)
         budget = Budget(model_calls=4 * EXPANSIONS + 1, evaluations=EXPANSIONS + 1)
         optimizer = Optimizer(model, workbench, budget, TrajectoryWriter(folder / "trajectories", "b1"), "cpu")
@@ -93,7 +93,7 @@ async def measure(repeat: int) -> list[tuple[str, str, str, str]]:
         rows.append((f"{label}: cache written / read per expansion", f"{figures['write']:,.0f} / {figures['read']:,.0f}",
                      "", ""))
         rows.append((f"{label}: priced in input tokens per expansion", f"{figures['priced']:,.0f}", "", ""))
-        rows.append((f"{label}: dollars for the pass ({Settings().agent_model})", f"${figures['dollars']:.3f}", "", ""))
+        rows.append((f"{label}: dollars for the pass ({Settings().agent.model})", f"${figures['dollars']:.3f}", "", ""))
     rows.append(("billed input, caching on vs off", f"{fewer:.0%} fewer", ">= 60% fewer",
                  "met" if fewer >= 0.6 else "NOT met"))
     return rows

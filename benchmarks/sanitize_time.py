@@ -57,7 +57,7 @@ def tool_seconds(outcome: SanitizeOutcome, limit_s: float) -> tuple[float | None
 
 def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--problem", action="append", default=[], help="a candidate's name (19_ReLU, 1_Square_matmul)")
-    parser.add_argument("--tool-timeout", type=float, default=Settings().sanitize_timeout_s)
+    parser.add_argument("--tool-timeout", type=float, default=Settings().sanitize.timeout_s)
 
 
 async def measure(repeat: int, options: argparse.Namespace) -> list[tuple[str, str, str, str]]:

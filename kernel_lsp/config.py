@@ -1,6 +1,8 @@
 """Typed settings, read from initializationOptions, workspace/configuration and [tool.kernel-lsp].
 
-Keys are camelCase in JSON (snake_case and kebab-case are accepted too, for pyproject.toml).
+Keys are camelCase in JSON (snake_case and kebab-case are accepted too, for pyproject.toml), one flat list of
+names; the code reads them in sections (`Settings.compile`, `.verify`, `.agent`, ...), each wire name placed by
+`WHERE`.
 An invalid value produces one problem message and the default is kept for that key. Values are structured by a
 cattrs converter (cattrs comes with lsprotocol) with strict hooks per type, then each setting's own checks.
 """
@@ -33,7 +35,9 @@ _ARCH_RE = re.compile(r"^(sm|compute)_\d+[a-z]?$")
 
 
 @dataclass(frozen=True)
-class Settings:
+class CompileSettings:
+    """The compile check: nvcc, the host compiler, clangd, when checks run and what they report."""
+
     nvcc_path: str = ""  # empty: PATH, then $CUDA_HOME/bin, then /usr/local/cuda/bin
     arch: tuple[str, ...] = ("sm_90",)
     extra_flags: tuple[str, ...] = ()
@@ -44,98 +48,215 @@ class Settings:
     torch_include_dirs: tuple[str, ...] = ()
     cutlass_include: str = ""  # empty: $CUTLASS_PATH/include, else the nvidia-cutlass package's headers
     debounce_ms: int = 500
-    compile_on_change: bool = True
-    compile_timeout_s: float = 120.0
-    max_parallel_compiles: int = 2
+    on_change: bool = True
+    timeout_s: float = 120.0
+    max_parallel: int = 2
     resource_usage: str = "codeLens"  # a lens per kernel; "both" adds an Information diagnostic
     checks: dict[str, bool] = field(default_factory=lambda: {name: True for name in CHECK_NAMES})
+
+
+@dataclass(frozen=True)
+class DiagnosticsSettings:
+    """What is published as diagnostics."""
+
     ignore: tuple[str, ...] = ()  # finding codes (or code prefixes ending in '*') never reported
-    max_diagnostics_per_file: int = 500  # at most this many per file: the most severe, one counting the rest; 0: all
-    worker: str = ""  # empty: a local worker started on the first job; or unix:PATH / tcp:HOST:PORT
-    worker_token_file: str = ""  # token for a tcp worker (else $KERNEL_LSP_TOKEN)
+    max_per_file: int = 500  # at most this many per file: the most severe, one counting the rest; 0: all
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """Where jobs run: the worker (local, unix, tcp) or a Ray pool, and their limits."""
+
+    address: str = ""  # empty: a local worker started on the first job; or unix:PATH / tcp:HOST:PORT
+    token_file: str = ""  # token for a tcp worker (else $KERNEL_LSP_TOKEN)
     job_timeout_s: float = DEFAULT_JOB_TIMEOUT_S  # a verification's sandbox gets 90% (contracts.options.verify_limits)
     max_frame_mib: int = 64
+    backend: str = "local"  # local: one worker (the worker setting); ray: a pool of Ray actors
+    ray_address: str = ""  # empty: a Ray instance started by kernel-lsp (or $RAY_ADDRESS); "auto" or HOST:PORT
+    ray_actors: int = 0  # 0: one actor per GPU of the cluster (2 CPU actors without GPUs)
+
+
+@dataclass(frozen=True)
+class VerifySettings:
+    """Verification: pairing candidates with references, the judge's options, when it runs."""
+
     references: dict[str, str] = field(default_factory=dict)  # candidate path or glob -> reference, workspace-relative
     kernelbench_roots: tuple[str, ...] = ()  # folders holding level<N>/ problems, workspace-relative or absolute
-    verify_on_save: bool = True
-    verify_device: str = _VERIFY.device  # auto: cuda when the worker has a GPU, else cpu
+    on_save: bool = True
+    device: str = _VERIFY.device  # auto: cuda when the worker has a GPU, else cpu
     trials: int = _VERIFY.trials
     timed_calls: int = _VERIFY.timed_calls
     warmup_calls: int = _VERIFY.warmup
     tolerances: dict[str, dict[str, float]] = field(default_factory=dict)  # dtype name -> {"atol", "rtol"}
     baselines: tuple[str, ...] = _VERIFY.baselines
     allowed_kernels: tuple[str, ...] = _VERIFY.allowed_kernels  # stock kernels a candidate may also run
-    verify_allow_network: bool = _VERIFY.allow_network  # a candidate's process may open sockets
+    allow_network: bool = _VERIFY.allow_network  # a candidate's process may open sockets
     require_isolation: bool = True  # the agent, bench and campaign refuse candidates when no sandbox can start
     hang_timeout_s: float = _VERIFY.hang_timeout_s  # plus 100x the reference's call per forward: it hangs
-    sanitize_after_verify: bool = False  # compute-sanitizer after a candidate's first verified run of new content
-    sanitize_tools: tuple[str, ...] = SANITIZER_TOOLS  # the tools a sanitize job runs, in this order
-    sanitize_timeout_s: float = 300.0  # per tool: a sanitized forward call is 10-100x slower than a plain one
-    agent_model: str = "claude-sonnet-4-5"
-    agent_max_tokens: int = 8192  # per model turn
-    agent_temperature: float | None = None  # None: the model's default (newer models refuse the parameter)
-    agent_thinking_budget: int = 0  # extended thinking's tokens per turn, on top of agent_max_tokens; 0: off
-    agent_prompt_caching: bool = True  # cache breakpoints: later turns read the conversation so far at 1/10 the price
-    agent_context_tokens: int = 60_000  # a conversation past this many prompt tokens is compacted; 0: never
-    agent_timeout_s: float = 120.0  # the longest silence from the model API, before or within an answer
-    agent_max_retries: int = 4  # per model turn, on 429, 5xx, 529 and lost connections
-    anthropic_api_key: str = field(default="", repr=False)  # empty: $ANTHROPIC_API_KEY; never logged
-    anthropic_base_url: str = ""  # empty: $ANTHROPIC_BASE_URL, else the SDK's default
-    agent_max_model_calls: int = 30
-    agent_max_total_tokens: int = 2_000_000
-    agent_max_dollars: float = 5.0
-    agent_input_price_per_mtok: float | None = None  # USD per million input tokens; None: the price table's
-    agent_output_price_per_mtok: float | None = None  # USD per million output tokens; None: the price table's
-    agent_max_wall_s: float = 1800.0
-    agent_max_evaluations: int = 40
-    agent_planning: bool = False  # a planning turn first: distinct strategies, one per branch
-    agent_objective: str = "speed"  # energy: the least energy per call among candidates of matched speed
-    agent_target: str = "auto"  # auto: the current candidate's language; cuda, triton, cute (C++), cute-dsl
-    agent_sanitize: bool = True  # compute-sanitizer on each verified candidate on a GPU: errors score zero
+    closed_files: bool = True  # verify closed candidates again when a file they depend on changes
+
+
+@dataclass(frozen=True)
+class SanitizeSettings:
+    """compute-sanitizer and kernel-lsp's shared-memory check."""
+
+    after_verify: bool = False  # compute-sanitizer after a candidate's first verified run of new content
+    tools: tuple[str, ...] = SANITIZER_TOOLS  # the tools a sanitize job runs, in this order
+    timeout_s: float = 300.0  # per tool: a sanitized forward call is 10-100x slower than a plain one
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """The optimization agent: the model, its budgets, what it writes and checks."""
+
+    model: str = "claude-sonnet-4-5"
+    max_tokens: int = 8192  # per model turn
+    temperature: float | None = None  # None: the model's default (newer models refuse the parameter)
+    thinking_budget: int = 0  # extended thinking's tokens per turn, on top of agent_max_tokens; 0: off
+    prompt_caching: bool = True  # cache breakpoints: later turns read the conversation so far at 1/10 the price
+    context_tokens: int = 60_000  # a conversation past this many prompt tokens is compacted; 0: never
+    timeout_s: float = 120.0  # the longest silence from the model API, before or within an answer
+    max_retries: int = 4  # per model turn, on 429, 5xx, 529 and lost connections
+    api_key: str = field(default="", repr=False)  # empty: $ANTHROPIC_API_KEY; never logged
+    base_url: str = ""  # empty: $ANTHROPIC_BASE_URL, else the SDK's default
+    max_model_calls: int = 30
+    max_total_tokens: int = 2_000_000
+    max_dollars: float = 5.0
+    input_price_per_mtok: float | None = None  # USD per million input tokens; None: the price table's
+    output_price_per_mtok: float | None = None  # USD per million output tokens; None: the price table's
+    max_wall_s: float = 1800.0
+    max_evaluations: int = 40
+    planning: bool = False  # a planning turn first: distinct strategies, one per branch
+    objective: str = "speed"  # energy: the least energy per call among candidates of matched speed
+    target: str = "auto"  # auto: the current candidate's language; cuda, triton, cute (C++), cute-dsl
+    sanitize: bool = True  # compute-sanitizer on each verified candidate on a GPU: errors score zero
     trajectory_dir: str = ""  # empty: trajectories/ in the worker's cache folder
+
+
+@dataclass(frozen=True)
+class WorkspaceSettings:
+    """The workspace's closed files: scanning, watching, caching."""
+
     watch: str = "auto"  # auto: the client's workspace/didChangeWatchedFiles where offered, else watchdog
-    workspace_check: bool = True  # compile-check closed kernel files of the workspace in the background
-    workspace_exclude: tuple[str, ...] = ()  # gitignore-style patterns never scanned, watched or checked
-    verify_closed_files: bool = True  # verify closed candidates again when a file they depend on changes
+    check: bool = True  # compile-check closed kernel files of the workspace in the background
+    exclude: tuple[str, ...] = ()  # gitignore-style patterns never scanned, watched or checked
     persistent_cache: bool = True  # keep compile results on disk, so a restart republishes without compiling
     max_queued_checks: int = 10_000  # background checks waiting at once; more are dropped, with a warning
-    backend: str = "local"  # local: one worker (the worker setting); ray: a pool of Ray actors
-    ray_address: str = ""  # empty: a Ray instance started by kernel-lsp (or $RAY_ADDRESS); "auto" or HOST:PORT
-    ray_actors: int = 0  # 0: one actor per GPU of the cluster (2 CPU actors without GPUs)
+
+# each setting's wire name (camelCase of the key, snake_case here) -> its section and field: what users write stays
+# one flat list, the code reads it grouped
+WHERE: dict[str, tuple[str, str]] = {
+    "nvcc_path": ("compile", "nvcc_path"), "arch": ("compile", "arch"), "extra_flags": ("compile", "extra_flags"),
+    "include_dirs": ("compile", "include_dirs"), "host_compiler": ("compile", "host_compiler"),
+    "clangd": ("compile", "clangd"), "python_path": ("compile", "python_path"),
+    "torch_include_dirs": ("compile", "torch_include_dirs"), "cutlass_include": ("compile", "cutlass_include"),
+    "debounce_ms": ("compile", "debounce_ms"), "compile_on_change": ("compile", "on_change"),
+    "compile_timeout_s": ("compile", "timeout_s"), "max_parallel_compiles": ("compile", "max_parallel"),
+    "resource_usage": ("compile", "resource_usage"), "checks": ("compile", "checks"),
+    "ignore": ("diagnostics", "ignore"), "max_diagnostics_per_file": ("diagnostics", "max_per_file"),
+    "worker": ("worker", "address"), "worker_token_file": ("worker", "token_file"),
+    "job_timeout_s": ("worker", "job_timeout_s"), "max_frame_mib": ("worker", "max_frame_mib"),
+    "backend": ("worker", "backend"), "ray_address": ("worker", "ray_address"),
+    "ray_actors": ("worker", "ray_actors"),
+    "references": ("verify", "references"), "kernelbench_roots": ("verify", "kernelbench_roots"),
+    "verify_on_save": ("verify", "on_save"), "verify_device": ("verify", "device"), "trials": ("verify", "trials"),
+    "timed_calls": ("verify", "timed_calls"), "warmup_calls": ("verify", "warmup_calls"),
+    "tolerances": ("verify", "tolerances"), "baselines": ("verify", "baselines"),
+    "allowed_kernels": ("verify", "allowed_kernels"), "verify_allow_network": ("verify", "allow_network"),
+    "require_isolation": ("verify", "require_isolation"), "hang_timeout_s": ("verify", "hang_timeout_s"),
+    "verify_closed_files": ("verify", "closed_files"),
+    "sanitize_after_verify": ("sanitize", "after_verify"), "sanitize_tools": ("sanitize", "tools"),
+    "sanitize_timeout_s": ("sanitize", "timeout_s"),
+    "agent_model": ("agent", "model"), "agent_max_tokens": ("agent", "max_tokens"),
+    "agent_temperature": ("agent", "temperature"), "agent_thinking_budget": ("agent", "thinking_budget"),
+    "agent_prompt_caching": ("agent", "prompt_caching"), "agent_context_tokens": ("agent", "context_tokens"),
+    "agent_timeout_s": ("agent", "timeout_s"), "agent_max_retries": ("agent", "max_retries"),
+    "anthropic_api_key": ("agent", "api_key"), "anthropic_base_url": ("agent", "base_url"),
+    "agent_max_model_calls": ("agent", "max_model_calls"), "agent_max_total_tokens": ("agent", "max_total_tokens"),
+    "agent_max_dollars": ("agent", "max_dollars"), "agent_input_price_per_mtok": ("agent", "input_price_per_mtok"),
+    "agent_output_price_per_mtok": ("agent", "output_price_per_mtok"), "agent_max_wall_s": ("agent", "max_wall_s"),
+    "agent_max_evaluations": ("agent", "max_evaluations"), "agent_planning": ("agent", "planning"),
+    "agent_objective": ("agent", "objective"), "agent_target": ("agent", "target"),
+    "agent_sanitize": ("agent", "sanitize"), "trajectory_dir": ("agent", "trajectory_dir"),
+    "watch": ("workspace", "watch"), "workspace_check": ("workspace", "check"),
+    "workspace_exclude": ("workspace", "exclude"), "persistent_cache": ("workspace", "persistent_cache"),
+    "max_queued_checks": ("workspace", "max_queued_checks"),
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting, in sections (docs/ARCHITECTURE.md's glossary); users write them flat, by their wire names
+    (`WHERE`: `agentModel` is `settings.agent.model`)."""
+
+    compile: CompileSettings = field(default_factory=CompileSettings)
+    diagnostics: DiagnosticsSettings = field(default_factory=DiagnosticsSettings)
+    worker: WorkerSettings = field(default_factory=WorkerSettings)
+    verify: VerifySettings = field(default_factory=VerifySettings)
+    sanitize: SanitizeSettings = field(default_factory=SanitizeSettings)
+    agent: AgentSettings = field(default_factory=AgentSettings)
+    workspace: WorkspaceSettings = field(default_factory=WorkspaceSettings)
+
+    @classmethod
+    def of(cls, **flat: Any) -> "Settings":
+        """Defaults but `flat` (wire names in snake_case: `Settings.of(agent_model="m", trials=5)`), unchecked."""
+        return cls().replaced(**flat)
+
+    def replaced(self, **flat: Any) -> "Settings":
+        """A copy with `flat` (wire names in snake_case) set, unchecked (with_updates checks what users write)."""
+        grouped: dict[str, dict[str, Any]] = {}
+        for name, value in flat.items():
+            section, name_in_section = WHERE[name]
+            grouped.setdefault(section, {})[name_in_section] = value
+        return dataclasses.replace(self, **{section: dataclasses.replace(getattr(self, section), **values)
+                                            for section, values in grouped.items()})
+
+    def value(self, name: str) -> Any:
+        """The setting of wire name `name` (snake_case)."""
+        section, name_in_section = WHERE[name]
+        return getattr(getattr(self, section), name_in_section)
 
     def check_enabled(self, name: str) -> bool:
-        return self.checks.get(name, True)
+        return self.compile.checks.get(name, True)
 
     def is_ignored(self, code: str) -> bool:
-        return any(code == c or (c.endswith("*") and code.startswith(c[:-1])) for c in self.ignore)
+        return any(code == c or (c.endswith("*") and code.startswith(c[:-1])) for c in self.diagnostics.ignore)
 
     def with_updates(self, raw: dict[str, Any]) -> tuple["Settings", list[str]]:
         """A copy with the valid entries of `raw` applied; problems name each rejected key."""
         problems: list[str] = []
         updates: dict[str, Any] = {}
-        hints = get_type_hints(Settings)
-        known = {f.name for f in dataclasses.fields(Settings)}
         for key, value in raw.items():
             name = snake(key)
-            if name not in known:
+            if name not in WHERE:
                 problems.append(f"unknown setting '{key}'")
                 continue
             try:
-                updates[name] = _convert(name, hints[name], value, getattr(self, name))
+                updates[name] = _convert(name, setting_hint(name), value, self.value(name))
             except (TypeError, ValueError) as exc:
-                kept = "the previous value" if name in SECRET_SETTINGS else repr(getattr(self, name))
+                kept = "the previous value" if name in SECRET_SETTINGS else repr(self.value(name))
                 problems.append(f"setting '{camel(name)}': {exc}; using {kept}")
-        return dataclasses.replace(self, **updates), problems
+        return self.replaced(**updates), problems
 
     def kernelbench_paths(self, base: Path | None) -> list[Path]:
         """kernelbenchRoots as folders: relative ones under `base` (none: left relative), absolute ones as they are."""
-        roots = [Path(root).expanduser() for root in self.kernelbench_roots]
+        roots = [Path(root).expanduser() for root in self.verify.kernelbench_roots]
         return roots if base is None else [base / root for root in roots]  # base / an absolute root is that root
 
     def fingerprint(self) -> tuple:
         """What in the settings changes a compile's result (part of the cache key)."""
-        return (self.arch, self.extra_flags, self.include_dirs, self.host_compiler, self.torch_include_dirs,
-                self.cutlass_include, os.environ.get("CUTLASS_PATH", ""), tuple(sorted(self.checks.items())))
+        c = self.compile
+        return (c.arch, c.extra_flags, c.include_dirs, c.host_compiler, c.torch_include_dirs, c.cutlass_include,
+                os.environ.get("CUTLASS_PATH", ""), tuple(sorted(c.checks.items())))
+
+
+SECTION_CLASSES: dict[str, type] = {f.name: f.default_factory for f in dataclasses.fields(Settings)}  # type: ignore
+
+
+def setting_hint(name: str) -> Any:
+    """The type of the setting of wire name `name` (snake_case)."""
+    section, name_in_section = WHERE[name]
+    return get_type_hints(SECTION_CLASSES[section])[name_in_section]
 
 
 _CHOICES = {"resource_usage": RESOURCE_USAGE_MODES, "verify_device": VERIFY_DEVICES, "watch": WATCH_MODES,

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import dataclasses
 import io
 import json
 import re
@@ -56,11 +55,11 @@ def setting_rows() -> list[tuple[str, object, str, tuple[str, ...] | None]]:
     props = vscode_properties()
     defaults = config.Settings()
     rows = []
-    for f in dataclasses.fields(config.Settings):
-        key = config.camel(f.name)
+    for name in config.WHERE:  # grouped as the code reads them (compile, diagnostics, worker, verify, ...)
+        key = config.camel(name)
         prop = props.get(f"kernelLsp.{key}", {})
         meaning = prop.get("markdownDescription") or prop.get("description") or MEANINGS_OUTSIDE_VSCODE.get(key, "")
-        rows.append((key, getattr(defaults, f.name), meaning, config._CHOICES.get(f.name)))
+        rows.append((key, defaults.value(name), meaning, config._CHOICES.get(name)))
     return rows
 
 
@@ -88,7 +87,7 @@ def settings_md() -> str:
         lines.append(f"| `{key}` | `{_cell(_json(default))}` | {_cell(meaning)}{extra} |")
     props = vscode_properties()
     client = [(k, v) for k, v in props.items()
-              if k.removeprefix("kernelLsp.") not in {config.camel(f.name) for f in dataclasses.fields(config.Settings)}]
+              if k.removeprefix("kernelLsp.") not in {config.camel(name) for name in config.WHERE}]
     lines += ["", "## VS Code client only", "",
               "These configure the VS Code extension itself and are not sent to the server.", "",
               "| key | default | meaning |", "| --- | --- | --- |"]

@@ -294,7 +294,7 @@ class Campaign:
         todo = [k for k in self.keys if self.state.problems[k]["status"] != "done"]
         self.state.document["runs"].append({"started_at": datetime.now(UTC).isoformat(timespec="seconds"),
                                             "kernel_lsp": __version__, "model": self.passes.model
-                                            or self.passes.settings.agent_model,
+                                            or self.passes.settings.agent.model,
                                             "verify_options": to_config(self.passes.options),
                                             "budget": self.passes.budget.to_dict(),
                                             "total": self.passes.total.to_dict(), "problems": len(self.keys)})

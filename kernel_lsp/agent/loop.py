@@ -251,7 +251,7 @@ class Optimizer:
         """The same for the whole pass once the original is verified (the prompt cache's prefix): the machine's
         facts come from that verification."""
         note = {"cpu": CPU_NOTE, "cuda": GPU_NOTE}.get(self.device, UNKNOWN_DEVICE_NOTE)
-        if self.device != "cpu" and self.workbench.settings.agent_sanitize:
+        if self.device != "cpu" and self.workbench.settings.agent.sanitize:
             note += " " + SANITIZE_NOTE
         if self._machine:
             note += "\n\n" + self._machine
@@ -262,7 +262,7 @@ class Optimizer:
         rule = LANGUAGE_RULES.get(self.workbench.target, LANGUAGE_RULES["auto"])
         if self.workbench.target != "cute":
             return rule
-        headers = cutlass_headers(self.workbench.settings.cutlass_include)
+        headers = cutlass_headers(self.workbench.settings.compile.cutlass_include)
         return rule.format(include=repr(headers.include) if headers else f"... {NO_CUTLASS}")
 
     # --- the search ----------------------------------------------------------------------------------
@@ -407,7 +407,7 @@ class Optimizer:
 
     def _compact(self, messages: list[dict[str, Any]], tag: dict[str, Any]) -> None:
         """Compacts the conversation (agent/compaction.py) when its last turn's prompt passed agentContextTokens."""
-        limit = self.workbench.settings.agent_context_tokens
+        limit = self.workbench.settings.agent.context_tokens
         size = self._prompt_tokens.get(id(messages), 0)
         if limit <= 0 or size <= limit:
             return

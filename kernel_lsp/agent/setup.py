@@ -22,7 +22,7 @@ class UnpricedModel(ValueError):
 
 def settings_prices(settings: Settings) -> tuple[float, float] | None:
     """agentInputPricePerMtok and agentOutputPricePerMtok, when both are set."""
-    prices = (settings.agent_input_price_per_mtok, settings.agent_output_price_per_mtok)
+    prices = (settings.agent.input_price_per_mtok, settings.agent.output_price_per_mtok)
     if (prices[0] is None) != (prices[1] is None):
         raise UnpricedModel("set both agentInputPricePerMtok and agentOutputPricePerMtok, or neither")
     return None if prices[0] is None else (float(prices[0]), float(prices[1]))
@@ -39,11 +39,11 @@ def settings_budget(settings: Settings, model_calls: int | None = None, tokens: 
         chosen = setting if option is None else option
         return chosen or None
 
-    return Budget(model_calls=limit(model_calls, settings.agent_max_model_calls),
-                  tokens=limit(tokens, settings.agent_max_total_tokens),
-                  dollars=limit(dollars, settings.agent_max_dollars),
-                  wall_s=limit(wall_s, settings.agent_max_wall_s),
-                  evaluations=limit(evaluations, settings.agent_max_evaluations))
+    return Budget(model_calls=limit(model_calls, settings.agent.max_model_calls),
+                  tokens=limit(tokens, settings.agent.max_total_tokens),
+                  dollars=limit(dollars, settings.agent.max_dollars),
+                  wall_s=limit(wall_s, settings.agent.max_wall_s),
+                  evaluations=limit(evaluations, settings.agent.max_evaluations))
 
 
 def check_priced(settings: Settings, model: str | None, dollars: float | None) -> tuple[float, float] | None:
@@ -51,7 +51,7 @@ def check_priced(settings: Settings, model: str | None, dollars: float | None) -
     whose price neither knows."""
     from kernel_lsp.agent.model import price_per_mtok
 
-    chosen = model or settings.agent_model
+    chosen = model or settings.agent.model
     prices = settings_prices(settings)
     if dollars and prices is None and price_per_mtok(chosen) is None:
         raise UnpricedModel(f"no price is known for the model {chosen}, so the dollar budget of {dollars:g} "
@@ -64,9 +64,9 @@ def trajectory_directory(settings: Settings, workspace: Path | None, file: Path)
     """trajectoryDir (workspace-relative, else relative to FILE's folder), else trajectories/ in the worker's cache."""
     from kernel_lsp.config import cache_dir
 
-    if not settings.trajectory_dir:
+    if not settings.agent.trajectory_dir:
         return cache_dir() / "trajectories"
-    return (workspace or file.resolve().parent) / Path(settings.trajectory_dir).expanduser()
+    return (workspace or file.resolve().parent) / Path(settings.agent.trajectory_dir).expanduser()
 
 
 def build_optimizer(file: Path, reference: Path, start_text: str, workspace: Path | None, settings: Settings,
@@ -83,20 +83,20 @@ def build_optimizer(file: Path, reference: Path, start_text: str, workspace: Pat
     from kernel_lsp.agent.tools import Workbench
     from kernel_lsp.agent.trajectory import TrajectoryWriter, new_pass_id
 
-    chosen = model or settings.agent_model
+    chosen = model or settings.agent.model
     prices = check_priced(settings, chosen, budget.dollars)
-    client = ModelClient(settings.anthropic_api_key or api_key(),
-                         settings.anthropic_base_url or os.environ.get(BASE_URL_ENV) or None,
-                         chosen, settings.agent_max_tokens, settings.agent_temperature,
-                         max_retries=settings.agent_max_retries, timeout_s=settings.agent_timeout_s,
-                         prices=prices, thinking_budget=settings.agent_thinking_budget,
-                         prompt_caching=settings.agent_prompt_caching)
+    client = ModelClient(settings.agent.api_key or api_key(),
+                         settings.agent.base_url or os.environ.get(BASE_URL_ENV) or None,
+                         chosen, settings.agent.max_tokens, settings.agent.temperature,
+                         max_retries=settings.agent.max_retries, timeout_s=settings.agent.timeout_s,
+                         prices=prices, thinking_budget=settings.agent.thinking_budget,
+                         prompt_caching=settings.agent.prompt_caching)
     pass_id = new_pass_id()
     folder = trajectories or trajectory_directory(settings, workspace, file)
     trajectory = TrajectoryWriter(folder, pass_id)
     workbench = Workbench(file.resolve(), reference.resolve(), start_text, settings, worker, options, pass_id)
-    workbench.target = target or settings.agent_target
+    workbench.target = target or settings.agent.target
     return Optimizer(client, workbench, budget, trajectory, workbench.verify_options.device, on_event=on_event,
                      memory=KernelMemory(folder / "memory", file),
-                     planning=settings.agent_planning if planning is None else planning,
-                     objective=objective or settings.agent_objective, parallel=parallel)
+                     planning=settings.agent.planning if planning is None else planning,
+                     objective=objective or settings.agent.objective, parallel=parallel)

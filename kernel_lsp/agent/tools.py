@@ -201,7 +201,7 @@ class Workbench:
         # the pass's view of an earlier candidate by node number (set by the Optimizer): source, outcome, codes
         self.node_view: Callable[[int], dict[str, Any] | None] | None = None
         self.on_stage: Callable[[str, str], None] | None = None  # the pass's progress (stage, message)
-        self.target = settings.agent_target  # what kernels are written in (auto, cuda, triton, cute, cute-dsl)
+        self.target = settings.agent.target  # what kernels are written in (auto, cuda, triton, cute, cute-dsl)
 
     # --- what the model is offered -------------------------------------------------------------------
 
@@ -340,7 +340,7 @@ class Workbench:
         """compute-sanitizer's check of a verified text (agent/safety.py's entry), and the jobs sent for it (0 or 1):
         one job per text in the pass, its answer shared by the forks; none on the CPU, with the setting off, or once
         the worker said it cannot sanitize. A check that could not run is not kept (the next verify may retry)."""
-        if not self.settings.agent_sanitize:
+        if not self.settings.agent.sanitize:
             return safety.not_sanitized(safety.SETTING_OFF), 0
         if self.verify_options.device == "cpu":
             return safety.not_sanitized(safety.ON_CPU), 0
@@ -469,9 +469,9 @@ class Workbench:
         query = arguments.get("query")
         if not isinstance(query, str) or not query.strip():
             return _error("give `query`: a few words to look for in the CUTLASS/CuTe sources")
-        headers = cutlass_headers(self.settings.cutlass_include)
+        headers = cutlass_headers(self.settings.compile.cutlass_include)
         if headers is None:
-            return _error(cutlass_problem(self.settings.cutlass_include))
+            return _error(cutlass_problem(self.settings.compile.cutlass_include))
         found = await asyncio.to_thread(code_search.search, code_search.search_roots(Path(headers.include)), query)
         return _ok({"query": query, "root": headers.include,
                     "snippets": [{"path": s.path, "line": s.line, "text": s.text} for s in found],

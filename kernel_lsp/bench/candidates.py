@@ -62,7 +62,7 @@ def pair_candidates(candidates: list[Path], workspace: Path | None, settings: Se
                     kernelbench_roots: list[Path]) -> tuple[list[Pairing], list[Unpaired]]:
     pairs, unpaired = [], []
     for candidate in candidates:
-        found = find_reference(candidate, _read(candidate), workspace, settings.references, kernelbench_roots)
+        found = find_reference(candidate, _read(candidate), workspace, settings.verify.references, kernelbench_roots)
         if isinstance(found, Pairing):
             pairs.append(found)
         elif isinstance(found, ReferenceProblem):

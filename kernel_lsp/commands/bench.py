@@ -61,11 +61,11 @@ def run(args: argparse.Namespace) -> int:
     pairs = _paired_candidates(folder, workspace, settings, kernelbench_roots(args, workspace, settings))
     options = verify_options(settings, unattended=True, **verify_option_overrides(args))
     started, start = datetime.now(UTC), time.monotonic()
-    backend = args.backend or settings.backend
+    backend = args.backend or settings.worker.backend
     run = {"tool": f"kernel-lsp {__version__}", "folder": str(folder), "device": options.device,
            "trials": options.trials, "timed_calls": options.timed_calls, "baselines": list(options.baselines),
-           "backend": backend, "worker": (f"ray:{args.address or settings.ray_address or 'local'}"
-                                          if backend == "ray" else args.worker or settings.worker or "local"),
+           "backend": backend, "worker": (f"ray:{args.address or settings.worker.ray_address or 'local'}"
+                                          if backend == "ray" else args.worker or settings.worker.address or "local"),
            "started_at": started.isoformat(timespec="seconds")}
     results = asyncio.run(_verify_all(pairs, options, folder, settings, args, run))
     metrics = bench_metrics(results, list(options.baselines))

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise CommandUsageError(f"--{name} must be at least 1, got {getattr(args, name)}")
     workspace, settings = nearest_settings(folder, "campaign")
-    if not (settings.anthropic_api_key or api_key()):
+    if not (settings.agent.api_key or api_key()):
         raise CommandUsageError(f"no Anthropic API key: set {API_KEY_ENV} (or the anthropicApiKey setting) to let "
                                 "the agent call Claude")
     options = verify_options(settings, unattended=True, **verify_option_overrides(args))

@@ -68,8 +68,8 @@ def _targets(paths: list[Path], settings) -> list[Path]:
         if not path.is_dir():
             found.add(path.resolve())
             continue
-        scanned = survey([path], exclude_patterns(settings.workspace_exclude),
-                         [Path(d) for d in settings.include_dirs])
+        scanned = survey([path], exclude_patterns(settings.workspace.exclude),
+                         [Path(d) for d in settings.compile.include_dirs])
         found.update(p for p in scanned.digests if p.suffix in CHECKED_SUFFIXES and scanned.checked_alone(p))
     return sorted(found)
 
@@ -82,7 +82,7 @@ def _result_cache(settings, project: Path, enabled: bool):
     from kernel_lsp.config import cache_dir
     from kernel_lsp.workspace.survey import results_file
 
-    if not (enabled and settings.persistent_cache):
+    if not (enabled and settings.workspace.persistent_cache):
         return ResultCache(), None
     disk = DiskCache(results_file(cache_dir(), [project]))
     report = disk.load()
@@ -98,7 +98,7 @@ async def _check_files(files: list[Path], settings, cache) -> dict[Path, tuple[l
     from kernel_lsp.findings import path_to_uri
 
     service = CompileService(cache)
-    slots = asyncio.Semaphore(settings.max_parallel_compiles)
+    slots = asyncio.Semaphore(settings.compile.max_parallel)
 
     async def one(path: Path) -> tuple[list, bool]:
         async with slots:

@@ -43,10 +43,10 @@ async def tool_checks(settings: Settings) -> list[Check]:
             checks.append(Check("ok", item, f"{tool.version} ({tool.path})"))
         except ToolProblem as exc:
             checks.append(Check("FAIL" if fatal else "missing", item, str(exc)))
-    headers = cutlass_headers(settings.cutlass_include)
+    headers = cutlass_headers(settings.compile.cutlass_include)
     checks.append(Check("ok", "CUTLASS/CuTe headers", f"{headers.include} ({headers.origin})") if headers else
                   Check("missing", "CUTLASS/CuTe headers", f"CuTe and CUTLASS sources cannot be compiled: "
-                                                           f"{cutlass_problem(settings.cutlass_include)}"))
+                                                           f"{cutlass_problem(settings.compile.cutlass_include)}"))
     for package, why in (("torch", "load_inline sources cannot be compiled and nothing can run"),
                          ("triton", "Triton kernels cannot run")):
         version = package_version(package)

@@ -125,7 +125,8 @@ def _reference(file: Path, args: argparse.Namespace, workspace: Path | None, set
     parts = parse_python(text).kernelbench
     if parts.model_new is None and parts.model is not None:
         return file
-    found = find_reference(file, text, workspace, settings.references, kernelbench_roots(args, workspace, settings))
+    found = find_reference(file, text, workspace, settings.verify.references,
+                           kernelbench_roots(args, workspace, settings))
     if isinstance(found, ReferenceProblem):
         raise CommandUsageError(f"{file}:{found.line + 1}: {found.message}")
     if not isinstance(found, Pairing):
@@ -151,7 +152,7 @@ def _recorded_reference(args: argparse.Namespace) -> Path | None:
 
 def _optimizer(file: Path, reference: Path, args: argparse.Namespace, workspace: Path | None, settings: Settings,
                options: VerifyOptions) -> Optimizer:
-    if not (settings.anthropic_api_key or api_key()):
+    if not (settings.agent.api_key or api_key()):
         raise CommandUsageError(f"no Anthropic API key: set {API_KEY_ENV} (or the anthropicApiKey setting) to let "
                                 "the agent call Claude")
     budget = budget_of(args, settings)

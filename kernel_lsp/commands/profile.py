@@ -143,8 +143,8 @@ def reference_for(args: argparse.Namespace, settings: Settings) -> Path | None:
     text = _read(args.file, "FILE")
     workspace = next((f for f in (args.file.resolve().parent, *args.file.resolve().parents)
                       if (f / "pyproject.toml").is_file()), None)
-    roots = [(workspace or Path.cwd()) / Path(root).expanduser() for root in settings.kernelbench_roots]
-    found = find_reference(args.file, text, workspace, settings.references, roots)
+    roots = [(workspace or Path.cwd()) / Path(root).expanduser() for root in settings.verify.kernelbench_roots]
+    found = find_reference(args.file, text, workspace, settings.verify.references, roots)
     if isinstance(found, Pairing) and found.reference.resolve() != args.file.resolve():
         return found.reference
     return None

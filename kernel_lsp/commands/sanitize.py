@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -89,7 +88,7 @@ async def _sanitize(args: argparse.Namespace) -> Any:
     reference = reference_for(args, settings) if args.file.suffix == ".py" else None
     options = sanitize_options(settings, **overrides)
     job = sanitize_job(args.file, reference, options)
-    client = worker_client(args, dataclasses.replace(settings, job_timeout_s=client_timeout_s(options, settings)))
+    client = worker_client(args, settings.replaced(job_timeout_s=client_timeout_s(options, settings)))
     print(f"kernel-lsp sanitize: {args.file}" + (f" with reference {reference}" if reference else ""),
           file=sys.stderr)
     return SanitizeOutcome.of(await run_one_job(client, job))

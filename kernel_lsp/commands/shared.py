@@ -125,11 +125,11 @@ def worker_client(args: argparse.Namespace, settings: Settings) -> JobRunner:
     from kernel_lsp.worker.daemon import UsageError, read_token
 
     backend = getattr(args, "backend", None)
-    if (backend or settings.backend) == "ray" and args.worker:
+    if (backend or settings.worker.backend) == "ray" and args.worker:
         raise CommandUsageError("--worker names one worker; with --backend ray the jobs go to Ray actors "
                                 "(--address names the cluster)")
     try:
-        token = read_token(args.token_file or settings.worker_token_file or None)
+        token = read_token(args.token_file or settings.worker.token_file or None)
     except (UsageError, OSError) as exc:
         raise CommandUsageError(f"worker token: {exc}") from exc
     actors = getattr(args, "actors", None)

@@ -66,7 +66,7 @@ def _pairing(candidate: Path, args: argparse.Namespace, workspace: Path | None, 
             raise CommandUsageError(f"--reference: not a file: {args.reference}")
         return Pairing(candidate, args.reference, "command line", f"--reference {args.reference}")
     text = candidate.read_bytes().decode("utf-8", errors="replace")
-    found = find_reference(candidate, text, workspace, settings.references,
+    found = find_reference(candidate, text, workspace, settings.verify.references,
                            kernelbench_roots(args, workspace, settings))
     if isinstance(found, ReferenceProblem):
         raise CommandUsageError(f"{candidate}:{found.line + 1}: {found.message}")

@@ -91,8 +91,8 @@ async def check_document(doc: Document, settings: Settings, scratch: Scratch,
     elif is_cuda_document(doc.path):
         # clangd first: its answer is the one racing the clock (compile/clangd.py)
         clang = asyncio.ensure_future(first_pass.errors(doc.path, doc.text)) if first_pass is not None else None
-        units = [await asyncio.to_thread(cuda_unit, doc.path, doc.text, settings.include_dirs, settings.extra_flags,
-                                         _cutlass_dirs(settings))]
+        units = [await asyncio.to_thread(cuda_unit, doc.path, doc.text, settings.compile.include_dirs,
+                                         settings.compile.extra_flags, _cutlass_dirs(settings))]
     units = [u for u in units if settings.check_enabled("hostCompile" if u.stage == "host" else "compile")]
     if not units:
         if clang is not None:
@@ -183,7 +183,7 @@ class _UnitRun:
         if result is None:
             (self.directory / self.unit.file_name).write_text(self.unit.text, encoding="utf-8", errors="replace")
             try:
-                result = await run_process(self.argv, timeout_s=self.settings.compile_timeout_s,
+                result = await run_process(self.argv, timeout_s=self.settings.compile.timeout_s,
                                            cwd=str(self.directory))
             except OSError as exc:
                 return [Finding(self.doc.uri, self.unit.fallback_range, Severity.ERROR, SOURCE, "compile-failed",
@@ -206,7 +206,7 @@ class _UnitRun:
         folder.mkdir(exist_ok=True)
         (folder / self.unit.file_name).write_text(self.fast_text, encoding="utf-8", errors="replace")
         try:
-            result = await run_process(self.argv, timeout_s=self.settings.compile_timeout_s, cwd=str(folder))
+            result = await run_process(self.argv, timeout_s=self.settings.compile.timeout_s, cwd=str(folder))
         except OSError:
             return  # the exact run says why the compiler cannot start
         log.info("split %s: exit %s in %.2fs", self.unit.label, result.returncode, result.duration_s)
@@ -275,7 +275,7 @@ class _UnitRun:
         del argv[argv.index("-Xptxas"):argv.index("-Xptxas") + 2]
         argv[-1] = "torch_prologue.cu"
         try:
-            done = run_blocking(argv, timeout_s=self.settings.compile_timeout_s, cwd=str(folder))
+            done = run_blocking(argv, timeout_s=self.settings.compile.timeout_s, cwd=str(folder))
         except OSError as exc:
             log.info("torch's names for the split check could not be listed: %s", exc)
             return None
@@ -288,7 +288,7 @@ class _UnitRun:
 def _cutlass_dirs(settings: Settings) -> tuple[str, ...]:
     """The CUTLASS/CuTe include folder, as a system include of every unit (a file that includes none of its headers
     never reads it)."""
-    headers = cutlass_headers(settings.cutlass_include)
+    headers = cutlass_headers(settings.compile.cutlass_include)
     return (headers.include,) if headers is not None else ()
 
 
@@ -307,7 +307,8 @@ def _with_header_advice(finding: Finding, settings: Settings, torch: TorchHeader
     """nvcc's "cannot open source file" for a CuTe or CUTLASS header says where kernel-lsp looked and what to do;
     for a CUDA header of torch's that a CPU build of torch lacks, that this is the cause (not the user's code)."""
     if _MISSING_CUTLASS_HEADER.search(finding.message):
-        return dataclasses.replace(finding, message=f"{finding.message}: {cutlass_problem(settings.cutlass_include)}")
+        problem = cutlass_problem(settings.compile.cutlass_include)
+        return dataclasses.replace(finding, message=f"{finding.message}: {problem}")
     missing = _MISSING_TORCH_CUDA_HEADER.search(finding.message)
     cpu_build = torch_cpu_build(torch) if missing else None
     if cpu_build is None:
@@ -343,7 +344,7 @@ def _python_findings_and_units(doc: Document, settings: Settings) -> tuple[list[
         if ext.kind == "load":
             findings += _missing_source_files(doc, ext)
         else:
-            units += load_inline_units(ext, doc.path, settings.include_dirs, _cutlass_dirs(settings))
+            units += load_inline_units(ext, doc.path, settings.compile.include_dirs, _cutlass_dirs(settings))
     return findings, units
 
 
@@ -387,7 +388,7 @@ def unit_findings(doc: Document, unit: CompileUnit, result: ProcessResult, setti
     if result.timed_out:
         return [Finding(doc.uri, unit.fallback_range, Severity.ERROR, SOURCE, "compile-timeout",
                         f"{Path(result.argv[0]).name} did not finish {unit.label} within "
-                        f"{settings.compile_timeout_s:g} s and was stopped (setting 'compileTimeoutS')")]
+                        f"{settings.compile.timeout_s:g} s and was stopped (setting 'compileTimeoutS')")]
     if messages is None:
         messages = parse_compiler_output(result.output)
     findings = _one_per_instantiation([f for m in messages

@@ -25,9 +25,9 @@ def device_command(nvcc: str, unit: CompileUnit, settings: Settings, torch: Torc
                    output: str) -> list[str]:
     """nvcc up to the device binary (-fatbin): front-end errors for host and device code, and ptxas -v."""
     argv = [nvcc, "-x", "cu", "-fatbin", "-o", output, "-Xptxas", "-v", "-lineinfo"]
-    extra = unit.extra_flags + settings.extra_flags
+    extra = unit.extra_flags + settings.compile.extra_flags
     if not _names_arch(extra):
-        argv += arch_flags(settings.arch)
+        argv += arch_flags(settings.compile.arch)
     argv += _include_and_define_flags(unit, torch)
     if unit.torch_flags:
         argv += list(TORCH_NVCC_FLAGS)

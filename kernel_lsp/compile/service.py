@@ -36,12 +36,12 @@ class CompileService:
             nvcc = await find_nvcc(settings)
         except ToolProblem:
             return None
-        wanted = (settings.clangd, nvcc.path, settings.include_dirs)
+        wanted = (settings.compile.clangd, nvcc.path, settings.compile.include_dirs)
         if self._first_pass is not None and self._first_pass[0] == wanted:
             return self._first_pass[1]
         await self.close()
-        clangd = find_clangd(settings.clangd)
-        first_pass = (ClangdPass(clangd, fallback_flags(cuda_home_for(nvcc.path), settings.include_dirs))
+        clangd = find_clangd(settings.compile.clangd)
+        first_pass = (ClangdPass(clangd, fallback_flags(cuda_home_for(nvcc.path), settings.compile.include_dirs))
                       if clangd is not None else None)
         self._first_pass = (wanted, first_pass)
         return first_pass
@@ -51,7 +51,7 @@ class CompileService:
             await self._first_pass[1].close()
 
     async def run(self, doc: Document, settings: Settings) -> AsyncIterator[StageReport]:
-        key = cache_key(CACHE_FORMAT, doc.uri, doc.text, settings.fingerprint(), settings.ignore,
+        key = cache_key(CACHE_FORMAT, doc.uri, doc.text, settings.fingerprint(), settings.diagnostics.ignore,
                         await _tool_fingerprint(doc, settings))
         cached = self.cache.get(key)
         if cached is not None:
@@ -63,7 +63,7 @@ class CompileService:
             last = report
             yield report
         if last is not None and not any(f.code in _TRANSIENT_CODES for f in last.findings):
-            self.cache.put(key, last.findings, quoted_dependencies(doc.path, doc.text, settings.include_dirs))
+            self.cache.put(key, last.findings, quoted_dependencies(doc.path, doc.text, settings.compile.include_dirs))
 
 
 async def _tool_fingerprint(doc: Document, settings: Settings) -> list[str]:

@@ -28,8 +28,8 @@ class ToolProblem(Exception):
 
 
 def nvcc_candidates(settings: Settings) -> list[str]:
-    if settings.nvcc_path:
-        return [settings.nvcc_path]
+    if settings.compile.nvcc_path:
+        return [settings.compile.nvcc_path]
     found = [shutil.which("nvcc")]
     for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
         if home:
@@ -44,7 +44,8 @@ async def find_nvcc(settings: Settings) -> Tool:
     """The first nvcc that runs, with its version; ToolProblem says what is wrong otherwise."""
     candidates = [p for p in nvcc_candidates(settings) if Path(p).is_file()]
     if not candidates:
-        where = f"nvccPath is set to '{settings.nvcc_path}', which does not exist" if settings.nvcc_path \
+        nvcc = settings.compile.nvcc_path
+        where = f"nvccPath is set to '{nvcc}', which does not exist" if nvcc \
             else "nvcc is not on PATH, in $CUDA_HOME/bin or in /usr/local/cuda/bin"
         raise ToolProblem(f"CUDA compiler not found: {where}. Install the CUDA toolkit or set the "
                           "'nvccPath' setting ([tool.kernel-lsp] nvcc-path) to the nvcc executable.")
@@ -52,7 +53,8 @@ async def find_nvcc(settings: Settings) -> Tool:
 
 
 async def find_host_compiler(settings: Settings) -> Tool:
-    names = [settings.host_compiler] if settings.host_compiler else [os.environ.get("CXX", ""), "c++", "g++"]
+    chosen = settings.compile.host_compiler
+    names = [chosen] if chosen else [os.environ.get("CXX", ""), "c++", "g++"]
     for name in filter(None, names):
         path = shutil.which(name) or (name if Path(name).is_file() else None)
         if path:
@@ -98,13 +100,13 @@ _torch_cache: dict[tuple, TorchHeaders] = {}
 
 async def find_torch_headers(settings: Settings) -> TorchHeaders:
     """torch's include directories as load_inline passes them, found without importing torch."""
-    key = (settings.python_path, settings.torch_include_dirs)
+    key = (settings.compile.python_path, settings.compile.torch_include_dirs)
     if key in _torch_cache:
         return _torch_cache[key]
-    if settings.torch_include_dirs:
-        headers = TorchHeaders(settings.torch_include_dirs, "c++17")
+    if settings.compile.torch_include_dirs:
+        headers = TorchHeaders(settings.compile.torch_include_dirs, "c++17")
     else:
-        torch_dir, python_include = await _locate_torch(settings.python_path)
+        torch_dir, python_include = await _locate_torch(settings.compile.python_path)
         headers = TorchHeaders(
             (str(torch_dir / "include"), str(torch_dir / "include" / "torch" / "csrc" / "api" / "include"),
              python_include),

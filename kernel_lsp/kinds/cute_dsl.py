@@ -49,7 +49,7 @@ MAX_RELATED = 8
 def dsl_arch(settings: Settings) -> str:
     """The DSL's target from the `arch` setting: Hopper's and Blackwell's own instructions (WGMMA, TMA, tcgen05)
     need the 'a' variant, which the DSL expects (sm_90 -> sm_90a)."""
-    arch = settings.arch[0] if settings.arch else DEFAULT_ARCH
+    arch = settings.compile.arch[0] if settings.compile.arch else DEFAULT_ARCH
     return f"{arch}a" if arch in ("sm_90", "sm_100", "sm_101", "sm_103", "sm_120") else arch
 
 

@@ -30,7 +30,7 @@ KIND = "profile"
 
 def profile_options(settings: Settings, **overrides: Any) -> ProfileOptions:
     """The settings' entries that apply to profiling (the candidate's network), then `overrides`."""
-    return dataclasses.replace(ProfileOptions(allow_network=settings.verify_allow_network), **overrides)
+    return dataclasses.replace(ProfileOptions(allow_network=settings.verify.allow_network), **overrides)
 
 
 def profile_job(candidate: Path, reference: Path | None, options: ProfileOptions | Mapping[str, Any],

@@ -65,8 +65,8 @@ class SanitizeOptions:
 def sanitize_options(settings: Settings, **overrides: Any) -> SanitizeOptions:
     """The settings' entries that apply (sanitizeTools, sanitizeTimeoutS, the candidate's network), then
     `overrides`."""
-    values: dict[str, Any] = {"tools": settings.sanitize_tools, "timeout_s": settings.sanitize_timeout_s,
-                              "allow_network": settings.verify_allow_network}
+    values: dict[str, Any] = {"tools": settings.sanitize.tools, "timeout_s": settings.sanitize.timeout_s,
+                              "allow_network": settings.verify.allow_network}
     return SanitizeOptions(**{**values, **overrides})
 
 
@@ -74,7 +74,7 @@ def client_timeout_s(options: SanitizeOptions, settings: Settings) -> float:
     """A client's limit on a whole sanitize job: the worker's own (the warm call's, then each tool's), never less
     than jobTimeoutS. Four tools at their default 300 s each are past the 600 s of a verification."""
     warm = float(options.limits.get("wallTimeS", WARM_TIMEOUT_S))
-    return max(settings.job_timeout_s, warm + len(options.tools) * float(options.timeout_s) + 60.0)
+    return max(settings.worker.job_timeout_s, warm + len(options.tools) * float(options.timeout_s) + 60.0)
 
 
 def sanitize_job(candidate: Path, reference: Path | None, options: SanitizeOptions | Mapping[str, Any],

@@ -37,12 +37,12 @@ def verify_options(settings: Settings, unattended: bool = False, **overrides: An
     sandbox's wall time is a share of jobTimeoutS, so that it, not the client, ends a run that never finishes.
     `unattended`: for the agent, bench and campaign, which run many candidates no one reads first: they refuse to
     run one without its sandbox when requireIsolation is on (a person verifying one gets the warning instead)."""
-    options = VerifyOptions(device=settings.verify_device, trials=settings.trials, timed_calls=settings.timed_calls,
-                            warmup=settings.warmup_calls, baselines=settings.baselines,
-                            allowed_kernels=settings.allowed_kernels, allow_network=settings.verify_allow_network,
-                            require_isolation=unattended and settings.require_isolation,
-                            hang_timeout_s=settings.hang_timeout_s, limits=verify_limits(settings.job_timeout_s),
-                            tolerances={dtype: dict(t) for dtype, t in settings.tolerances.items()})
+    v = settings.verify
+    options = VerifyOptions(device=v.device, trials=v.trials, timed_calls=v.timed_calls, warmup=v.warmup_calls,
+                            baselines=v.baselines, allowed_kernels=v.allowed_kernels, allow_network=v.allow_network,
+                            require_isolation=unattended and v.require_isolation, hang_timeout_s=v.hang_timeout_s,
+                            limits=verify_limits(settings.worker.job_timeout_s),
+                            tolerances={dtype: dict(t) for dtype, t in v.tolerances.items()})
     return dataclasses.replace(options, **overrides)
 
 

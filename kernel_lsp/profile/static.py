@@ -94,11 +94,13 @@ def compile_units(files: dict[str, str], candidate: str, origins: dict[str, str]
     for name, text in sorted(files.items()):
         path = origins.get(name, name)
         if name.endswith(CUDA_SUFFIXES) and not name.startswith(REFERENCE_FOLDER):
-            units.append(PlacedUnit(cuda_unit(Path(path), text, settings.include_dirs, settings.extra_flags), path))
+            units.append(PlacedUnit(cuda_unit(Path(path), text, settings.compile.include_dirs,
+                                              settings.compile.extra_flags), path))
         elif name == candidate and name.endswith(".py"):
             for ext in parse_python(text).extensions:
                 if ext.kind == "load_inline":
-                    units += [PlacedUnit(u, path) for u in load_inline_units(ext, Path(path), settings.include_dirs)
+                    units += [PlacedUnit(u, path) for u in load_inline_units(ext, Path(path),
+                                                                             settings.compile.include_dirs)
                               if u.stage == "device"]
     return units
 
@@ -106,7 +108,7 @@ def compile_units(files: dict[str, str], candidate: str, origins: dict[str, str]
 def cubin_command(nvcc: str, unit: CompileUnit, settings: Settings, torch: TorchHeaders | None,
                   output: str) -> list[str]:
     """The check's device command, writing one cubin (one arch: the first of the arch setting) for nvdisasm."""
-    argv = device_command(nvcc, unit, dataclasses.replace(settings, arch=settings.arch[:1]), torch, output)
+    argv = device_command(nvcc, unit, settings.replaced(arch=settings.compile.arch[:1]), torch, output)
     return ["-cubin" if arg == "-fatbin" else arg for arg in argv]
 
 
@@ -118,7 +120,7 @@ async def unit_profiles(placed: PlacedUnit, nvcc: Tool, torch: TorchHeaders | No
     (directory / unit.file_name).write_text(unit.text, encoding="utf-8", errors="replace")
     cubin = directory / (Path(unit.file_name).stem + ".cubin")
     argv = cubin_command(nvcc.path, unit, settings, torch, str(cubin))
-    result = await run_process(argv, timeout_s=settings.compile_timeout_s, cwd=str(directory))
+    result = await run_process(argv, timeout_s=settings.compile.timeout_s, cwd=str(directory))
     if result.timed_out or result.returncode != 0:
         why = "timed out" if result.timed_out else f"exit status {result.returncode}"
         problems.append(ProfileProblem("profile-build-failed", f"nvcc could not compile {unit.label} ({why}): "

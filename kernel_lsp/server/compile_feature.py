@@ -37,7 +37,7 @@ class CompileFeature(Feature):
         self.store = store
         self.settings = settings
         self.service = service
-        self.scheduler = DocumentScheduler(settings.settings.max_parallel_compiles, priority_of)
+        self.scheduler = DocumentScheduler(settings.settings.compile.max_parallel, priority_of)
         self._documents = documents
         self.closed_checks = 0  # closed files checked from disk (the workspace summary shows it)
         self._tell_user = tell_user
@@ -49,8 +49,8 @@ class CompileFeature(Feature):
 
     def document_change(self, uri: str, version: int | None, text: str) -> None:
         s = self.settings.settings
-        if s.compile_on_change:
-            self._schedule(uri, version, text, delay_s=s.debounce_ms / 1000)
+        if s.compile.on_change:
+            self._schedule(uri, version, text, delay_s=s.compile.debounce_ms / 1000)
 
     def document_save(self, uri: str, version: int | None, text: str) -> None:
         if self.scheduler.is_started(uri, version):
@@ -102,7 +102,7 @@ class CompileFeature(Feature):
         self._tell_tool_problems(final.findings)
 
     def code_lenses(self, uri: str) -> list[types.CodeLens]:
-        if self.settings.settings.resource_usage not in ("codeLens", "both"):
+        if self.settings.settings.compile.resource_usage not in ("codeLens", "both"):
             return []
         return [code_lens(f) for f in self.store.findings(uri, PRODUCER) if f.code == "ptxas-resources"]
 
@@ -146,7 +146,7 @@ class CompileFeature(Feature):
 
     def shows_finding(self, f: Finding) -> bool:
         """Whether a finding shows as a diagnostic (resources may be meant for code lenses only)."""
-        return f.code != "ptxas-resources" or self.settings.settings.resource_usage in ("diagnostic", "both")
+        return f.code != "ptxas-resources" or self.settings.settings.compile.resource_usage in ("diagnostic", "both")
 
     def _tell_tool_problems(self, findings: list[Finding]) -> None:
         for f in findings:

@@ -56,7 +56,7 @@ class CuteDslFeature(Feature):
 
     def code_lenses(self, uri: str) -> list[types.CodeLens]:
         """Each compiled kernel's figures as a lens on its name, as the compile check's (the resourceUsage setting)."""
-        if self.settings.settings.resource_usage not in ("codeLens", "both"):
+        if self.settings.settings.compile.resource_usage not in ("codeLens", "both"):
             return []
         return [code_lens(f) for f in self.store.findings(uri, PRODUCER) if f.code == "ptxas-resources"]
 

@@ -64,7 +64,7 @@ class KernelLanguageServer(LanguageServer):
                          protocol_cls=KernelProtocol)
         self.settings = SettingsManager(warn=lambda m: self.show(m, types.MessageType.Warning))
         self.diagnostics = DiagnosticStore(self.text_document_publish_diagnostics, visible=self._visible,
-                                           limit=lambda: self.settings.settings.max_diagnostics_per_file)
+                                           limit=lambda: self.settings.settings.diagnostics.max_per_file)
         self.results = ResultCache()
         self.events = Events()  # what a feature tells those set up after it (server/events.py)
         self.features: list[Feature] = []

@@ -127,7 +127,7 @@ class OptimizeFeature(Feature):
         return [command_action(title, OPTIMIZE_ACTION_KIND, OPTIMIZE_COMMAND, [run_uri], reason)]
 
     def _no_key_reason(self) -> str | None:
-        if self.settings.settings.anthropic_api_key or api_key():
+        if self.settings.settings.agent.api_key or api_key():
             return None
         return f"no Anthropic API key: {api_key_remedy(self.settings.client)}"
 

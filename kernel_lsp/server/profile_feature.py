@@ -177,7 +177,7 @@ class ProfileFeature(Feature):
             return None
         settings = self.settings.settings
         status = self.worker.known_status
-        no_gpu = settings.verify_device == "cpu" or (status is not None and status.state == "connected"
+        no_gpu = settings.verify.device == "cpu" or (status is not None and status.state == "connected"
                                                      and not status.gpu)
         return ("needs a GPU: Python kernels (Triton, CuTe DSL) are profiled by ncu, and this worker has none; "
                 "a CPU machine profiles CUDA C++ statically" if no_gpu else None)

@@ -244,7 +244,7 @@ class SanitizeFeature(Feature):
         """VerifyFeature's hook: a candidate verified; with sanitizeAfterVerify, the content verified is checked in
         the background unless it was checked before."""
         settings = self.settings.settings
-        if not settings.sanitize_after_verify:
+        if not settings.sanitize.after_verify:
             return
         if self._worker_has_no_gpu():  # no job to learn it again: said once
             self._say_not_sanitized(pairing.candidate.name, NO_GPU, once=True)

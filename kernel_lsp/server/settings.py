@@ -51,7 +51,7 @@ class SettingsManager:
         kernelbenchRoots resolved against the workspace (an absolute root stays absolute). One place for every
         feature that pairs a candidate with its reference."""
         workspace = self.folders[0] if self.folders else None
-        return workspace, self.settings.references, self.settings.kernelbench_paths(workspace)
+        return workspace, self.settings.verify.references, self.settings.kernelbench_paths(workspace)
 
     def find_reference(self, path: Path, text: str) -> Pairing | ReferenceProblem | None:
         """The candidate's reference as every feature pairs it (verify/pairing.py find_reference with this

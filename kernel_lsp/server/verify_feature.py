@@ -173,7 +173,7 @@ class VerifyFeature(Feature):
                 self._refresh_lenses()
 
     def document_save(self, uri: str, version: int | None, text: str) -> None:
-        if not self.settings.settings.verify_on_save:
+        if not self.settings.settings.verify.on_save:
             return
         found = self._pair(uri, text)
         if isinstance(found, Pairing):
@@ -250,7 +250,7 @@ class VerifyFeature(Feature):
         """Files changed on disk, or files depending on them: each that is a candidate is verified again (open ones
         when `open_too`, as a save of theirs would; closed ones in the background, when `closed` holds their texts,
         which the caller read off the loop; None: closed files are not verified). How many started."""
-        if not self.settings.settings.verify_on_save:
+        if not self.settings.settings.verify.on_save:
             return 0
         open_docs = self._uris_by_path()
         started = 0

@@ -45,7 +45,7 @@ class WorkerFeature(Feature):
             if self._client is not None:
                 log.info("worker settings changed; closing the old worker connection")
                 asyncio.ensure_future(self._client.close())
-            token = self._token(settings) if settings.backend == "local" else None
+            token = self._token(settings) if settings.worker.backend == "local" else None
             self._client = make_runner(settings, token=token, on_status=self._status_changed,
                                        on_message=self._tell_user)
             self._config = config
@@ -53,7 +53,7 @@ class WorkerFeature(Feature):
 
     def _token(self, settings: Settings) -> str | None:
         try:
-            return read_token(settings.worker_token_file or None)
+            return read_token(settings.worker.token_file or None)
         except (OSError, UsageError) as exc:
             self._tell_user(f"kernel-lsp: cannot read workerTokenFile: {exc}; connecting without a token")
             return None

@@ -197,7 +197,7 @@ class WorkspaceFeature(Feature):
         """Attaches the on-disk cache for this workspace (before the first check) and loads it."""
         settings = self.settings.settings
         folders = self.settings.folders
-        if not settings.persistent_cache or not folders:
+        if not settings.workspace.persistent_cache or not folders:
             return
         path = results_file(self._cache_folder(), folders)
         _prune(path.parent, keep=path.name)
@@ -221,11 +221,11 @@ class WorkspaceFeature(Feature):
             self.state.ready = True
             return
         started = time.perf_counter()
-        excludes = exclude_patterns(settings.workspace_exclude)
-        include_dirs = [Path(d) for d in settings.include_dirs]
+        excludes = exclude_patterns(settings.workspace.exclude)
+        include_dirs = [Path(d) for d in settings.compile.include_dirs]
         try:
             self._rules = await asyncio.to_thread(lambda: {r: IgnoreRules.for_folder(r, excludes) for r in roots})
-            await self._watch(roots, client_can_watch, settings.watch)  # its filter needs the rules
+            await self._watch(roots, client_can_watch, settings.workspace.watch)  # its filter needs the rules
             found = await asyncio.to_thread(survey, roots, excludes, include_dirs, self.verify.reference_finder(),
                                             self._rules)
         except Exception:  # a scan that fails leaves the open documents working
@@ -367,7 +367,7 @@ class WorkspaceFeature(Feature):
                 return
             candidates = sorted((changed - set(texts)) | dependents)
             closed = None
-            if self.settings.settings.verify_on_save and self.settings.settings.verify_closed_files:
+            if self.settings.settings.verify.on_save and self.settings.settings.verify.closed_files:
                 open_paths = set(self._open_by_path())
                 closed = await asyncio.to_thread(_closed_texts, [p for p in candidates if p not in open_paths])
             self.verify.dependencies_changed(candidates, closed)
@@ -442,7 +442,7 @@ class WorkspaceFeature(Feature):
 
     def _rules_changed(self) -> None:
         """A .gitignore changed: new rules, and the watched folders made to match them (in a thread: a walk)."""
-        excludes = exclude_patterns(self.settings.settings.workspace_exclude)
+        excludes = exclude_patterns(self.settings.settings.workspace.exclude)
         self._rules = {root: IgnoreRules.for_folder(root, excludes) for root in self._rules}
         if self._watcher is not None:
             task = asyncio.ensure_future(asyncio.to_thread(self._watcher.refresh))
@@ -460,19 +460,20 @@ class WorkspaceFeature(Feature):
 
     def _enqueue(self, path: Path) -> None:
         """A closed file's check queued (only with `workspaceCheck`: off, closed files are not compiled at all)."""
-        if path in self._queue or not self.settings.settings.workspace_check:
+        if path in self._queue or not self.settings.settings.workspace.check:
             return
-        if len(self._queue) >= self.settings.settings.max_queued_checks:
+        if len(self._queue) >= self.settings.settings.workspace.max_queued_checks:
             self.state.dropped += 1
             if self.state.dropped == 1:
-                self._tell_user(f"kernel-lsp: more than {self.settings.settings.max_queued_checks} files wait for "
-                                "a check; the rest are skipped until they change (setting 'maxQueuedChecks')")
+                limit = self.settings.settings.workspace.max_queued_checks
+                self._tell_user(f"kernel-lsp: more than {limit} files wait for a check; the rest are skipped until "
+                                "they change (setting 'maxQueuedChecks')")
             return
         self._queue[path] = None
         self._pump()
 
     def _pump(self) -> None:
-        limit = max(1, self.settings.settings.max_parallel_compiles)
+        limit = max(1, self.settings.settings.compile.max_parallel)
         while self._queue and len(self._in_flight) < limit:
             path, _ = self._queue.popitem(last=False)
             task = self.compile.check_closed(path_to_uri(path), path)

@@ -32,22 +32,22 @@ def make_runner(settings: Settings, token: str | None = None, worker: str | None
                 on_message: Callable[[str], None] | None = None) -> JobRunner:
     """The runner the settings name; the other arguments, when given, override them (command-line options).
     device: where the jobs run ("cpu": Ray actors need no GPU even on a cluster that has them)."""
-    if (backend or settings.backend) == "ray":
+    if (backend or settings.worker.backend) == "ray":
         from kernel_lsp.worker.ray_backend import RayBackend
 
-        return RayBackend(address=settings.ray_address if ray_address is None else ray_address,
-                          actors=settings.ray_actors if ray_actors is None else ray_actors,
-                          job_timeout_s=settings.job_timeout_s, max_frame=settings.max_frame_mib * 2**20,
+        return RayBackend(address=settings.worker.ray_address if ray_address is None else ray_address,
+                          actors=settings.worker.ray_actors if ray_actors is None else ray_actors,
+                          job_timeout_s=settings.worker.job_timeout_s, max_frame=settings.worker.max_frame_mib * 2**20,
                           on_status=on_status, on_message=on_message,
-                          use_gpus=False if (device or settings.verify_device) == "cpu" else None)
+                          use_gpus=False if (device or settings.verify.device) == "cpu" else None)
     from kernel_lsp.worker.client import WorkerClient
 
-    return WorkerClient(address=settings.worker if worker is None else worker, token=token,
-                        max_frame=settings.max_frame_mib * 2**20, job_timeout_s=settings.job_timeout_s,
+    return WorkerClient(address=settings.worker.address if worker is None else worker, token=token,
+                        max_frame=settings.worker.max_frame_mib * 2**20, job_timeout_s=settings.worker.job_timeout_s,
                         on_status=on_status, on_message=on_message)
 
 
 def runner_config(settings: Settings) -> tuple:
     """What in the settings makes another runner (the server replaces its runner when this changes)."""
-    return (settings.backend, settings.worker, settings.worker_token_file, settings.job_timeout_s,
-            settings.max_frame_mib, settings.ray_address, settings.ray_actors)
+    return (settings.worker.backend, settings.worker.address, settings.worker.token_file, settings.worker.job_timeout_s,
+            settings.worker.max_frame_mib, settings.worker.ray_address, settings.worker.ray_actors)

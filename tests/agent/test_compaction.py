@@ -115,5 +115,5 @@ async def test_a_pass_past_the_limit_compacts_and_its_later_prompts_shrink(tmp_p
 
 def optimizer_with(file: Path, limit: int, api: FakeMessagesApi):
     pass_ = optimizer(api, file)
-    pass_.workbench.settings = Settings(agent_context_tokens=limit)
+    pass_.workbench.settings = Settings.of(agent_context_tokens=limit)
     return pass_

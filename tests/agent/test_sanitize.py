@@ -177,7 +177,7 @@ async def test_a_candidate_with_sanitizer_errors_scores_zero_and_the_model_is_to
     file = problem(tmp_path, SLOW)
     worker = RecordedSanitizer(WorkerClient(), {PEEK: "many", CLEAN: "clean"})
     script = [write_and_verify(PEEK), write_and_verify(CLEAN), tool_use_turn("finish", {"summary": "fixed the read"})]
-    optimizer, outcome, api = await run_pass(file, worker, script, Settings(sanitize_tools=TOOLS))
+    optimizer, outcome, api = await run_pass(file, worker, script, Settings.of(sanitize_tools=TOOLS))
     unsafe, clean = optimizer.tree.nodes[1], optimizer.tree.nodes[2]
     assert unsafe.evaluation["verdict"] == "verified"  # every trial passed: only the sanitizer sees the bug
     assert unsafe.rubric.outcome == "unsafe" and unsafe.score == 0 and unsafe.reward == 0
@@ -250,7 +250,7 @@ def workbench(tmp_path: Path, worker, options: dict, settings: Settings = Settin
 
 @pytest.mark.parametrize("options, settings, reason", [
     ({"device": "cpu"}, Settings(), "the pass verifies on the CPU"),
-    ({"device": "auto"}, Settings(agent_sanitize=False), "agentSanitize setting is off"),
+    ({"device": "auto"}, Settings.of(agent_sanitize=False), "agentSanitize setting is off"),
 ])
 async def test_no_sanitize_job_on_the_cpu_or_with_the_setting_off(tmp_path: Path, options, settings, reason):
     worker = NoGpuWorker()

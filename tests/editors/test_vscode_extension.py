@@ -8,8 +8,7 @@ defaults, which the server itself must accept. Runs on a copy of the extension's
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, get_type_hints
+from typing import Any
 
 import pytest
 
@@ -20,7 +19,9 @@ from kernel_lsp.config import (
     SANITIZER_TOOLS,
     SECRET_SETTINGS,
     VERIFY_DEVICES,
+    WHERE,
     Settings,
+    setting_hint,
 )
 from kernel_lsp.contracts.options import camel as _camel
 from kernel_lsp.contracts.options import snake as _snake
@@ -85,8 +86,7 @@ def _server_settings(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_settings_are_every_server_setting_but_the_secrets(built: dict[str, Any]) -> None:
-    fields = [f for f in dataclasses.fields(Settings)]
-    expected = {_camel(f.name) for f in fields if f.name not in SECRET_SETTINGS}
+    expected = {_camel(name) for name in WHERE if name not in SECRET_SETTINGS}
     contributed = _server_settings(built["manifest"])
     assert set(contributed) == expected, (f"missing: {sorted(expected - set(contributed))}, "
                                           f"unknown to the server: {sorted(set(contributed) - expected)}")
@@ -104,16 +104,15 @@ def _json_type(hint: Any) -> str | list[str]:
 
 
 def test_settings_defaults_and_types_are_the_servers(built: dict[str, Any]) -> None:
-    hints = get_type_hints(Settings)
     defaults = Settings()
     contributed = _server_settings(built["manifest"])
     for key, schema in contributed.items():
         name = _snake(key)
         assert _camel(name) == key, f"{key}: the server reads it as '{name}'"
         assert schema.get("markdownDescription") or schema.get("description"), f"{key} has no description"
-        default = getattr(defaults, name)
+        default = defaults.value(name)
         assert schema["default"] == (list(default) if isinstance(default, tuple) else default), key
-        assert schema["type"] == _json_type(hints[name]), f"{key}: {schema['type']} for {hints[name]}"
+        assert schema["type"] == _json_type(setting_hint(name)), f"{key}: {schema['type']} for {setting_hint(name)}"
     assert contributed["resourceUsage"]["enum"] == list(RESOURCE_USAGE_MODES)
     assert contributed["verifyDevice"]["enum"] == list(VERIFY_DEVICES)
     assert contributed["baselines"]["items"]["enum"] == list(BASELINE_KINDS)

@@ -111,7 +111,7 @@ async def test_an_agent_pass_with_the_cute_target_verifies_its_cute_candidate(tm
               tool_use_turn("compile", {}), tool_use_turn("verify", {}),
               tool_use_turn("finish", {"summary": "CuTe fragments of four floats"})]
     options = {"device": "cuda", "trials": 3, "timedCalls": 20, "baselines": ["eager"]}
-    workbench = Workbench(reference, reference, "", Settings(agent_target="cute"), WorkerClient(job_timeout_s=900),
+    workbench = Workbench(reference, reference, "", Settings.of(agent_target="cute"), WorkerClient(job_timeout_s=900),
                           options, "cute1")
     with FakeMessagesApi(script) as api:
         model = ModelClient("test-key", api.url, "claude-sonnet-4-5", 2048, None, max_retries=0, timeout_s=60)

@@ -67,7 +67,7 @@ def _doc(path: Path, text: str, version: int) -> Document:
 
 
 async def _reports(service: CompileService, path: Path, text: str, version: int):
-    return [r async for r in service.run(_doc(path, text, version), Settings(compile_timeout_s=900.0))]
+    return [r async for r in service.run(_doc(path, text, version), Settings.of(compile_timeout_s=900.0))]
 
 
 def _shown(findings) -> list[tuple]:

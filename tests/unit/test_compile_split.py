@@ -215,7 +215,7 @@ def _composed(reports) -> list | None:
     return None
 
 
-DEVICE_ONLY = Settings(checks={"hostCompile": False},  # main.cpp is the host compiler's: not what is tested here
+DEVICE_ONLY = Settings.of(checks={"hostCompile": False},  # main.cpp is the host compiler's: not what is tested here
                        compile_timeout_s=COMPILE_TIMEOUT_S)
 
 

@@ -10,7 +10,8 @@ from kernel_lsp.config import Settings, pyproject_settings, resolve_settings, un
 def test_camel_snake_and_kebab_keys_convert():
     settings, problems = resolve_settings({"nvcc-path": "/x/nvcc"}, {"debounce_ms": 10}, {"compileTimeoutS": 5})
     assert problems == []
-    assert (settings.nvcc_path, settings.debounce_ms, settings.compile_timeout_s) == ("/x/nvcc", 10, 5.0)
+    compile_ = settings.compile
+    assert (compile_.nvcc_path, compile_.debounce_ms, compile_.timeout_s) == ("/x/nvcc", 10, 5.0)
 
 
 def test_invalid_values_fall_back_with_one_problem_each():
@@ -25,7 +26,7 @@ def test_invalid_values_fall_back_with_one_problem_each():
 def test_later_layers_win_and_checks_merge():
     settings, _ = resolve_settings({"arch": "sm_80", "checks": {"hostCompile": False}},
                                    {"arch": ["sm_90", "sm_100a"], "checks": {"pythonSyntax": False}})
-    assert settings.arch == ("sm_90", "sm_100a")
+    assert settings.compile.arch == ("sm_90", "sm_100a")
     assert not settings.check_enabled("hostCompile") and not settings.check_enabled("pythonSyntax")
     assert settings.check_enabled("compile")
 
@@ -62,10 +63,10 @@ def test_the_api_key_setting_is_never_echoed():
 def test_optional_temperature_takes_none_or_a_number():
     from kernel_lsp.config import resolve_settings
 
-    assert resolve_settings({"agentTemperature": 0.2})[0].agent_temperature == 0.2
-    assert resolve_settings({"agentTemperature": 0.2}, {"agentTemperature": None})[0].agent_temperature is None
+    assert resolve_settings({"agentTemperature": 0.2})[0].agent.temperature == 0.2
+    assert resolve_settings({"agentTemperature": 0.2}, {"agentTemperature": None})[0].agent.temperature is None
     settings, problems = resolve_settings({"agentTemperature": "warm"})
-    assert settings.agent_temperature is None and "expected a number" in problems[0]
+    assert settings.agent.temperature is None and "expected a number" in problems[0]
 
 
 def test_the_model_client_takes_its_timeout_and_retries_from_the_settings(tmp_path):
@@ -84,13 +85,13 @@ def test_the_model_client_takes_its_timeout_and_retries_from_the_settings(tmp_pa
 def test_every_setting_takes_its_own_default_back_through_the_converter():
     """The cattrs converter has a strict hook for every field's type: a setting of a new type without one fails
     here, not in a user's editor. Each default, written as JSON would carry it, comes back equal and unreported."""
-    import dataclasses
     import json
 
+    from kernel_lsp.config import WHERE
     from kernel_lsp.contracts.options import camel
 
     defaults = Settings()
-    as_json = json.loads(json.dumps({camel(f.name): getattr(defaults, f.name) for f in dataclasses.fields(Settings)}))
+    as_json = json.loads(json.dumps({camel(name): defaults.value(name) for name in WHERE}))
     settings, problems = resolve_settings(as_json)
     assert problems == [] and settings == defaults
 

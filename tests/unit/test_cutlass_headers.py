@@ -95,7 +95,7 @@ def test_the_installed_package_is_found_without_importing_it():
 async def test_a_cute_cu_file_compiles_and_reports_its_kernels_resources(tmp_path: Path):
     path = tmp_path / "scale.cu"
     doc = Document(path_to_uri(path), path, CUTE_CU, 1)
-    reports = [r async for r in check_document(doc, Settings(compile_timeout_s=900.0), Scratch())]
+    reports = [r async for r in check_document(doc, Settings.of(compile_timeout_s=900.0), Scratch())]
     findings = reports[-1].findings
     assert [f.code for f in findings] == ["ptxas-resources"], [f.message for f in findings]
     assert findings[0].range.start.line == 3 and "scale_kernel" in findings[0].message
@@ -108,7 +108,7 @@ async def test_a_cute_cu_file_compiles_and_reports_its_kernels_resources(tmp_pat
 async def test_a_load_inline_file_with_cute_sources_compiles_with_torchs_flags(tmp_path: Path):
     path = tmp_path / "candidate.py"
     doc = Document(path_to_uri(path), path, CUTE_PY, 1)
-    reports = [r async for r in check_document(doc, Settings(compile_timeout_s=900.0), Scratch())]
+    reports = [r async for r in check_document(doc, Settings.of(compile_timeout_s=900.0), Scratch())]
     findings = reports[-1].findings
     errors = [f for f in findings if f.severity == 1]
     assert errors == [], [f.message for f in errors]
@@ -124,7 +124,7 @@ async def test_a_missing_cute_header_says_where_kernel_lsp_looked_and_what_to_do
     monkeypatch.delenv("CUTLASS_PATH", raising=False)
     path = tmp_path / "scale.cu"
     doc = Document(path_to_uri(path), path, CUTE_CU, 1)
-    settings = Settings(cutlass_include=str(tmp_path / "nowhere"), compile_timeout_s=900.0)
+    settings = Settings.of(cutlass_include=str(tmp_path / "nowhere"), compile_timeout_s=900.0)
     reports = [r async for r in check_document(doc, settings, Scratch())]
     (error,) = [f for f in reports[-1].findings if f.severity == 1]
     assert error.range.start.line == 0 and "cute/tensor.hpp" in error.message
@@ -161,7 +161,7 @@ async def test_cute_template_errors_are_one_short_finding_each_on_the_users_line
     static assertion: each on its own line of the user's file, short, the header chain collapsed."""
     path = tmp_path / "three.cu"
     doc = Document(path_to_uri(path), path, THREE_MISTAKES, 1)
-    reports = [r async for r in check_document(doc, Settings(compile_timeout_s=900.0), Scratch())]
+    reports = [r async for r in check_document(doc, Settings.of(compile_timeout_s=900.0), Scratch())]
     errors = [f for f in reports[-1].findings if f.severity == 1]
     lines = THREE_MISTAKES.split("\n")
     by_line = {}
@@ -188,7 +188,7 @@ async def test_a_cute_template_error_in_load_inline_sources_lands_on_the_py_line
     source = CUTE_PY.replace("cute::make_shape(n))", "cute::make_shape(n), 3)")
     path = tmp_path / "candidate.py"
     doc = Document(path_to_uri(path), path, source, 1)
-    reports = [r async for r in check_document(doc, Settings(compile_timeout_s=900.0), Scratch())]
+    reports = [r async for r in check_document(doc, Settings.of(compile_timeout_s=900.0), Scratch())]
     (error,) = [f for f in reports[-1].findings if f.severity == 1]
     assert error.range.start.line == source.split("\n").index("    if (i < n) t(i) = t(i) * s;")
     assert error.message.startswith('static_assert failed: "Mismatched Ranks"'), error.message

@@ -24,9 +24,10 @@ REFERENCE = "import torch\nclass Model(torch.nn.Module):\n    def forward(self, 
 
 def test_the_settings_take_their_verify_defaults_from_the_verify_options():
     defaults, settings = VerifyOptions(), Settings()
-    assert (settings.verify_device, settings.trials, settings.timed_calls, settings.warmup_calls) == (
+    v = settings.verify
+    assert (v.device, v.trials, v.timed_calls, v.warmup_calls) == (
         defaults.device, defaults.trials, defaults.timed_calls, defaults.warmup)
-    assert (settings.baselines, settings.allowed_kernels, settings.verify_allow_network) == (
+    assert (v.baselines, v.allowed_kernels, v.allow_network) == (
         defaults.baselines, defaults.allowed_kernels, defaults.allow_network)
     assert verify.verify_options(settings) == defaults  # the settings' names map to the options' in one place
     changed, problems = resolve_settings({"trials": 2, "timedCalls": 7, "warmupCalls": 1, "verifyDevice": "cpu",

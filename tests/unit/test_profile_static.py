@@ -99,6 +99,6 @@ async def test_a_compile_error_and_a_triton_file_are_problems_not_failures(tmp_p
 
 
 async def test_a_missing_nvcc_is_a_problem(tmp_path: Path):
-    settings = Settings(nvcc_path=str(tmp_path / "nvcc"))
+    settings = Settings.of(nvcc_path=str(tmp_path / "nvcc"))
     report = await static_profile({"k.cu": "__global__ void k() {}\n"}, "k.cu", settings=settings)
     assert report["kernels"] == [] and "CUDA compiler not found" in report["problems"][0]["message"]

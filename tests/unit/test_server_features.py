@@ -85,5 +85,5 @@ def test_what_the_server_asks_of_every_feature_reaches_the_real_features() -> No
     resources = Finding("file:///w/k.cu", Range.line(0), Severity.INFORMATION, SOURCE, "ptxas-resources", "32 registers")
     error = Finding("file:///w/k.cu", Range.line(0), Severity.ERROR, SOURCE, "nvcc-error", "expected a ;")
     assert server._visible(error) is True
-    assert server._visible(resources) is (server.settings.settings.resource_usage in ("diagnostic", "both"))
+    assert server._visible(resources) is (server.settings.settings.compile.resource_usage in ("diagnostic", "both"))
     assert server.lens_notes("file:///w/k.py", "text") == []

@@ -11,7 +11,7 @@ async def test_a_broken_tool_is_probed_once_per_install(tmp_path):
     nvcc = tmp_path / "nvcc"
     nvcc.write_text(f"#!/bin/sh\necho x >> {calls}\nexit 3\n")
     nvcc.chmod(0o755)
-    settings = Settings(nvcc_path=str(nvcc))
+    settings = Settings.of(nvcc_path=str(nvcc))
     for _ in range(3):
         try:
             await find_nvcc(settings)

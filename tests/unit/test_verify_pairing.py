@@ -184,9 +184,9 @@ def test_references_setting_converts_merges_and_rejects():
     settings, problems = resolve_settings({"references": {"a.py": "ref_a.py"}},
                                           {"references": {"b/*.py": "ref/{stem}.py"}})
     assert problems == []
-    assert settings.references == {"a.py": "ref_a.py", "b/*.py": "ref/{stem}.py"}
+    assert settings.verify.references == {"a.py": "ref_a.py", "b/*.py": "ref/{stem}.py"}
     settings, problems = resolve_settings({"references": ["a.py"]}, {"references": {"a.py": 3}})
-    assert settings.references == {}
+    assert settings.verify.references == {}
     assert problems == [
         "setting 'references': expected an object of candidate paths to reference paths, got ['a.py']; using {}",
         "setting 'references': expected candidate and reference paths as strings, got {'a.py': 3}; using {}",

@@ -38,7 +38,7 @@ def test_the_backend_setting_picks_the_runner_and_a_change_replaces_it():
     assert feature.client(on_ray) is runner  # the same settings: the same pool
     local, _ = resolve_settings({}, {"worker": "tcp:127.0.0.1:1"})
     bad, problems = resolve_settings({}, {"backend": "slurm"})
-    assert bad.backend == "local" and "expected one of local, ray" in problems[0]
+    assert bad.worker.backend == "local" and "expected one of local, ray" in problems[0]
     assert isinstance(WorkerFeature(lambda m, p: None, lambda m: None).client(local), WorkerClient)
 
 
