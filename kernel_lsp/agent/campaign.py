@@ -36,6 +36,7 @@ from typing import Any
 
 from kernel_lsp import __version__
 from kernel_lsp.agent.budget import Budget, SharedBudget, Spend, Totals
+from kernel_lsp.agent.evaluation import report_of
 from kernel_lsp.agent.setup import build_optimizer
 from kernel_lsp.agent.tools import candidate_ms
 from kernel_lsp.agent.trajectory import read_trajectory
@@ -224,11 +225,12 @@ def read_killed_pass(trajectory: Path) -> tuple[dict[str, Any], dict[str, Any] |
     if not verified:
         return spend, None, ended
     fastest = min(verified, key=lambda e: candidate_ms(e["evaluation"]))
-    report = fastest["evaluation"].get("report") or {}
+    report = report_of(fastest["evaluation"])
     return spend, {"source": fastest["source"], "ms": candidate_ms(fastest["evaluation"]),
-                   "speedup": report.get("speedup") or {}, "interval": report.get("interval") or {},
+                   "speedup": dict(report.speedup) if report else {},
+                   "interval": {kind: list(pair) for kind, pair in report.interval.items()} if report else {},
                    "summary": fastest.get("summary"), "energy_mj": None,
-                   "device": report.get("device")}, ended
+                   "device": report.device if report else None}, ended
 
 
 def _faster(new: dict[str, Any], old: dict[str, Any] | None) -> bool:

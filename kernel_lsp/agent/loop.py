@@ -32,6 +32,7 @@ from typing import Any
 
 from kernel_lsp import __version__
 from kernel_lsp.agent import rubric
+from kernel_lsp.agent.evaluation import candidate_timing, device_of, eager_speedup, report_of
 from kernel_lsp.agent.budget import Budget, Spend
 from kernel_lsp.agent.compaction import compact, prompt_tokens
 from kernel_lsp.agent.memory import KernelMemory
@@ -43,6 +44,7 @@ from kernel_lsp.agent.trajectory import TrajectoryWriter
 from kernel_lsp.compile.toolchain import cutlass_headers
 from kernel_lsp.findings import scrub
 from kernel_lsp.contracts.options import to_config
+from kernel_lsp.contracts.verify_report import Timing, VerifyReport
 from kernel_lsp.verify.verdict import CPU_TIMINGS, best_so_far, readable_ms
 from kernel_lsp.worker.client import WorkerUnavailable
 
@@ -324,11 +326,11 @@ class Optimizer:
         result = await self.workbench.execute("verify", {})
         for _ in range(result.worker_jobs):
             self.spend.add_evaluation()
-        report = (result.evaluation or {}).get("report") or {}
+        report = report_of(result.evaluation)
         self._machine = machine_facts(report)  # before the environment event, which records it
         self._record(root, result)
         if self.device == "auto":  # the worker chose: the prompt says which
-            self.device = report.get("device") or "auto"
+            self.device = report.device if report is not None else "auto"
 
     async def _expand(self, start: Node, bench: Workbench, expansion: int | None = None) -> int:
         """One conversation from `start` on `bench`; returns how many verifies added nodes. `expansion` numbers
@@ -464,9 +466,9 @@ class Optimizer:
     def _score_event(self, node: Node, score: rubric.RubricScore, **more: Any) -> None:
         self.trajectory.write("score", node=node.id, **score.to_dict(), reward=node.reward, dead=node.dead,
                               dead_reason=node.dead_reason, **more)
-        report = (node.evaluation or {}).get("report") or {}
         # the model reads the rubric's reason with its interpreter ratio; the user reads the code lens's words
-        shown = (node.evaluation or {}).get("summary") if score.verified and report.get("device") == "cpu" else None
+        cpu = device_of(node.evaluation) == "cpu"
+        shown = (node.evaluation or {}).get("summary") if score.verified and cpu else None
         self._emit(score.outcome, f"#{node.id}: {shown or score.reason}")
 
     def _add_energy(self, energy: dict[str, Any], bench: Workbench) -> None:
@@ -566,10 +568,11 @@ class Optimizer:
             return None
         node = self.tree.nodes[number]
         evaluation = node.evaluation or {}
-        report = evaluation.get("report") or {}
+        report = report_of(evaluation)
         codes = problem_codes(evaluation)
         return {"node": node.id, "parent": node.parent_id, "outcome": node.outcome,
-                "summary": evaluation.get("summary"), "speedup": report.get("speedup"), "codes": codes,
+                "summary": evaluation.get("summary"), "speedup": dict(report.speedup) if report else None,
+                "codes": codes,
                 "dead_end": node.dead_reason or None, "source": node.source}
 
     def _check_budget(self, refusal: str | None) -> None:
@@ -583,10 +586,11 @@ class Optimizer:
         improved, sentence = improvement(self.tree.root, best)
         side = best or best_attempt(self.tree)
         side_file = write_side_file(self.workbench.original, side.source) if side is not None else None
+        best_report = report_of(best.evaluation) if best else None
         outcome = PassOutcome(
             best_source=best.source if best else None, best_summary=best.evaluation.get("summary") if best else None,
-            best_speedup=((best.evaluation.get("report") or {}).get("speedup")) if best else None,
-            best_interval=((best.evaluation.get("report") or {}).get("interval")) if best else None,
+            best_speedup=dict(best_report.speedup) if best_report else None,
+            best_interval={kind: list(pair) for kind, pair in best_report.interval.items()} if best_report else None,
             improved=improved, improvement=sentence, stop_reason=reason, spend=self.spend.to_dict(),
             trajectory_path=self.trajectory.path, side_file=side_file,
             original_verdict=(self.tree.root.evaluation or {}).get("verdict"), error_kind=self._error_kind,
@@ -595,7 +599,7 @@ class Optimizer:
                        "verdict": (n.evaluation or {}).get("verdict"), "codes": problem_codes(n.evaluation or {})}
                       for n in self.tree.nodes if n.rubric is not None],
             best_ms=candidate_ms(best.evaluation) if best else None, best_energy_mj=_energy(best) if best else None,
-            best_device=(best.evaluation.get("report") or {}).get("device") if best else None,
+            best_device=best_report.device if best_report else None,
             verified=self._verified())
         if self.memory is not None:
             self.memory.add_pass(self.trajectory.pass_id, self.tree, self._profile_gists,
@@ -609,9 +613,8 @@ class Optimizer:
 
     def _emit(self, stage: str, message: str) -> None:
         best = best_candidate(self.tree)
-        report = (best.evaluation.get("report") or {}) if best else {}
-        speedup = (report.get("speedup") or {}).get("eager")
-        cpu = (report.get("device") or self.device) == "cpu"
+        speedup = eager_speedup(best.evaluation) if best else None
+        cpu = ((device_of(best.evaluation) if best else None) or self.device) == "cpu"
         log.info("optimize: %s: %s", stage, message)
         self.on_event(ProgressEvent(stage, message, speedup, self.spend.to_dict(), self._verified(), cpu))
 
@@ -669,33 +672,33 @@ def tool_result_block(call: dict[str, Any], result: ToolResult) -> dict[str, Any
             **({"is_error": True} if result.is_error else {})}
 
 
-def machine_facts(report: dict[str, Any]) -> str:
+def machine_facts(report: VerifyReport | None) -> str:
     """The GPU and the problem's speed of light, as the original's verification measured them (none on the CPU,
     where the interpreter's times say nothing of a GPU): 'The GPU: NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, ...).'"""
-    if report.get("device") != "cuda":
+    if report is None or report.device != "cuda":
         return ""
     lines = []
-    gpu = report.get("device_facts") or {}
-    if gpu.get("name"):
-        parts = [str(gpu.get("arch", "")), f"{gpu['sms']} SMs" if gpu.get("sms") else ""]
-        if gpu.get("shared_per_block_optin"):
-            parts.append(f"up to {gpu['shared_per_block_optin'] // 1024} KiB of shared memory per block")
-        if gpu.get("registers_per_sm"):
-            parts.append(f"{gpu['registers_per_sm']} registers per SM")
-        if gpu.get("l2_bytes"):
-            parts.append(f"{gpu['l2_bytes'] / 2**20:.0f} MiB L2")
-        if gpu.get("memory_bytes"):
-            parts.append(f"{gpu['memory_bytes'] / 2**30:.0f} GiB")
-        lines.append(f"The GPU: {gpu['name']} ({', '.join(p for p in parts if p)}).")
-    floor = report.get("floor") or {}
-    if floor.get("floor_ms"):
-        measured = (f"Measured on it: {floor.get('bandwidth_gbs', 0):.0f} GB/s copy bandwidth and "
-                    f"{floor.get('peak_tflops', 0):.0f} TFLOP/s for the fastest matmul.")
-        size = floor.get("bytes", 0)
+    gpu = report.device_facts
+    if gpu is not None and gpu.name:
+        parts = [gpu.arch, f"{gpu.sms} SMs" if gpu.sms else ""]
+        if gpu.shared_per_block_optin:
+            parts.append(f"up to {gpu.shared_per_block_optin // 1024} KiB of shared memory per block")
+        if gpu.registers_per_sm:
+            parts.append(f"{gpu.registers_per_sm} registers per SM")
+        if gpu.l2_bytes:
+            parts.append(f"{gpu.l2_bytes / 2**20:.0f} MiB L2")
+        if gpu.memory_bytes:
+            parts.append(f"{gpu.memory_bytes / 2**30:.0f} GiB")
+        lines.append(f"The GPU: {gpu.name} ({', '.join(p for p in parts if p)}).")
+    floor = report.floor
+    if floor is not None and floor.floor_ms:
+        measured = (f"Measured on it: {floor.bandwidth_gbs:.0f} GB/s copy bandwidth and "
+                    f"{floor.peak_tflops:.0f} TFLOP/s for the fastest matmul.")
+        size = floor.bytes
         moved = f"{size / 1e9:.3g} GB" if size >= 1e9 else f"{size / 1e6:.3g} MB"
-        work = (f"This problem moves {moved} and does {floor.get('flops', 0) / 1e9:.3g} GFLOP: at those ceilings "
-                f"it takes at least {readable_ms(floor['floor_ms'])} (its speed of light)")
-        original = ((report.get("timing") or {}).get("candidate") or {}).get("median_ms")
+        work = (f"This problem moves {moved} and does {floor.flops / 1e9:.3g} GFLOP: at those ceilings "
+                f"it takes at least {readable_ms(floor.floor_ms)} (its speed of light)")
+        original = report.timing.candidate.median_ms if report.timing and report.timing.candidate else None
         if original:
             work += f"; the original takes {readable_ms(original)}"
         lines += [measured, work + "."]
@@ -720,16 +723,15 @@ def best_candidate(tree: SearchTree, objective: str = "speed") -> Node | None:
     timed = [n for n in verified if _timing(n) is not None]
     if objective != "energy" or not timed:
         return best
-    fastest = min(timed, key=lambda n: (_timing(n)["median_ms"], n.id))  # by time alone, no energy term
+    fastest = min(timed, key=lambda n: (_timing(n).median_ms, n.id))  # by time alone, no energy term
     timing = _timing(fastest)
-    bound = timing["median_ms"] * (1 + max(0.0, float(timing.get("spread") or 0.0)))
-    matched = [n for n in timed if _timing(n)["median_ms"] <= bound and _energy(n) is not None]
+    bound = timing.median_ms * (1 + max(0.0, timing.spread))
+    matched = [n for n in timed if _timing(n).median_ms <= bound and _energy(n) is not None]
     return min(matched, key=lambda n: (_energy(n), n.id), default=fastest)
 
 
-def _timing(node: Node) -> dict[str, Any] | None:
-    timing = (((node.evaluation or {}).get("report") or {}).get("timing") or {}).get("candidate")
-    return timing if isinstance(timing, dict) and isinstance(timing.get("median_ms"), int | float) else None
+def _timing(node: Node) -> Timing | None:
+    return candidate_timing(node.evaluation)
 
 
 def _energy(node: Node) -> float | None:
@@ -749,8 +751,7 @@ def improvement(root: Node, best: Node | None) -> tuple[bool, str]:
         return False, "no candidate verified"
     best_ms = candidate_ms(best.evaluation)
     original_ms = candidate_ms(root.evaluation) if root.evaluation else None
-    report = best.evaluation.get("report") or {}
-    cpu = report.get("device") == "cpu"
+    cpu = device_of(best.evaluation) == "cpu"
     if original_ms is not None and best_ms is not None:
         faster = best_ms < original_ms * (1 - IMPROVEMENT_MARGIN)
         if cpu:  # the interpreter's times rank candidates under it, but as figures they say nothing of a GPU
@@ -758,7 +759,7 @@ def improvement(root: Node, best: Node | None) -> tuple[bool, str]:
                             f"the CPU interpreter ({CPU_TIMINGS}: verify it on a GPU to measure)")
         return faster, (f"#{best.id} takes {best_ms:.4g} ms against the original's {original_ms:.4g} ms "
                         f"({original_ms / best_ms:.3g}× {'faster' if faster else 'no real gain'})")
-    eager = (report.get("speedup") or {}).get("eager")
+    eager = eager_speedup(best.evaluation)
     if eager is None:
         return False, f"#{best.id} verified but was not timed against eager"
     faster = eager > 1.0

@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from kernel_lsp.agent.evaluation import report_of
 from kernel_lsp.agent.search import SearchTree, memory_line, source_hash
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,8 @@ class KernelMemory:
         for node in tree.nodes:
             if node.rubric is None or node.parent_id is None:
                 continue
-            speedup = ((node.evaluation or {}).get("report") or {}).get("speedup") or {}
+            report = report_of(node.evaluation)
+            speedup = report.speedup if report is not None else {}
             fastest = best is not None and node.id == best.id
             entry = {"pass": pass_id, "when": when, "line": memory_line(node), "verified": node.rubric.verified,
                      "speedup_eager": speedup.get("eager") if node.rubric.verified else None, "fastest": fastest}

@@ -33,7 +33,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from kernel_lsp.agent.evaluation import report_of
 from kernel_lsp.agent.safety import error_line, sanitizer_errors
+from kernel_lsp.contracts.verify_report import VerifyReport
 from kernel_lsp.verify.verdict import correctness_code
 
 W_EAGER = 1.0
@@ -73,10 +75,10 @@ def score(evaluation: dict[str, Any]) -> RubricScore:
         return RubricScore(0.0, reason="compiled, not verified", outcome="unverified")
     if verdict == "unavailable":
         return RubricScore(0.0, reason=unavailable_reason(evaluation), outcome="unavailable")
-    report = evaluation.get("report") or {}
-    if report.get("integrity"):
+    report = report_of(evaluation)
+    if report is not None and report.integrity:
         return RubricScore(0.0, reason=rejected_reason(evaluation, report), outcome="integrity")
-    if verdict != "verified" or report.get("verdict") != "verified" or not all_trials_passed(report):
+    if verdict != "verified" or report is None or report.verdict != "verified" or not all_trials_passed(report):
         return RubricScore(0.0, reason=rejected_reason(evaluation, report), outcome="rejected")
     errors = sanitizer_errors(evaluation)
     if errors:
@@ -97,27 +99,28 @@ def unavailable_reason(evaluation: dict[str, Any]) -> str:
     return summary if summary.startswith("not verified") else f"not verified: {summary or 'no reason given'}"
 
 
-def all_trials_passed(report: dict[str, Any]) -> bool:
-    correctness = report.get("correctness") or {}
-    trials = correctness.get("trials", 0)
-    return trials > 0 and correctness.get("passed") == trials
+def all_trials_passed(report: VerifyReport) -> bool:
+    trials = report.correctness.trials
+    return trials > 0 and report.correctness.passed == trials
 
 
-def reject_codes(report: dict[str, Any]) -> list[str]:
+def reject_codes(report: VerifyReport | None) -> list[str]:
     """The finding codes behind a reject: the failed trials' code first, then each integrity problem's."""
+    if report is None:
+        return []
     codes = []
-    correctness = report.get("correctness") or {}
-    if correctness and correctness.get("passed") != correctness.get("trials"):
-        codes.append(correctness_code((correctness.get("worst") or {}).get("reason", "mismatch")))
-    return codes + [problem["code"] for problem in report.get("integrity") or []]
+    correctness = report.correctness
+    if correctness.passed != correctness.trials:
+        codes.append(correctness_code(correctness.worst.reason if correctness.worst else "mismatch"))
+    return codes + [problem.code for problem in report.integrity]
 
 
-def rejected_reason(evaluation: dict[str, Any], report: dict[str, Any]) -> str:
+def rejected_reason(evaluation: dict[str, Any], report: VerifyReport | None) -> str:
     codes = reject_codes(report)
-    if codes:
-        correctness = report.get("correctness") or {}
-        failed = correctness and correctness.get("passed") != correctness.get("trials")
-        counts = f" (correct {correctness.get('passed')}/{correctness.get('trials')})" if failed else ""
+    if report is not None and codes:
+        correctness = report.correctness
+        failed = correctness.passed != correctness.trials
+        counts = f" (correct {correctness.passed}/{correctness.trials})" if failed else ""
         return f"rejected: {', '.join(codes)}{counts}"
     summary = evaluation.get("summary") or "no report"
     return summary if summary.startswith("rejected") else f"rejected: {summary}"
@@ -152,8 +155,8 @@ def soft_positive(raw: float) -> float:
     return max(math.log2(1 + 2 ** raw), MIN_VERIFIED_SCORE)
 
 
-def verified_score(report: dict[str, Any], energy: dict[str, Any] | None) -> RubricScore:
-    speedups = report.get("speedup") or {}
+def verified_score(report: VerifyReport, energy: dict[str, Any] | None) -> RubricScore:
+    speedups = report.speedup
     eager = measured(speedups.get("eager"))
     if eager is None:
         return RubricScore(UNTIMED_SCORE, reason="verified, not timed", outcome="verified")
@@ -165,7 +168,7 @@ def verified_score(report: dict[str, Any], energy: dict[str, Any] | None) -> Rub
     if saving is not None:
         parts["energy"] = W_ENERGY * math.log2(saving)
     raw = sum(parts.values())
-    cpu = " (CPU)" if report.get("device") == "cpu" else ""
+    cpu = " (CPU)" if report.device == "cpu" else ""
     reason = f"verified {eager:.3g}× eager{cpu}"
     if compiled is not None:
         reason += f", {compiled:.3g}× compile"

@@ -36,6 +36,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernel_lsp.agent.evaluation import eager_speedup
 from kernel_lsp.agent.rubric import RubricScore, measured
 
 UCT_C = 1.0
@@ -139,7 +140,7 @@ class SearchTree:
         rubric = node.rubric
         if rubric is None or not rubric.verified:
             return 0.0
-        eager = measured((((node.evaluation or {}).get("report") or {}).get("speedup") or {}).get("eager"))
+        eager = measured(eager_speedup(node.evaluation))
         if eager is None:
             return UNTIMED_REWARD
         if self.reference_speedup is None:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from kernel_lsp.agent import code_search, rubric, safety
+from kernel_lsp.agent.evaluation import candidate_timing, report_of
 from kernel_lsp.compile.check import Document
 from kernel_lsp.compile.service import CompileService
 from kernel_lsp.compile.toolchain import cutlass_headers, cutlass_problem
@@ -596,20 +597,21 @@ def candidate_ms(evaluation: dict[str, Any]) -> float | None:
     errors in it."""
     if evaluation.get("verdict") != "verified" or safety.sanitizer_errors(evaluation):
         return None
-    return ((((evaluation.get("report") or {}).get("timing") or {}).get("candidate")) or {}).get("median_ms")
+    timing = candidate_timing(evaluation)
+    return timing.median_ms if timing is not None else None
 
 
 def verify_feedback(evaluation: dict[str, Any]) -> dict[str, Any]:
-    report = evaluation.get("report") or {}
+    report = report_of(evaluation)
     shown: dict[str, Any] = {"verdict": evaluation["verdict"] or "compile-error", "summary": evaluation["summary"],
                              "problems": evaluation["problems"]}
     errors = safety.sanitizer_errors(evaluation)
     if errors:  # correct on every trial, but its kernels read or write what they must not: a reject
         shown.update(verdict="rejected", summary=rubric.unsafe_reason(errors))
     elif evaluation["verdict"] == "verified":
-        shown.update(speedup=report.get("speedup"), median_ms=candidate_ms(evaluation))
+        shown.update(speedup=dict(report.speedup) if report else None, median_ms=candidate_ms(evaluation))
     shown.update(safety.feedback(evaluation.get("sanitize")))
-    integrity = [problem.get("code") for problem in report.get("integrity") or []]
+    integrity = [problem.code for problem in report.integrity] if report else []
     if integrity:
         shown["integrity"] = integrity
         shown["note"] = "an integrity reject scores zero: the candidate must compute the result itself"

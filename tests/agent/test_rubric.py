@@ -8,14 +8,14 @@ from typing import Any
 import pytest
 
 from kernel_lsp.agent.rubric import UNTIMED_SCORE, W_COMPILE, W_EAGER, score
+from tests.reports import verify_report
 
 COMPILED = {"compiled": True, "errors": 0}
 
 
 def verified(eager: float | None = 1.0, compile_: float | None = None, **report: Any) -> dict[str, Any]:
-    body = {"verdict": "verified", "device": "cuda", "correctness": {"trials": 5, "passed": 5},
-            "integrity": [], "speedup": {"eager": eager, "compile": compile_}}
-    body.update(report)
+    body = verify_report(**{"verdict": "verified", "device": "cuda", "correctness": {"trials": 5, "passed": 5},
+                            "integrity": [], "speedup": {"eager": eager, "compile": compile_}, **report})
     return {"compile": COMPILED, "verdict": body["verdict"], "summary": "correct 5/5", "report": body}
 
 

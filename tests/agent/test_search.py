@@ -9,12 +9,13 @@ import pytest
 
 from kernel_lsp.agent.rubric import RubricScore, score
 from kernel_lsp.agent.search import COMPILE_FAILURE_LIMIT, SearchTree
+from tests.reports import verify_report
 
 
 def verified(eager: float) -> dict[str, Any]:
     return {"compile": {"compiled": True, "errors": 0}, "verdict": "verified",
-            "report": {"verdict": "verified", "correctness": {"trials": 5, "passed": 5}, "integrity": [],
-                       "speedup": {"eager": eager, "compile": None}}}
+            "report": verify_report(verdict="verified", device="cuda", correctness={"trials": 5, "passed": 5},
+                                    integrity=[], speedup={"eager": eager, "compile": None})}
 
 
 def cheat(eager: float = 100.0) -> dict[str, Any]:
@@ -244,7 +245,8 @@ def test_on_a_slow_path_the_search_expands_a_clearly_better_branch_far_more_ofte
 def test_four_failures_in_a_row_end_a_branch() -> None:
     tree = SearchTree("original")
     wrong = {**verified(2.0), "verdict": "rejected"}
-    wrong["report"] = {**wrong["report"], "verdict": "rejected", "correctness": {"trials": 5, "passed": 0}}
+    wrong["report"] = verify_report(verdict="rejected", device="cuda", correctness={"trials": 5, "passed": 0},
+                                    speedup={"eager": 2.0, "compile": None})
     node = evaluate(tree, 0, "a", verified(1.0))
     path = [evaluate(tree, node, "f0", compile_error())]
     for number, evaluation in enumerate([wrong, compile_error(), wrong], 1):
@@ -255,7 +257,7 @@ def test_four_failures_in_a_row_end_a_branch() -> None:
 
 def timed(eager: float, median_ms: float, spread: float, energy_mj: float | None = None) -> dict[str, Any]:
     evaluation = verified(eager)
-    evaluation["report"]["timing"] = {"candidate": {"median_ms": median_ms, "spread": spread}}
+    evaluation["report"]["timing"]["candidate"].update(median_ms=median_ms, spread=spread)
     if energy_mj is not None:
         evaluation["energy"] = {"candidate_mj_per_call": energy_mj, "reference_mj_per_call": 50.0}
     return evaluation
@@ -280,6 +282,7 @@ def test_the_energy_objective_takes_the_least_energy_among_candidates_of_matched
 
 
 def test_the_machine_and_the_problems_speed_of_light_are_said_from_the_originals_verification() -> None:
+    from kernel_lsp.agent.evaluation import report_of
     from kernel_lsp.agent.loop import machine_facts
 
     report = {"device": "cuda", "timing": {"candidate": {"median_ms": 0.5}},
@@ -288,9 +291,10 @@ def test_the_machine_and_the_problems_speed_of_light_are_said_from_the_originals
                                "memory_bytes": 85 * 2**30},
               "floor": {"bytes": 12_884_901_888, "flops": 0, "floor_ms": 4.3, "bandwidth_gbs": 3000.0,
                         "peak_tflops": 600.0}}
-    said = machine_facts(report)
+    said = machine_facts(report_of({"report": verify_report(**report)}))
     assert said.startswith("The GPU: NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, up to 227 KiB of shared memory per block, "
                            "65536 registers per SM, 50 MiB L2, 85 GiB).")
     assert "3000 GB/s copy bandwidth and 600 TFLOP/s" in said and "moves 12.9 GB and does 0 GFLOP" in said
     assert "at least 4.3 ms (its speed of light); the original takes 500 µs." in said
-    assert machine_facts({**report, "device": "cpu"}) == ""  # the interpreter's times say nothing of a GPU
+    cpu = report_of({"report": verify_report(**{**report, "device": "cpu"})})
+    assert cpu is not None and machine_facts(cpu) == ""  # the interpreter's times say nothing of a GPU

@@ -24,6 +24,7 @@ from kernel_lsp.kinds.sanitize import SanitizeOutcome
 from kernel_lsp.profile.sanitize import NO_GPU, NO_GPU_CODE
 from kernel_lsp.worker.protocol import Result
 from tests.gpu.sanitizer_candidates import CANDIDATES
+from tests.reports import verify_report
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "sanitizer"
 FOLDER = Path("/work/problem")
@@ -59,8 +60,8 @@ def failed(status: str, error: str, code: str | None = None) -> SanitizeOutcome:
 
 def verified(eager: float = 2.0, sanitize: dict | None = None) -> dict:
     """A verify job's evaluation that counts, and its sanitize entry."""
-    report = {"verdict": "verified", "device": "cuda", "correctness": {"trials": 3, "passed": 3}, "integrity": [],
-              "speedup": {"eager": eager, "compile": None}, "timing": {"candidate": {"median_ms": 1.0 / eager}}}
+    report = verify_report(verdict="verified", device="cuda", correctness={"trials": 3, "passed": 3}, integrity=[],
+                           speedup={"eager": eager, "compile": None}, timing={"candidate": {"median_ms": 1.0 / eager}})
     evaluation = {"compile": {"compiled": True, "errors": 0}, "verdict": "verified", "summary": "correct 3/3",
                   "report": report, "problems": [], "structure": []}
     return {**evaluation, "sanitize": sanitize} if sanitize is not None else evaluation
