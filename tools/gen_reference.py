@@ -105,21 +105,24 @@ def findings_md() -> str:
     for code, doc in CODES.items():
         shown = "ncu-<RuleName>" if code == "ncu-*" else code
         lines.append(f"| `{shown}` | {doc.severity} | {_cell(doc.meaning)} | {_cell(doc.action)} |")
-    lines += ["", "## Profile problems\n",
-              "Why part of a profile is missing or static: a ProfileReport's `problems`, each `{\"code\", \"message\"}` "
-              "(`kernel-lsp profile --format json`). The editor shows a *note* as information, the others as a "
-              "warning; the agent is not told of a note it asked for.\n",
-              "| code | note | meaning |", "| --- | --- | --- |"]
-    for code, meaning in PROBLEM_CODES.items():
-        lines.append(f"| `{code}` | {'yes' if code in NOTE_CODES else ''} | {_cell(meaning)} |")
-    lines += ["", "## Sanitize problems\n",
-              "Why a sanitize run proves nothing clean: a SanitizeReport's `problems` (what kept the job from running "
-              "a tool) and each tool run's `problem`, each `{\"code\", \"message\"}` (`kernel-lsp sanitize "
-              "--format json`). A run with a problem is incomplete, never clean.\n",
-              "| code | meaning |", "| --- | --- |"]
-    for code, meaning in SANITIZE_PROBLEM_CODES.items():
-        lines.append(f"| `{code}` | {_cell(meaning)} |")
+    lines += _problem_table("Profile problems", "Why part of a profile is missing or static: a ProfileReport's "
+                            "`problems`, each `{\"code\", \"message\"}` (`kernel-lsp profile --format json`). The "
+                            "editor shows a *note* as information, the others as a warning; the agent is not told of a "
+                            "note it asked for.", PROBLEM_CODES, NOTE_CODES)
+    lines += _problem_table("Sanitize problems", "Why a sanitize run proves nothing clean: a SanitizeReport's "
+                            "`problems` (what kept the job from running a tool) and each tool run's `problem`, each "
+                            "`{\"code\", \"message\"}` (`kernel-lsp sanitize --format json`). A run with a problem is "
+                            "incomplete, never clean.", SANITIZE_PROBLEM_CODES)
     return "\n".join(lines) + "\n"
+
+
+def _problem_table(title: str, intro: str, codes: dict[str, str], notes: frozenset[str] | None = None) -> list[str]:
+    """A report's problem codes as a section of findings.md (with a note column where some are notes)."""
+    header = ["| code | note | meaning |", "| --- | --- | --- |"] if notes is not None else \
+        ["| code | meaning |", "| --- | --- |"]
+    rows = [f"| `{code}` | {'yes' if code in notes else ''} | {_cell(meaning)} |" if notes is not None
+            else f"| `{code}` | {_cell(meaning)} |" for code, meaning in codes.items()]
+    return ["", f"## {title}\n", intro + "\n", *header, *rows]
 
 
 def _options(parser: argparse.ArgumentParser) -> list[str]:
