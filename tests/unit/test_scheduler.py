@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 
 from kernel_lsp.jobs.cache import ResultCache, cache_key
 from kernel_lsp.jobs.scheduler import DocumentScheduler, Priority
@@ -114,3 +116,29 @@ async def test_a_cancelled_waiter_gives_no_slot_away() -> None:
     await scheduler.drain()
     assert ran == ["a", "c"]
     assert scheduler.pending == 0
+
+
+class _Text:
+    """Stands in for a version's text (a weak reference tells whether anything still holds it)."""
+
+
+async def test_the_versions_superseded_while_typing_are_let_go():
+    """Each keystroke supersedes the job of the version before, which is cancelled; a cancelled task keeps its
+    CancelledError, whose traceback holds the task's frame. The next job held on to it, so every superseded version
+    stayed alive with its text, chained one to the other (issue 43: 2 KiB a change and more as the text grew)."""
+    scheduler = DocumentScheduler(max_parallel=1)
+    texts = []
+    for version in range(40):
+        text = _Text()
+        texts.append(weakref.ref(text))
+
+        async def job(text: _Text = text) -> None:
+            await asyncio.sleep(0)
+
+        scheduler.submit("file:///k.cu", version, 30.0, job)
+        await asyncio.sleep(0.002)  # between keystrokes: the cancel reaches the job before, the new one waits
+        del text, job
+    gc.collect()
+    alive = [number for number, ref in enumerate(texts) if ref() is not None]
+    assert alive[:-2] == [], alive  # the newest (and the one it may still be waiting for) only
+    scheduler.cancel("file:///k.cu")
