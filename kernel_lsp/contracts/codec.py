@@ -141,8 +141,6 @@ def _metrics_hooks(conv: cattrs.Converter) -> None:
     sections = dict[str, dict[str, Metric]]
 
     def structure(value: Any, _: Any) -> KernelMetrics:
-        if not isinstance(value, Mapping):
-            raise TypeError(f"expected an object (KernelMetrics), got {type(value).__name__} {value!r:.40}")
         ptxas, parts, errors = value.get("ptxas"), [], []
         for part, kind, note in (({k: v for k, v in value.items() if k != "ptxas"}, sections, "its sections"),
                                  (ptxas, PtxasFigures | None, "Structuring class KernelMetrics @ attribute ptxas")):
@@ -158,7 +156,7 @@ def _metrics_hooks(conv: cattrs.Converter) -> None:
     def unstructure(metrics: KernelMetrics) -> Wire:
         wire = conv.unstructure(metrics.sections, sections)
         return {**wire, "ptxas": conv.unstructure(metrics.ptxas)} if metrics.ptxas is not None else wire
-    conv.register_structure_hook(KernelMetrics, structure)
+    conv.register_structure_hook(KernelMetrics, _object_only(KernelMetrics, structure))
     conv.register_unstructure_hook(KernelMetrics, unstructure)
 
 

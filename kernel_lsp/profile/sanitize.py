@@ -42,7 +42,6 @@ from kernel_lsp.contracts.sanitize_report import (
     SanitizeReport,
     SanitizerErrorEntry,
     SharedInitAnswer,
-    Site as SiteEntry,
     ToolRunReport,
     WarmCall,
 )
@@ -69,7 +68,6 @@ from kernel_lsp.candidate.kernels import own_kernel_names
 from profilers.sanitizer import (
     TOOLS,
     SanitizerError,
-    Site,
     SanitizerNotFound,
     SanitizerReport,
     find_sanitizer,
@@ -112,16 +110,15 @@ class ToolRun:
     shared: SharedInitAnswer | None = None  # shared-init's answer (shared_init.run_check), for that check only
 
     def to_report(self) -> ToolRunReport:
-        report = self.report
+        report, shared = self.report, self.shared  # a sanitizer's log, or shared-init's answer (it has no log)
         if self.tool == SHARED_INIT:
-            return ToolRunReport(self.tool, round(self.wall_s, 2), self.timed_out, self.problem,
-                                 complete=self.shared is not None and self.problem is None,
-                                 reported=self.shared.dependent if self.shared else None, not_printed=False,
-                                 notes=tuple(self.notes[:10]), errors=(), shared_init=self.shared)
-        return ToolRunReport(self.tool, round(self.wall_s, 2), self.timed_out, self.problem,
-                             complete=bool(report and report.complete), reported=report.reported if report else None,
+            complete, reported = shared is not None and self.problem is None, shared.dependent if shared else None
+        else:
+            complete, reported = bool(report and report.complete), report.reported if report else None
+        return ToolRunReport(self.tool, round(self.wall_s, 2), self.timed_out, self.problem, complete, reported,
                              not_printed=bool(report and report.not_printed), notes=tuple(self.notes[:10]),
-                             errors=tuple(error_entry(e) for e in report.errors) if report else ())
+                             errors=tuple(error_entry(e) for e in report.errors) if report else (),
+                             shared_init=shared)
 
 
 @dataclass
@@ -348,15 +345,9 @@ def tool_problem(tool: str, report: SanitizerReport, exit_code: int | None, time
 
 
 def error_entry(error: SanitizerError, tool: str | None = None) -> SanitizerErrorEntry:
-    """One error as the report carries it (`tool`: the run's, where the error is listed apart from it)."""
-    return SanitizerErrorEntry(tool or error.tool, error.kind, error.title, error.severity, _site(error.site),
-                               _site(error.other), error.space, error.access, error.other_access, error.size,
-                               error.thread, error.block, error.address, error.relation, error.hazards,
-                               error.describe())
-
-
-def _site(site: Site | None) -> SiteEntry | None:
-    return SiteEntry(site.symbol, site.kernel, site.offset, site.file, site.line) if site else None
+    """One error as the report carries it (`tool`: the run's, where the error is listed apart from it): its
+    `to_dict`, the one list of its fields (the findings' data carry it too), held to the report's contract."""
+    return decode(SanitizerErrorEntry, {**error.to_dict(), "tool": tool or error.tool})
 
 
 # --- findings --------------------------------------------------------------------------------------------

@@ -95,8 +95,8 @@ def verify_candidate(reference: str, candidate: str, options: dict[str, object] 
 
 def judged_report(reference: str, candidate: str, opts: VerifyOptions, cache_dir: str | None,
                   files: dict[str, str]) -> VerifyReport | Unavailable:
-    """The judge's report on one candidate (docs/ARCHITECTURE.md), checked against its contract before it leaves:
-    a report the judge built wrong fails here, loudly, not in a reader downstream."""
+    """The judge's report on one candidate (docs/ARCHITECTURE.md), built typed part by part; the worker decodes
+    what arrives strictly, so a field the judge filled with the wrong type fails there, naming it."""
     use_judge_build_caches()  # before the reference's torch.compile builds anything
     started = time.perf_counter()
     target = choose_device(opts.device)
