@@ -13,7 +13,8 @@ int, float, str). Nothing is unpickled, so the other side cannot make this proce
   judge sees the bytes the candidate's process is holding when it looks, not a copy made on its say-so.
 
 A tensor crosses as its contiguous bytes with shape and dtype; strides do not cross (a non-contiguous tensor
-arrives contiguous with the same values).
+arrives contiguous with the same values). Many small values cross as one `Packed` block: their tensors laid out in
+one buffer (one file or one device block, one mapping on the other side), each arriving as a view of its slice.
 """
 
 from __future__ import annotations
@@ -31,6 +32,16 @@ from kernel_lsp.process.namespaces import prepare_writable
 from kernel_lsp.candidate import device_share
 
 SCALARS = (type(None), bool, int, float, str)
+PACK_ALIGN = 256  # each tensor of a Packed block starts at a multiple of this many bytes
+
+
+class Packed:
+    """Values whose tensors cross together in one block: a list of values arrives as a list of values, as
+    `share` and `receive` would give each, but at the cost of one share (a thousand small input sets take one
+    device allocation and one mapping, not one of each per tensor, rounded up to the driver's granularity)."""
+
+    def __init__(self, values: list[Any]) -> None:
+        self.values = list(values)
 
 
 class ExchangeError(ValueError):
@@ -80,6 +91,8 @@ class Exchange:
         return described, view
 
     def _share(self, value: Any) -> tuple[Any, Any]:
+        if isinstance(value, Packed):
+            return self._share_packed(value.values)
         if isinstance(value, torch.Tensor):
             described, view = self._send_tensor(value)
             return {"tensor": described}, view
@@ -92,6 +105,43 @@ class Exchange:
             return {"scalar": value}, value
         raise ExchangeError(f"a {type(value).__name__} cannot be passed between the judge and the candidate: "
                             "only tensors, lists and tuples of them, and plain scalars")
+
+    def _share_packed(self, values: list[Any]) -> tuple[Any, Any]:
+        """One uint8 block holding every tensor of `values` (each at a PACK_ALIGN-aligned offset), shared as one
+        tensor; the values' descriptors name their tensors' slices, and the views this side keeps are built from
+        them by the same `_unpack` the other side uses."""
+        layout: list[tuple[int, torch.Tensor]] = []
+        end = 0
+
+        def plan(value: Any) -> Any:
+            nonlocal end
+            if isinstance(value, torch.Tensor):
+                tensor = value.detach()
+                tensor = tensor if type(tensor) is torch.Tensor else tensor.as_subclass(torch.Tensor)
+                flat = tensor.contiguous().reshape(-1)
+                offset = -(-end // PACK_ALIGN) * PACK_ALIGN
+                layout.append((offset, flat))
+                end = offset + flat.numel() * flat.element_size()
+                return {"slice": {"offset": offset, "shape": list(tensor.shape), "numel": flat.numel(),
+                                  "dtype": str(tensor.dtype).removeprefix("torch.")}}
+            if isinstance(value, (list, tuple)):
+                return {"items": [plan(item) for item in value], "tuple": isinstance(value, tuple)}
+            if isinstance(value, SCALARS):
+                return {"scalar": value}
+            raise ExchangeError(f"a {type(value).__name__} cannot be passed between the judge and the candidate: "
+                                "only tensors, lists and tuples of them, and plain scalars")
+
+        described = [plan(value) for value in values]
+        devices = {flat.device for _, flat in layout}
+        if len(devices) > 1:
+            raise ExchangeError(f"a packed block holds tensors of one device, not {sorted(map(str, devices))}")
+        block = torch.empty(max(end, 1), dtype=torch.uint8, device=devices.pop() if devices else "cpu")
+        for offset, flat in layout:
+            if flat.numel():
+                block[offset:offset + flat.numel() * flat.element_size()].copy_(flat.view(torch.uint8))
+        described_block, shared = self._send_tensor(block)
+        return ({"pack": {"tensor": described_block}, "values": described},
+                [self._unpack(value, shared) for value in described])
 
     def receive(self, descriptor: Any) -> Any:
         batch = descriptor.get("batch") if isinstance(descriptor, dict) else None
@@ -123,7 +173,36 @@ class Exchange:
             return tuple(items) if descriptor.get("tuple") else items
         if "scalar" in descriptor and isinstance(descriptor["scalar"], SCALARS):
             return descriptor["scalar"]
+        if "pack" in descriptor and isinstance(descriptor.get("values"), list):
+            block = self._receive(descriptor["pack"])
+            if not isinstance(block, torch.Tensor) or block.dtype != torch.uint8 or block.dim() != 1:
+                raise ExchangeError("a packed block is not a one-dimensional uint8 tensor")
+            return [self._unpack(value, block) for value in descriptor["values"]]
         raise ExchangeError(f"not a value descriptor: keys {sorted(descriptor)}")
+
+    def _unpack(self, descriptor: Any, block: torch.Tensor) -> Any:
+        """A value of a packed block: its tensors are views of `block`'s slices, each checked to lie inside it."""
+        if isinstance(descriptor, dict) and "slice" in descriptor:
+            described = descriptor["slice"]
+            try:
+                dtype = getattr(torch, described["dtype"])
+                shape = [int(size) for size in described["shape"]]
+                numel, offset = int(described["numel"]), int(described["offset"])
+            except (KeyError, TypeError, ValueError, AttributeError) as error:
+                raise ExchangeError(f"not a packed tensor descriptor: {error!r}") from None
+            if not isinstance(dtype, torch.dtype) or numel != _product(shape):
+                raise ExchangeError(f"not a packed tensor descriptor: dtype {described['dtype']!r}, shape {shape}")
+            size = torch.empty(0, dtype=dtype).element_size()
+            if offset < 0 or offset % PACK_ALIGN or offset + numel * size > block.numel():
+                raise ExchangeError(f"a packed tensor at byte {offset} ({numel * size} bytes) lies outside its "
+                                    f"block of {block.numel()} bytes or off its alignment")
+            return block[offset:offset + numel * size].view(dtype).view(shape)
+        if isinstance(descriptor, dict) and "items" in descriptor:
+            items = [self._unpack(item, block) for item in descriptor["items"]]
+            return tuple(items) if descriptor.get("tuple") else items
+        if isinstance(descriptor, dict) and "scalar" in descriptor and isinstance(descriptor["scalar"], SCALARS):
+            return descriptor["scalar"]
+        raise ExchangeError(f"not a packed value descriptor: {type(descriptor).__name__}")
 
     def forget(self) -> None:
         """Removes the files this side wrote (the other side's mappings stay valid until dropped)."""

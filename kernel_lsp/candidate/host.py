@@ -321,13 +321,13 @@ class Host:
 
     def op_timing_sets(self, request: dict[str, Any]) -> dict[str, Any]:
         """More of the timing's input sets, held for the batches that follow (verify/rounds.py measure): the judge's
-        shared memory, whose values it changes between rounds."""
+        shared memory (one packed block a request), whose values it changes between rounds."""
         if self.watch is None:
             self.timing_sets: list[tuple] = []
             self.watch = TimedCalls(str(self.target))
             self.batch_outputs: list[Any] = []
             self.batch_copied = False
-        self.timing_sets += [tuple(self.exchange.receive(d)) for d in request["input_sets"]]
+        self.timing_sets += [tuple(values) for values in self.exchange.receive(request["input_sets"])]
         return {}
 
     def timing_call(self, *inputs: Any) -> Any:

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from kernel_lsp.candidate.exchange import Packed
 from kernel_lsp.candidate.integrity import copied, tensor_leaves
 from kernel_lsp.candidate.kernels import classify
 from kernel_lsp.candidate.timing import (
@@ -38,7 +39,7 @@ from kernel_lsp.verify.reference import device_name, input_signature, run_refere
 
 TIMING_SEED = 10_000  # timed inputs are drawn apart from the trials' seeds
 REFRESH_SEED = 1_000_000  # and the timing's sets' values after their first round (TimingSets)
-MAX_TIMING_INPUT_SETS = 64
+MAX_TIMING_INPUT_SETS = 4096  # a launch-bound kernel needs thousands of calls a batch to bury the round trip
 FIRST_TIMING_SETS = 4  # drawn before the warm-up; more, up to the batch size, once it is known
 TIMING_MEMORY_FRACTION = 0.25  # the timing's input sets (and their outputs) may take this much free device memory
 TIMING_CPU_BYTES = 256 << 20  # and this much memory on the CPU
@@ -56,7 +57,8 @@ TIMED_CALLS_RECORDED = 1  # extra calls between the timed batches, recorded (eac
 def timing_sets_that_fit(first: tuple, target: torch.device, output_bytes: int) -> int:
     """How many input sets the timing may use: as many as fit (each with room for two outputs: held until its
     batch is over, and a kept copy) in a quarter of the free device memory, or TIMING_CPU_BYTES on the CPU; at
-    least one, at most MAX_TIMING_INPUT_SETS. A batch calls each set at most once, so no batch is longer."""
+    least one, at most MAX_TIMING_INPUT_SETS. A batch calls each set at most once, so no batch is longer. The sets
+    cross to the candidate's process packed (exchange.Packed), so a set costs its bytes, not a device block each."""
     size = size_in_bytes(first) + 2 * output_bytes
     budget = TIMING_CPU_BYTES
     if target.type == "cuda":
@@ -154,9 +156,10 @@ class TimingSets:
         """Sets up to `count` (drawn as round 0's values, shared, and sent to the candidate's process)."""
         if count <= self.count:
             return
-        shared = [self.judge.exchange.share(self.values(index, 0)) for index in range(self.count, count)]
-        self.judge.ask("timing_sets", input_sets=[described for described, _ in shared])
-        self.views.extend(view for _, view in shared)
+        described, views = self.judge.exchange.share(Packed([self.values(index, 0)
+                                                             for index in range(self.count, count)]))
+        self.judge.ask("timing_sets", input_sets=described)
+        self.views.extend(views)
 
     def values(self, set_index: int, round_number: int) -> tuple:
         """The values set `set_index` holds in round `round_number` (round 0: as first drawn)."""
@@ -193,6 +196,24 @@ def warm_up(contender: Contender, sets: int, calls: int, minimum_ms: float) -> f
         size = min(sets, size * 2)
     contender.warm_calls = done
     return per_call_ms
+
+
+def calibrated_batch(candidate: Contender, sets: TimingSets, fit: int, first: int) -> int:
+    """The batch size, by the judge's clock: from `first` (the warm-up's guess), doubled or more, the input sets
+    grown with it, until one untimed batch of the candidate and the request after it (a timed sample holds both)
+    take ROUND_TRIP_FACTOR times their two round trips, or the batch holds every set that fits. The warm-up's
+    batches are a few sets long, so their time a call is mostly the round trip: a size guessed from them alone
+    leaves a launch-bound kernel's figure partly round trip."""
+    batch, wanted_ms, done = first, ROUND_TRIP_FACTOR * 2 * candidate.round_trip_ms, candidate.warm_calls
+    while True:
+        sets.grow(batch)
+        indices = list(range(batch))
+        spent_ms = (candidate.batch(indices) + candidate.after(indices, done)) * 1e3
+        done += batch
+        if spent_ms >= wanted_ms or batch >= fit:
+            candidate.warm_calls = done
+            return batch
+        batch = min(fit, max(2 * batch, 1 << math.ceil(math.log2(batch * wanted_ms / max(spent_ms, 1e-6)))))
 
 
 def batch_size(round_trip_ms: float, per_call_ms: float, sets: int) -> int:
@@ -345,9 +366,8 @@ def measure(judge: Judge, reference_module: Any, ref_model: torch.nn.Module, cal
     with PHASES("timing: warm-up"):
         per_call = {c.kind: warm_up(c, sets.count, warmup, WARMUP_MS) for c in contenders}
     # the round trip is the candidate's alone: its batches are sized to make it small (the baselines' are the same)
-    batch = batch_size(candidate.round_trip_ms, per_call["candidate"], fit)
-    with PHASES("timing input sets"):
-        sets.grow(batch)
+    with PHASES("timing: batch size"):
+        batch = calibrated_batch(candidate, sets, fit, batch_size(candidate.round_trip_ms, per_call["candidate"], fit))
     rounds = max(min(MIN_ROUNDS, calls), math.ceil(calls / batch))  # fewer only when fewer calls are asked
     cache = BaselineCache(cache_dir) if cache_dir is not None else None
     key = cache.key(reference_text, device_name(target), torch.__version__,

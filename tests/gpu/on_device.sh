@@ -3,6 +3,7 @@
 # replaced), then runs pytest on the given paths, logging under $OUT.
 #   sh tests/gpu/on_device.sh tests/gpu/test_cute_gpu.py tests/gpu/test_agent_gpu.py
 #   sh tests/gpu/on_device.sh stash part1     # the CuTe DSL's first half, kept in /tmp until part2 comes
+#   sh tests/gpu/on_device.sh exec python3 benchmarks/stated_speedup.py   # any command, in the same set-up
 # The order that fits the 64 MiB a call carries: .gpu_carry first (installed into /tmp/site), then part1 (stashed),
 # then part2 (joined and installed), each call while the machine is still warm.
 set -u
@@ -38,4 +39,8 @@ chmod -R o+rX "$PWD" /tmp/site 2>/dev/null
 export PYTHONPATH="$PWD:/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 mkdir -p "${OUT:-/tmp/out}"
+if [ "${1:-}" = exec ]; then
+    shift
+    exec "$@"
+fi
 python3 -m pytest -v -p no:cacheprovider "$@" 2>&1 | tee "${OUT:-/tmp/out}/pytest.log"

@@ -194,3 +194,37 @@ def test_the_judge_keeps_one_call_per_set_chosen_after_the_batch() -> None:
     replaced = sum(bool(keeper.choose([0, 1, 2], 3 * n, n + 1)) for n in range(1, 300))
     assert 0 < replaced < 150  # later calls replace it ever more rarely (1/k)
     assert all(call % 3 == s for s, (call, _) in keeper.kept.items())
+
+
+def test_the_batch_grows_by_the_judges_clock_until_the_round_trip_is_a_small_part() -> None:
+    from kernel_lsp.verify.rounds import ROUND_TRIP_FACTOR, calibrated_batch
+
+    class Sets:
+        count = 4
+
+        def grow(self, count: int) -> None:
+            self.count = max(self.count, count)
+
+    class Candidate:  # a batch of n calls takes the round trip plus n calls, on the judge's clock
+        round_trip_ms, warm_calls = 1.0, 10
+
+        def __init__(self, per_call_ms: float) -> None:
+            self.per_call_ms, self.sizes = per_call_ms, []
+
+        def batch(self, indices: list[int]) -> float:
+            self.sizes.append(len(indices))
+            return (self.round_trip_ms + len(indices) * self.per_call_ms) / 1e3
+
+        def after(self, indices: list[int], first: int, keep: tuple[int, ...] = ()) -> float:
+            return self.round_trip_ms / 1e3
+
+    wanted = ROUND_TRIP_FACTOR * 2.0  # the batch's request and the one after it
+    for per_call_ms, fit, first in ((0.005, 1 << 20, 64), (0.005, 4096, 64), (0.3, 4096, 8), (20.0, 4096, 1)):
+        sets, candidate = Sets(), Candidate(per_call_ms)
+        batch = calibrated_batch(candidate, sets, fit, first)
+        assert sets.count >= batch and candidate.sizes[-1] == batch and candidate.warm_calls == 10 + sum(candidate.sizes)
+        assert batch & (batch - 1) == 0 and batch <= fit
+        # large enough (or every set that fits), and not twice what was needed
+        assert batch == fit or 2.0 + batch * per_call_ms >= wanted
+        assert batch == first or 2.0 + batch // 2 * per_call_ms < wanted
+    assert calibrated_batch(Candidate(0.005), Sets(), 1 << 20, 64) == 32768  # 19,600 calls of 5 us make 98 ms
