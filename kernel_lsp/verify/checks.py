@@ -32,7 +32,7 @@ from kernel_lsp.verify.judge import (
     CandidateRun,
     Footprint,
     Judge,
-    Verdict,
+    Integrity,
     clone_inputs,
     release,
     run_candidate,
@@ -156,34 +156,34 @@ def reference_main_operation(ref_model: torch.nn.Module, inputs: tuple, target: 
     return max(totals, key=totals.__getitem__, default=None)
 
 
-def note_run_integrity(run: CandidateRun, window: Window, use: Any, index: int, verdict: Verdict, how: str,
+def note_run_integrity(run: CandidateRun, window: Window, use: Any, index: int, integrity: Integrity, how: str,
                        reason: str | None) -> None:
     trial = f"trial {index + 1}"
     if run.mutated:
-        verdict.reject("integrity-input-mutated",
+        integrity.reject("integrity-input-mutated",
                        f"the candidate changed input tensor(s) {run.mutated} in place ({trial})")
     detail = "" if how != "none" else f" (kernel launches cannot be observed here: {reason})"
-    note_kernel_use(verdict, use, window, trial, detail)
+    note_kernel_use(integrity, use, window, trial, detail)
     if run.pending:
-        verdict.reject("integrity-pending-work", "the output was still being written after forward returned "
+        integrity.reject("integrity-pending-work", "the output was still being written after forward returned "
                                                  f"and the current stream was done ({trial})")
     if run.threads:
-        verdict.reject("integrity-thread", f"forward started thread(s) {', '.join(run.threads)} ({trial})")
+        integrity.reject("integrity-thread", f"forward started thread(s) {', '.join(run.threads)} ({trial})")
 
 
-def note_kernel_use(verdict: Verdict, use: Any, window: Window, where: str, detail: str = "") -> None:
+def note_kernel_use(integrity: Integrity, use: Any, window: Window, where: str, detail: str = "") -> None:
     """What one recorded run launched: none of the candidate's own kernels (integrity-no-custom-kernel), or its own
     or allowed kernels on a stream other than the current one (integrity-other-stream); `where` names the run."""
     problem = use.problem()
     if problem is not None:
-        verdict.reject("integrity-no-custom-kernel", f"{problem}{detail} ({where})")
+        integrity.reject("integrity-no-custom-kernel", f"{problem}{detail} ({where})")
     # the candidate's own kernels and the allowed ones: PyTorch's own set-up on a side stream is not its work (a
     # CUDA graph's capture fills the generator's state on the capture stream); the judge's clock waits for the
     # whole device, and the pending-work check for what a side stream still writes after forward returned
     others = [launch.name for launch in launches_off_stream(window.launches, window.current_stream,
                                                             [*use.custom, *use.allowed])]
     if others:
-        verdict.reject("integrity-other-stream", f"kernels ran on a stream other than the current one: "
+        integrity.reject("integrity-other-stream", f"kernels ran on a stream other than the current one: "
                                                  f"{', '.join(sorted(set(others))[:3])} ({where})")
 
 
@@ -204,9 +204,9 @@ def check_rerun(judge: Judge, inputs: tuple, first: CandidateRun, overrides: dic
             message += " after the free memory was filled with different bytes"
         if comparison.reason == "nan":
             message += " (the first run read NaN poison)"
-        judge.verdict.reject("integrity-uninitialized-output", message)
+        judge.integrity.reject("integrity-uninitialized-output", message)
     else:
-        judge.verdict.reject("integrity-nondeterministic", "two runs on the same inputs gave different outputs")
+        judge.integrity.reject("integrity-nondeterministic", "two runs on the same inputs gave different outputs")
 
 
 WHICH_MEMORY_SAMPLE = 1 << 20  # elements where the first two runs differ, kept (both runs' values) for the third
@@ -310,7 +310,7 @@ def check_earlier_answer(judge: Judge, run: CandidateRun, index: int, get_inputs
         expected = run_reference(ref_model, draw_inputs(get_inputs, seed + earlier, judge.target,
                                                         distributions[earlier]))
         if compare_outputs(expected, run.output, judge.overrides).ok:
-            judge.verdict.reject("integrity-stale-output", f"trial {index + 1} returned the answer to the inputs of "
+            judge.integrity.reject("integrity-stale-output", f"trial {index + 1} returned the answer to the inputs of "
                                                            f"trial {earlier + 1} (an answer kept from an earlier "
                                                            f"call, found by where or what its input was)")
             return
@@ -341,7 +341,7 @@ def check_output_from_kernel(judge: Judge, get_inputs: Callable[[], list], seed:
         return None
     made_by = ", ".join(str(name) for name in [*stock, *reply.get("stock", [])][:STOCK_OPS_LISTED]) or "none seen"
     if not reply.get("destroyed"):
-        judge.verdict.reject("integrity-output-not-from-kernel",
+        judge.integrity.reject("integrity-output-not-from-kernel",
                              f"the candidate's own code ran ({ran}: {reply.get('launches')} launches or calls) but "
                              f"wrote nothing: stock operators made the output ({made_by})")
         return False
@@ -352,7 +352,7 @@ def check_output_from_kernel(judge: Judge, get_inputs: Callable[[], list], seed:
     how = "overwritten"
     if unchanged and len(unchanged) < len(ABLATION_PASSES):  # only some values did not reach the output: say which
         how += " with " + "; or with ".join(ABLATION_PASSES[name] for name in unchanged)
-    judge.verdict.reject("integrity-output-not-from-kernel",
+    judge.integrity.reject("integrity-output-not-from-kernel",
                          f"the output does not depend on what the candidate's own code wrote: {ran} ran, but with "
                          f"everything it wrote {how}, forward returned the same output; stock operators made it "
                          f"({made_by})")
@@ -413,7 +413,7 @@ def check_stale(judge: Judge, run: CandidateRun, values: tuple, ref_model: torch
                  if how == "scattered" else
                  "new tensors in the storage of the last inputs, freed" +
                  ("" if reply.get("reused") else " (the allocator gave other addresses this time)"))
-        judge.verdict.reject("integrity-stale-output", f"called again on {place}, forward returned a wrong answer "
+        judge.integrity.reject("integrity-stale-output", f"called again on {place}, forward returned a wrong answer "
                                                        f"(an answer kept from the earlier call?): {comparison.message}")
 
 
@@ -424,30 +424,30 @@ def worse(a: Comparison, b: Comparison) -> bool:
     return a.max_abs_error > b.max_abs_error
 
 
-def note_processes_left(kept: KeeperEnd | None, verdict: Verdict) -> bool:
+def note_processes_left(kept: KeeperEnd | None, integrity: Integrity) -> bool:
     """What the candidate's process left running when it ended (its keeper's report): processes that kept
     running, detached or not, are integrity-process-left, and so is a keeper killed before it could say. Whether
     the candidate is rejected for it."""
     if kept is None:
-        verdict.reject("integrity-process-left", "the keeper of the candidate's process was killed before it could "
+        integrity.reject("integrity-process-left", "the keeper of the candidate's process was killed before it could "
                                                  "report: what the candidate started could not be accounted for")
     elif kept.left_count:
         listed = "; ".join(kept.left[:PROCESSES_LISTED]) + ("; ..." if kept.left_count > PROCESSES_LISTED else "")
-        verdict.reject("integrity-process-left", f"the candidate left {kept.left_count} process(es) running after "
+        integrity.reject("integrity-process-left", f"the candidate left {kept.left_count} process(es) running after "
                                                  f"its own process ended (now killed): {listed}")
     else:
         return False
     return True
 
 
-def note_process_changes(seen: dict[str, list[str]], verdict: Verdict) -> None:
+def note_process_changes(seen: dict[str, list[str]], integrity: Integrity) -> None:
     """What the candidate's process reports it changed in itself since before the candidate's import."""
     if seen["timers"]:
-        verdict.reject("integrity-timer-patched",
+        integrity.reject("integrity-timer-patched",
                        f"the candidate replaced timing functions: {', '.join(seen['timers'])}")
     patched = seen["torch"]
     if patched:
         listed = ", ".join(patched[:TORCH_PATCHES_LISTED]) + (", ..." if len(patched) > TORCH_PATCHES_LISTED else "")
-        verdict.reject("integrity-torch-patched", f"the candidate changed torch itself: {listed}")
+        integrity.reject("integrity-torch-patched", f"the candidate changed torch itself: {listed}")
     if seen["threads"]:
-        verdict.reject("integrity-thread", f"the candidate started thread(s) still alive: {', '.join(seen['threads'])}")
+        integrity.reject("integrity-thread", f"the candidate started thread(s) still alive: {', '.join(seen['threads'])}")

@@ -1,5 +1,5 @@
 """The judge's context on one verification: its phases, the candidate's process and the exchange, the hang limits,
-the verdict (integrity problems found so far), one run of the candidate over poisoned memory (`run_candidate`) and
+the integrity problems found so far (`Integrity`), one run of the candidate over poisoned memory (`run_candidate`) and
 what the judge keeps and lets go between runs. verify/run.py is the entry; docs/verification.md the protocol."""
 
 from __future__ import annotations
@@ -97,13 +97,15 @@ class CandidateRun:
 
 
 @dataclass
-class Verdict:
+class Integrity:
+    """The integrity problems one verification found so far (the verdict is made from them and correctness)."""
+
     device: str
-    integrity: list[IntegrityProblem] = field(default_factory=list)
+    problems: list[IntegrityProblem] = field(default_factory=list)
 
     def reject(self, code: str, message: str) -> None:
-        if not any(p.code == code for p in self.integrity):  # one finding per code, the first occurrence
-            self.integrity.append(IntegrityProblem(code, message))
+        if not any(p.code == code for p in self.problems):  # one finding per code, the first occurrence
+            self.problems.append(IntegrityProblem(code, message))
 
 
 @dataclass
@@ -129,12 +131,12 @@ class HangLimits:
 
 @dataclass
 class Judge:
-    """What every step of one verification shares: the candidate's process, the exchange and the verdict."""
+    """What every step of one verification shares: the candidate's process, the exchange and the integrity problems found so far."""
 
     host: CandidateProcess
     exchange: Exchange
     target: torch.device
-    verdict: Verdict
+    integrity: Integrity
     hang: HangLimits
     overrides: dict[str, Tolerance] = field(default_factory=dict)  # tolerances by dtype
     own: set[str] = field(default_factory=set)  # the candidate's own kernel names

@@ -34,7 +34,7 @@ from kernel_lsp.contracts.verify_report import Floor as ReportFloor, GpuStates, 
 from kernel_lsp.verify.baselines import BaselineCache, gpu_state
 from kernel_lsp.verify.checks import compare_candidate, note_kernel_use, reported_window
 from kernel_lsp.verify.floor import Floor, below_floor, cached_problem_work, device_peaks
-from kernel_lsp.verify.judge import PHASES, Judge, Verdict, clone_inputs, first_line, release, size_in_bytes
+from kernel_lsp.verify.judge import PHASES, Judge, Integrity, clone_inputs, first_line, release, size_in_bytes
 from kernel_lsp.verify.reference import device_name, input_signature, run_reference
 
 TIMING_SEED = 10_000  # timed inputs are drawn apart from the trials' seeds
@@ -327,7 +327,7 @@ def measure(judge: Judge, reference_module: Any, ref_model: torch.nn.Module, cal
     is the ratio of the medians, with a 95% interval. A cached baseline runs CACHE_CHECK_ROUNDS rounds only, and
     is timed afresh when those differ from it by more than its interval. Then the kept timed outputs are
     compared with the reference on the values they were made from, and the physical floor is checked."""
-    target, verdict = judge.target, judge.verdict
+    target, integrity = judge.target, judge.integrity
     release(judge, return_memory=True)
     get_inputs = reference_module.get_inputs
     probe = run_reference(ref_model, clone_inputs(make_input_sets(get_inputs, 1, seed + TIMING_SEED, str(target))[0]))
@@ -422,7 +422,7 @@ def measure(judge: Judge, reference_module: Any, ref_model: torch.nn.Module, cal
         intervals[kind] = (low, high)
         significant[kind] = not low <= 1.0 <= high
     first_values = sets.values(0, 0)
-    floor = physical_floor(ref_model, first_values, target, cache_dir, judged["candidate"], verdict, reference_text)
+    floor = physical_floor(ref_model, first_values, target, cache_dir, judged["candidate"], integrity, reference_text)
     return Measured(timings, gpu, speedups, intervals, significant, floor)
 
 
@@ -440,7 +440,7 @@ def check_timed_outputs(judge: Judge, kept: list[dict[str, Any]], sets: TimingSe
     returned = {item.get("set"): item.get("call") for item in kept}
     wrong = [set_index for set_index, (call, _) in asked.items() if returned.get(set_index) != call]
     if wrong:
-        judge.verdict.reject("integrity-timed-output", f"the candidate's process did not return the timed output the "
+        judge.integrity.reject("integrity-timed-output", f"the candidate's process did not return the timed output the "
                                                        f"judge asked for, for {len(wrong)} of the {len(asked)} input "
                                                        f"sets")
     for item in kept:
@@ -452,7 +452,7 @@ def check_timed_outputs(judge: Judge, kept: list[dict[str, Any]], sets: TimingSe
         comparison = compare_candidate(expected, actual, bool(item.get("plain")), judge.overrides)
         del expected, actual
         if not comparison.ok:
-            judge.verdict.reject("integrity-timed-output",
+            judge.integrity.reject("integrity-timed-output",
                                  f"timed call {call} (input set {set_index + 1}) returned a different answer than "
                                  f"the checked calls: {comparison.message}")
 
@@ -464,12 +464,12 @@ def check_timed_kernels(judge: Judge, recorded: list[dict[str, Any]]) -> None:
         if item.get("how") == "none":
             continue  # nothing could observe launches here: the trials already said so
         window = reported_window(item)
-        note_kernel_use(judge.verdict, classify(window.launches, judge.own, judge.allowed), window,
+        note_kernel_use(judge.integrity, classify(window.launches, judge.own, judge.allowed), window,
                         "a call between the timed batches")
 
 
 def physical_floor(ref_model: torch.nn.Module, inputs: tuple, target: torch.device, cache_dir: Path | None,
-                   candidate: Timing, verdict: Verdict, reference_text: str) -> ReportFloor:
+                   candidate: Timing, integrity: Integrity, reference_text: str) -> ReportFloor:
     with PHASES("physical floor: the problem's work"):
         work = cached_problem_work(ref_model, inputs, cache_dir, reference_text, input_signature(inputs))
     with PHASES("physical floor: the device's peaks"):
@@ -477,5 +477,5 @@ def physical_floor(ref_model: torch.nn.Module, inputs: tuple, target: torch.devi
     floor = Floor(work, peaks)
     problem = below_floor(candidate.median_ms, floor, device=target.type)
     if problem is not None:
-        verdict.reject("integrity-below-floor", problem)
+        integrity.reject("integrity-below-floor", problem)
     return floor.to_report()

@@ -65,7 +65,7 @@ from kernel_lsp.verify.judge import (
     HangLimits,
     Judge,
     ReferenceFailed,
-    Verdict,
+    Integrity,
     clone_inputs,
     note_candidate_phases,
     release,
@@ -112,15 +112,15 @@ def judged_report(reference: str, candidate: str, opts: VerifyOptions, cache_dir
                            f"is on (kernel-lsp doctor says what is missing)")
     PHASES.seconds.clear()
     with candidate_process(opts.allow_network, target.type, (candidate, reference)) as host:
-        judge = Judge(host, Exchange(host.exchange_folder, "judge", host.channel), target, Verdict(device=target.type),
+        judge = Judge(host, Exchange(host.exchange_folder, "judge", host.channel), target, Integrity(device=target.type),
                       HangLimits(opts.hang_timeout_s))
         report = judge_candidate(judge, reference, candidate, opts, cache_dir, files)
         closing = time.perf_counter()
     PHASES.seconds["closing the candidate's process"] = time.perf_counter() - closing
     if isinstance(report, Unavailable):
         return report
-    left = note_processes_left(host.kept, judge.verdict)
-    return replace(report, verdict="rejected" if left else report.verdict, integrity=list(judge.verdict.integrity),
+    left = note_processes_left(host.kept, judge.integrity)
+    return replace(report, verdict="rejected" if left else report.verdict, integrity=list(judge.integrity.problems),
                    duration_s=time.perf_counter() - started,
                    phases_s={name: round(seconds, 3) for name, seconds in PHASES.seconds.items()})
 
@@ -151,7 +151,7 @@ def gpu_only_reason(text: str) -> str | None:
 def judge_candidate(judge: Judge, reference: str, candidate: str, opts: VerifyOptions, cache_dir: str | None,
                     files: dict[str, str]) -> VerifyReport | Unavailable:
     """The report of one candidate judged against its reference, with the job's options as decoded once."""
-    target, verdict, trials, seed = judge.target, judge.verdict, opts.trials, opts.seed
+    target, integrity, trials, seed = judge.target, judge.integrity, opts.trials, opts.seed
     overrides = {name: Tolerance(**t) for name, t in opts.tolerances.items()}
     judge.overrides, judge.own, judge.allowed = overrides, own_kernel_names(files), opts.allowed_kernels
     try:
@@ -182,15 +182,15 @@ def judge_candidate(judge: Judge, reference: str, candidate: str, opts: VerifyOp
                           work=check_library_work(judge, kernels.work, ref_model, draw_inputs(
                               reference_module.get_inputs, seed, target, distributions[0])))
     with PHASES("the candidate's process report"):
-        note_process_changes(judge.ask("report"), verdict)
-    correct = correctness.passed == correctness.trials and not verdict.integrity
+        note_process_changes(judge.ask("report"), integrity)
+    correct = correctness.passed == correctness.trials and not integrity.problems
     measured = None
     if correct and opts.timing:
         measured = measure(judge, reference_module, ref_model, opts.timed_calls, opts.warmup, seed, opts.baselines,
                            Path(cache_dir) if cache_dir else None, Path(reference).read_text())
     return VerifyReport(
-        verdict="verified" if correct and not verdict.integrity else "rejected", device=target.type,
-        correctness=correctness, integrity=list(verdict.integrity), kernels=kernels,
+        verdict="verified" if correct and not integrity.problems else "rejected", device=target.type,
+        correctness=correctness, integrity=list(integrity.problems), kernels=kernels,
         timing=measured.timing if measured else None,
         speedup={"eager": None, "compile": None, **(measured.speedup if measured else {})},
         interval=measured.interval if measured else {}, significant=measured.significant if measured else {},
@@ -205,7 +205,7 @@ def run_trials(judge: Judge, get_inputs: Callable[[], list], ref_model: torch.nn
     """Correctness over `trials` fresh input sets, cycling through the distributions; integrity noted in the
     verdict. One recording session in the candidate's process covers the trials; what each run launched is
     judged once it ends."""
-    target, verdict = judge.target, judge.verdict
+    target, integrity = judge.target, judge.integrity
     passed = 0
     worst: Comparison | None = None
     used: list[str] = []
@@ -245,7 +245,7 @@ def run_trials(judge: Judge, get_inputs: Callable[[], list], ref_model: torch.nn
         use = classify(window.launches, own, allowed)
         custom.update(use.custom)
         stock.update(use.stock)
-        note_run_integrity(run, window, use, index, verdict, how, recorded["reason"])
+        note_run_integrity(run, window, use, index, integrity, how, recorded["reason"])
     share = work_share(windows, own, allowed) if how != "none" else None
     return (Correctness(trials, passed, used, worst, weights=""),
             Kernels(sorted(custom), sorted(stock), how, work_report(share)))

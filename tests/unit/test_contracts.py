@@ -20,7 +20,7 @@ from kernel_lsp.contracts.verify_report import Timing, Unavailable, VerifyReport
 from kernel_lsp.kinds import verify
 from kernel_lsp.process.keeper import KeeperLink
 from kernel_lsp.verify.checks import note_processes_left
-from kernel_lsp.verify.judge import Verdict
+from kernel_lsp.verify.judge import Integrity
 from kernel_lsp.worker.protocol import Job, Result
 from kernel_lsp.worker.sandbox import SandboxOutcome
 from tests.paths import REPORTS
@@ -161,9 +161,9 @@ def test_a_keepers_last_line_that_breaks_the_contract_accounts_for_nothing(forge
     kept = link.end()
     link.close()
     assert kept is None  # as if the keeper was killed before it said: the judge rejects on it
-    verdict = Verdict(device="cpu")
-    rejected = note_processes_left(kept, verdict)
-    assert rejected and [p.code for p in verdict.integrity] == ["integrity-process-left"]
+    integrity = Integrity(device="cpu")
+    rejected = note_processes_left(kept, integrity)
+    assert rejected and [p.code for p in integrity.problems] == ["integrity-process-left"]
 
 
 # --- the sanitize report -------------------------------------------------------------------------------------

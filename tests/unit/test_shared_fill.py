@@ -22,7 +22,7 @@ from kernel_lsp.candidate.exchange import Exchange
 from kernel_lsp.candidate.host import Host
 from kernel_lsp.candidate.integrity import POISON_BYTE, SECOND_POISON_BYTE
 from kernel_lsp.verify.checks import check_rerun
-from kernel_lsp.verify.judge import CandidateRun, Verdict, note_shared_fill
+from kernel_lsp.verify.judge import CandidateRun, Integrity, note_shared_fill
 from kernel_lsp.verify.verdict import report_findings
 from tests.problems import recorded_report
 from profilers.sass import parse_sass, sass_for_cubin
@@ -266,7 +266,7 @@ def test_the_candidates_process_fills_shared_memory_last_before_forward_and_says
 
 
 def _judge(device: str, shared_fill_said: str | None = None) -> SimpleNamespace:
-    return SimpleNamespace(target=torch.device(device), shared_fill=shared_fill_said, verdict=Verdict(device))
+    return SimpleNamespace(target=torch.device(device), shared_fill=shared_fill_said, integrity=Integrity(device))
 
 
 def test_the_judge_keeps_the_first_reason_the_fill_did_not_run_and_nothing_off_cuda():
@@ -306,7 +306,7 @@ def _rerun_problem(monkeypatch, said: str, outputs: list, first: list | None = N
     judge = _judge("cuda", said)
     check_rerun(judge, (), CandidateRun(torch.tensor(first or [0.0] * 4), [], False, [], True), {},
                 SimpleNamespace(reason="nan"), 0)
-    [problem] = judge.verdict.integrity
+    [problem] = judge.integrity.problems
     assert problem.code == "integrity-uninitialized-output" and problem.message.endswith("read NaN poison)")
     return problem, asked
 

@@ -157,15 +157,15 @@ def test_launches_off_the_current_stream() -> None:
 def test_only_the_candidates_own_kernels_off_the_current_stream_are_rejected() -> None:
     from kernel_lsp.candidate.kernels import Window
     from kernel_lsp.verify.checks import note_kernel_use
-    from kernel_lsp.verify.judge import Verdict
+    from kernel_lsp.verify.judge import Integrity
 
     fill = "void at::native::vectorized_elementwise_kernel<2, at::native::FillFunctor<long> >(int)"
     for launches, rejected in (([launch("relu_kernel", 7), launch(fill, 13)], False),
                                ([launch("relu_kernel", 13), launch(fill, 7)], True)):
-        verdict = Verdict("cuda")
+        integrity = Integrity("cuda")
         window = Window(launches=launches, current_stream=7)
-        note_kernel_use(verdict, classify(launches, {"relu_kernel"}), window, "trial 1")
-        assert [p.code for p in verdict.integrity] == (["integrity-other-stream"] if rejected else []), launches
+        note_kernel_use(integrity, classify(launches, {"relu_kernel"}), window, "trial 1")
+        assert [p.code for p in integrity.problems] == (["integrity-other-stream"] if rejected else []), launches
 
 
 RECORDER_SCRIPT = '''
