@@ -28,7 +28,7 @@ from kernel_lsp.jobs.cache import cache_key
 from kernel_lsp.jobs.files import gather_files
 from kernel_lsp.profile.locations import kernel_locations
 from kernel_lsp.candidate.kernels import cute_kernel_function
-from kernel_lsp.worker.jobs import SOURCE, JobContext, outcome_finding, sandbox_limits
+from kernel_lsp.worker.jobs import SOURCE, JobContext, sandbox_run_finding, sandbox_limits
 from kernel_lsp.worker.protocol import Job, Result
 from kernel_lsp.worker.sandbox import SandboxTask
 from profilers.sass import (
@@ -98,13 +98,13 @@ async def handle(job: Job, context: JobContext) -> Result:
                        args={"candidate": candidate, "reference": config.get("reference"),
                              "arch": config.get("arch") or DEFAULT_ARCH, "uses_cuda": False})
     await context.progress(f"compiling the CuTe DSL kernels of {candidate} (no launch)")
-    outcome = await context.sandbox.run(task, sandbox_limits({"wallTimeS": WALL_TIME_S}))
+    ran = await context.sandbox.run(task, sandbox_limits({"wallTimeS": WALL_TIME_S}))
     candidate_uri = path_to_uri(origins.get(candidate, candidate))
-    if outcome.status != "ok":  # the child itself died or hung (a crash in the DSL's native code, say)
-        finding = outcome_finding(outcome, task)
+    if ran.status != "ok":  # the child itself died or hung (a crash in the DSL's native code, say)
+        finding = sandbox_run_finding(ran, task)
         return Result("ok", [finding.to_dict()], {"status": "stopped", "summary": finding.message, "kernels": []},
-                      {"stderr": outcome.stderr[-4000:]})
-    report: dict[str, Any] = outcome.value
+                      {"stderr": ran.stderr[-4000:]})
+    report: dict[str, Any] = ran.value
     locations = kernel_locations({name: text for name, text in job.source_files.items()
                                   if name != config.get("reference")}, origins)
     kernels, problems = await asyncio.to_thread(_kernel_facts, report.get("kernels") or [],
@@ -116,7 +116,7 @@ async def handle(job: Job, context: JobContext) -> Result:
     return Result("ok", [f.to_dict() for f in findings],
                   {"status": report.get("status"), "summary": summary, "kernels": kernels,
                    "version": report.get("version"), "isolation": report.get("isolation") or {}},
-                  {"stderr": outcome.stderr[-4000:]})
+                  {"stderr": ran.stderr[-4000:]})
 
 
 def _report_findings(report: dict[str, Any], origins: dict[str, str], candidate_uri: str) -> list[Finding]:

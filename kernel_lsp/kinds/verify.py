@@ -25,7 +25,7 @@ from kernel_lsp.jobs.files import JOB_KEYS, gather_files
 from kernel_lsp.contracts.options import VerifyOptions, coerce, from_config, to_config, verify_limits
 from kernel_lsp.verify.verdict import REWARD_REJECTS, report_findings
 from kernel_lsp.verify.verdict import summary as verdict_summary
-from kernel_lsp.worker.jobs import SOURCE, JobContext, on_device, outcome_finding, sandbox_limits
+from kernel_lsp.worker.jobs import SOURCE, JobContext, on_device, sandbox_run_finding, sandbox_limits
 from kernel_lsp.worker.protocol import Job, Result
 from kernel_lsp.worker.sandbox import SandboxTask
 
@@ -121,27 +121,27 @@ async def _verify(job: Job, options: VerifyOptions, context: JobContext, on_gpu:
                        args={"reference": config["reference"], "candidate": candidate, "options": to_config(options),
                              "cache_dir": str(context.cache_dir), "files": job.source_files, "uses_cuda": on_gpu})
     await context.progress(f"verifying {candidate} against {config['reference']}")
-    outcome = await context.sandbox.run(task, sandbox_limits(options.limits))
+    ran = await context.sandbox.run(task, sandbox_limits(options.limits))
     uri = path_to_uri(origins.get(candidate, candidate))
-    metrics: dict[str, Any] = {"durationS": outcome.duration_s, "report": None}
-    if outcome.status == "python-exception" and not any(f.file in set(origins.values()) for f in outcome.traceback):
-        message = f"the verifier itself failed (not your code): {outcome.message}"
+    metrics: dict[str, Any] = {"durationS": ran.duration_s, "report": None}
+    if ran.status == "python-exception" and not any(f.file in set(origins.values()) for f in ran.traceback):
+        message = f"the verifier itself failed (not your code): {ran.message}"
         finding = Finding(uri, Range.line(0), Severity.ERROR, SOURCE, "verify-unavailable", message)
         metrics.update(verdict="unavailable", summary=verdict_summary("unavailable", None, message))
-        return Result("ok", [finding.to_dict()], metrics, {"outcome": outcome.to_dict()})
-    if outcome.status != "ok":
-        reason = f"{outcome.status} (see problems)"
+        return Result("ok", [finding.to_dict()], metrics, {"sandbox_run": ran.to_dict()})
+    if ran.status != "ok":
+        reason = f"{ran.status} (see problems)"
         metrics.update(verdict="rejected", summary=verdict_summary("rejected", None, reason))
-        return Result("ok", [outcome_finding(outcome, task).to_dict()], metrics, {"outcome": outcome.to_dict()})
+        return Result("ok", [sandbox_run_finding(ran, task).to_dict()], metrics, {"sandbox_run": ran.to_dict()})
     try:
-        report = decode_verify_report(outcome.value)
+        report = decode_verify_report(ran.value)
     except ContractError as exc:
         report = Unavailable(f"the verifier's report does not match its contract (not your code): {exc}")
     if isinstance(report, Unavailable):
         finding = Finding(uri, Range.line(0), Severity.ERROR, SOURCE, "verify-unavailable", report.reason)
         metrics.update(verdict="unavailable", summary=verdict_summary("unavailable", None, report.reason))
-        return Result("ok", [finding.to_dict()], metrics, {"outcome": outcome.to_dict()})
+        return Result("ok", [finding.to_dict()], metrics, {"sandbox_run": ran.to_dict()})
     findings = report_findings(report, uri, job.source_files.get(candidate, ""))
     metrics.update(verdict=report.verdict, report=encode(report), summary=verdict_summary(report.verdict, report))
-    return Result("ok", [f.to_dict() for f in findings], metrics, {"stdout": outcome.stdout[-4000:],
-                                                                    "stderr": outcome.stderr[-4000:]})
+    return Result("ok", [f.to_dict() for f in findings], metrics, {"stdout": ran.stdout[-4000:],
+                                                                    "stderr": ran.stderr[-4000:]})

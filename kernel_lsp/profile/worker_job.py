@@ -43,7 +43,7 @@ from kernel_lsp.profile.static import REFERENCE_FOLDER, static_profile
 from kernel_lsp.candidate.kernels import cute_kernel_function, own_kernel_names
 from kernel_lsp.candidate.handle import tool_isolation
 from kernel_lsp.verify.verdict import isolation_gaps
-from kernel_lsp.worker.jobs import JobContext, outcome_finding, sandbox_limits
+from kernel_lsp.worker.jobs import JobContext, sandbox_run_finding, sandbox_limits
 from kernel_lsp.worker.protocol import Job, Result
 from kernel_lsp.worker.sandbox import SandboxTask
 from profilers.ncu import DEFAULT_SECTIONS, KernelLaunch, NcuError
@@ -182,16 +182,16 @@ async def gpu_profile(job: Job, options: ProfileOptions, context: JobContext) ->
                              "cache_dir": str(context.cache_dir), "uses_cuda": True,
                              "allow_network": options.allow_network})
     await context.progress(f"building and measuring {config['candidate']} (reference kernels, energy, ceilings)")
-    outcome = await context.sandbox.run(task, sandbox_limits(options.limits or DEFAULT_JOB_LIMITS))
-    if outcome.status != "ok":
-        problem = ProfileProblem("profile-candidate-failed", f"the candidate did not run ({outcome.status}): "
-                                                             f"{outcome.message}")
+    ran = await context.sandbox.run(task, sandbox_limits(options.limits or DEFAULT_JOB_LIMITS))
+    if ran.status != "ok":
+        problem = ProfileProblem("profile-candidate-failed", f"the candidate did not run ({ran.status}): "
+                                                             f"{ran.message}")
         report = profile_report("ncu", [], problems=[problem])
-        result = profile_job_result(report, job, {"outcome": outcome.to_dict()})
-        result.findings.insert(0, outcome_finding(outcome, task).to_dict())
+        result = profile_job_result(report, job, {"sandbox_run": ran.to_dict()})
+        result.findings.insert(0, sandbox_run_finding(ran, task).to_dict())
         return result
     try:
-        measured = measurements(outcome.value)
+        measured = measurements(ran.value)
     except ContractError as exc:  # the measuring process's answer, in a form this worker does not read
         report = profile_report("ncu", [], problems=[ProfileProblem("profile-contract", str(exc))])
         return profile_job_result(report, job)

@@ -21,7 +21,7 @@ from kernel_lsp.jobs.cache import cache_key
 from kernel_lsp.verify.verdict import isolation_gaps
 from kernel_lsp.worker.environment import device_summary, package_version
 from kernel_lsp.worker.protocol import Job, Result
-from kernel_lsp.worker.sandbox import SandboxLimits, SandboxOutcome, SandboxTask
+from kernel_lsp.worker.sandbox import SandboxLimits, SandboxRun, SandboxTask
 
 if TYPE_CHECKING:
     from kernel_lsp.worker.startup import TorchStartup
@@ -97,16 +97,16 @@ async def _run_python(job: Job, context: JobContext) -> Result:
                              "kwargs": config.get("kwargs") or {}, "uses_cuda": bool(config.get("usesCuda"))},
                        files=job.source_files, origins=config.get("origins") or {})
     await context.progress(f"running {config['function']} from {config['file']} in a sandbox")
-    outcome = await context.user_sandbox.run(task, sandbox_limits(config.get("limits") or {}))
-    findings = user_code_findings(outcome, task)
-    return Result("ok", findings, {"durationS": outcome.duration_s, "status": outcome.status},
-                  {"outcome": outcome.to_dict()})
+    ran = await context.user_sandbox.run(task, sandbox_limits(config.get("limits") or {}))
+    findings = user_code_findings(ran, task)
+    return Result("ok", findings, {"durationS": ran.duration_s, "status": ran.status},
+                  {"sandbox_run": ran.to_dict()})
 
 
-def user_code_findings(outcome: SandboxOutcome, task: SandboxTask) -> list[dict[str, Any]]:
+def user_code_findings(ran: SandboxRun, task: SandboxTask) -> list[dict[str, Any]]:
     """How user code's run ended (nothing when it returned), and what kept it in, when that was not all."""
-    findings = [] if outcome.status == "ok" else [outcome_finding(outcome, task)]
-    gaps = isolation_gaps(outcome.isolation)
+    findings = [] if ran.status == "ok" else [sandbox_run_finding(ran, task)]
+    gaps = isolation_gaps(ran.isolation)
     if gaps:
         findings.append(Finding(path_to_uri(_first_file(task)), Range.line(0), Severity.WARNING, SOURCE,
                                 "run-not-isolated", "the code ran without full isolation: " + "; ".join(gaps)))
@@ -117,17 +117,17 @@ def _first_file(task: SandboxTask) -> str:
     return next(iter(task.origins.values()), next(iter(task.files), "candidate"))
 
 
-def outcome_finding(outcome: SandboxOutcome, task: SandboxTask) -> Finding:
+def sandbox_run_finding(ran: SandboxRun, task: SandboxTask) -> Finding:
     """How a candidate run ended, on the deepest traceback line inside the user's own files."""
     user_files = set(task.origins.values())
-    frame = next((f for f in reversed(outcome.traceback) if f.file in user_files), None)
+    frame = next((f for f in reversed(ran.traceback) if f.file in user_files), None)
     if frame is not None:
         uri, rng = path_to_uri(frame.file), Range.line(max(frame.line - 1, 0))
     else:
         uri, rng = path_to_uri(_first_file(task)), Range.line(0)
-    return Finding(uri, rng, Severity.ERROR, SOURCE, f"run-{outcome.status}", outcome.message,
-                   data={"status": outcome.status, "errorType": outcome.error_type,
-                         "signal": outcome.signal_name, "exitCode": outcome.exit_code})
+    return Finding(uri, rng, Severity.ERROR, SOURCE, f"run-{ran.status}", ran.message,
+                   data={"status": ran.status, "errorType": ran.error_type,
+                         "signal": ran.signal_name, "exitCode": ran.exit_code})
 
 
 async def build_extension(job: Job, context: JobContext) -> Result:
@@ -148,12 +148,12 @@ async def build_extension(job: Job, context: JobContext) -> Result:
                                  "functions": config.get("functions"), "extra_cflags": config.get("extraCflags", []),
                                  "extra_cuda_cflags": config.get("extraCudaCflags", []),
                                  "build_directory": str(directory)})
-        outcome = await context.user_sandbox.run(task, sandbox_limits(config.get("limits") or {"wallTimeS": 900}))
-        if outcome.status == "ok":
+        ran = await context.user_sandbox.run(task, sandbox_limits(config.get("limits") or {"wallTimeS": 900}))
+        if ran.status == "ok":
             (directory / BUILT_MARKER).write_text(key)
-    findings = user_code_findings(outcome, task)
-    return Result("ok", findings, {"durationS": outcome.duration_s, "status": outcome.status, "cached": cached,
-                                   "buildDirectory": str(directory)}, {"outcome": outcome.to_dict()})
+    findings = user_code_findings(ran, task)
+    return Result("ok", findings, {"durationS": ran.duration_s, "status": ran.status, "cached": cached,
+                                   "buildDirectory": str(directory)}, {"sandbox_run": ran.to_dict()})
 
 
 JOB_KINDS: dict[str, Handler] = {

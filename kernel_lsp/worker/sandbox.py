@@ -81,7 +81,9 @@ class TracebackFrame:
 
 
 @dataclass(frozen=True)
-class SandboxOutcome:
+class SandboxRun:
+    """How one task's run in a sandboxed child ended (a job's handler reads it into the job's Result)."""
+
     status: SandboxStatus
     message: str
     value: Any  # what the entry returned, None unless status is "ok"
@@ -139,7 +141,7 @@ class Sandbox:
                 self._waiting = None
             raise
 
-    async def run(self, task: SandboxTask, limits: SandboxLimits) -> SandboxOutcome:
+    async def run(self, task: SandboxTask, limits: SandboxLimits) -> SandboxRun:
         """How the task's run ended. Cancelling it kills the child's process group."""
         if self._closed:
             raise RuntimeError("the sandbox is closed")
@@ -150,10 +152,10 @@ class Sandbox:
             child = await self._take_child()
             task_dir = child.task_dir  # made with the child: the candidate's process it starts ahead reads it
             child.guard(task_dir, limits.disk_bytes)
-            outcome = await _run_in(child, _task_frame(task, limits, task_dir), limits, task_dir, task.origins)
-            return dataclasses.replace(outcome, isolation=child.isolation)
+            ran = await _run_in(child, _task_frame(task, limits, task_dir), limits, task_dir, task.origins)
+            return dataclasses.replace(ran, isolation=child.isolation)
         except SandboxStartError as failure:
-            return _start_failure_outcome(str(failure))
+            return _start_failure(str(failure))
         finally:
             if task_dir is not None:
                 shutil.rmtree(task_dir, ignore_errors=True)  # here, not in the child: a killed child cannot clean up
@@ -269,7 +271,7 @@ def _running(pid: int) -> bool:
 
 
 class SandboxStartError(Exception):
-    """No child could be started and made ready (run() reports it as a 'sandbox-error' outcome)."""
+    """No child could be started and made ready (run() reports it as a 'sandbox-error' run)."""
 
 
 class _CappedOutput:
@@ -421,7 +423,7 @@ class _Child:
         self.kept = self.link.end()
         _log_keeper(self.link.start(0), self.kept)
         self.link.close()
-        shutil.rmtree(self.home, ignore_errors=True)  # the task folder stays until the run's outcome is read
+        shutil.rmtree(self.home, ignore_errors=True)  # the task folder stays until the run's result is read
 
     async def discard(self) -> None:
         """Stops a child that ran no task, and removes its task folder too."""
@@ -478,7 +480,7 @@ class _Ending:
 
 
 async def _run_in(child: _Child, task_frame: bytes, limits: SandboxLimits, task_dir: str,
-                  origins: dict[str, str]) -> SandboxOutcome:
+                  origins: dict[str, str]) -> SandboxRun:
     child.cap_output(limits.output_bytes)
     started = time.monotonic()
     try:
@@ -488,17 +490,17 @@ async def _run_in(child: _Child, task_frame: bytes, limits: SandboxLimits, task_
     except TimeoutError:
         await child.stop()
         message = f"ran past the wall-time limit of {limits.wall_time_s:g} s and was killed"
-        return _outcome("timeout", message, child.ending(), time.monotonic() - started)
+        return _sandbox_run("timeout", message, child.ending(), time.monotonic() - started)
     except BaseException:
         child.kill()  # cancelled: a spinning kernel cannot be interrupted, only killed
         await asyncio.shield(child.stop())
         raise
     ending = child.ending()
     if ending.kept is not None and ending.kept.reason == "disk":
-        return _outcome("disk-limit", _over_disk_limit(ending.kept), ending, duration_s)
+        return _sandbox_run("disk-limit", _over_disk_limit(ending.kept), ending, duration_s)
     if reply is None:
-        return _outcome_from_exit(ending, duration_s, task_dir, origins)
-    return _outcome_from_reply(reply, ending, duration_s)
+        return _ran_from_exit(ending, duration_s, task_dir, origins)
+    return _ran_from_reply(reply, ending, duration_s)
 
 
 def _over_disk_limit(kept: KeeperEnd) -> str:
@@ -514,24 +516,24 @@ def _task_frame(task: SandboxTask, limits: SandboxLimits, task_dir: str) -> byte
                          "gpu_memory_fraction": limits.gpu_memory_fraction, "disk_bytes": limits.disk_bytes})
 
 
-def _outcome(status: SandboxStatus, message: str, ending: _Ending, duration_s: float, *, value: Any = None,
-             frames: list[TracebackFrame] | None = None, error_type: str | None = None) -> SandboxOutcome:
+def _sandbox_run(status: SandboxStatus, message: str, ending: _Ending, duration_s: float, *, value: Any = None,
+             frames: list[TracebackFrame] | None = None, error_type: str | None = None) -> SandboxRun:
     code = ending.returncode
-    return SandboxOutcome(status, message, value, ending.stdout, ending.stderr, ending.output_truncated,
+    return SandboxRun(status, message, value, ending.stdout, ending.stderr, ending.output_truncated,
                           duration_s, code if code is None or code >= 0 else None,
                           _signal_name(-code) if code is not None and code < 0 else None, frames or [], error_type)
 
 
-def _outcome_from_reply(reply: dict[str, Any], ending: _Ending, duration_s: float) -> SandboxOutcome:
+def _ran_from_reply(reply: dict[str, Any], ending: _Ending, duration_s: float) -> SandboxRun:
     frames = [TracebackFrame(**frame) for frame in reply["traceback"]]
-    return _outcome(reply["status"], reply["message"], ending, duration_s, value=reply["value"], frames=frames,
+    return _sandbox_run(reply["status"], reply["message"], ending, duration_s, value=reply["value"], frames=frames,
                     error_type=reply["error_type"])
 
 
-def _outcome_from_exit(ending: _Ending, duration_s: float, task_dir: str,
-                       origins: dict[str, str]) -> SandboxOutcome:
+def _ran_from_exit(ending: _Ending, duration_s: float, task_dir: str,
+                       origins: dict[str, str]) -> SandboxRun:
     status, message = _classify_exit(ending.returncode, ending.stderr)
-    return _outcome(status, message, ending, duration_s, frames=_fault_frames(ending.stderr, task_dir, origins))
+    return _sandbox_run(status, message, ending, duration_s, frames=_fault_frames(ending.stderr, task_dir, origins))
 
 
 def _classify_exit(returncode: int | None, stderr: str) -> tuple[SandboxStatus, str]:
@@ -602,8 +604,8 @@ def _source_line(file: str, number: int) -> str:
         return ""
 
 
-def _start_failure_outcome(message: str) -> SandboxOutcome:
-    return SandboxOutcome("sandbox-error", message, None, "", "", False, 0.0, None, None, [], None)
+def _start_failure(message: str) -> SandboxRun:
+    return SandboxRun("sandbox-error", message, None, "", "", False, 0.0, None, None, [], None)
 
 
 def _tail(text: str) -> str:

@@ -10,7 +10,6 @@ burst stopped at their limits, no root, and no /dev/shm file or detached process
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re

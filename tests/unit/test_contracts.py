@@ -22,7 +22,7 @@ from kernel_lsp.process.keeper import KeeperLink
 from kernel_lsp.verify.checks import note_processes_left
 from kernel_lsp.verify.judge import Integrity
 from kernel_lsp.worker.protocol import Job, Result
-from kernel_lsp.worker.sandbox import SandboxOutcome
+from kernel_lsp.worker.sandbox import SandboxRun
 from tests.paths import REPORTS
 
 RECORDED = sorted(REPORTS.glob("*.json"))
@@ -89,8 +89,8 @@ class _Sandbox:
     def __init__(self, value: object) -> None:
         self.value = value
 
-    async def run(self, task, limits) -> SandboxOutcome:
-        return SandboxOutcome("ok", "", self.value, "", "", False, 0.5, 0, None, [], None)
+    async def run(self, task, limits) -> SandboxRun:
+        return SandboxRun("ok", "", self.value, "", "", False, 0.5, 0, None, [], None)
 
 
 async def _handled(value: object) -> Result:

@@ -12,7 +12,7 @@ import msgpack
 import pytest
 
 from kernel_lsp.process.failures import classify_exception
-from kernel_lsp.worker.sandbox import Sandbox, SandboxLimits, SandboxOutcome, SandboxStartError, SandboxTask
+from kernel_lsp.worker.sandbox import Sandbox, SandboxLimits, SandboxRun, SandboxStartError, SandboxTask
 
 USER_FILE = "/home/user/project/candidate.py"
 LIMITS = SandboxLimits(wall_time_s=20.0)
@@ -24,7 +24,7 @@ def candidate(source: str, function: str = "main", **kwargs: object) -> SandboxT
                        files={"candidate.py": source}, origins={"candidate.py": USER_FILE})
 
 
-async def run(sandbox: Sandbox, source: str, limits: SandboxLimits = LIMITS, **kwargs: object) -> SandboxOutcome:
+async def run(sandbox: Sandbox, source: str, limits: SandboxLimits = LIMITS, **kwargs: object) -> SandboxRun:
     return await sandbox.run(candidate(source, **kwargs), limits)
 
 

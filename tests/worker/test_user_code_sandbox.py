@@ -49,7 +49,7 @@ async def run_escapes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[
         await client.close()
         listeners.close()
         shutil.rmtree(targets["other_run"], ignore_errors=True)
-    outcome = result.artifacts["outcome"]
+    outcome = result.artifacts["sandbox_run"]
     assert outcome["status"] == "ok", outcome
     return result, outcome["value"], targets, listeners
 
@@ -64,7 +64,7 @@ async def test_run_python_code_is_confined_like_a_candidate(sandbox_available, t
     assert seen["write home"] == "done"  # its own folder stays writable: the checks above are not blanket failures
     assert listeners.accepted == [] and not Path(targets["cache_file"]).exists()
     assert not Path("/dev/shm", targets["tag"]).exists()  # its /dev/shm was its own, gone with it
-    isolation = result.artifacts["outcome"]["isolation"]
+    isolation = result.artifacts["sandbox_run"]["isolation"]
     assert isolation["namespaces"].startswith("isolated"), isolation
     assert isolation["network"].startswith("isolated"), isolation
     assert [f["code"] for f in result.findings] == [], result.findings

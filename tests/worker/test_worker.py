@@ -49,7 +49,7 @@ async def test_round_trip_and_device_info(client: WorkerClient):
 
 async def test_sandboxed_candidate_results_and_failures(client: WorkerClient):
     ok = await client.run(python_job(SLEEPER, seconds=0))
-    assert (ok.status, ok.findings, ok.artifacts["outcome"]["value"]) == ("ok", [], 0)
+    assert (ok.status, ok.findings, ok.artifacts["sandbox_run"]["value"]) == ("ok", [], 0)
     spun = await client.run(python_job(SPINNER, limits={"wallTimeS": 1}))
     assert spun.status == "ok"
     (finding,) = spun.findings
@@ -213,15 +213,15 @@ async def test_extension_built_once_per_content(client: WorkerClient, tmp_path: 
 ])
 async def test_crashing_candidates_through_the_worker(client: WorkerClient, source: str, limits: dict, code: str):
     result = await client.run(python_job(source, limits=limits))
-    assert [f["code"] for f in result.findings] == [code], result.artifacts["outcome"]
+    assert [f["code"] for f in result.findings] == [code], result.artifacts["sandbox_run"]
     if code == "run-signal":  # the signal itself, not the 128+N its sandbox's bubblewrap exits with
-        assert result.artifacts["outcome"]["signal_name"] == "SIGSEGV", result.artifacts["outcome"]
+        assert result.artifacts["sandbox_run"]["signal_name"] == "SIGSEGV", result.artifacts["sandbox_run"]
     assert (await client.run(python_job(SLEEPER, seconds=0))).status == "ok"
 
 
 async def test_a_flood_of_output_is_capped(client: WorkerClient):
     source = "import sys\n\ndef main():\n    for _ in range(100):\n        sys.stdout.write('x' * 2**20)\n    return 7\n"
     result = await client.run(python_job(source, limits={"outputBytes": 2**20}))
-    outcome = result.artifacts["outcome"]
+    outcome = result.artifacts["sandbox_run"]
     assert (outcome["status"], outcome["value"], outcome["output_truncated"]) == ("ok", 7, True)
     assert len(outcome["stdout"]) <= 2**20
