@@ -135,13 +135,15 @@ class Exchange:
         devices = {flat.device for _, flat in layout}
         if len(devices) > 1:
             raise ExchangeError(f"a packed block holds tensors of one device, not {sorted(map(str, devices))}")
-        block = torch.empty(max(end, 1), dtype=torch.uint8, device=devices.pop() if devices else "cpu")
-        for offset, flat in layout:
+        size = max(end, 1)
+        where, block = self._shared_bytes(size, devices.pop() if devices else torch.device("cpu"))
+        for offset, flat in layout:  # straight into the shared memory: no block of the same size beside it
             if flat.numel():
                 block[offset:offset + flat.numel() * flat.element_size()].copy_(flat.view(torch.uint8))
-        described_block, shared = self._send_tensor(block)
+        _settle(block)
+        described_block = {"shape": [size], "dtype": "uint8", "numel": size, **where}
         return ({"pack": {"tensor": described_block}, "values": described},
-                [self._unpack(value, shared) for value in described])
+                [self._unpack(value, block) for value in described])
 
     def receive(self, descriptor: Any) -> Any:
         batch = descriptor.get("batch") if isinstance(descriptor, dict) else None
@@ -220,9 +222,7 @@ class Exchange:
                                      "numel": flat.numel()}
         if flat.numel() == 0:
             return {**described, "empty": str(tensor.device)}, tensor
-        if flat.is_cuda and self.channel is not None:
-            return self._send_device_block(flat, described, tensor.shape)
-        if flat.is_cuda:
+        if flat.is_cuda and self.channel is None:  # legacy IPC shares the tensor's own memory: no copy
             try:
                 shared = flat.untyped_storage()._share_cuda_()
             except RuntimeError:  # memory this side received from the other (an input returned as the output)
@@ -232,15 +232,36 @@ class Exchange:
             device, handle, size, offset, counter, counter_offset, event, sync = shared
             return ({**described, "cuda": [device, handle, size, offset, counter, counter_offset, event, sync],
                      "offset": flat.storage_offset()}, flat.view(tensor.shape))
+        where, raw = self._shared_bytes(flat.numel() * flat.element_size(), flat.device)
+        raw.copy_(flat.view(torch.uint8))
+        _settle(raw)
+        return {**described, **where}, raw.view(tensor.dtype).view(tensor.shape)
+
+    def _shared_bytes(self, nbytes: int, device: torch.device) -> tuple[dict[str, Any], torch.Tensor]:
+        """`nbytes` of memory the other side will map, as a uint8 tensor here, and where it lies (the descriptor's
+        fields): on CUDA a block of the driver's memory whose file descriptor is queued for the value's batch (or,
+        with no channel, memory of torch's shared by legacy IPC), else a file in the shared folder."""
+        if device.type == "cuda" and self.channel is not None:
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            try:
+                block = device_share.SharedBlock.allocate(index, nbytes)
+                raw = block.as_tensor(torch)
+                self._outgoing.append(block.export())
+            except device_share.ShareError as error:
+                raise ExchangeError(str(error)) from None
+            self._kept.append(raw)
+            return {"vmm": [index, block.size]}, raw
+        if device.type == "cuda":
+            raw = torch.empty(nbytes, dtype=torch.uint8, device=device)
+            index, handle, size, offset, counter, counter_offset, event, sync = raw.untyped_storage()._share_cuda_()
+            self._kept.append(raw)
+            return {"cuda": [index, handle, size, offset, counter, counter_offset, event, sync], "offset": 0}, raw
         path = self.folder / f"{self.prefix}-{os.getpid()}-{next(self._names)}.bin"
-        nbytes = flat.numel() * flat.element_size()
         with open(path, "wb") as file:
             file.truncate(nbytes)
         prepare_writable([str(path)])  # the candidate's side maps it read-write (as the sandbox's user)
         self._written.append(path)
-        mapped = torch.from_file(str(path), shared=True, size=nbytes, dtype=torch.uint8)
-        mapped.copy_(flat.view(torch.uint8))
-        return {**described, "file": path.name}, mapped.view(tensor.dtype).view(tensor.shape)
+        return {"file": path.name}, torch.from_file(str(path), shared=True, size=nbytes, dtype=torch.uint8)
 
     def _receive_tensor(self, described: dict[str, Any]) -> torch.Tensor:
         try:
@@ -273,22 +294,6 @@ class Exchange:
         return torch.from_file(str(path), shared=True, size=nbytes, dtype=torch.uint8).view(dtype).view(shape)
 
 
-    def _send_device_block(self, flat: torch.Tensor, described: dict[str, Any],
-                           shape: torch.Size) -> tuple[dict[str, Any], torch.Tensor]:
-        """A copy of `flat` in a block of the driver's memory, its descriptor queued for the batch."""
-        device = flat.device.index if flat.device.index is not None else torch.cuda.current_device()
-        nbytes = flat.numel() * flat.element_size()
-        try:
-            block = device_share.SharedBlock.allocate(device, nbytes)
-            copy = block.as_tensor(torch).view(flat.dtype)
-            copy.copy_(flat)
-            torch.cuda.current_stream(flat.device).synchronize()  # the other side reads it at once
-            self._outgoing.append(block.export())
-        except device_share.ShareError as error:
-            raise ExchangeError(str(error)) from None
-        self._kept.append(copy)
-        return {**described, "vmm": [device, block.size]}, copy.view(shape)
-
     def _receive_device_block(self, described: dict[str, Any], dtype: torch.dtype, shape: list[int],
                               numel: int) -> torch.Tensor:
         if not self._incoming:
@@ -304,6 +309,13 @@ class Exchange:
         except device_share.ShareError as error:
             raise ExchangeError(str(error)) from None
         return block.as_tensor(torch).view(dtype).view(shape)
+
+
+def _settle(written: torch.Tensor) -> None:
+    """The copies into shared device memory have ended before its descriptor crosses (the other side reads it at
+    once, on streams of its own)."""
+    if written.is_cuda:
+        torch.cuda.current_stream(written.device).synchronize()
 
 
 def _product(shape: list[int]) -> int:
