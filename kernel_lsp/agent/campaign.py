@@ -45,6 +45,7 @@ from kernel_lsp.bench.metrics import BenchMetrics, ProblemResult, bench_metrics
 from kernel_lsp.bench.papers import LevelFigures, level_table, papers_markdown, papers_svg
 from kernel_lsp.config import Settings
 from kernel_lsp.contracts.options import VerifyOptions, to_config
+from kernel_lsp.contracts.verify_report import not_comparable_on
 from kernel_lsp.verify.verdict import best_so_far
 
 log = logging.getLogger(__name__)
@@ -178,7 +179,10 @@ class CampaignState:
 
     def offer_best(self, entry: dict[str, Any], record: dict[str, Any], source: str, best: dict[str, Any]) -> None:
         """A pass's fastest verified candidate: kept as the problem's best when it is faster than the best so far
-        (by its time per call; without times, by its speedup over eager)."""
+        (by its time per call; without times, by its speedup over eager). Its speedups are marked as a
+        VerifyReport's (`speedup_comparable`), for the tools that read the state."""
+        reason = not_comparable_on(best.get("device"))
+        best = {**best, "speedup_comparable": reason is None, "not_comparable_reason": reason}
         record["best"] = best
         if not _faster(best, entry.get("best")):
             return
@@ -401,6 +405,8 @@ class Campaign:
                          "speedup": result.speedup, "ms": result.candidate_ms, "energy_mj": best.get("energy_mj"),
                          "best_file": best.get("file"), "passes": len(entry["passes"]),
                          "reason": result.reason, "device": result.device,
+                         "speedup_comparable": result.speedup_comparable,
+                         "not_comparable_reason": result.not_comparable_reason,
                          "stop_reason": entry["passes"][-1].get("stop_reason") if entry["passes"] else None,
                          "cost": _rounded(cost),
                          "trajectories": [r["trajectory"] for r in entry["passes"]]})

@@ -4,6 +4,8 @@ fast_p (KernelBench): the fraction of ALL problems in the run that are verified 
 greater than p over the baseline; fast_0 is the correct rate. Where the verdict states the speedup's 95% interval
 (verify/run.py measure), only a speedup whose whole interval lies above p counts: a difference the rounds could
 not tell from noise is no speedup, and `not_significant` says how many such speedups over 1x were left out.
+A problem whose speedups are not comparable (timed on the CPU: `speedup_comparable` false, as its VerifyReport's)
+counts in fast_0 alone, and in no geometric mean; `not_comparable` says how many there were.
 Pure functions, no torch.
 """
 
@@ -13,8 +15,12 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from kernel_lsp.contracts.verify_report import not_comparable_on
+
 FAST_P_THRESHOLDS = (0.0, 1.0, 1.5, 2.0)
 VERDICTS = ("verified", "rejected", "unavailable")
+NOT_COMPARABLE = ("speedups timed on the CPU are not comparable: those problems count in fast_0 alone and in no "
+                  "geometric mean, and no speedup of theirs is shown")
 
 
 @dataclass(frozen=True)
@@ -35,10 +41,23 @@ class ProblemResult:
     summary: str | None = None  # the code lens line
     report: dict[str, Any] | None = None
     findings: list[dict[str, Any]] = field(default_factory=list)
+    speedup_comparable: bool = True  # false: `speedup` and `interval` are no GPU figures (timed on the CPU)
+    not_comparable_reason: str | None = None  # why not; None when speedup_comparable
+
+    def __post_init__(self) -> None:
+        # from where it ran, as a VerifyReport's marking: bench.json files written before the fields are marked too
+        reason = not_comparable_on(self.device)
+        object.__setattr__(self, "speedup_comparable", reason is None)
+        object.__setattr__(self, "not_comparable_reason", reason)
 
     @property
     def correct(self) -> bool:
         return self.verdict == "verified"
+
+    @property
+    def compared(self) -> bool:
+        """Verified, with speedups that may stand beside a GPU's: the problems whose speedups enter the figures."""
+        return self.correct and self.speedup_comparable
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -61,22 +80,37 @@ class BenchMetrics:
     fast_p: dict[str, dict[float, float | None]]  # baseline -> p -> fraction
     geomean: dict[str, GeometricMean]  # baseline -> geometric mean speedup over correct problems
     not_significant: dict[str, int] = field(default_factory=dict)  # baseline -> speedups > 1x not counted
+    not_comparable: int = 0  # correct problems whose speedups are not comparable: in fast_0 only
+
+    @property
+    def speedup_comparable(self) -> bool:
+        """Every correct problem's speedups entered the figures (none was timed on the CPU)."""
+        return self.not_comparable == 0
+
+    @property
+    def figures(self) -> bool:
+        """fast_p beyond 0 and the geometric means say something of the run: some correct problem's speedups are
+        comparable, or none was left out (an all-CPU run's would be zeros and blanks that read as measured)."""
+        return self.speedup_comparable or self.counts.get("verified", 0) > self.not_comparable
 
     def to_dict(self) -> dict[str, Any]:
         return {"problems": self.problems, "counts": dict(self.counts),
                 "fast_p": {b: {_p_key(p): v for p, v in by_p.items()} for b, by_p in self.fast_p.items()},
                 "geomean_speedup": {b: asdict(g) for b, g in self.geomean.items()},
-                "not_significant": dict(self.not_significant)}
+                "not_significant": dict(self.not_significant),
+                "speedup_comparable": self.speedup_comparable, "not_comparable": self.not_comparable,
+                "not_comparable_reason": NOT_COMPARABLE if self.not_comparable else None}
 
 
 def fast_p(results: list[ProblemResult], baseline: str, p: float) -> float | None:
-    """Fraction of all problems verified correct with speedup > p; None for an empty run."""
+    """Fraction of all problems verified correct with speedup > p (a comparable one, for p > 0); None for an empty
+    run."""
     if not results:
         return None
     if p == 0:
         hits = sum(r.correct for r in results)  # a correct kernel's speedup is always > 0, timed or not
     else:
-        hits = sum(r.correct and faster_than(r, baseline, p) for r in results)
+        hits = sum(r.compared and faster_than(r, baseline, p) for r in results)
     return hits / len(results)
 
 
@@ -88,13 +122,13 @@ def faster_than(result: ProblemResult, baseline: str, p: float) -> bool:
 
 
 def not_significant(results: list[ProblemResult], baseline: str) -> int:
-    """Correct problems whose speedup is over 1x but whose interval holds 1x: not counted in fast_p."""
-    return sum(r.correct and (r.speedup.get(baseline) or 0.0) > 1 and not faster_than(r, baseline, 1.0)
+    """Correct problems whose comparable speedup is over 1x but whose interval holds 1x: not counted in fast_p."""
+    return sum(r.compared and (r.speedup.get(baseline) or 0.0) > 1 and not faster_than(r, baseline, 1.0)
                for r in results)
 
 
 def geometric_mean_speedup(results: list[ProblemResult], baseline: str) -> GeometricMean:
-    speedups = [r.speedup[baseline] for r in results if r.correct and (r.speedup.get(baseline) or 0) > 0]
+    speedups = [r.speedup[baseline] for r in results if r.compared and (r.speedup.get(baseline) or 0) > 0]
     if not speedups:
         return GeometricMean(None, 0)
     return GeometricMean(math.exp(sum(math.log(s) for s in speedups) / len(speedups)), len(speedups))
@@ -112,12 +146,14 @@ def bench_metrics(results: list[ProblemResult], baselines: list[str],
         fast_p={b: {p: fast_p(results, b, p) for p in thresholds} for b in baselines},
         geomean={b: geometric_mean_speedup(results, b) for b in baselines},
         not_significant={b: not_significant(results, b) for b in baselines},
+        not_comparable=sum(r.correct and not r.speedup_comparable for r in results),
     )
 
 
 def fast_p_curve(results: list[ProblemResult], baseline: str) -> list[tuple[float, float]]:
-    """(p, fast_p) at 0 and at every speedup of a correct problem: the steps of the curve, p ascending."""
-    steps = sorted({0.0, *(r.speedup[baseline] for r in results if r.correct and r.speedup.get(baseline))})
+    """(p, fast_p) at 0 and at every comparable speedup of a correct problem: the steps of the curve, p
+    ascending."""
+    steps = sorted({0.0, *(r.speedup[baseline] for r in results if r.compared and r.speedup.get(baseline))})
     return [(p, fast_p(results, baseline, p) or 0.0) for p in steps]
 
 

@@ -9,8 +9,9 @@
 - tokens and dollars per solved (correct) problem.
 
 Speedups timed on the CPU (Triton's interpreter, eager PyTorch on the CPU) say nothing of a GPU: a correct problem
-timed there counts in fast_0 alone, as 1x in the geomean over all problems, and nowhere else; `cpu_timed` says how
-many. Pure functions, no torch.
+whose speedups are not comparable (`speedup_comparable` false) counts in fast_0 alone, as 1x in the geomean over all
+problems, and nowhere else; `cpu_timed` says how many, and the table, its text and its plot say so beside the
+figures. Pure functions, no torch.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from kernel_lsp.bench.metrics import FAST_P_THRESHOLDS, ProblemResult, _p_key, f
 from kernel_lsp.bench.report import aligned
 
 P_KEYS = tuple(_p_key(p) for p in FAST_P_THRESHOLDS)  # "0", "1", "1.5", "2": the keys of LevelFigures.fast
-TIMED_ON = "cuda"  # the device whose speedups enter the columns
 BOTH_LOW_LEVELS = "L1+L2"
 ALL = "all"
 
@@ -48,9 +48,9 @@ class LevelFigures:
 
 
 def gpu_speedup(result: ProblemResult, baseline: str) -> float | None:
-    """The problem's speedup over `baseline` when it is correct and was timed on a GPU; None otherwise."""
+    """The problem's speedup over `baseline` when it is correct and comparable (timed on a GPU); None otherwise."""
     value = result.speedup.get(baseline)
-    if not result.correct or result.device != TIMED_ON or not value or value <= 0:
+    if not result.compared or not value or value <= 0:
         return None
     return float(value)
 
@@ -76,7 +76,7 @@ def level_figures(level: str, results: list[ProblemResult], costs: list[dict[str
     tokens = int(sum(c.get("tokens", c.get("input_tokens", 0) + c.get("output_tokens", 0)) for c in costs))
     dollars = float(sum(c.get("dollars", 0.0) for c in costs))
     return LevelFigures(level=level, problems=count, correct=correct,
-                        cpu_timed=sum(r.correct and r.device == "cpu" for r in results), fast=fast,
+                        cpu_timed=sum(r.correct and not r.speedup_comparable for r in results), fast=fast,
                         geomean_all=geomean_all, geomean_correct=geomean_correct, mean_correct=mean_correct,
                         tokens=tokens, dollars=round(dollars, 6),
                         tokens_per_solved=tokens / correct if correct else None,
@@ -145,8 +145,15 @@ def cost_rows(rows: list[LevelFigures]) -> list[list[str]]:
 
 
 BASELINE_WORDS = {"eager": "eager PyTorch", "compile": "torch.compile"}
-CPU_TIMED_NOTE = ("{n} correct problem(s) were timed on the CPU (Triton's interpreter): they count in fast_0 and as "
-                  "1x in the geomean over all problems, and in no other column")
+CPU_TIMED_NOTE = ("{n} correct problem(s) were timed on the CPU (Triton's interpreter): their speedups are not "
+                  "comparable, so they count in fast_0 and as 1x in the geomean over all problems, and in no other "
+                  "column")
+CPU_TIMED_PLOT = "{n} correct problem(s) timed on the CPU: speedups not comparable, in fast_0 only"
+
+
+def cpu_timed(rows: list[LevelFigures]) -> int:
+    """Correct problems whose speedups were not comparable, each counted once (in its level's row)."""
+    return sum(row.cpu_timed for row in rows if row.level not in (BOTH_LOW_LEVELS, ALL))
 
 
 def papers_markdown(rows: list[LevelFigures], baselines: list[str]) -> str:
@@ -159,7 +166,7 @@ def papers_markdown(rows: list[LevelFigures], baselines: list[str]) -> str:
     parts.append("fast_p: the share of the level's problems verified correct with a speedup over p whose 95% interval "
                  "lies wholly above p. geomean (fail=1x): over every problem, a failure counted as 1x. mean "
                  "(correct): the arithmetic mean over the correct problems (CuTeGen's figure over L1+L2).")
-    cpu = sum(row.cpu_timed for row in rows if row.level not in (BOTH_LOW_LEVELS, ALL))
+    cpu = cpu_timed(rows)
     if cpu:
         parts += ["", CPU_TIMED_NOTE.format(n=cpu) + "."]
     return "\n".join(parts) + "\n"
@@ -171,7 +178,7 @@ def papers_text(rows: list[LevelFigures], baselines: list[str]) -> list[str]:
     for baseline in baselines:
         lines += [f"per level, against {BASELINE_WORDS.get(baseline, baseline)}:", *aligned(table_rows(rows, baseline))]
     lines += ["cost per level:", *aligned(cost_rows(rows))]
-    cpu = sum(row.cpu_timed for row in rows if row.level not in (BOTH_LOW_LEVELS, ALL))
+    cpu = cpu_timed(rows)
     if cpu:
         lines.append(CPU_TIMED_NOTE.format(n=cpu))
     return lines
@@ -189,7 +196,8 @@ PLOT_COLORS = {("eager", "1"): "#3b6fb6", ("eager", "2"): "#9bb7e0", ("compile",
 
 
 def papers_svg(rows: list[LevelFigures], baselines: list[str]) -> str:
-    """Per level: fast_0 (grey), then fast_1 and fast_2 against each baseline, as bars from 0 to 100%."""
+    """Per level: fast_0 (grey), then fast_1 and fast_2 against each baseline, as bars from 0 to 100%; under them,
+    in red, how many correct problems' speedups were not comparable (their bars beyond fast_0 are not measured)."""
     series = [("0", None)] + [(p, baseline) for baseline in baselines for p in ("1", "2")]
     width, height = PLOT_WIDTH - 2 * PLOT_MARGIN, PLOT_HEIGHT - 2 * PLOT_MARGIN
     slot = width / max(len(rows), 1)
@@ -212,6 +220,10 @@ def papers_svg(rows: list[LevelFigures], baselines: list[str]) -> str:
         label = "fast_0 (correct)" if baseline is None else f"fast_{p} vs {baseline}"
         shapes.append(f"<rect x='{legend_x}' y='{6 + 13 * k}' width='10' height='10' fill='{color}'/>"
                       f"<text x='{legend_x + 15}' y='{15 + 13 * k}'>{label}</text>")
+    cpu = cpu_timed(rows)
+    if cpu:
+        shapes.append(f"<text x='{PLOT_MARGIN}' y='{PLOT_HEIGHT - 6}' fill='#b3261e' font-weight='bold'>"
+                      f"{CPU_TIMED_PLOT.format(n=cpu)}</text>")
     return (f"<svg xmlns='http://www.w3.org/2000/svg' width='{PLOT_WIDTH}' height='{PLOT_HEIGHT}' "
             f"viewBox='0 0 {PLOT_WIDTH} {PLOT_HEIGHT}' font-size='11'>"
             f"<rect x='{PLOT_MARGIN}' y='{PLOT_MARGIN}' width='{width}' height='{height}' fill='none' stroke='#ccc'/>"

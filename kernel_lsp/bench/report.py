@@ -1,4 +1,9 @@
-"""A bench run as a text table, as bench.json (everything) and as bench.html (one file, plots as inline SVG)."""
+"""A bench run as a text table, as bench.json (everything) and as bench.html (one file, plots as inline SVG).
+
+Speedups that are not comparable (timed on the CPU: a problem's `speedup_comparable` false) are shown nowhere as
+figures: their rows say "cpu", the summary says why (NOT_SHOWN), and the figures and plots leave them out (fast_0
+alone counts them); with no other correct problem, the figures and plots are left out whole. bench.json keeps
+the ratios, each problem and the metrics marked."""
 
 from __future__ import annotations
 
@@ -22,31 +27,32 @@ def text_report(results: list[ProblemResult], metrics: BenchMetrics) -> str:
     baselines = list(metrics.fast_p)
     header = ["level", "id", "name", "verdict", "device", "ms", *(f"x{b}" for b in baselines), "note"]
     rows = [[_or_dash(r.level), _or_dash(r.problem_id), r.name, r.verdict, r.device or "-",
-             *_timed(r, [r.candidate_ms, *(r.speedup.get(b) for b in baselines)]), _cut(r.reason or "")]
-            for r in results]
-    cpu = any(r.device == "cpu" for r in results)
-    return "\n".join(aligned([header, *rows]) + [""] + metrics_lines(metrics, "candidate", cpu))
+             *_timed(r.speedup_comparable, [r.candidate_ms, *(r.speedup.get(b) for b in baselines)]),
+             _cut(r.reason or "")] for r in results]
+    return "\n".join(aligned([header, *rows]) + [""] + metrics_lines(metrics, "candidate"))
 
 
-def _timed(result: ProblemResult, figures: list[float | None]) -> list[str]:
-    """A row's time and speedups; a run on the CPU shows none (bench.json keeps them)."""
-    return ["cpu" if result.device == "cpu" and value is not None else _number(value) for value in figures]
+def _timed(comparable: bool, figures: list[float | None]) -> list[str]:
+    """A row's time and speedups; those that are not comparable show as "cpu" (bench.json keeps them, marked)."""
+    return [_number(value) if comparable or value is None else "cpu" for value in figures]
 
 
-CPU_NOTE = ("timed on the CPU (Triton's interpreter, eager PyTorch on the CPU): times and speedups say nothing of a "
-            "GPU and vary between runs, so none are shown; bench.json keeps them")
+NOT_SHOWN = ("timed on the CPU (Triton's interpreter, eager PyTorch on the CPU): times and speedups say nothing of a "
+             "GPU and vary between runs, so none are shown and none enter fast_p beyond fast_0 or a geometric mean; "
+             "the JSON keeps them, marked \"speedup_comparable\": false")
 
 
-def metrics_lines(metrics: BenchMetrics, noun: str, cpu: bool = False) -> list[str]:
-    """The verdict counts, the fast_p table and the geometric means, under a run's table; with runs on the CPU,
-    a note instead of the speedup figures."""
+def metrics_lines(metrics: BenchMetrics, noun: str) -> list[str]:
+    """The verdict counts, the fast_p table and the geometric means, under a run's table; where speedups were
+    not comparable, a note, and the figures only when other problems' speedups are in them."""
     baselines = list(metrics.fast_p)
     counts = metrics.counts
     lines = [f"{metrics.problems} {noun}{'s' if metrics.problems != 1 else ''}: {counts['verified']} verified, "
              f"{counts['rejected']} rejected, {counts['unavailable']} unavailable"]
-    if cpu:
-        lines.append(CPU_NOTE)
-    elif baselines:
+    if not metrics.speedup_comparable:
+        lines.append(f"{metrics.not_comparable} correct {noun}{'s' if metrics.not_comparable != 1 else ''} "
+                     + NOT_SHOWN)
+    if baselines and metrics.figures:
         thresholds = list(next(iter(metrics.fast_p.values())))
         table = [["fast_p", *(f"p={p:g}" for p in thresholds)]]
         table += [[f"vs {b}", *(_number(v) for v in metrics.fast_p[b].values())] for b in baselines]
@@ -65,11 +71,11 @@ def campaign_text(rows: list[dict[str, Any]], metrics: BenchMetrics, totals: dic
     header = ["level", "id", "name", "status", "verdict", "ms", *(f"x{b}" for b in baselines), "mJ", "passes",
               "calls", "tokens", "$", "note"]
     table = [[_or_dash(r["level"]), _or_dash(r["problem_id"]), r["name"], r["status"], r["verdict"],
-              _number(r["ms"]), *(_number(r["speedup"].get(b)) for b in baselines), _number(r["energy_mj"]),
+              *_timed(r["speedup_comparable"], [r["ms"], *(r["speedup"].get(b) for b in baselines)]),
+              _number(r["energy_mj"]),
               str(r["passes"]), str(r["cost"]["model_calls"]), str(r["cost"]["tokens"]),
               f"{r['cost']['dollars']:.2f}", _cut(r["reason"] or "")] for r in rows]
-    cpu = any(r.get("device") == "cpu" for r in rows)
-    lines = aligned([header, *table]) + [""] + metrics_lines(metrics, "problem", cpu)
+    lines = aligned([header, *table]) + [""] + metrics_lines(metrics, "problem")
     lines.append(f"cost: {totals['model_calls']} model calls, {totals['tokens']} tokens ({totals['input_tokens']} in, "
                  f"{totals['output_tokens']} out), ${totals['dollars']:.2f}, {totals['evaluations']} evaluation"
                  f"{'s' if totals['evaluations'] != 1 else ''}, "
@@ -121,17 +127,22 @@ def read_results(path: Path) -> list[ProblemResult]:
 
 _STYLE = """body{font:14px system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse}
 td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:left}td.n{text-align:right}
-.verified{color:#17813b}.rejected{color:#b3261e}.unavailable{color:#777}svg{display:block;margin:1em 0}"""
+.verified{color:#17813b}.rejected{color:#b3261e}.unavailable{color:#777}svg{display:block;margin:1em 0}
+.not-comparable{font-weight:bold;color:#b3261e;border:2px solid #b3261e;padding:6px 10px}"""
 
 
 def html_report(results: list[ProblemResult], metrics: BenchMetrics, run: dict[str, Any]) -> str:
+    """The page: the run, the metrics, the plots and a row per problem; speedups that are not comparable leave
+    the figures and plots, and a boxed sentence says so."""
     title = f"kernel-lsp bench: {run.get('folder', '')}"
+    baselines = list(metrics.fast_p)
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{_e(title)}</title>",
              f"<style>{_STYLE}</style></head><body><h1>{_e(title)}</h1>",
-             f"<p>{_e(_run_line(run))}</p>", _metrics_table(metrics),
-             "<h2>Speedup per problem</h2>", speedup_bars_svg(results, list(metrics.fast_p)),
-             "<h2>fast_p</h2>", fast_p_svg(results, list(metrics.fast_p)),
-             "<h2>Problems</h2>", _problems_table(results, list(metrics.fast_p)), "</body></html>"]
+             f"<p>{_e(_run_line(run))}</p>", *_metrics_html(metrics)]
+    if metrics.figures:
+        parts += ["<h2>Speedup per problem</h2>", speedup_bars_svg(results, baselines),
+                  "<h2>fast_p</h2>", fast_p_svg(results, baselines)]
+    parts += ["<h2>Problems</h2>", _problems_table(results, baselines), "</body></html>"]
     return "\n".join(parts)
 
 
@@ -141,13 +152,19 @@ def _run_line(run: dict[str, Any]) -> str:
     return " · ".join(f"{k}: {run[k]}" for k in keys if k in run)
 
 
-def _metrics_table(metrics: BenchMetrics) -> str:
+def _metrics_html(metrics: BenchMetrics) -> list[str]:
     counts = ", ".join(f"{n} {verdict}" for verdict, n in metrics.counts.items())
+    parts = [f"<p>{metrics.problems} problems: {_e(counts)}</p>"]
+    if not metrics.speedup_comparable:
+        parts.append(f"<p class='not-comparable'>Speedups not comparable: {metrics.not_comparable} correct "
+                     f"problem{'s' if metrics.not_comparable != 1 else ''} {_e(NOT_SHOWN)}.</p>")
+    if not metrics.figures:
+        return parts
     rows = [f"<tr><th>vs {_e(b)}</th>" + "".join(f"<td class='n'>{_number(v)}</td>" for v in by_p.values())
             + f"<td>{_e(_geomean_text(metrics, b))}</td></tr>" for b, by_p in metrics.fast_p.items()]
     thresholds = next(iter(metrics.fast_p.values()), {})
     head = "<tr><th></th>" + "".join(f"<th>fast_{p:g}</th>" for p in thresholds) + "<th>geomean speedup</th></tr>"
-    return f"<p>{metrics.problems} problems: {_e(counts)}</p><table>{head}{''.join(rows)}</table>"
+    return [*parts, f"<table>{head}{''.join(rows)}</table>"]
 
 
 def _problems_table(results: list[ProblemResult], baselines: list[str]) -> str:
@@ -155,15 +172,16 @@ def _problems_table(results: list[ProblemResult], baselines: list[str]) -> str:
             + "".join(f"<th>× {_e(b)}</th>" for b in baselines) + "<th>reason</th><th>candidate</th></tr>")
     rows = [f"<tr class='{_e(r.verdict)}'><td>{_or_dash(r.level)}</td><td>{_or_dash(r.problem_id)}</td>"
             f"<td>{_e(r.name)}</td><td class='{_e(r.verdict)}'>{_e(r.verdict)}</td><td>{_e(r.device or '-')}</td>"
-            f"<td class='n'>{_number(r.candidate_ms)}</td>"
-            + "".join(f"<td class='n'>{_number(r.speedup.get(b))}</td>" for b in baselines)
+            + "".join(f"<td class='n'>{shown}</td>" for shown in _timed(r.speedup_comparable, [
+                r.candidate_ms, *(r.speedup.get(b) for b in baselines)]))
             + f"<td>{_e(r.reason or '')}</td><td>{_e(r.candidate)}</td></tr>" for r in results]
     return f"<table>{head}{''.join(rows)}</table>"
 
 
 def speedup_bars_svg(results: list[ProblemResult], baselines: list[str]) -> str:
-    """One group of bars per problem, log-scale y from the 1× line; problems without a speedup get no bar."""
-    speedups = [s for r in results for s in r.speedup.values() if r.correct and s]
+    """One group of bars per problem, log-scale y from the 1× line; problems without a comparable speedup get no
+    bar."""
+    speedups = [s for r in results for s in r.speedup.values() if r.compared and s]
     top = math.log10(max([10.0, *speedups]))
     bottom = math.log10(min([0.1, *speedups]))
     width, height = SVG_WIDTH - 2 * MARGIN, SVG_HEIGHT - 2 * MARGIN
@@ -178,7 +196,7 @@ def speedup_bars_svg(results: list[ProblemResult], baselines: list[str]) -> str:
     for i, r in enumerate(results):
         x0 = MARGIN + i * slot + slot * 0.1
         for j, b in enumerate(baselines):
-            value = r.speedup.get(b) if r.correct else None
+            value = r.speedup.get(b) if r.compared else None
             if value:
                 top_y, base_y = sorted((y(value), y(1.0)))
                 shapes.append(f"<rect x='{x0 + j * bar:.1f}' y='{top_y:.1f}' width='{bar * 0.95:.1f}' "
@@ -189,7 +207,7 @@ def speedup_bars_svg(results: list[ProblemResult], baselines: list[str]) -> str:
 
 
 def fast_p_svg(results: list[ProblemResult], baselines: list[str]) -> str:
-    """fast_p as p goes from 0 to past the largest speedup, one step line per baseline."""
+    """fast_p as p goes from 0 to past the largest comparable speedup, one step line per baseline."""
     curves = {b: fast_p_curve(results, b) for b in baselines}
     p_max = max([2.0, *(p for curve in curves.values() for p, _ in curve)]) * 1.1
     width, height = SVG_WIDTH - 2 * MARGIN, SVG_HEIGHT - 2 * MARGIN

@@ -11,6 +11,16 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
+# why speedups timed on the CPU are kept out of every summary, table and plot: the report's `not_comparable_reason`
+CPU_NOT_COMPARABLE = ("timed on the CPU (Triton's interpreter, eager PyTorch on the CPU): its speedups vary 2x "
+                      "between runs and say nothing of a GPU")
+
+
+def not_comparable_on(device: str | None) -> str | None:
+    """Why speedups timed on `device` cannot stand beside a GPU's (CPU_NOT_COMPARABLE on the CPU); None where they
+    can. The one rule behind every report's marking (this VerifyReport's, a bench or campaign problem's)."""
+    return CPU_NOT_COMPARABLE if device == "cpu" else None
+
 
 @dataclass(frozen=True)
 class Comparison:
@@ -156,6 +166,10 @@ class Isolation:
 
 @dataclass(frozen=True)
 class VerifyReport:
+    """A candidate's verdict and, when it passed, its timings. Where `speedup_comparable` is false (a run on the
+    CPU) the speedups stay here, for the agent's ranking within one pass, and no summary, table or plot shows them
+    as speedups."""
+
     verdict: Literal["verified", "rejected"]
     device: str  # cuda | cpu: where the candidate ran
     correctness: Correctness
@@ -173,6 +187,15 @@ class VerifyReport:
     free_memory_poison: str | None  # "covered", or why the poisoned free memory fell short (CUDA only)
     duration_s: float = 0.0  # the judge's whole run
     phases_s: dict[str, float] = field(default_factory=dict)  # phase -> seconds (where the time went)
+    speedup_comparable: bool = True  # false (run on the CPU): speedup, interval, significant are no GPU figures
+    not_comparable_reason: str | None = None  # why not (timed on the CPU); None when speedup_comparable
+
+    def __post_init__(self) -> None:
+        # the marking follows from where the candidate ran, whatever was passed or decoded: a report written
+        # before these fields is marked too, and no reader needs a rule of its own
+        reason = not_comparable_on(self.device)
+        object.__setattr__(self, "speedup_comparable", reason is None)
+        object.__setattr__(self, "not_comparable_reason", reason)
 
 
 @dataclass(frozen=True)

@@ -134,9 +134,8 @@ def best_so_far(speedup_eager: float | None, verified: int = 0, cpu: bool = Fals
 
 def summary(verdict: str, report: VerifyReport | None, reason: str = "") -> str:
     """The code lens title: 'correct 5/5 · 1.84× eager · ≈1× compile · 3.1 ms' or why not (≈1×: the speedup's
-    95% interval holds 1x). A run on the CPU
-    (Triton's interpreter, eager PyTorch on the CPU) shows no times or speedups: they vary 2× between runs and
-    say nothing of a GPU."""
+    95% interval holds 1x). A report whose speedups are not comparable (a run on the CPU: Triton's interpreter,
+    eager PyTorch on the CPU) shows no times or speedups: they vary 2× between runs and say nothing of a GPU."""
     if verdict == "unavailable" or report is None:
         return f"not verified: {reason}" if verdict == "unavailable" else f"rejected: {reason}"
     correctness = report.correctness
@@ -147,8 +146,8 @@ def summary(verdict: str, report: VerifyReport | None, reason: str = "") -> str:
             problems.insert(0, correctness_code(correctness.worst.reason if correctness.worst else "mismatch"))
         return f"rejected · {counts} · {', '.join(problems)}"
     parts = [counts]
-    if report.device == "cpu":
-        parts.append(CPU_TIMINGS)  # the figures stay in the report; as ratios they would only mislead
+    if not report.speedup_comparable:
+        parts.append(CPU_TIMINGS)  # the figures stay in the report, marked; as ratios they would only mislead
     else:
         for kind in ("eager", "compile"):
             value = report.speedup.get(kind)

@@ -10,6 +10,7 @@ import pytest
 
 from kernel_lsp.commands import bench as bench_command
 from tests.problems import relu_problem, triton_relu
+from tests.speedup_marking import ratios, shown_ratios, unmarked_ratios
 
 
 def bench(*argv: str) -> int:
@@ -74,4 +75,14 @@ def test_a_cpu_run_verifies_one_candidate_and_rejects_the_wrong_one(tmp_path: Pa
     assert document["metrics"]["fast_p"]["eager"]["0"] == 0.5
     verified = next(p for p in document["problems"] if p["verdict"] == "verified")
     assert verified["report"]["correctness"]["passed"] == 2 and verified["speedup"]["eager"] > 0
-    assert "<svg" in (out / "bench.html").read_text()
+    # the interpreter's ratios: kept, each marked, in every file the run wrote, and shown as a figure in none
+    assert sorted(path.name for path in out.iterdir()) == ["bench.html", "bench.json"]
+    assert unmarked_ratios(document) == [] and ratios(document)
+    assert verified["speedup_comparable"] is False and verified["report"]["speedup_comparable"] is False
+    metrics = document["metrics"]
+    assert (metrics["speedup_comparable"], metrics["not_comparable"]) == (False, 1) and metrics["not_comparable_reason"]
+    assert metrics["geomean_speedup"]["eager"]["value"] is None and metrics["fast_p"]["eager"]["1"] == 0.0
+    page = (out / "bench.html").read_text()
+    assert "<p class='not-comparable'>Speedups not comparable: 1 correct problem timed on the CPU" in page
+    assert "<svg" not in page and "geomean" not in page and "fast_1" not in page  # no figures, no plots
+    assert shown_ratios(page, document) == [] and shown_ratios(captured.out, document) == []

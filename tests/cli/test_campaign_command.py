@@ -19,6 +19,7 @@ from kernel_lsp.cli import main
 from tests.agent.fake_api import FakeMessagesApi, Turn, delayed, error_turn, tool_use_turn, text
 from tests.paths import HERE
 from tests.problems import relu_problem, triton_relu
+from tests.speedup_marking import ratios, shown_ratios, unmarked_ratios
 
 pytestmark = pytest.mark.timeout(400)
 CPU = ["--device", "cpu", "--trials", "2", "--calls", "5", "--baselines", "eager"]
@@ -96,9 +97,11 @@ def test_a_campaign_runs_every_problem_and_writes_the_papers_table(tmp_path: Pat
     # fast_p over all three problems: one is correct
     assert document["metrics"]["fast_p"]["eager"]["0"] == pytest.approx(1 / 3)
     assert document["metrics"]["counts"] == {"verified": 1, "rejected": 2, "unavailable": 0}
-    speedup = honest["speedup"]["eager"]
-    assert document["metrics"]["geomean_speedup"]["eager"]["value"] == pytest.approx(speedup)
-    assert document["metrics"]["fast_p"]["eager"]["1"] == pytest.approx((speedup > 1) / 3)
+    # the interpreter's ratio is kept, marked, and enters no figure beyond fast_0
+    assert honest["speedup_comparable"] is False and honest["not_comparable_reason"]
+    assert document["metrics"]["geomean_speedup"]["eager"]["value"] is None
+    assert document["metrics"]["fast_p"]["eager"]["1"] == 0.0
+    assert (document["metrics"]["speedup_comparable"], document["metrics"]["not_comparable"]) == (False, 1)
     # the cost is every model call the API answered, each problem's its own
     assert document["totals"]["model_calls"] == len(api.requests) == 4 + 4 + 2
     assert [rows[k]["cost"]["model_calls"] for k in KEYS] == [4, 4, 2]
@@ -121,8 +124,14 @@ def test_a_campaign_runs_every_problem_and_writes_the_papers_table(tmp_path: Pat
     assert level["dollars_per_solved"] == pytest.approx(document["totals"]["dollars"])
     markdown = Path(document["table"]).read_text()
     assert "| 1 | 3 | 33% | 0% | 0% | 0% | 1.00x | - | - |" in markdown and "timed on the CPU" in markdown
-    assert Path(document["plot"]).read_text().startswith("<svg")
+    plot = Path(document["plot"]).read_text()
+    assert plot.startswith("<svg") and "1 correct problem(s) timed on the CPU: speedups not comparable" in plot
     assert not list(folder.glob("*.kernel-lsp-best.py"))  # the problem folder is left as it was
+    # every JSON, table and plot the campaign wrote: its ratios marked, none shown as a figure
+    assert unmarked_ratios(document) == [] and unmarked_ratios(state) == [] and ratios(state)
+    assert state["problems"][KEYS[0]]["best"]["speedup_comparable"] is False
+    for page in (markdown, plot):
+        assert shown_ratios(page, state) == []
 
     # the text table: a row per problem, fast_p and the cost
     with FakeMessagesApi([]) as api:  # every problem is done: nothing is asked again
@@ -138,6 +147,7 @@ def test_a_campaign_runs_every_problem_and_writes_the_papers_table(tmp_path: Pat
     assert "timed on the CPU" in captured.out and "cost: 10 model calls" in captured.out
     assert "per level, against eager PyTorch:" in captured.out and "cost per level:" in captured.out
     assert "geomean speedup vs eager" not in captured.out  # the CPU's ratios are not shown as speedups
+    assert shown_ratios(captured.out, state) == [] and "1 correct problem timed on the CPU" in captured.out
 
 
 def test_a_total_budget_stops_the_campaign_and_a_resume_finishes_it(tmp_path: Path, capsys, monkeypatch):

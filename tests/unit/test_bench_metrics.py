@@ -13,6 +13,7 @@ from kernel_lsp.bench.candidates import ProblemName, problem_name
 from kernel_lsp.kinds.verify import verify_job
 from kernel_lsp.bench.metrics import ProblemResult, bench_metrics, fast_p, fast_p_curve, geometric_mean_speedup
 from kernel_lsp.bench.report import bench_json, html_report, read_results, text_report, write_json
+from kernel_lsp.contracts.verify_report import CPU_NOT_COMPARABLE
 from kernel_lsp.verify.pairing import Pairing
 from kernel_lsp.verify.verdict import summary as verdict_summary
 from tests.problems import recorded_report, timed_report
@@ -107,11 +108,47 @@ def test_a_run_on_the_cpu_shows_no_times_or_speedups_and_says_why():
     the figures stay in the results (bench.json)."""
     cpu_run = [result("Relu", eager=0.0002, compile=0.0004, device="cpu"), result("Add", "rejected", device="cpu",
                                                                               reason="verify-mismatch")]
-    text = text_report(cpu_run, bench_metrics(cpu_run, BASELINES))
+    metrics = bench_metrics(cpu_run, BASELINES)
+    text = text_report(cpu_run, metrics)
     relu = next(line for line in text.splitlines() if line.startswith("1 ") and "Relu" in line)
     assert relu.split()[4:8] == ["cpu", "cpu", "cpu", "cpu"] and "0.0002" not in text
-    assert "fast_p" not in text and "geomean" not in text and "timed on the CPU" in text
+    assert not any(line.startswith(("fast_p", "vs ", "geomean")) for line in text.splitlines())
+    assert "1 correct candidate timed on the CPU" in text
     assert cpu_run[0].speedup["eager"] == 0.0002
+    # the figures leave the ratios out: none would be a GPU's
+    assert metrics.geomean["eager"].value is None and metrics.fast_p["eager"][1] == 0.0 and not metrics.figures
+    page = html_report(cpu_run, metrics, {"device": "cpu"})
+    assert "<svg" not in page and "geomean" not in page and "0.0002" not in page and "0.0004" not in page
+    assert "<p class='not-comparable'>Speedups not comparable: 1 correct problem timed on the CPU" in page
+
+
+def test_cpu_speedups_are_marked_in_bench_json_and_left_out_of_a_mixed_runs_figures(tmp_path: Path):
+    """A run with problems on a GPU and on the CPU: the GPU's speedups make the figures and plots, the CPU's enter
+    fast_0 alone; each problem and the metrics say which (`speedup_comparable`), bench.json keeps every ratio."""
+    interpreted = result("Interp", eager=40.0, compile=30.0, device="cpu")
+    run = [*RUN, interpreted]
+    metrics = bench_metrics(run, BASELINES)
+    assert fast_p(run, "eager", 0) == pytest.approx(4 / 6) and fast_p(run, "eager", 2) == 0.0  # 40x is no GPU's
+    assert metrics.geomean["eager"].over == 3 and max(p for p, _ in fast_p_curve(run, "eager")) == 2.0
+    assert (metrics.not_comparable, metrics.speedup_comparable, metrics.figures) == (1, False, True)
+    path = tmp_path / "bench.json"
+    write_json(path, bench_json(run, metrics, {"device": "auto"}))
+    document = json.loads(path.read_text())
+    assert document["metrics"]["speedup_comparable"] is False and document["metrics"]["not_comparable"] == 1
+    marks = {p["name"]: (p["speedup_comparable"], p["not_comparable_reason"]) for p in document["problems"]}
+    assert marks["Relu"] == (True, None) and marks["Interp"] == (False, CPU_NOT_COMPARABLE)
+    assert read_results(path) == run and document["problems"][-1]["speedup"]["eager"] == 40.0
+    page = html_report(run, metrics, {"device": "auto"})
+    assert page.count("<svg") == 2 and "class='not-comparable'" in page
+    assert "40×" not in page and ">40<" not in page and ">30<" not in page and "<td class='n'>cpu</td>" in page
+    assert ">2<" in page  # a GPU speedup is shown
+
+
+def test_a_bench_json_written_before_the_marking_reads_marked():
+    written_before = {k: v for k, v in result("Relu", eager=0.0002, device="cpu").to_dict().items()
+                      if k not in ("speedup_comparable", "not_comparable_reason")}
+    assert ProblemResult.from_dict(written_before).speedup_comparable is False
+    assert ProblemResult.from_dict({**written_before, "device": "cuda"}).speedup_comparable is True
 
 
 def test_the_lens_line_of_a_cpu_run_has_correctness_and_no_timings():

@@ -101,3 +101,6 @@ def test_markdown_text_and_plot():
     assert len(bars) == 5 * len(rows)  # fast_0, then fast_1 and fast_2 against each baseline, per row
     titles = [bar.find("{http://www.w3.org/2000/svg}title").text for bar in bars]
     assert "level 1: fast_1 vs eager 50%" in titles and "level 1: fast_0 75%" in titles
+    note = "1 correct problem(s) timed on the CPU: speedups not comparable, in fast_0 only"
+    assert note in "".join(svg.itertext())  # the plot says so beside its bars
+    assert "timed on the CPU" not in papers_svg(level_table(RESULTS[:6], COSTS[:6], ["eager"]), ["eager"])

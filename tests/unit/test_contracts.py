@@ -16,14 +16,17 @@ import pytest
 from kernel_lsp.contracts.codec import ContractError, decode, decode_verify_report, encode
 from kernel_lsp.contracts.keeper_report import KeeperEnd, KeeperStart
 from kernel_lsp.contracts.options import VerifyOptions, to_config
-from kernel_lsp.contracts.verify_report import Timing, Unavailable, VerifyReport
+from kernel_lsp.contracts.verify_report import CPU_NOT_COMPARABLE, Timing, Unavailable, VerifyReport
+from kernel_lsp.commands import verify as verify_command
 from kernel_lsp.kinds import verify
 from kernel_lsp.process.keeper import KeeperLink
 from kernel_lsp.verify.checks import note_processes_left
 from kernel_lsp.verify.judge import Integrity
+from kernel_lsp.verify.pairing import Pairing
 from kernel_lsp.worker.protocol import Job, Result
 from kernel_lsp.worker.sandbox import SandboxRun
 from tests.paths import REPORTS
+from tests.speedup_marking import shown_ratios, unmarked_ratios
 
 RECORDED = sorted(REPORTS.glob("*.json"))
 
@@ -77,6 +80,26 @@ def test_fields_added_later_are_absent_from_the_wire_when_they_hold_nothing():
     assert encode(timing)["compileError"] is None and "compile_error" not in encode(timing)  # the wire's name
 
 
+def test_speedups_timed_on_the_cpu_are_marked_not_comparable_on_the_wire_whatever_the_report_said():
+    """The marking tools test (`speedup_comparable`, `not_comparable_reason`) follows from where the candidate ran:
+    a report written before it is marked on decoding, and a wire that claims a CPU ratio comparable is not believed."""
+    old = _recorded()
+    del old["speedup_comparable"], old["not_comparable_reason"]
+    report = decode_verify_report(old)
+    assert report.speedup["eager"] and report.speedup_comparable is False
+    assert report.not_comparable_reason == CPU_NOT_COMPARABLE and "CPU" in CPU_NOT_COMPARABLE
+    assert (encode(report)["speedup_comparable"], encode(report)["not_comparable_reason"]) == (False,
+                                                                                              CPU_NOT_COMPARABLE)
+    claimed = decode_verify_report({**_recorded(), "speedup_comparable": True, "not_comparable_reason": None})
+    assert claimed.speedup_comparable is False and claimed.not_comparable_reason == CPU_NOT_COMPARABLE
+    on_gpu = dataclasses.replace(report, device="cuda")
+    assert (on_gpu.speedup_comparable, on_gpu.not_comparable_reason) == (True, None)
+    wire = encode(on_gpu)  # on a GPU too the wire says it, so a reader tests one key on every report
+    assert wire["speedup_comparable"] is True and "not_comparable_reason" in wire and decode(VerifyReport, wire) == on_gpu
+    with pytest.raises(ContractError, match=r"\.speedup_comparable: expected bool"):
+        decode_verify_report({**_recorded(), "speedup_comparable": "no"})
+
+
 def test_an_unavailable_verdict_has_its_own_shape():
     assert decode_verify_report({"verdict": "unavailable", "reason": "no GPU"}) == Unavailable("no GPU")
     with pytest.raises(ContractError, match="reason: missing"):
@@ -110,6 +133,23 @@ async def test_the_worker_decodes_the_judges_report_and_sends_it_on_encoded():
     assert [f["code"] for f in result.findings] == ["integrity-input-mutated"]
     outcome = verify.VerifyOutcome.of(result)
     assert outcome.report == decode(VerifyReport, _recorded("verify_cpu_rejected")) and outcome.finished
+
+
+async def test_verify_json_carries_the_marking_and_its_text_no_cpu_ratio(capsys):
+    """`kernel-lsp verify` on the CPU: the JSON's report says `speedup_comparable: false` (even for a judge's report
+    written before the marking), and the text's summary states no ratio."""
+    judged = _recorded("verify_cpu_honest")
+    del judged["speedup_comparable"], judged["not_comparable_reason"]
+    result = await _handled(judged)
+    outcome = verify.VerifyOutcome.of(result)
+    pairing = Pairing(Path("cand.py"), Path("ref.py"), "command line", "--reference ref.py")
+    verify_command._print("json", pairing, outcome, result)
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["report"]["speedup_comparable"] is False and printed["report"]["speedup"]["eager"]
+    assert unmarked_ratios(printed) == [] and printed["report"]["not_comparable_reason"] == CPU_NOT_COMPARABLE
+    verify_command._print("text", pairing, outcome, result)
+    text = capsys.readouterr().out
+    assert "timings not comparable" in text and shown_ratios(text, printed) == [] and "×" not in text
 
 
 async def test_a_report_that_breaks_the_contract_is_unavailable_and_says_where():
