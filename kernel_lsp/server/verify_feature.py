@@ -99,7 +99,9 @@ class RunResult:
     """What one verify run left for the lens and the diagnostics: `state` "done" (a verdict, its `summary` and
     `findings`) or "unavailable" (`summary` says why; the caller places one verify-unavailable finding); the job's
     cache `key` and the candidate `text` verified, where the job was built; `verified`: the job, when its verdict
-    was "verified" (published to the features that act on it)."""
+    was "verified" (published to the features that act on it). `verdict`: verified, rejected or unavailable (a
+    job done on a machine that could not run the candidate, as one that did not finish), so that a client never
+    words a "not verified" summary as a verification."""
 
     state: str
     summary: str
@@ -107,6 +109,7 @@ class RunResult:
     key: str | None = None
     text: str | None = None
     verified: Job | None = None
+    verdict: str = "unavailable"
 
 
 def outcome_of(result: Result) -> tuple[str, str, list[Finding]]:
@@ -389,7 +392,8 @@ class VerifyFeature(Feature):
                 self._refresh_lenses()
             raise
         self._end_progress(progress, run.summary)
-        outcome = {"uri": uri, "status": "ok" if run.state == "done" else "unavailable", "summary": run.summary}
+        outcome = {"uri": uri, "status": "ok" if run.state == "done" else "unavailable", "verdict": run.verdict,
+                   "summary": run.summary}
         if self._tasks.get(uri) is not asyncio.current_task():
             return outcome  # the document closed meanwhile
         self._tasks.pop(uri)
@@ -433,8 +437,9 @@ class VerifyFeature(Feature):
             return RunResult("unavailable", f"kernel-lsp could not verify this file ({type(exc).__name__}: {exc})",
                              key=key, text=text)
         state, summary, findings = outcome_of(result)
-        verified = job if VerifyOutcome.of(result).verdict == "verified" else None
-        return RunResult(state, summary, findings, key=key, text=text, verified=verified)
+        verdict = VerifyOutcome.of(result).verdict
+        return RunResult(state, summary, findings, key=key, text=text,
+                         verified=job if verdict == "verified" else None, verdict=verdict)
 
     # --- verdicts across restarts ---------------------------------------------------------------------------
 

@@ -233,12 +233,14 @@ async def test_verify_command_runs_on_demand(on_demand: LanguageClient, workspac
     assert lens_titles(await code_lenses(on_demand, uri)) == ["verify against relu.py"]
     answer = await verify_command(on_demand, uri)
     assert answer["status"] == "ok" and answer["summary"].startswith("correct 2/2"), answer
+    assert answer["verdict"] == "verified"  # what a client words as "verified", never from the status alone
     assert lens_titles(await code_lenses(on_demand, uri)) == [answer["summary"]]
 
     # asked for by the user, the run verifies the buffer as shown, unsaved: the disk still holds the honest text
     replace_document(on_demand, uri, candidate("0.5"), version=2)
     unsaved = await verify_command(on_demand, uri)
     assert unsaved["status"] == "ok" and unsaved["summary"].startswith("rejected · correct 0/2"), unsaved
+    assert unsaved["verdict"] == "rejected"
     assert lens_titles(await code_lenses(on_demand, uri)) == [unsaved["summary"]]  # of this text: not stale
     assert (workspace / "relu_new.py").read_text() == candidate()
 
