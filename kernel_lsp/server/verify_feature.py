@@ -31,7 +31,13 @@ from kernel_lsp.server.settings import SettingsManager
 from kernel_lsp.server.work_progress import WorkProgress
 from kernel_lsp.server.worker_feature import WorkerFeature
 from kernel_lsp.sources import parse_python
-from kernel_lsp.verify.pairing import Pairing, ReferenceProblem, files_to_reverify, find_reference
+from kernel_lsp.verify.pairing import (
+    Pairing,
+    ReferenceProblem,
+    files_to_reverify,
+    find_reference,
+    is_reference,
+)
 from kernel_lsp.worker.client import WorkerUnavailable
 from kernel_lsp.worker.protocol import Job, Result
 
@@ -210,10 +216,15 @@ class VerifyFeature(Feature):
             return {"uri": uri, "status": "error", "message": f"cannot read {uri}"}
         found = self._pair(uri, text)
         if not isinstance(found, Pairing):
-            message = (found.message if isinstance(found, ReferenceProblem)
-                       else "not a verification candidate: no ModelNew with a reference (Model in the same file, "
-                            "a '# kernel-lsp: reference=PATH' header, the 'references' setting or a KernelBench "
-                            "problem name)")
+            if isinstance(found, ReferenceProblem):
+                message = found.message
+            elif uri.startswith("file:") and is_reference(uri_to_path(uri), text):
+                message = ("a reference (Model, and no ModelNew to verify): verify a candidate that defines ModelNew "
+                           "against it, or run kernel-lsp's optimize command on it to have one written")
+            else:
+                message = ("not a verification candidate: no ModelNew with a reference (Model in the same file, a "
+                           "'# kernel-lsp: reference=PATH' header, the 'references' setting or a KernelBench "
+                           "problem name)")
             self._tell_user(f"kernel-lsp: {uri_to_path(uri).name}: {message}")
             return {"uri": uri, "status": "not-a-candidate", "message": message}
         task = self._start(uri, found, texts=self._open_texts())

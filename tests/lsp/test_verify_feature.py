@@ -140,6 +140,15 @@ async def test_a_file_that_is_no_candidate_is_left_alone(client: LanguageClient,
     assert answer["status"] == "not-a-candidate"
 
 
+async def test_a_reference_asked_to_verify_is_told_it_is_one(client: LanguageClient, workspace: Path):
+    """Not "define Model": it has Model, and lacks the ModelNew a verification runs."""
+    path = workspace / "relu.py"
+    path.write_text(REFERENCE)
+    answer = await verify_command(client, open_document(client, path, REFERENCE))
+    assert answer["status"] == "not-a-candidate" and answer["message"].startswith("a reference (Model"), answer
+    assert [m.message for m in client.messages] == [f"kernel-lsp: relu.py: {answer['message']}"]
+
+
 async def test_open_candidate_offers_a_verify_lens_on_model_new(client: LanguageClient, workspace: Path):
     (workspace / "relu.py").write_text(REFERENCE)
     uri = open_document(client, workspace / "relu_new.py", candidate())
