@@ -23,6 +23,7 @@ from kernel_lsp.config import Settings
 from kernel_lsp.findings import SOURCE, Finding, Range, Severity, path_to_uri, uri_to_path
 from kernel_lsp.jobs.cache import ResultCache
 from kernel_lsp.kinds.verify import VerifyOutcome, verify_job, verify_options
+from kernel_lsp.paths import read_regular_text
 from kernel_lsp.server.convert import STALE, OpenDocument, ago, lsp_range, open_texts, uris_by_path
 from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.events import CANDIDATE_VERIFIED, Events
@@ -172,7 +173,7 @@ class VerifyFeature(Feature):
         disk for exactly these files and options (after a restart) is shown again, with its age."""
         found = self._pair(uri, text)
         if isinstance(found, Pairing) and uri not in self._runs:
-            remembered = self._remembered(found)
+            remembered = self._remembered(found, self._open_texts())
             if remembered is None:
                 self._runs[uri] = VerifyRun("idle", found.reference)
             else:
@@ -460,13 +461,43 @@ class VerifyFeature(Feature):
             disk.put(key, {"kind": REMEMBERED, "summary": summary, "at": time.time(),
                            "findings": [f.to_dict() for f in findings]})
 
-    def _remembered(self, pairing: Pairing) -> tuple[VerifyRun, list[Finding]] | None:
-        """The verdict kept for the files as the editor shows them now (the job's content-addressed key)."""
+    def kept_verdicts(self, paths: list[Path]) -> list[tuple[str, VerifyRun, list[Finding]]]:
+        """In a thread, at start-up: (URI, run, findings) of each closed candidate among `paths` whose verdict is
+        kept for its files as they are on disk; a restart shows them before the files are opened."""
+        if self._results is None or self._results.disk is None:
+            return []
+        kept = []
+        for path in paths:
+            text = read_regular_text(path) if path.suffix == ".py" else None
+            if text is None or "ModelNew" not in text:  # no candidate: not parsed
+                continue
+            found = self.settings.find_reference(path, text)
+            remembered = self._remembered(found, texts=None) if isinstance(found, Pairing) else None
+            if remembered is not None:
+                kept.append((path_to_uri(path), *remembered))
+        return kept
+
+    def show_kept(self, kept: list[tuple[str, VerifyRun, list[Finding]]]) -> None:
+        """The verdicts kept_verdicts found: published and on the workspace summary, each unless its file was opened
+        or verified since (what that showed is newer)."""
+        shown = False
+        for uri, run, findings in kept:
+            if uri in self._runs or self._document(uri) is not None:
+                continue
+            self._runs[uri] = run
+            self._publish(uri, findings)
+            shown = True
+        if shown:
+            self._refresh_lenses()
+
+    def _remembered(self, pairing: Pairing, texts: Mapping[Path, str] | None) -> tuple[VerifyRun, list[Finding]] | None:
+        """The verdict kept for the files as `texts` has them (the editor's buffers; None: as on disk), by the job's
+        content-addressed key."""
         disk = self._results.disk if self._results is not None else None
         if disk is None:
             return None
         try:
-            job = candidate_job(pairing, self.settings.settings, self._open_texts())
+            job = candidate_job(pairing, self.settings.settings, texts)
         except OSError:
             return None
         value = disk.get(job.content_hash)

@@ -10,6 +10,7 @@ import pytest_lsp
 from lsprotocol import types
 from pytest_lsp import LanguageClient
 
+from kernel_lsp.findings import path_to_uri
 from tests.lsp.helpers import (
     initialize_params,
     open_document,
@@ -346,5 +347,34 @@ async def test_a_verdict_survives_a_restart_for_the_same_files_and_only_for_them
         assert not verify_progress(second)  # shown from the cache: nothing ran
         other = open_on_disk(second, workspace / "relu_other.py", candidate("0.25"))
         assert lens_titles(await code_lenses(second, other)) == ["verify against relu.py"]
+    finally:
+        await second.shutdown_session()
+
+
+async def test_after_a_restart_a_closed_candidates_kept_verdict_is_published_before_it_is_opened(workspace: Path,
+                                                                                                tmp_path: Path):
+    """A verdict kept on disk for a candidate's files as they are is shown at start-up (in the Problems panel and
+    the workspace summary), not only once the file is opened again; nothing runs for it."""
+    config = server_config({"TRITON_INTERPRET": "1", "KERNEL_LSP_CACHE_DIR": str(tmp_path / "cache")})
+    (workspace / "relu.py").write_text(REFERENCE)
+    path = workspace / "relu_new.py"
+    first = await config.start()
+    try:
+        await first.initialize_session(initialize_params(workspace, {**CPU_SETTINGS, "verifyOnSave": False}))
+        answer = await verify_command(first, open_on_disk(first, path, candidate("0.5")))
+        assert answer["summary"].startswith("rejected · correct 0/2"), answer
+    finally:
+        await first.shutdown_session()  # flushes the cache
+
+    second = await config.start()
+    try:
+        await second.initialize_session(initialize_params(workspace, {**CPU_SETTINGS, "verifyOnSave": False}))
+        params = await wait_for_publish(second, path_to_uri(path), lambda p: "verify-mismatch" in verify_codes(p),
+                                        timeout=30)
+        assert params.version is None  # a closed file's
+        entry = await summary_entry(second, path)
+        assert entry is not None and not entry["open"] and entry["verify"] == answer["summary"] + \
+            " (verified just now)", entry
+        assert not verify_progress(second)  # shown from the cache: nothing ran
     finally:
         await second.shutdown_session()
