@@ -53,7 +53,7 @@ class PlacedUnit:
 
 
 NO_CUDA_SOURCE = "profile-no-cuda-source"
-CHECK_POINTER = "`kernel-lsp check {path}` shows the errors on their lines"  # the editor says: the Problems panel
+CHECK_POINTER = "`kernel-lsp check {path}` shows the errors on their lines"  # the editor points to its diagnostics
 
 
 async def static_profile(files: dict[str, str], candidate: str, origins: dict[str, str] | None = None,
