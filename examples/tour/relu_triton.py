@@ -1,6 +1,6 @@
 # kernel-lsp: reference=relu.py
 """An honest candidate: ReLU as a Triton kernel. `kernel-lsp verify` runs it against relu.py's Model (on a machine
-without a GPU, in Triton's interpreter) and says `verified`."""
+without a GPU, in Triton's interpreter) and verifies it: `correct 5/5`, exit status 0."""
 import torch
 import torch.nn as nn
 import triton

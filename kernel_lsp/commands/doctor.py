@@ -61,7 +61,9 @@ def gpu_checks() -> list[Check]:
     try:
         facts = device_facts()
     except NvmlUnavailable as exc:
-        return [Check("missing", "GPU / NVML", f"{exc}; compile checks still work, verification and profiling "
+        return [Check("missing", "GPU / NVML", f"{exc}; compile checks, the static profile of CUDA code and the "
+                                                "verification of Triton and PyTorch candidates (on the CPU, without "
+                                                "timings) still work; CUDA candidates, ncu and compute-sanitizer "
                                                 "need a GPU (or a remote worker: --worker tcp:HOST:PORT)")]
     return [Check("ok", "GPU", f"{facts['name']} (sm_{facts['computeCapability'].replace('.', '')}, "
                                f"{facts['memoryFreeMiB']} MiB free of {facts['memoryTotalMiB']})"),

@@ -29,7 +29,9 @@ from kernel_lsp.commands.shared import (
     worker_client,
 )
 from kernel_lsp.contracts.codec import encode
-from kernel_lsp.profile.sanitize import CHECKS
+from kernel_lsp.profile.sanitize import CHECKS, NO_GPU, NO_GPU_CODE
+
+NO_GPU_HERE = f"{NO_GPU}: run it where an NVIDIA GPU is, or pass --worker tcp:HOST:PORT (a GPU worker)"
 
 
 def add_parser(sub: Any) -> None:
@@ -56,19 +58,20 @@ def run(args: argparse.Namespace) -> int:
         raise CommandUsageError(f"{args.file}: expected a .py candidate or a .cu program")
     outcome = asyncio.run(_sanitize(args))
     report = outcome.report
+    error = NO_GPU_HERE if outcome.code == NO_GPU_CODE else outcome.error  # the remedy a terminal has
     if args.format == "json":
         print(json.dumps({"file": str(args.file), "summary": outcome.summary, "clean": outcome.clean,
-                          "error": outcome.error, **(encode(report) if report else {}),
+                          "error": error, **(encode(report) if report else {}),
                           "findings": [f.to_dict() for f in outcome.findings]}, indent=2))
     else:
         print_findings(outcome.findings, "text")
         for problem in [*report.problems, *(run.problem for run in report.tools if run.problem)] if report else []:
             print(f"problem: {problem.message}")
-        print(f"{args.file}: {outcome.summary or outcome.error}")
+        print(f"{args.file}: {error if outcome.code == NO_GPU_CODE else (outcome.summary or error)}")
     if outcome.user_errors:
         return EXIT_FINDINGS
-    if outcome.error is not None or not outcome.clean:
-        print(f"kernel-lsp sanitize: not proven clean: {outcome.error or outcome.summary}", file=sys.stderr)
+    if error is not None or not outcome.clean:
+        print(f"kernel-lsp sanitize: not proven clean: {error or outcome.summary}", file=sys.stderr)
         return EXIT_USAGE
     return EXIT_OK
 

@@ -29,7 +29,7 @@ from kernel_lsp.config import Settings
 from kernel_lsp.contracts.codec import encode
 from kernel_lsp.contracts.options import VerifyOptions
 from kernel_lsp.kinds.verify import VerifyOutcome, verify_job, verify_options
-from kernel_lsp.verify.pairing import Pairing, ReferenceProblem, find_reference
+from kernel_lsp.verify.pairing import Pairing, ReferenceProblem, find_reference, is_reference
 from kernel_lsp.worker.protocol import Result
 
 EXIT_VERIFIED, EXIT_REJECTED, EXIT_USAGE = 0, 1, 2
@@ -70,6 +70,10 @@ def _pairing(candidate: Path, args: argparse.Namespace, workspace: Path | None, 
                            kernelbench_roots(args, workspace, settings))
     if isinstance(found, ReferenceProblem):
         raise CommandUsageError(f"{candidate}:{found.line + 1}: {found.message}")
+    if found is None and is_reference(candidate, text):
+        raise CommandUsageError(f"{candidate} is a reference (Model, and no ModelNew to verify): verify the candidate "
+                                f"that defines ModelNew against it (kernel-lsp verify CANDIDATE --reference "
+                                f"{candidate}), or have kernel-lsp optimize {candidate} write one")
     if found is None:
         raise CommandUsageError(f"no reference for {candidate}: pass --reference REF, add a '# kernel-lsp: "
                               "reference=PATH' line, define Model in the same file, or set references / "

@@ -81,8 +81,7 @@ WARM_TIMEOUT_S = 900.0  # the warm call builds the extension: minutes for a CUTL
 BUILD_FAILED = re.compile(r"Error building extension|ninja: build stopped|CalledProcessError.*ninja")
 SHARED_INIT = "shared-init"  # kernel-lsp's own check of shared memory read before any thread wrote it
 CHECKS = (*TOOLS, SHARED_INIT)  # what a sanitize job may run, in this order by default
-NO_GPU = ("compute-sanitizer needs a GPU and the worker has none visible: connect a GPU worker "
-          "(the `worker` setting) to check memory safety")
+NO_GPU = "compute-sanitizer needs a GPU and the worker has none visible"  # each caller adds its own remedy
 NO_GPU_CODE = "sanitize-no-gpu"  # a sanitize job's Result.code when the worker has no GPU
 
 

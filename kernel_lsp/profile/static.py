@@ -52,7 +52,8 @@ class PlacedUnit:
     path: str  # the user's file the unit's lines map to
 
 
-CHECK_POINTER = "`kernel-lsp check {path}` shows the errors on their lines"  # the editor says: the Problems panel
+NO_CUDA_SOURCE = "profile-no-cuda-source"
+CHECK_POINTER = "`kernel-lsp check {path}` shows the errors on their lines"  # the editor points to its diagnostics
 
 
 async def static_profile(files: dict[str, str], candidate: str, origins: dict[str, str] | None = None,
@@ -63,10 +64,10 @@ async def static_profile(files: dict[str, str], candidate: str, origins: dict[st
     units = compile_units(files, candidate, origins, settings)
     problems: list[ProfileProblem] = []
     if not units:
-        problems.append(ProfileProblem("profile-no-cuda-source",
+        problems.append(ProfileProblem(NO_CUDA_SOURCE,
                                        f"{candidate} holds no CUDA source to compile (load_inline cuda_sources or a "
-                                       ".cu file): without a GPU there is nothing to profile statically; Triton "
-                                       "kernels need ncu on a GPU"))
+                                       ".cu file), so no static profile (ptxas and SASS) can stand in for ncu: "
+                                       "Triton and CuTe DSL kernels are profiled by ncu on a GPU worker"))
         return profile_report("static", [], problems=problems)
     try:
         nvcc = await find_nvcc(settings)

@@ -39,7 +39,7 @@ from kernel_lsp.profile.report import (
     roofline_ceilings,
     summary_line,
 )
-from kernel_lsp.profile.static import REFERENCE_FOLDER, static_profile
+from kernel_lsp.profile.static import NO_CUDA_SOURCE, REFERENCE_FOLDER, static_profile
 from kernel_lsp.candidate.kernels import cute_kernel_function, own_kernel_names
 from kernel_lsp.candidate.handle import tool_isolation
 from kernel_lsp.verify.verdict import isolation_gaps
@@ -140,10 +140,13 @@ async def program_profile(job: Job, options: ProfileOptions, context: JobContext
 async def static_result(job: Job, kernels: Sequence[str], note: ProfileProblem,
                         settings: Settings | None = None) -> Result:
     """The job's static profile (ptxas and SASS of its CUDA) as the profile job's Result, `note` first among its
-    problems (why it is static). The worker runs it without a GPU; the server runs it itself for a `.cu` file."""
+    problems (why it is static), unless the job holds no CUDA to profile statically (that problem says so alone).
+    The worker runs it without a GPU; the server runs it itself for a `.cu` file."""
     config = job.config
     report = await static_profile(job.source_files, config["candidate"], config.get("origins") or {}, kernels,
                                   settings)
+    if any(p.code == NO_CUDA_SOURCE for p in report.problems):  # no static profile for the note to introduce
+        return profile_job_result(report, job)
     return profile_job_result(dataclasses.replace(report, problems=[note, *report.problems]), job)
 
 

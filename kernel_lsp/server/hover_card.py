@@ -17,7 +17,6 @@ from profilers.ncu import SPEED_OF_LIGHT
 from profilers.roofline import MEMORY_UNITS, Ceilings, KernelPoint
 
 TOP_HINTS = 3
-HINT_CHARS = 180
 NO_PROFILE = "no profile yet: use 'Profile this kernel'"
 # ncu's "local" speedups are a share of one unit's work, not of the kernel's time: they rank after the others
 KERNEL_WIDE = {"global", "estimate"}
@@ -170,9 +169,8 @@ def gain(finding: ProfileHint) -> str:
 
 
 def short_message(message: str) -> str:
-    """The first sentence, capped: the full text is in the diagnostic."""
-    first = _SENTENCE_END.split(message.strip(), maxsplit=1)[0]
-    return first if len(first) <= HINT_CHARS else first[:HINT_CHARS - 1].rstrip() + "…"
+    """The first sentence, whole (one cut short reads as another claim); the rest is in the diagnostic."""
+    return _SENTENCE_END.split(message.strip(), maxsplit=1)[0]
 
 
 # --- registers and occupancy ----------------------------------------------------------------------------

@@ -50,7 +50,7 @@ from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.feature import Feature
 from kernel_lsp.server.hover_card import NO_PROFILE, CardFacts, hover_card
 from kernel_lsp.server.profile_report import ceilings_from, point_from
-from kernel_lsp.server.settings import SettingsManager
+from kernel_lsp.server.settings import SettingsManager, diagnostics_place
 from kernel_lsp.server.work_progress import WorkProgress
 from kernel_lsp.server.worker_feature import WorkerFeature
 from kernel_lsp.sources import parse_python
@@ -279,16 +279,13 @@ class ProfileFeature(Feature):
             return self._unavailable(uri, f"profiling did not finish ({result.status}): "
                                           f"{result.error or 'no reason given'}")
         kept = await self._keep(report, _source_label(report), uri, text) if report.kernels else []
-        said = report.problems
-        problems = [_in_the_editor(p.message) for p in said]
-        notes = [_in_the_editor(p.message) for p in said if p.code in NOTE_CODES]  # asked for here: no warning
-        warnings = [_in_the_editor(p.message) for p in said if p.code not in NOTE_CODES]
-        if warnings:
-            self._tell_user(f"kernel-lsp: profile: {'; '.join(warnings)}")
-        if notes:
-            self._tell_user(f"kernel-lsp: profile: {'; '.join(notes)}", types.MessageType.Info)
+        problems = [_in_the_editor(p.message, self.settings.client) for p in report.problems]
         status = "ok" if report.source == "ncu" and kept else "not-profiled"
-        message = str(result.metrics.get("summary") or summary_line(report))
+        message = said_once(report, problems)
+        if problems:  # one message for the profile: a note (why it is static) alone is no warning
+            warned = any(p.code not in NOTE_CODES for p in report.problems)
+            self._tell_user(f"kernel-lsp: profile: {message}",
+                            types.MessageType.Warning if warned else types.MessageType.Info)
         return {"uri": uri, "status": status, "source": report.source, "kernels": kept,
                 "problems": problems, "message": message}
 
@@ -496,9 +493,19 @@ PROGRAM_STATIC = ProfileProblem("profile-program-static",
 _CHECK_POINTER = re.compile(re.escape(CHECK_POINTER).replace(re.escape("{path}"), ".+?") + "$")
 
 
-def _in_the_editor(problem: str) -> str:
-    """A profile problem as the editor says it: compile errors are in the Problems panel, not behind a command."""
-    return _CHECK_POINTER.sub("its errors are on their lines in the Problems panel", problem)
+def _in_the_editor(problem: str, client: str) -> str:
+    """A profile problem as the editor says it: compile errors are among the client's diagnostics, not behind a
+    command."""
+    return _CHECK_POINTER.sub(f"its errors are on their lines in {diagnostics_place(client)}", problem)
+
+
+def said_once(report: ProfileReport, problems: list[str]) -> str:
+    """The profile in one line, its problems (as the editor words them) in it: what was profiled, then why it is
+    not more; or that nothing was, and why."""
+    if not report.kernels:
+        return f"no kernel profiled: {'; '.join(problems) or 'none found'}"
+    line = summary_line(report)
+    return f"{line} ({'; '.join(problems)})" if problems else line
 
 
 def setup(server: KernelLanguageServer) -> ProfileFeature:

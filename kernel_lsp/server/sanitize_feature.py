@@ -56,6 +56,7 @@ SANITIZE_ACTION_TITLE = "Check memory safety (compute-sanitizer)"
 NOT_A_CANDIDATE = ("not a candidate: compute-sanitizer runs a ModelNew with its reference's inputs (Model in the "
                    "same file, a '# kernel-lsp: reference=PATH' header, the 'references' setting or a KernelBench "
                    "problem name)")
+NO_GPU_HERE = f"{NO_GPU}: connect a GPU worker (the `worker` setting) to check memory safety"
 REMEMBERED_KEYS = 256  # sanitize job keys kept as checked: a verification of one of them checks nothing again
 
 
@@ -123,7 +124,7 @@ def verified_files(job: Job) -> tuple[Path, Path | None, dict[Path, str]]:
 def not_sanitized_reason(error: str, code: str | None = None) -> str:
     """The sentence to tell the user: the worker's, without the job's wording around a missing GPU (known by the
     result's code, not by its sentence)."""
-    return NO_GPU if code == NO_GPU_CODE else error
+    return NO_GPU_HERE if code == NO_GPU_CODE else error
 
 
 # ---- the feature -------------------------------------------------------------------------------------------
@@ -189,13 +190,13 @@ class SanitizeFeature(Feature):
 
     def _cannot_sanitize(self, path: Path, text: str) -> str | None:
         if path.suffix != ".py":  # a program: built and run as it is, no reference
-            return NO_GPU if self._worker_has_no_gpu() else None
+            return NO_GPU_HERE if self._worker_has_no_gpu() else None
         found = self.settings.find_reference(path, text)
         if isinstance(found, ReferenceProblem):
             return found.message
         if not isinstance(found, Pairing):
             return NOT_A_CANDIDATE
-        return NO_GPU if self._worker_has_no_gpu() else None
+        return NO_GPU_HERE if self._worker_has_no_gpu() else None
 
     def _worker_has_no_gpu(self) -> bool:
         """Known once the worker is connected: it said it sees no GPU."""
@@ -247,7 +248,7 @@ class SanitizeFeature(Feature):
         if not settings.sanitize.after_verify:
             return
         if self._worker_has_no_gpu():  # no job to learn it again: said once
-            self._say_not_sanitized(pairing.candidate.name, NO_GPU, once=True)
+            self._say_not_sanitized(pairing.candidate.name, NO_GPU_HERE, once=True)
             return
         try:
             candidate, reference, texts = verified_files(verified)

@@ -91,3 +91,12 @@ def api_key_remedy(client: str) -> str:
         return "start Neovim with ANTHROPIC_API_KEY set in its environment (the server inherits it)"
     return ("set ANTHROPIC_API_KEY in the environment the editor starts kernel-lsp from, or the anthropicApiKey "
             "setting")
+
+
+def diagnostics_place(client: str) -> str:
+    """Where this client lists the diagnostics, for a message that points there."""
+    if client == "vscode":
+        return "the Problems panel"
+    if client == "neovim":
+        return "the diagnostics (:lua vim.diagnostic.setqflist() lists them)"
+    return "the editor's diagnostics"

@@ -23,6 +23,7 @@ from kernel_lsp.config import Settings
 from kernel_lsp.findings import SOURCE, Finding, Range, Severity, path_to_uri, uri_to_path
 from kernel_lsp.jobs.cache import ResultCache
 from kernel_lsp.kinds.verify import VerifyOutcome, verify_job, verify_options
+from kernel_lsp.paths import read_regular_text
 from kernel_lsp.server.convert import STALE, OpenDocument, ago, lsp_range, open_texts, uris_by_path
 from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.events import CANDIDATE_VERIFIED, Events
@@ -31,7 +32,13 @@ from kernel_lsp.server.settings import SettingsManager
 from kernel_lsp.server.work_progress import WorkProgress
 from kernel_lsp.server.worker_feature import WorkerFeature
 from kernel_lsp.sources import parse_python
-from kernel_lsp.verify.pairing import Pairing, ReferenceProblem, files_to_reverify, find_reference
+from kernel_lsp.verify.pairing import (
+    Pairing,
+    ReferenceProblem,
+    files_to_reverify,
+    find_reference,
+    is_reference,
+)
 from kernel_lsp.worker.client import WorkerUnavailable
 from kernel_lsp.worker.protocol import Job, Result
 
@@ -99,7 +106,9 @@ class RunResult:
     """What one verify run left for the lens and the diagnostics: `state` "done" (a verdict, its `summary` and
     `findings`) or "unavailable" (`summary` says why; the caller places one verify-unavailable finding); the job's
     cache `key` and the candidate `text` verified, where the job was built; `verified`: the job, when its verdict
-    was "verified" (published to the features that act on it)."""
+    was "verified" (published to the features that act on it). `verdict`: verified, rejected or unavailable (a
+    job done on a machine that could not run the candidate, as one that did not finish), so that a client never
+    words a "not verified" summary as a verification."""
 
     state: str
     summary: str
@@ -107,6 +116,7 @@ class RunResult:
     key: str | None = None
     text: str | None = None
     verified: Job | None = None
+    verdict: str = "unavailable"
 
 
 def outcome_of(result: Result) -> tuple[str, str, list[Finding]]:
@@ -163,7 +173,7 @@ class VerifyFeature(Feature):
         disk for exactly these files and options (after a restart) is shown again, with its age."""
         found = self._pair(uri, text)
         if isinstance(found, Pairing) and uri not in self._runs:
-            remembered = self._remembered(found)
+            remembered = self._remembered(found, self._open_texts())
             if remembered is None:
                 self._runs[uri] = VerifyRun("idle", found.reference)
             else:
@@ -207,10 +217,15 @@ class VerifyFeature(Feature):
             return {"uri": uri, "status": "error", "message": f"cannot read {uri}"}
         found = self._pair(uri, text)
         if not isinstance(found, Pairing):
-            message = (found.message if isinstance(found, ReferenceProblem)
-                       else "not a verification candidate: no ModelNew with a reference (Model in the same file, "
-                            "a '# kernel-lsp: reference=PATH' header, the 'references' setting or a KernelBench "
-                            "problem name)")
+            if isinstance(found, ReferenceProblem):
+                message = found.message
+            elif uri.startswith("file:") and is_reference(uri_to_path(uri), text):
+                message = ("a reference (Model, and no ModelNew to verify): verify a candidate that defines ModelNew "
+                           "against it, or run kernel-lsp's optimize command on it to have one written")
+            else:
+                message = ("not a verification candidate: no ModelNew with a reference (Model in the same file, a "
+                           "'# kernel-lsp: reference=PATH' header, the 'references' setting or a KernelBench "
+                           "problem name)")
             self._tell_user(f"kernel-lsp: {uri_to_path(uri).name}: {message}")
             return {"uri": uri, "status": "not-a-candidate", "message": message}
         task = self._start(uri, found, texts=self._open_texts())
@@ -389,7 +404,8 @@ class VerifyFeature(Feature):
                 self._refresh_lenses()
             raise
         self._end_progress(progress, run.summary)
-        outcome = {"uri": uri, "status": "ok" if run.state == "done" else "unavailable", "summary": run.summary}
+        outcome = {"uri": uri, "status": "ok" if run.state == "done" else "unavailable", "verdict": run.verdict,
+                   "summary": run.summary}
         if self._tasks.get(uri) is not asyncio.current_task():
             return outcome  # the document closed meanwhile
         self._tasks.pop(uri)
@@ -433,8 +449,9 @@ class VerifyFeature(Feature):
             return RunResult("unavailable", f"kernel-lsp could not verify this file ({type(exc).__name__}: {exc})",
                              key=key, text=text)
         state, summary, findings = outcome_of(result)
-        verified = job if VerifyOutcome.of(result).verdict == "verified" else None
-        return RunResult(state, summary, findings, key=key, text=text, verified=verified)
+        verdict = VerifyOutcome.of(result).verdict
+        return RunResult(state, summary, findings, key=key, text=text,
+                         verified=job if verdict == "verified" else None, verdict=verdict)
 
     # --- verdicts across restarts ---------------------------------------------------------------------------
 
@@ -444,13 +461,43 @@ class VerifyFeature(Feature):
             disk.put(key, {"kind": REMEMBERED, "summary": summary, "at": time.time(),
                            "findings": [f.to_dict() for f in findings]})
 
-    def _remembered(self, pairing: Pairing) -> tuple[VerifyRun, list[Finding]] | None:
-        """The verdict kept for the files as the editor shows them now (the job's content-addressed key)."""
+    def kept_verdicts(self, paths: list[Path]) -> list[tuple[str, VerifyRun, list[Finding]]]:
+        """In a thread, at start-up: (URI, run, findings) of each closed candidate among `paths` whose verdict is
+        kept for its files as they are on disk; a restart shows them before the files are opened."""
+        if self._results is None or self._results.disk is None:
+            return []
+        kept = []
+        for path in paths:
+            text = read_regular_text(path) if path.suffix == ".py" else None
+            if text is None or "ModelNew" not in text:  # no candidate: not parsed
+                continue
+            found = self.settings.find_reference(path, text)
+            remembered = self._remembered(found, texts=None) if isinstance(found, Pairing) else None
+            if remembered is not None:
+                kept.append((path_to_uri(path), *remembered))
+        return kept
+
+    def show_kept(self, kept: list[tuple[str, VerifyRun, list[Finding]]]) -> None:
+        """The verdicts kept_verdicts found: published and on the workspace summary, each unless its file was opened
+        or verified since (what that showed is newer)."""
+        shown = False
+        for uri, run, findings in kept:
+            if uri in self._runs or self._document(uri) is not None:
+                continue
+            self._runs[uri] = run
+            self._publish(uri, findings)
+            shown = True
+        if shown:
+            self._refresh_lenses()
+
+    def _remembered(self, pairing: Pairing, texts: Mapping[Path, str] | None) -> tuple[VerifyRun, list[Finding]] | None:
+        """The verdict kept for the files as `texts` has them (the editor's buffers; None: as on disk), by the job's
+        content-addressed key."""
         disk = self._results.disk if self._results is not None else None
         if disk is None:
             return None
         try:
-            job = candidate_job(pairing, self.settings.settings, self._open_texts())
+            job = candidate_job(pairing, self.settings.settings, texts)
         except OSError:
             return None
         value = disk.get(job.content_hash)

@@ -4,7 +4,7 @@ checks of closed files, the on-disk result cache and the workspace summary.
 - At `initialized`: the folders are scanned (workspace/scan.py: .gitignore and `workspaceExclude` honoured), every
   file read once into the DependencyGraph (workspace/graph.py), and each closed kernel file queued for a compile
   check at the lowest priority (`workspaceCheck`). With the on-disk cache (`persistentCache`) a restart answers
-  these from disk without compiling.
+  these from disk without compiling, and shows the verdicts kept for closed candidates whose files are unchanged.
 - Changes on disk come from the client's workspace/didChangeWatchedFiles where it offers dynamic registration,
   else from the server's own watcher (`watch`; inotify on Linux, one watch per folder that is not ignored, else a
   watchdog observer), never both. Either feeds one Coalescer: a burst is one batch, each path
@@ -251,6 +251,19 @@ class WorkspaceFeature(Feature):
         for path, kind in self._early:
             self._coalescer.add(path, kind)
         self._early.clear()
+        await self._show_kept_verdicts()
+
+    async def _show_kept_verdicts(self) -> None:
+        """The verdicts kept on disk for the closed candidates, as their files are now: after a restart they are
+        shown at once, not when each file is opened again."""
+        open_paths = set(self._open_by_path())
+        closed = sorted(p for p in self._seen if p.suffix == ".py" and p not in open_paths)
+        try:
+            kept = await asyncio.to_thread(self.verify.kept_verdicts, closed)
+        except Exception:  # a bad entry costs the kept verdicts, not the workspace
+            log.exception("reading the kept verdicts failed")
+            return
+        self.verify.show_kept(kept)
 
     async def _watch(self, roots: list[Path], client_can_watch: bool, mode: str) -> None:
         if mode == "off":

@@ -62,6 +62,15 @@ def find_reference(candidate: Path, text: str, workspace: Path | None, settings_
     return found
 
 
+def is_reference(path: Path, text: str) -> bool:
+    """The file is a problem's reference (Model and no ModelNew): one passed as a candidate is told what it is, not
+    asked to define the Model it has."""
+    if path.suffix != ".py":
+        return False
+    parts = parse_python(text).kernelbench
+    return parts.model is not None and parts.model_new is None
+
+
 def _from_header(candidate: Path, text: str) -> Pairing | ReferenceProblem | None:
     header = _HASH_HEADER if candidate.suffix == ".py" else _SLASH_HEADER  # `//` is not a comment in Python
     for line, content in enumerate(text.splitlines()[:HEADER_LINES]):

@@ -38,3 +38,17 @@ def test_doctor_says_when_the_remote_worker_is_unreachable():
     result = doctor("--worker", "tcp:127.0.0.1:1")
     assert result.returncode == 1
     assert any(line.startswith("FAIL") and "tcp:127.0.0.1:1" in line for line in result.stdout.splitlines())
+
+
+def test_without_a_gpu_doctor_says_what_still_works(monkeypatch):
+    """Triton and PyTorch candidates are verified on the CPU (Triton's interpreter): doctor does not say that
+    verification needs a GPU, only what does."""
+    import profilers.nvml
+    from kernel_lsp.commands.doctor import gpu_checks
+
+    def no_driver():
+        raise profilers.nvml.NvmlUnavailable("NVML: no NVIDIA driver")
+    monkeypatch.setattr(profilers.nvml, "device_facts", no_driver)
+    [check] = gpu_checks()
+    assert check.level == "missing" and "verification of Triton and PyTorch candidates" in check.detail, check
+    assert "verification and profiling need a GPU" not in check.detail

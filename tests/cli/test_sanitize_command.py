@@ -38,6 +38,7 @@ def test_without_a_gpu_sanitize_exits_2_and_says_why(tmp_path: Path, capsys, nam
     report = json.loads(out)
     assert status == 2, (out, err)
     assert NO_GPU in report["error"] and report["clean"] is False and report["findings"] == []
+    assert "--worker tcp:HOST:PORT" in report["error"] and "setting" not in report["error"]  # a terminal's remedy
     assert "not proven clean" in err
 
 

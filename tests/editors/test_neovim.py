@@ -353,7 +353,8 @@ def test_edit_handler_declines_annotated_edits_without_a_ui_and_applies_plain_on
 @needs_nvcc
 def test_code_lenses_show_the_kernels_figures_after_attach_and_after_a_save(nvim: str, tmp_path: Path):
     """resourceUsage's default is the lens alone: Neovim fetches lenses on attach, on save and on the server's
-    workspace/codeLens/refresh, so the figures show as virtual text, and no diagnostic is left for a healthy kernel."""
+    workspace/codeLens/refresh, so the figures show on a virtual line above each kernel (at the end of its line, a
+    diagnostic's virtual text would push them off the screen), and no diagnostic is left for a healthy kernel."""
     document = tmp_path / "good.cu"
     document.write_text(GOOD)
     setup = f'require("kernel_lsp").setup({{ python = {lua(sys.executable)} }})'
@@ -373,11 +374,18 @@ def test_code_lenses_show_the_kernels_figures_after_attach_and_after_a_save(nvim
   vim.cmd("silent write")
   out.second = vim.wait(30000, function() return #titles() == 2 end, 50)
   out.after_save = titles()
-  out.virtual = 0  -- lines whose virtual text shows a lens
+  out.virtual, out.at_line_end = {{}}, 0  -- the lines a virtual line above shows a lens on; lenses at a line's end
   for _, ns in pairs(vim.api.nvim_get_namespaces()) do
     for _, mark in ipairs(vim.api.nvim_buf_get_extmarks(0, ns, 0, -1, {{ details = true }})) do
+      for _, virtual_line in ipairs(mark[4].virt_lines or {{}}) do
+        for _, chunk in ipairs(virtual_line) do
+          if chunk[1]:find("ptxas sm_90", 1, true) then
+            table.insert(out.virtual, {{ line = mark[2], above = mark[4].virt_lines_above or false }})
+          end
+        end
+      end
       for _, chunk in ipairs(mark[4].virt_text or {{}}) do
-        if chunk[1]:find("ptxas sm_90", 1, true) then out.virtual = out.virtual + 1 end
+        if chunk[1]:find("ptxas sm_90", 1, true) then out.at_line_end = out.at_line_end + 1 end
       end
     end
   end
@@ -386,7 +394,9 @@ def test_code_lenses_show_the_kernels_figures_after_attach_and_after_a_save(nvim
     assert result["titles"][0].startswith("ptxas sm_90: ") and "registers" in result["titles"][0], result
     assert result["diagnostics"] == 0
     assert result["second"] and len(result["after_save"]) == 2, result
-    assert result["virtual"] == 2  # shown: the lens's text beside each kernel
+    # shown on a line of its own: below the first line (above it is out of sight), above the second kernel
+    assert result["virtual"] == [{"line": 0, "above": False}, {"line": 1, "above": True}], result
+    assert result["at_line_end"] == 0
 
 
 def test_optimize_without_an_api_key_gives_the_neovim_remedy(nvim: str, tmp_path: Path, monkeypatch):

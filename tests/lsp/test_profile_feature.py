@@ -241,6 +241,50 @@ async def test_profiling_a_cu_file_says_it_is_static_and_needs_no_worker(client:
     assert isinstance(reports[0][-1], types.WorkDoneProgressEnd)
 
 
+@pytest.mark.parametrize("client", [{"verifyDevice": "cpu"}], indirect=True)
+async def test_profiling_a_triton_candidate_on_the_cpu_is_said_once_without_contradiction(client: LanguageClient,
+                                                                                         workspace: Path):
+    """A Triton kernel on the CPU has neither ncu nor CUDA to profile statically: one message says so, not a note
+    that "this is the static profile" followed by a warning that there is nothing to profile statically."""
+    path = workspace / "tiny.py"
+    text = "import triton\n\n\n@triton.jit\ndef tiny_grid(x_ptr):\n    pass\n"
+    path.write_text(text)
+    uri = open_document(client, path, text)
+    outcome = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="kernel-lsp.profile", arguments=[uri, "tiny_grid"]))
+    assert outcome["status"] == "not-profiled" and len(outcome["problems"]) == 1, outcome
+    assert "holds no CUDA source" in outcome["problems"][0], outcome
+    said = [m for m in client.messages if "profile" in m.message]
+    assert len(said) == 1 and said[0].type == types.MessageType.Warning, said
+    assert said[0].message == f"kernel-lsp: profile: {outcome['message']}"
+    assert "this is the static profile" not in said[0].message, said
+
+
+@needs_nvcc
+@pytest.mark.parametrize("name, place, elsewhere", [
+    ("Neovim", ":lua vim.diagnostic.setqflist()", "Problems panel"),
+    ("Visual Studio Code", "the Problems panel", "setqflist"),
+])
+async def test_a_profile_that_cannot_build_points_to_the_clients_own_diagnostics(workspace: Path, name: str,
+                                                                                  place: str, elsewhere: str):
+    """nvcc's errors are on their lines: a Neovim user is not sent to VS Code's Problems panel, nor the reverse."""
+    client = await CONFIG.start()
+    try:
+        params = initialize_params(workspace, {"debounceMs": 50, "compileOnChange": False})
+        params.client_info = types.ClientInfo(name=name)
+        await client.initialize_session(params)
+        path = workspace / "broken.cu"
+        text = "__global__ void k(int* p) { p[0] = y; }\n"
+        path.write_text(text)
+        uri = open_document(client, path, text)
+        outcome = await client.workspace_execute_command_async(
+            types.ExecuteCommandParams(command="kernel-lsp.profile", arguments=[uri]))
+        built = [p for p in outcome["problems"] if "its errors are on their lines" in p]
+        assert built and place in built[0] and elsewhere not in built[0], outcome
+    finally:
+        await client.shutdown_session()
+
+
 @needs_nvcc
 async def test_static_profile_without_a_gpu_marks_source_lines(client: LanguageClient, workspace: Path):
     uri, lines = open_kernels(client, workspace)

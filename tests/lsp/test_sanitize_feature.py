@@ -14,6 +14,7 @@ from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 from kernel_lsp.profile.sanitize import NO_GPU
+from kernel_lsp.server.sanitize_feature import NO_GPU_HERE
 from tests.lsp.helpers import (
     SERVER,
     initialize_params,
@@ -126,7 +127,7 @@ async def test_the_action_is_offered_on_a_kernel_and_without_a_gpu_says_so(clien
 
     answer = await client.workspace_execute_command_async(
         types.ExecuteCommandParams(command=action.command.command, arguments=action.command.arguments))
-    assert answer == {"uri": uri, "status": "unavailable", "message": NO_GPU}, answer
+    assert answer == {"uri": uri, "status": "unavailable", "message": NO_GPU_HERE}, answer
     [said] = no_gpu_messages(client)
     assert said.type == types.MessageType.Warning and said.message.startswith("kernel-lsp: relu_new.py not checked")
     reports = [r for token, r in client.progress_reports.items() if str(token).startswith("kernel-lsp/sanitize/")]
@@ -135,7 +136,7 @@ async def test_the_action_is_offered_on_a_kernel_and_without_a_gpu_says_so(clien
 
     # the server keeps answering: the worker is known to have no GPU now, and the menu says so before a click
     [after] = await sanitize_actions(client, uri, kernel_line)
-    assert after.disabled is not None and after.disabled.reason == NO_GPU
+    assert after.disabled is not None and after.disabled.reason == NO_GPU_HERE
     hover = await client.text_document_hover_async(types.HoverParams(
         text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=kernel_line, character=18)))
     assert hover is not None and "relu_kernel" in hover.contents.value
@@ -155,7 +156,7 @@ async def test_a_cu_program_gets_the_action_and_a_plain_cu_file_does_not(client:
     assert not await sanitize_actions(client, plain_uri, kernel_line)
     answer = await client.workspace_execute_command_async(
         types.ExecuteCommandParams(command=action.command.command, arguments=action.command.arguments))
-    assert answer == {"uri": uri, "status": "unavailable", "message": NO_GPU}, answer
+    assert answer == {"uri": uri, "status": "unavailable", "message": NO_GPU_HERE}, answer
 
 
 async def test_after_verification_a_missing_gpu_is_said_once(after_verify: LanguageClient, workspace: Path):

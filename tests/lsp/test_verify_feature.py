@@ -10,6 +10,7 @@ import pytest_lsp
 from lsprotocol import types
 from pytest_lsp import LanguageClient
 
+from kernel_lsp.findings import path_to_uri
 from tests.lsp.helpers import (
     initialize_params,
     open_document,
@@ -140,6 +141,15 @@ async def test_a_file_that_is_no_candidate_is_left_alone(client: LanguageClient,
     assert answer["status"] == "not-a-candidate"
 
 
+async def test_a_reference_asked_to_verify_is_told_it_is_one(client: LanguageClient, workspace: Path):
+    """Not "define Model": it has Model, and lacks the ModelNew a verification runs."""
+    path = workspace / "relu.py"
+    path.write_text(REFERENCE)
+    answer = await verify_command(client, open_document(client, path, REFERENCE))
+    assert answer["status"] == "not-a-candidate" and answer["message"].startswith("a reference (Model"), answer
+    assert [m.message for m in client.messages] == [f"kernel-lsp: relu.py: {answer['message']}"]
+
+
 async def test_open_candidate_offers_a_verify_lens_on_model_new(client: LanguageClient, workspace: Path):
     (workspace / "relu.py").write_text(REFERENCE)
     uri = open_document(client, workspace / "relu_new.py", candidate())
@@ -233,12 +243,14 @@ async def test_verify_command_runs_on_demand(on_demand: LanguageClient, workspac
     assert lens_titles(await code_lenses(on_demand, uri)) == ["verify against relu.py"]
     answer = await verify_command(on_demand, uri)
     assert answer["status"] == "ok" and answer["summary"].startswith("correct 2/2"), answer
+    assert answer["verdict"] == "verified"  # what a client words as "verified", never from the status alone
     assert lens_titles(await code_lenses(on_demand, uri)) == [answer["summary"]]
 
     # asked for by the user, the run verifies the buffer as shown, unsaved: the disk still holds the honest text
     replace_document(on_demand, uri, candidate("0.5"), version=2)
     unsaved = await verify_command(on_demand, uri)
     assert unsaved["status"] == "ok" and unsaved["summary"].startswith("rejected · correct 0/2"), unsaved
+    assert unsaved["verdict"] == "rejected"
     assert lens_titles(await code_lenses(on_demand, uri)) == [unsaved["summary"]]  # of this text: not stale
     assert (workspace / "relu_new.py").read_text() == candidate()
 
@@ -335,5 +347,34 @@ async def test_a_verdict_survives_a_restart_for_the_same_files_and_only_for_them
         assert not verify_progress(second)  # shown from the cache: nothing ran
         other = open_on_disk(second, workspace / "relu_other.py", candidate("0.25"))
         assert lens_titles(await code_lenses(second, other)) == ["verify against relu.py"]
+    finally:
+        await second.shutdown_session()
+
+
+async def test_after_a_restart_a_closed_candidates_kept_verdict_is_published_before_it_is_opened(workspace: Path,
+                                                                                                tmp_path: Path):
+    """A verdict kept on disk for a candidate's files as they are is shown at start-up (in the Problems panel and
+    the workspace summary), not only once the file is opened again; nothing runs for it."""
+    config = server_config({"TRITON_INTERPRET": "1", "KERNEL_LSP_CACHE_DIR": str(tmp_path / "cache")})
+    (workspace / "relu.py").write_text(REFERENCE)
+    path = workspace / "relu_new.py"
+    first = await config.start()
+    try:
+        await first.initialize_session(initialize_params(workspace, {**CPU_SETTINGS, "verifyOnSave": False}))
+        answer = await verify_command(first, open_on_disk(first, path, candidate("0.5")))
+        assert answer["summary"].startswith("rejected · correct 0/2"), answer
+    finally:
+        await first.shutdown_session()  # flushes the cache
+
+    second = await config.start()
+    try:
+        await second.initialize_session(initialize_params(workspace, {**CPU_SETTINGS, "verifyOnSave": False}))
+        params = await wait_for_publish(second, path_to_uri(path), lambda p: "verify-mismatch" in verify_codes(p),
+                                        timeout=30)
+        assert params.version is None  # a closed file's
+        entry = await summary_entry(second, path)
+        assert entry is not None and not entry["open"] and entry["verify"] == answer["summary"] + \
+            " (verified just now)", entry
+        assert not verify_progress(second)  # shown from the cache: nothing ran
     finally:
         await second.shutdown_session()

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from kernel_lsp.config import Settings
 from kernel_lsp.findings import Severity
-from kernel_lsp.kinds.profile import profile_job
-from kernel_lsp.profile.worker_job import NO_GPU_PLAIN, ON_CPU
+from kernel_lsp.kinds.profile import profile_job, profile_options
+from kernel_lsp.profile.worker_job import NO_GPU_PLAIN, ON_CPU, static_result
 from kernel_lsp.worker.client import WorkerClient
 from kernel_lsp.worker.protocol import Job, Result
 from tests.unit.test_profile_static import LOAD_INLINE_CANDIDATE, LOCAL_ARRAY_LINE
@@ -90,3 +91,12 @@ async def test_device_cpu_asks_for_the_static_profile_and_says_so(tmp_path: Path
     report = result.metrics["profile"]
     assert report["source"] == "static"
     assert report["problems"][0] == {"code": "profile-on-cpu", "message": ON_CPU.message}
+
+
+async def test_without_cuda_source_no_note_says_this_is_the_static_profile(tmp_path: Path):
+    """A Triton file without a GPU: the one problem says there is nothing to profile statically; the note that
+    would introduce "the static profile" (there is none) is left out, so the two never contradict each other."""
+    path = tmp_path / "t.py"
+    path.write_text("import triton\n")
+    result = await static_result(profile_job(path, None, profile_options(Settings())), (), NO_GPU_PLAIN)
+    assert [p["code"] for p in result.metrics["profile"]["problems"]] == ["profile-no-cuda-source"]

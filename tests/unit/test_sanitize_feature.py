@@ -18,6 +18,7 @@ from kernel_lsp.kinds.verify import verify_job, verify_options
 from kernel_lsp.profile.sanitize import NO_GPU, NO_GPU_CODE
 from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.sanitize_feature import (
+    NO_GPU_HERE,
     RecentKeys,
     SanitizeFeature,
     job_texts,
@@ -91,8 +92,9 @@ def test_the_client_waits_for_every_tool_and_never_less_than_the_job_timeout():
     assert client_timeout_s(short, settings) == 600
 
 
-def test_the_reason_without_a_gpu_is_the_workers_sentence():
-    assert not_sanitized_reason(f"the sanitize job failed: {NO_GPU}", NO_GPU_CODE) == NO_GPU
+def test_the_reason_without_a_gpu_is_the_workers_sentence_with_the_editors_remedy():
+    assert not_sanitized_reason(f"the sanitize job failed: {NO_GPU}", NO_GPU_CODE) == NO_GPU_HERE
+    assert NO_GPU_HERE.startswith(NO_GPU) and "the `worker` setting" in NO_GPU_HERE
     # decided by the result's code: the same sentence from elsewhere (a candidate's output) is kept as said
     assert not_sanitized_reason(f"the candidate printed: {NO_GPU}") == f"the candidate printed: {NO_GPU}"
     assert not_sanitized_reason("compute-sanitizer not found") == "compute-sanitizer not found"
@@ -201,8 +203,8 @@ async def test_a_failed_check_says_why_and_publishes_nothing(tmp_path: Path):
     fake = feature(tmp_path, [Result("failed", [], {}, {}, NO_GPU, NO_GPU_CODE)])
     fake.documents[uri] = Document(uri, 1, CANDIDATE)
     answer = await fake.feature.sanitize_command((uri,))
-    assert answer == {"uri": uri, "status": "unavailable", "message": NO_GPU}
-    assert fake.told == [f"kernel-lsp: relu_new.py not checked for memory safety: {NO_GPU}"]
+    assert answer == {"uri": uri, "status": "unavailable", "message": NO_GPU_HERE}
+    assert fake.told == [f"kernel-lsp: relu_new.py not checked for memory safety: {NO_GPU_HERE}"]
     assert not fake.published
 
 
@@ -225,7 +227,7 @@ async def test_after_verification_only_when_asked_for_and_a_missing_gpu_is_said_
     fake.feature.after_verify(uri, pairing, verified(CANDIDATE + "# saved again\n"))  # new content: checked
     await fake.feature._tasks[uri]
     assert len(fake.runner.jobs) == 2
-    assert fake.told == [f"kernel-lsp: relu_new.py not checked for memory safety: {NO_GPU}"]  # once
+    assert fake.told == [f"kernel-lsp: relu_new.py not checked for memory safety: {NO_GPU_HERE}"]  # once
     fake.feature.after_verify(uri, pairing, verified(CANDIDATE))  # content checked before: not again
     assert uri not in fake.feature._tasks and len(fake.runner.jobs) == 2
 
@@ -236,4 +238,4 @@ async def test_after_verification_only_when_asked_for_and_a_missing_gpu_is_said_
     fresh = feature(tmp_path, [], {"sanitizeAfterVerify": True})
     fresh.worker.known_status = SimpleNamespace(state="connected", gpu=None)
     fresh.feature.after_verify(uri, pairing, verified(CANDIDATE))  # known before any check: said, no job sent
-    assert fresh.told == [f"kernel-lsp: relu_new.py not checked for memory safety: {NO_GPU}"] and not fresh.runner.jobs
+    assert fresh.told == [f"kernel-lsp: relu_new.py not checked for memory safety: {NO_GPU_HERE}"] and not fresh.runner.jobs

@@ -27,12 +27,22 @@ test("change annotations and work done progress are advertised; existing capabil
 });
 
 test("command outcomes: said once, not again where the server said it", () => {
-  assert.deepEqual(outcomeMessage("kernel-lsp.verify", { status: "ok", summary: "correct, 1.8x eager" }),
-    { level: "info", text: "kernel-lsp: verified: correct, 1.8x eager" });
+  assert.deepEqual(outcomeMessage("kernel-lsp.verify", { status: "ok", verdict: "verified",
+    summary: "correct, 1.8x eager" }), { level: "info", text: "kernel-lsp: verified: correct, 1.8x eager" });
+  assert.deepEqual(outcomeMessage("kernel-lsp.verify", { status: "ok", verdict: "unavailable",
+    summary: "not verified: needs a GPU" }), { level: "warning", text: "kernel-lsp: not verified: needs a GPU" });
+  assert.deepEqual(outcomeMessage("kernel-lsp.verify", { status: "ok", verdict: "rejected",
+    summary: "rejected · correct 3/5 · verify-mismatch" }),
+  { level: "warning", text: "kernel-lsp: rejected · correct 3/5 · verify-mismatch" });
   assert.equal(outcomeMessage("kernel-lsp.verify", { status: "not-a-candidate", message: "x" }), undefined);
   assert.equal(outcomeMessage("kernel-lsp.verify", { status: "cancelled" }), undefined);
   assert.equal(outcomeMessage("kernel-lsp.profile", { status: "unavailable", message: "no worker" }), undefined);
-  assert.equal(outcomeMessage("kernel-lsp.profile", { status: "not-profiled", message: "static only" })?.level, "info");
+  assert.equal(outcomeMessage("kernel-lsp.profile", { status: "not-profiled", message: "static only", problems: [] })
+    ?.level, "info");
+  assert.equal(outcomeMessage("kernel-lsp.profile", { status: "not-profiled", message: "no kernel profiled: x",
+    problems: ["x"] }), undefined);
+  assert.equal(outcomeMessage("kernel-lsp.sanitize", { status: "unavailable", message: "needs a GPU" }), undefined);
+  assert.equal(outcomeMessage("kernel-lsp.sanitize", { status: "ok", summary: "clean", clean: true })?.level, "info");
   assert.equal(outcomeMessage("kernel-lsp.optimize", { uri: "file:///a.py", status: "error", message: "no key" }),
     undefined);
   assert.equal(outcomeMessage("kernel-lsp.optimize", { status: "started", uri: "file:///a.py" })?.level, "info");

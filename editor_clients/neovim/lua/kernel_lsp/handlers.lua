@@ -188,15 +188,47 @@ function M.apply_edit(_, params, ctx, _)
   return { applied = true }
 end
 
--- Code lenses (ptxas figures, verdicts) as virtual text: vim.lsp.codelens shows what it last fetched for a buffer,
--- so the plugin fetches again on attach, on save and when the server asks (workspace/codeLens/refresh).
+-- Code lenses (ptxas figures, verdicts) on a virtual line of their own above the line they belong to: at the end of
+-- the line (vim.lsp.codelens's place) a diagnostic's virtual text came first and pushed them off a 160-column screen.
+-- Fetched on attach, on save and when the server asks (workspace/codeLens/refresh); vim.lsp.codelens keeps them too,
+-- so vim.lsp.codelens.get() and .run() work as ever.
+function M.show_lenses(err, result, ctx, _)
+  local bufnr = ctx and ctx.bufnr
+  if err or not (bufnr and vim.api.nvim_buf_is_valid(bufnr) and vim.api.nvim_buf_is_loaded(bufnr)) then
+    return
+  end
+  local lenses = type(result) == "table" and result or {}
+  vim.lsp.codelens.save(lenses, bufnr, ctx.client_id)
+  local namespace = vim.api.nvim_create_namespace("kernel_lsp_lenses:" .. ctx.client_id) -- one per server
+  vim.api.nvim_buf_clear_namespace(bufnr, namespace, 0, -1)
+  local titles = {} -- line -> the titles of its lenses
+  for _, lens in ipairs(lenses) do
+    local title = lens.command and present(lens.command.title)
+    if title and title ~= "" then
+      local line = lens.range.start.line
+      titles[line] = titles[line] or {}
+      table.insert(titles[line], title)
+    end
+  end
+  local count = vim.api.nvim_buf_line_count(bufnr)
+  for line, texts in pairs(titles) do
+    if line < count then
+      local code = vim.api.nvim_buf_get_lines(bufnr, line, line + 1, false)[1] or ""
+      local indent = string.rep(" ", vim.fn.strdisplaywidth(code:match("^%s*"))) -- under the code's first column
+      vim.api.nvim_buf_set_extmark(bufnr, namespace, line, 0, {
+        virt_lines = { { { indent .. table.concat(texts, " | "), "LspCodeLens" } } },
+        virt_lines_above = line > 0, -- above the first line would be out of sight until scrolled
+      })
+    end
+  end
+end
+
 function M.refresh_lenses(bufnr)
   if not (vim.api.nvim_buf_is_valid(bufnr) and vim.api.nvim_buf_is_loaded(bufnr)) then
     return
   end
-  vim.api.nvim_buf_call(bufnr, function()
-    pcall(vim.lsp.codelens.refresh) -- 0.7 refreshes the current buffer; later versions too, by default
-  end)
+  local params = { textDocument = { uri = vim.uri_from_bufnr(bufnr) } }
+  vim.lsp.buf_request(bufnr, "textDocument/codeLens", params, M.show_lenses)
 end
 
 function M.codelens_refresh(_, _, ctx, _)

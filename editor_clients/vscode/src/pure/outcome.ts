@@ -28,15 +28,21 @@ export function outcomeMessage(command: string, result: CommandResult): Said | u
   switch (command) {
     case "kernel-lsp.verify":
       if (status === "ok") {
-        return { level: "info", text: `kernel-lsp: verified: ${text(result.summary) ?? "done"}` };
+        // a job that ran may still have no verdict ("not verified: needs a GPU") or a rejection: its summary says it
+        return result.verdict === "verified"
+          ? { level: "info", text: `kernel-lsp: verified: ${text(result.summary) ?? "done"}` }
+          : { level: "warning", text: `kernel-lsp: ${text(result.summary) ?? "not verified"}` };
       }
       return status === "unavailable"
         ? { level: "warning", text: `kernel-lsp: no verdict: ${text(result.summary) ?? "worker unavailable"}` }
         : undefined;
-    case "kernel-lsp.profile":
-      return status === "ok" || status === "not-profiled"
+    case "kernel-lsp.profile": {
+      // the server says a profile with problems itself, in one message with them
+      const problems = Array.isArray(result.problems) ? result.problems.filter((p) => text(p)) : [];
+      return (status === "ok" || status === "not-profiled") && !problems.length
         ? { level: "info", text: `kernel-lsp: profile: ${message ?? status}` }
         : undefined;
+    }
     case "kernel-lsp.optimize":
       return status === "started"
         ? { level: "info", text: "kernel-lsp: optimizing; the progress notification can cancel it, and the best " +
@@ -47,9 +53,7 @@ export function outcomeMessage(command: string, result: CommandResult): Said | u
         return { level: result.clean ? "info" : "warning",
           text: `kernel-lsp: compute-sanitizer: ${text(result.summary) ?? "done"}` };
       }
-      return status === "unavailable"
-        ? { level: "warning", text: `kernel-lsp: not sanitized: ${message ?? "unavailable"}` }
-        : undefined;
+      return undefined; // unavailable: the server said why nothing was checked
     case "kernel-lsp.importProfile": {
       const problems = Array.isArray(result.problems) ? result.problems.filter((p) => text(p)) : [];
       const notes = problems.length ? ` (${problems.join("; ")})` : "";
