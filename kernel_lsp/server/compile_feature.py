@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 PRODUCER = "compile"
+INTERNAL_ERROR = "internal-error"  # a checker broke: no finding of the file's
 
 
 class CompileFeature(Feature):
@@ -101,6 +102,12 @@ class CompileFeature(Feature):
         self.store.set(uri, PRODUCER, None, final.findings)  # one publish per closed file and check
         self._tell_tool_problems(final.findings)
 
+    def failed(self, uri: str) -> bool:
+        """Whether the document's last compile check found an error in it (a missing tool or a check that broke is
+        no error of the file's)."""
+        return any(f.severity == Severity.ERROR and not (f.data or {}).get("toolProblem") and f.code != INTERNAL_ERROR
+                   for f in self.store.findings(uri, PRODUCER))
+
     def code_lenses(self, uri: str) -> list[types.CodeLens]:
         if self.settings.settings.compile.resource_usage not in ("codeLens", "both"):
             return []
@@ -124,7 +131,7 @@ class CompileFeature(Feature):
             log.exception("checking %s failed", doc.uri)
             if self.scheduler.is_current(doc.uri, doc.version):
                 self.store.set(doc.uri, PRODUCER, doc.version, [Finding(
-                    doc.uri, Range.line(0), Severity.ERROR, SOURCE, "internal-error",
+                    doc.uri, Range.line(0), Severity.ERROR, SOURCE, INTERNAL_ERROR,
                     f"kernel-lsp could not check this file ({type(exc).__name__}: {exc}); "
                     "details are in the server log")])
 

@@ -4,6 +4,7 @@ the client spells, the texts it shows)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -68,13 +69,36 @@ def code_lens(f: Finding) -> types.CodeLens:
     return types.CodeLens(range=lsp_range(f.range), command=types.Command(title=f"ptxas {title}", command=""))
 
 
+@dataclass(frozen=True)
+class CannotRun:
+    """Why a code action cannot run: `brief`, the few words its title ends with where it is listed enabled;
+    `reason`, the whole sentence with what to do: a disabled action's reason, and the one message its command answers
+    with when chosen."""
+
+    brief: str
+    reason: str
+
+
 def command_action(title: str, kind: str, command: str, arguments: list[Any] | None,
-                   disabled: str | None = None) -> types.CodeAction:
-    """A code action that runs `command`; with `disabled`, one the editor lists greyed out with that reason (only
-    for clients that show disabled actions: SettingsManager.disabled_actions)."""
+                   cannot: CannotRun | None = None, disabled_shown: bool = False) -> types.CodeAction:
+    """A code action that runs `command`. One that cannot run is listed disabled with its reason where the editor
+    shows that (`disabled_shown`, from `shows_disabled`); elsewhere enabled, its title saying why, so that the menu
+    still lists it: its command asks what the menu asked first and answers with the reason in one message."""
+    if cannot is not None and not disabled_shown:
+        title = f"{title} — unavailable: {cannot.brief}"
     return types.CodeAction(title=title, kind=kind, command=types.Command(title=title, command=command,
                                                                           arguments=arguments),
-                            disabled=types.CodeActionDisabled(reason=disabled) if disabled else None)
+                            disabled=types.CodeActionDisabled(reason=cannot.reason) if cannot and disabled_shown
+                            else None)
+
+
+def shows_disabled(client_shows: bool, context: types.CodeActionContext) -> bool:
+    """Whether this answer lists an action that cannot run disabled, with its reason, rather than enabled with its
+    title saying why: only when the client says it shows disabled actions (`codeAction.disabledSupport`) and the
+    request is a menu of kinds (VS Code's Refactor...) or the lightbulb's (automatic: no lightbulb for what cannot
+    run). VS Code's Ctrl+. asks for every kind and leaves disabled actions out: all of them disabled read "No code
+    actions available"."""
+    return client_shows and (bool(context.only) or context.trigger_kind == types.CodeActionTriggerKind.Automatic)
 
 
 def kind_requested(kind: str, only: Sequence[str] | None) -> bool:

@@ -59,7 +59,10 @@ class Feature:
     def code_lenses(self, uri: str) -> list[types.CodeLens]:
         return []
 
-    def code_actions(self, uri: str, span: types.Range, only: Sequence[str] | None) -> list[types.CodeAction]:
+    def code_actions(self, uri: str, span: types.Range, only: Sequence[str] | None,
+                     disabled_shown: bool) -> list[types.CodeAction]:
+        """The actions on `span` of the kinds in `only` (None: all); one that cannot run is listed disabled when
+        `disabled_shown`, else enabled with its title saying why (convert.command_action)."""
         return []
 
     def hover(self, uri: str, position: types.Position) -> types.Hover | None:

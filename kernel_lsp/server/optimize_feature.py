@@ -31,7 +31,7 @@ from kernel_lsp.findings import path_to_uri, uri_to_path
 from kernel_lsp.jobs.files import load_sources
 from kernel_lsp.kinds.verify import verify_options
 from kernel_lsp.profile.locations import kernel_locations
-from kernel_lsp.server.convert import OpenDocument, command_action, kind_requested, open_texts
+from kernel_lsp.server.convert import CannotRun, OpenDocument, command_action, kind_requested, open_texts
 from kernel_lsp.server.feature import Feature
 from kernel_lsp.server.settings import SettingsManager, api_key_remedy
 from kernel_lsp.server.work_progress import WorkProgress
@@ -48,8 +48,8 @@ log = logging.getLogger(__name__)
 OPTIMIZE_COMMAND = "kernel-lsp.optimize"
 OPTIMIZE_ACTION_KIND = "refactor.rewrite.optimizeKernel"  # a rewrite of the code under the cursor: in the lightbulb
 OPTIMIZE_ACTION_TITLE = "Optimize this kernel"
-NO_REFERENCE = ("no reference to verify against: add Model to this file, a '# kernel-lsp: reference=PATH' header, "
-                "the 'references' setting, or name the file after a KernelBench problem")
+NOT_A_CANDIDATE = ("not an optimization candidate: no ModelNew with a reference (Model in the same file, a "
+                   "'# kernel-lsp: reference=PATH' header, the 'references' setting or a KernelBench problem name)")
 MAX_NEIGHBOURS = 200  # .py files read beside a .cu to find the candidate that builds it
 ANNOTATION_ID = "kernel-lsp.optimize"
 APPLY, KEEP = "Apply", "Keep mine"
@@ -92,10 +92,11 @@ class OptimizeFeature(Feature):
 
     # --- code action ----------------------------------------------------------------------------------------
 
-    def code_actions(self, uri: str, span: types.Range, only: Sequence[str] | None) -> list[types.CodeAction]:
+    def code_actions(self, uri: str, span: types.Range, only: Sequence[str] | None,
+                     disabled_shown: bool) -> list[types.CodeAction]:
         """On a kernel's name (a `.py`'s, or a `.cu`'s through the candidate that builds it), `class ModelNew`, or
-        `class Model` of a problem file. An action that cannot run is listed disabled with the reason, for clients
-        that show such actions (VS Code); others do not get it."""
+        `class Model` of a problem file. One that cannot run says why the command would say (disabled, or in its
+        title: convert.command_action)."""
         if not kind_requested(OPTIMIZE_ACTION_KIND, only):
             return []
         document = self._documents().get(uri)
@@ -106,46 +107,37 @@ class OptimizeFeature(Feature):
         except ValueError:
             return []
         if path.suffix in CUDA_SUFFIXES:
-            found = self._through_candidate(path, document.source, span)
-            if found is None:
+            kernel = next((name for name, location in kernel_locations({path.name: document.source},
+                                                                       {path.name: str(path)}).items()
+                           if span.start.line <= location.range.start.line <= span.end.line), None)
+            if kernel is None:
                 return []
-            title, run_uri, reason = found
+            found = self._candidate_building(path)
+            if found is None:
+                return [command_action(f"{OPTIMIZE_ACTION_TITLE} ({kernel})", OPTIMIZE_ACTION_KIND, OPTIMIZE_COMMAND,
+                                       [uri], no_candidate_builds(path), disabled_shown)]
+            title, run_uri = f"{OPTIMIZE_ACTION_TITLE} ({kernel}, through {found[0].name})", path_to_uri(found[0])
         else:
             target = _target_at(uri, document.source, span)
             if target is None:
                 return []
-            run_uri, reason = uri, None
-            if target == "Model":
-                title = f"{OPTIMIZE_ACTION_TITLE} (a new ModelNew in {new_candidate_path(path).name})"
-            else:
-                title = f"{OPTIMIZE_ACTION_TITLE} ({target})"
-                if not isinstance(self._pair(uri, document.source), Pairing):
-                    reason = NO_REFERENCE
-        reason = reason or self._no_key_reason()
-        if reason and not self.settings.disabled_actions:
-            return []
-        return [command_action(title, OPTIMIZE_ACTION_KIND, OPTIMIZE_COMMAND, [run_uri], reason)]
+            run_uri = uri
+            title = (f"{OPTIMIZE_ACTION_TITLE} (a new ModelNew in {new_candidate_path(path).name})"
+                     if target == "Model" else f"{OPTIMIZE_ACTION_TITLE} ({target})")
+        start = self._pass_start(run_uri)
+        cannot = start if isinstance(start, CannotRun) else self._no_key()
+        return [command_action(title, OPTIMIZE_ACTION_KIND, OPTIMIZE_COMMAND, [run_uri], cannot, disabled_shown)]
 
-    def _no_key_reason(self) -> str | None:
+    def _no_key(self) -> CannotRun | None:
         if self.settings.settings.agent.api_key or api_key():
             return None
-        return f"no Anthropic API key: {api_key_remedy(self.settings.client)}"
+        return CannotRun("no Anthropic API key", f"no Anthropic API key: {api_key_remedy(self.settings.client)}")
 
-    def _through_candidate(self, path: Path, text: str, span: types.Range) -> tuple[str, str, str | None] | None:
-        """(title, the candidate's URI, why it cannot run) for a `.cu` kernel within `span`; None for no kernel."""
-        kernel = next((name for name, location in kernel_locations({path.name: text}, {path.name: str(path)}).items()
-                       if span.start.line <= location.range.start.line <= span.end.line), None)
-        if kernel is None:
-            return None
-        for candidate, candidate_text in self._py_files_near(path):
-            if path.resolve() in load_sources(candidate, candidate_text):
-                candidate_uri = path_to_uri(candidate)
-                title = f"{OPTIMIZE_ACTION_TITLE} ({kernel}, through {candidate.name})"
-                paired = isinstance(self._pair(candidate_uri, candidate_text), Pairing)
-                return title, candidate_uri, None if paired else f"{candidate.name}: {NO_REFERENCE}"
-        return (f"{OPTIMIZE_ACTION_TITLE} ({kernel})", path_to_uri(path),
-                f"no candidate builds {path.name}: write a .py whose ModelNew loads it with cpp_extension.load "
-                "(load_inline for the agent's rewrites), beside a reference")
+    def _candidate_building(self, path: Path) -> tuple[Path, str] | None:
+        """The `.py` candidate (and its text) whose ModelNew builds the `.cu` at `path`: an open one, or one beside
+        it."""
+        return next(((candidate, text) for candidate, text in self._py_files_near(path)
+                     if path.resolve() in load_sources(candidate, text)), None)
 
     def _py_files_near(self, path: Path) -> list[tuple[Path, str]]:
         """The open `.py` documents, then the `.py` files in the `.cu`'s folder (at most MAX_NEIGHBOURS)."""
@@ -168,23 +160,25 @@ class OptimizeFeature(Feature):
         return {OPTIMIZE_COMMAND: self.optimize_command}
 
     async def optimize_command(self, args: tuple[Any, ...]) -> dict[str, Any]:
-        """kernel-lsp.optimize [uri]: starts a pass and answers at once; the pass ends with an edit or a message."""
+        """kernel-lsp.optimize [uri]: starts a pass and answers at once; the pass ends with an edit or a message. What
+        keeps it from starting is asked as the menu asked it, and said in one message."""
         uri = args[0].get("uri") if args and isinstance(args[0], dict) else (args[0] if args else None)
         if not isinstance(uri, str):
             return {"status": "error", "message": f"{OPTIMIZE_COMMAND} needs the document URI as its argument"}
-        running = self._tasks.get(uri)
+        start = self._pass_start(uri)
+        if isinstance(start, CannotRun):
+            self._tell_user(f"kernel-lsp: {_name(uri)}: {start.reason}", types.MessageType.Warning)
+            return {"uri": uri, "status": "not-a-candidate", "message": start.reason}
+        running = self._tasks.get(start.uri)
         if running is not None and not running.done():
-            message = f"kernel-lsp: an optimization pass is already running on {_name(uri)}; cancel it to start again"
+            message = (f"kernel-lsp: an optimization pass is already running on {start.path.name}; cancel it to "
+                       "start again")
             self._tell_user(message, types.MessageType.Info)
             return {"uri": uri, "status": "running", "message": message}
-        start = self._pass_start(uri)
-        if isinstance(start, str):
-            self._tell_user(f"kernel-lsp: {_name(uri)}: {start}", types.MessageType.Warning)
-            return {"uri": uri, "status": "not-a-candidate", "message": start}
         settings = self.settings.settings
-        no_key = self._no_key_reason()
+        no_key = self._no_key()
         if no_key:
-            message = f"kernel-lsp: {no_key}, to let the agent call Claude"
+            message = f"kernel-lsp: {no_key.reason}, to let the agent call Claude"
             self._tell_user(message, types.MessageType.Error)
             return {"uri": uri, "status": "error", "message": message}
         try:
@@ -196,29 +190,33 @@ class OptimizeFeature(Feature):
             self._tell_user(message, types.MessageType.Error)
             return {"uri": uri, "status": "error", "message": message}
         task = asyncio.ensure_future(self._run(start, optimizer))
-        self._tasks[uri] = task
+        self._tasks[start.uri] = task
         return {"uri": uri, "status": "started", "reference": str(start.reference),
                 "trajectory": str(optimizer.trajectory.path)}
 
-    def _pass_start(self, uri: str) -> PassStart | str:
-        """The pass's starting point, or why there is none."""
+    def _pass_start(self, uri: str) -> PassStart | CannotRun:
+        """The pass's starting point, or why there is none. A `.cu` starts from the candidate that builds it."""
         try:
             path = uri_to_path(uri)
         except ValueError:
-            return "not a file"
+            return CannotRun("not a file", "not a file")
+        if path.suffix in CUDA_SUFFIXES:
+            found = self._candidate_building(path)
+            if found is None:
+                return no_candidate_builds(path)
+            path, uri = found[0], path_to_uri(found[0])
         document = self._documents().get(uri)
         text = document.source if document is not None else _read(path)
         if text is None:
-            return "cannot read the file"
+            return CannotRun("cannot read the file", "cannot read the file")
         parts = parse_python(text).kernelbench if path.suffix == ".py" else None
         if parts is not None and parts.model is not None and parts.model_new is None:
             return PassStart(uri, path, path, text, "", new_candidate_path(path))
         found = self._pair(uri, text)
         if isinstance(found, ReferenceProblem):
-            return found.message
+            return CannotRun("no reference", found.message)
         if not isinstance(found, Pairing) or parse_python(text).kernelbench.model_new is None:
-            return ("not an optimization candidate: no ModelNew with a reference (Model in the same file, a "
-                    "'# kernel-lsp: reference=PATH' header, the 'references' setting or a KernelBench problem name)")
+            return CannotRun("not a candidate", NOT_A_CANDIDATE)
         return PassStart(uri, path, found.reference, text, text)
 
     def _pair(self, uri: str, text: str) -> Pairing | ReferenceProblem | None:
@@ -389,6 +387,12 @@ def whole_document_edit(uri: str, version: int | None, old_text: str, new_text: 
 def new_candidate_path(problem: Path) -> Path:
     """Where a problem file's first candidate goes: NAME_new.py beside NAME.py."""
     return problem.with_name(f"{problem.stem}_new.py")
+
+
+def no_candidate_builds(cu: Path) -> CannotRun:
+    return CannotRun(f"no candidate builds {cu.name}",
+                     f"no candidate builds {cu.name}: write a .py whose ModelNew loads it with cpp_extension.load "
+                     "(load_inline for the agent's rewrites), beside a reference")
 
 
 def paired_candidate(source: str, reference_name: str) -> str:

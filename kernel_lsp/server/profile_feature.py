@@ -45,7 +45,15 @@ from kernel_lsp.profile.static import CHECK_POINTER
 from kernel_lsp.profile.program import has_main
 from kernel_lsp.profile.worker_job import CUDA_FILE, static_result
 from kernel_lsp.server import compile_feature
-from kernel_lsp.server.convert import STALE, OpenDocument, ago, command_action, kind_requested, lsp_range
+from kernel_lsp.server.convert import (
+    STALE,
+    CannotRun,
+    OpenDocument,
+    ago,
+    command_action,
+    kind_requested,
+    lsp_range,
+)
 from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.feature import Feature
 from kernel_lsp.server.hover_card import NO_PROFILE, CardFacts, hover_card
@@ -92,6 +100,7 @@ class ProfileFeature(Feature):
                  tell_user: Callable[..., None], verify_summary: Callable[[str], str | None],
                  chart_dir: Path, refresh_lenses: Callable[[], None] = lambda: None,
                  compile_slot: Callable[[str], AsyncContextManager[None]] | None = None,
+                 compile_failed: Callable[[str], bool] = lambda _uri: False,
                  results: ResultCache | None = None) -> None:
         self.store = store
         self._results = results  # its `disk` (the workspace's on-disk cache) keeps profiles across restarts
@@ -108,6 +117,7 @@ class ProfileFeature(Feature):
         self._refresh_lenses = refresh_lenses
         # CompileFeature's scheduler.slot: the static profile runs nvcc here (none given: no limit of its own)
         self._compile_slot = compile_slot or (lambda _uri: contextlib.nullcontext())
+        self._compile_failed = compile_failed  # CompileFeature.failed: a file that does not compile is not profiled
         self._restoring: set[asyncio.Task] = set()
 
     # --- document hooks -------------------------------------------------------------------------------------
@@ -151,36 +161,37 @@ class ProfileFeature(Feature):
         return types.Hover(contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=markdown),
                            range=lsp_range(location.range))
 
-    def code_actions(self, uri: str, span: types.Range, only: Sequence[str] | None) -> list[types.CodeAction]:
+    def code_actions(self, uri: str, span: types.Range, only: Sequence[str] | None,
+                     disabled_shown: bool) -> list[types.CodeAction]:
         if not kind_requested(PROFILE_ACTION_KIND, only):
             return []
         document = self._documents().get(uri)
         if document is None:
             return []
-        locations = self._locations_of(uri, document.source)
-        actions = []
-        for name, location in locations.items():
-            if span.start.line <= location.range.start.line <= span.end.line:
-                reason = self._cannot_profile(uri, document.source, name)
-                if reason is None or self.settings.disabled_actions:
-                    actions.append(command_action(f"{PROFILE_ACTION_TITLE} ({name})", PROFILE_ACTION_KIND,
-                                                  PROFILE_COMMAND, [uri, name], reason))
-        return actions
+        return [command_action(f"{PROFILE_ACTION_TITLE} ({name})", PROFILE_ACTION_KIND, PROFILE_COMMAND, [uri, name],
+                               self._cannot_profile(uri, document.source, name), disabled_shown)
+                for name, location in self._locations_of(uri, document.source).items()
+                if span.start.line <= location.range.start.line <= span.end.line]
 
-    def _cannot_profile(self, uri: str, text: str, kernel: str) -> str | None:
-        """Why a Python kernel (Triton, CuTe DSL) cannot be profiled: ncu needs a GPU, and the static profile
-        reads CUDA C++ only. Known once the worker is connected (or the settings ask for the CPU)."""
+    def _cannot_profile(self, uri: str, text: str, kernel: str | None) -> CannotRun | None:
+        """Why a kernel (None: every kernel of the file) cannot be profiled, known before any job: the file's last
+        compile failed (the static profile and ncu both build it); or it is a Python kernel (Triton, CuTe DSL),
+        which ncu profiles on a GPU, and the worker has none (the static profile reads CUDA C++ only)."""
+        if self._compile_failed(uri):
+            return CannotRun("does not compile", "the file's last compile failed, and a profile builds and runs it: "
+                                                 "fix its errors first")
         if not uri.endswith(".py"):
             return None
         model = parse_python(text)
-        if kernel not in {k.name for k in model.triton_kernels} | {k.name for k in model.cute_kernels}:
+        python_kernels = {k.name for k in model.triton_kernels} | {k.name for k in model.cute_kernels}
+        asked = {kernel} if kernel else set(self._locations_of(uri, text))
+        if not asked or not asked <= python_kernels:
             return None
         settings = self.settings.settings
-        status = self.worker.known_status
-        no_gpu = settings.verify.device == "cpu" or (status is not None and status.state == "connected"
-                                                     and not status.gpu)
-        return ("needs a GPU: Python kernels (Triton, CuTe DSL) are profiled by ncu, and this worker has none; "
-                "a CPU machine profiles CUDA C++ statically" if no_gpu else None)
+        if settings.verify.device == "cpu" or self.worker.gpu_missing(settings):
+            return CannotRun("needs a GPU", "needs a GPU: Python kernels (Triton, CuTe DSL) are profiled by ncu, and "
+                                            "this worker has none; a CPU machine profiles CUDA C++ statically")
+        return None
 
     # --- commands -------------------------------------------------------------------------------------------
 
@@ -208,14 +219,19 @@ class ProfileFeature(Feature):
         uri, kernel = _profile_args(args)
         if uri is None:
             return {"status": "error", "message": f"{PROFILE_COMMAND} needs the document URI (and a kernel name)"}
+        document = self._documents().get(uri)
         try:
             path = uri_to_path(uri)
-            reference = self._reference(uri, path)
-            document = self._documents().get(uri)
-            options = profile_options(self.settings.settings, **({"kernels": (kernel,)} if kernel else {}))
-            job = profile_job(path, reference, options, texts={path: document.source} if document else None)
+            text = document.source if document else path.read_text(encoding="utf-8", errors="replace")
+            cannot = self._cannot_profile(uri, text, kernel)  # asked before any job, as the menu asked it
+            if cannot is None:
+                reference = self._reference(uri, path)
+                options = profile_options(self.settings.settings, **({"kernels": (kernel,)} if kernel else {}))
+                job = profile_job(path, reference, options, texts={path: text} if document else None)
         except (ValueError, OSError) as exc:
             return {"uri": uri, "status": "error", "message": f"cannot profile {uri}: {exc}"}
+        if cannot is not None:
+            return self._unavailable(uri, f"cannot profile {kernel or path.name}: {cannot.reason}")
         token = await self._progress.begin("profile", f"Profiling {kernel or path.name}", path.name)
         try:
             if path.suffix in CUDA_SUFFIXES and not self._live_program(job.source_files[job.config["candidate"]]):
@@ -329,7 +345,7 @@ class ProfileFeature(Feature):
         document = self._documents().get(uri)
         cannot = self._cannot_profile(uri, document.source, name) if document is not None else None
         common = dict(kernel=name, resources=resources, verify_summary=self._verify_summary(uri),
-                      no_profile=f"no profile: {cannot}" if cannot else NO_PROFILE)
+                      no_profile=f"no profile: {cannot.reason}" if cannot else NO_PROFILE)
         if kept is None:
             return CardFacts(**common)
         # a file:// link, not a data: URI: the hover stays a few hundred bytes, clients that show markdown as
@@ -512,12 +528,13 @@ def setup(server: KernelLanguageServer) -> ProfileFeature:
     from kernel_lsp.server.verify_feature import VerifyFeature
 
     verify = server.get_feature(VerifyFeature)
+    compiles = server.get_feature(compile_feature.CompileFeature)
     profile = ProfileFeature(server.diagnostics, server.settings, server.get_feature(WorkerFeature),
                              documents=server.open_documents,
                              progress=WorkProgress(server.work_done_progress, server.supports_work_done_progress),
                              tell_user=lambda m, kind=types.MessageType.Warning: server.show(m, kind),
                              verify_summary=verify.result_summary, chart_dir=cache_dir() / "charts",
                              refresh_lenses=server.refresh_code_lenses,
-                             compile_slot=server.get_feature(compile_feature.CompileFeature).scheduler.slot,
+                             compile_slot=compiles.scheduler.slot, compile_failed=compiles.failed,
                              results=server.results)
     return profile  # its lens_note: the verify lens shows the energy a profile of the same text read

@@ -33,7 +33,7 @@ from kernel_lsp.compile.units import CUDA_SUFFIXES
 from kernel_lsp.profile.locations import kernel_locations
 from kernel_lsp.profile.program import has_main
 from kernel_lsp.profile.sanitize import NO_GPU, NO_GPU_CODE
-from kernel_lsp.server.convert import OpenDocument, command_action, kind_requested, open_texts
+from kernel_lsp.server.convert import CannotRun, OpenDocument, command_action, kind_requested, open_texts
 from kernel_lsp.server.diagnostics import DiagnosticStore
 from kernel_lsp.server.events import CANDIDATE_VERIFIED
 from kernel_lsp.server.feature import Feature
@@ -166,9 +166,10 @@ class SanitizeFeature(Feature):
 
     # --- the code action ------------------------------------------------------------------------------------
 
-    def code_actions(self, uri: str, span: types.Range, only: Sequence[str] | None) -> list[types.CodeAction]:
+    def code_actions(self, uri: str, span: types.Range, only: Sequence[str] | None,
+                     disabled_shown: bool) -> list[types.CodeAction]:
         """On a kernel's name in a `.py` candidate (Triton, CuTe DSL, a load_inline CUDA string) or in a standalone
-        `.cu` program. One that cannot run is listed disabled with the reason, for clients that show such actions."""
+        `.cu` program; one that cannot run says why (disabled, or in its title: convert.command_action)."""
         if not kind_requested(SANITIZE_ACTION_KIND, only):
             return []
         document = self._documents().get(uri)
@@ -183,25 +184,18 @@ class SanitizeFeature(Feature):
         kernels = kernel_locations({path.name: document.source}, {path.name: str(path)})
         if not any(span.start.line <= k.range.start.line <= span.end.line for k in kernels.values()):
             return []
-        reason = self._cannot_sanitize(path, document.source)
-        if reason and not self.settings.disabled_actions:
-            return []
-        return [command_action(SANITIZE_ACTION_TITLE, SANITIZE_ACTION_KIND, SANITIZE_COMMAND, [uri], reason)]
+        return [command_action(SANITIZE_ACTION_TITLE, SANITIZE_ACTION_KIND, SANITIZE_COMMAND, [uri],
+                               self._cannot_sanitize(path, document.source), disabled_shown)]
 
-    def _cannot_sanitize(self, path: Path, text: str) -> str | None:
-        if path.suffix != ".py":  # a program: built and run as it is, no reference
-            return NO_GPU_HERE if self._worker_has_no_gpu() else None
-        found = self.settings.find_reference(path, text)
-        if isinstance(found, ReferenceProblem):
-            return found.message
-        if not isinstance(found, Pairing):
-            return NOT_A_CANDIDATE
-        return NO_GPU_HERE if self._worker_has_no_gpu() else None
-
-    def _worker_has_no_gpu(self) -> bool:
-        """Known once the worker is connected: it said it sees no GPU."""
-        status = self.worker.known_status
-        return status is not None and status.state == "connected" and not status.gpu
+    def _cannot_sanitize(self, path: Path, text: str) -> CannotRun | None:
+        """Why the check cannot run, known before any job: no reference for a `.py`, or no GPU on the worker."""
+        if path.suffix == ".py":  # a program (.cu) is built and run as it is, no reference
+            found = self.settings.find_reference(path, text)
+            if isinstance(found, ReferenceProblem):
+                return CannotRun("no reference", found.message)
+            if not isinstance(found, Pairing):
+                return CannotRun("not a candidate", NOT_A_CANDIDATE)
+        return CannotRun("needs a GPU", NO_GPU_HERE) if self.worker.gpu_missing(self.settings.settings) else None
 
     # --- the command ----------------------------------------------------------------------------------------
 
@@ -216,12 +210,17 @@ class SanitizeFeature(Feature):
             path = uri_to_path(uri)
             document = self._documents().get(uri)
             text = document.source if document is not None else path.read_text(encoding="utf-8", errors="replace")
-            job = sanitize_job(path, self._reference(path, text), sanitize_options(self.settings.settings),
-                               open_texts(self._documents().values()))
+            cannot = self._cannot_sanitize(path, text)  # asked before any job, as the menu asked it
+            if cannot is None:
+                job = sanitize_job(path, self._reference(path, text), sanitize_options(self.settings.settings),
+                                   open_texts(self._documents().values()))
         except (ValueError, OSError) as exc:
             message = f"cannot check {uri} for memory safety: {exc}"
             self._tell_user(f"kernel-lsp: {message}")
             return {"uri": uri, "status": "error", "message": message}
+        if cannot is not None:
+            self._say_not_sanitized(path.name, cannot.reason, once=False)
+            return {"uri": uri, "status": "unavailable", "message": cannot.reason}
         task = self._start(uri, job, after_verify=False)
         try:
             return await asyncio.shield(task)
@@ -247,7 +246,7 @@ class SanitizeFeature(Feature):
         settings = self.settings.settings
         if not settings.sanitize.after_verify:
             return
-        if self._worker_has_no_gpu():  # no job to learn it again: said once
+        if self.worker.gpu_missing(settings):  # no job to learn it again: said once
             self._say_not_sanitized(pairing.candidate.name, NO_GPU_HERE, once=True)
             return
         try:

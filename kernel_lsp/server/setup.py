@@ -15,6 +15,7 @@ from typing import Any
 
 from lsprotocol import types
 
+from kernel_lsp.server.convert import shows_disabled
 from kernel_lsp.server.language_server import KernelLanguageServer
 from kernel_lsp.server.parsing import DocumentEvent
 
@@ -101,8 +102,9 @@ def create_server() -> KernelLanguageServer:
     @server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(code_action_kinds=kinds))
     async def code_action(ls: KernelLanguageServer, params: types.CodeActionParams) -> list[types.CodeAction]:
         uri, span, only = params.text_document.uri, params.range, params.context.only
+        disabled_shown = shows_disabled(ls.settings.disabled_actions, params.context)
         await ls.document_events.settled(uri)
-        return [action for feature in features for action in feature.code_actions(uri, span, only)]
+        return [action for feature in features for action in feature.code_actions(uri, span, only, disabled_shown)]
 
     for feature in features:
         for name, handler in feature.commands().items():

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from lsprotocol import types
 
 from kernel_lsp.config import Settings
+from kernel_lsp.process.namespaces import nvidia_device_present
 from kernel_lsp.server.feature import Feature
 from kernel_lsp.server.settings import SettingsManager
 from kernel_lsp.worker.backend import JobRunner, make_runner, runner_config
@@ -70,6 +71,16 @@ class WorkerFeature(Feature):
     def known_status(self) -> WorkerStatus | None:
         """The worker's state as last seen (None before the first job); `gpu` is set once it connected."""
         return self._client.status if self._client is not None else None
+
+    def gpu_missing(self, settings: Settings) -> bool:
+        """Whether the worker is known to have no GPU, before a job finds out: the connected worker said so; before
+        it connected, the worker these settings start on this machine (no `worker` address, no Ray) would find none,
+        as this machine shows no GPU device. A remote worker not connected yet: not known."""
+        status = self.known_status
+        if status is not None and status.state == "connected":
+            return not status.gpu
+        local = settings.worker.backend == "local" and not settings.worker.address
+        return local and not nvidia_device_present()
 
     async def close(self) -> None:
         if self._client is not None:

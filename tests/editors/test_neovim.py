@@ -1,7 +1,7 @@
 """Headless Neovim with editor_clients/neovim talking to the real `kernel-lsp serve`: diagnostics where nvcc puts
 them, the profile and status commands, the workspace summary (an open broken file and a closed good one) with its
-quickfix list and the kernelLsp/visibleDocuments it sends, the edit handler, and a server stdout that holds nothing
-but LSP frames."""
+quickfix list and the kernelLsp/visibleDocuments it sends, the edit handler, code_action()'s menu on a kernel that
+cannot be optimized here, and a server stdout that holds nothing but LSP frames."""
 
 from __future__ import annotations
 
@@ -423,3 +423,52 @@ def test_optimize_without_an_api_key_gives_the_neovim_remedy(nvim: str, tmp_path
     remedy = [text for text in said if "no Anthropic API key" in text]
     assert remedy and "start Neovim with ANTHROPIC_API_KEY set in its environment" in remedy[0], said
     assert not any("Set Anthropic API Key" in text or "anthropicApiKey" in text for text in said), said
+
+
+def test_code_action_lists_optimize_with_its_reason_on_a_kernel(nvim: str, tmp_path: Path, monkeypatch):
+    """Neovim 0.7 shows no disabled code actions: vim.lsp.buf.code_action() on a Triton kernel without a key (and
+    without a GPU) still lists Optimize, its title saying why it cannot run, and choosing it says the remedy."""
+    from tests.agent.test_tools import REFERENCE, TRITON
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    (tmp_path / "ref.py").write_text(REFERENCE)
+    document = tmp_path / "relu.py"
+    text = "# kernel-lsp: reference=ref.py\n" + TRITON
+    document.write_text(text)
+    kernel_line = text.splitlines().index("def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):") + 1
+    command = lua(json.dumps([sys.executable, "-m", "kernel_lsp", "serve"]))
+    setup = f'require("kernel_lsp").setup({{ cmd = vim.fn.json_decode({command}), settings = {{ verifyDevice = "cpu" }} }})'
+    result = run_nvim(nvim, tmp_path, document, setup, f"""
+  local kernel_lsp = require("kernel_lsp")
+  assert(vim.wait(10000, function()  -- attached, and the initialize answer in: the server's code actions known
+    local client = kernel_lsp.client(0)
+    return client ~= nil and client.resolved_capabilities ~= nil and client.resolved_capabilities.code_action
+  end, 50), "the client did not attach")
+  vim.api.nvim_win_set_cursor(0, {{ {kernel_line}, 4 }})
+  out.titles = nil
+  vim.ui.select = function(items, opts, on_choice)  -- the menu code_action() shows: its titles, Optimize chosen
+    out.titles = {{}}
+    local optimize = nil
+    for _, item in ipairs(items) do
+      local title = opts.format_item(item)
+      table.insert(out.titles, title)
+      if title:find("Optimize this kernel", 1, true) then optimize = item end
+    end
+    on_choice(optimize)
+  end
+  vim.lsp.buf.code_action()
+  out.listed = vim.wait(20000, function() return out.titles ~= nil end, 50)
+  out.said = vim.wait(20000, function()
+    for _, entry in ipairs(_G.shown) do
+      if entry.text:find("no Anthropic API key", 1, true) then return true end
+    end
+    return false
+  end, 50)
+""")
+    assert result["listed"], result["shown"]
+    titles = result["titles"]
+    assert "Optimize this kernel (relu_kernel) — unavailable: no Anthropic API key" in titles, titles
+    assert any(t.startswith("Profile this kernel (relu_kernel) — unavailable: needs a GPU") for t in titles), titles
+    assert result["said"], result["shown"]
+    said = [entry["text"] for entry in result["shown"] if "no Anthropic API key" in entry["text"]]
+    assert len(said) == 1 and "start Neovim with ANTHROPIC_API_KEY set in its environment" in said[0], said

@@ -1,8 +1,9 @@
 """The packaged extension in a real VS Code: code-server driven by Debian's headless chromium (playwright-core).
 
 A workspace with a broken .cu: the Problems view shows nvcc's error on its line, hovering a kernel name shows the
-server's card, Ctrl+. (Quick Fix...) offers "Profile this kernel", and Refactor... lists the actions that cannot run, faded
-(Optimize on the .cu kernel that no candidate builds, Profile on a Triton kernel without a GPU); verifying the
+server's card, Ctrl+. (Quick Fix...) offers "Profile this kernel" (its title saying it cannot run: broken.cu does not
+compile), and Refactor... lists the actions that cannot run, faded (Optimize on the .cu kernel that no candidate builds,
+Profile there and on a Triton kernel without a GPU); verifying the
 Triton candidate (which starts the local worker; a .cu's static profile runs in the server) turns the status bar
 item from "worker: not started" to the worker's state; connecting to a remote worker where none
 listens shows it disconnected, to the end (the local worker the server closes after the switch reports "stopped"
@@ -219,10 +220,11 @@ def test_problems_hover_and_code_actions_in_code_server(code_server_dir: Path, t
     assert KERNEL in seen["hover"]
     assert f"Profile this kernel ({KERNEL})" in seen["actions"], seen["actions"]  # in Ctrl+. (Quick Fix...)
     # Refactor... lists the disabled actions too, faded: on the .cu kernel Optimize says what it needs (no
-    # candidate builds broken.cu); on the Triton kernel (CPU worker) Profile says it needs a GPU, Optimize runs
+    # candidate builds broken.cu) and Profile that the file does not compile; on the Triton kernel (CPU worker)
+    # Profile says it needs a GPU, Optimize runs
     menus = seen["refactorActions"]
     cu_rows = {row["text"]: row for row in menus["broken.cu"]}
-    assert cu_rows[f"Profile this kernel ({KERNEL})"]["disabled"] is False, menus
+    assert cu_rows[f"Profile this kernel ({KERNEL})"]["disabled"] is True, menus  # broken.cu does not compile
     assert cu_rows[f"Optimize this kernel ({KERNEL})"]["disabled"] is True, menus
     py_rows = {row["text"]: row for row in menus["relu.py"]}
     assert py_rows["Profile this kernel (relu_kernel)"]["disabled"] is True, menus

@@ -202,19 +202,24 @@ async def test_a_missing_key_is_a_message_naming_the_variable_and_the_server_goe
     assert lenses  # still answering
 
 
-async def optimize_actions(client: LanguageClient, uri: str, line: int) -> list[types.CodeAction]:
+async def optimize_actions(client: LanguageClient, uri: str, line: int,
+                           only: list[str] | None = None) -> list[types.CodeAction]:
+    """The action on `line`, as Ctrl+. asks (every kind), or as a menu of `only` these kinds (Refactor...)."""
     found = await client.text_document_code_action_async(types.CodeActionParams(
         text_document=types.TextDocumentIdentifier(uri=uri),
         range=types.Range(start=types.Position(line=line, character=0), end=types.Position(line=line, character=0)),
-        context=types.CodeActionContext(diagnostics=[])))
+        context=types.CodeActionContext(diagnostics=[], only=only)))
     return [a for a in found or [] if a.kind == "refactor.rewrite.optimizeKernel"]
+
+
+REFACTOR = [types.CodeActionKind.Refactor]  # VS Code's Refactor... menu: it shows disabled actions
 
 
 async def test_without_a_key_the_action_is_disabled_with_the_clients_own_remedy(keyless_vscode: LanguageClient,
                                                                                   workspace: Path):
     uri = candidate_on_disk(keyless_vscode, workspace)
     kernel_line = CANDIDATE.splitlines().index("def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):")
-    [action] = await optimize_actions(keyless_vscode, uri, kernel_line)
+    [action] = await optimize_actions(keyless_vscode, uri, kernel_line, only=REFACTOR)
     assert action.disabled is not None and "kernel-lsp: Set Anthropic API Key" in action.disabled.reason
     assert "anthropicApiKey" not in action.disabled.reason  # a setting the extension does not have
     answer = await optimize(keyless_vscode, uri)
@@ -243,9 +248,13 @@ async def test_a_cu_kernel_is_optimized_through_the_candidate_that_builds_it(opt
                                                                               workspace: Path):
     (workspace / "scale.cu").write_text(CU_KERNEL)
     cu_uri = open_document(optimizing, workspace / "scale.cu", CU_KERNEL)
-    [alone] = await optimize_actions(optimizing, cu_uri, 0)  # no candidate loads it yet: disabled, with what to do
+    [alone] = await optimize_actions(optimizing, cu_uri, 0, only=REFACTOR)  # no candidate loads it yet: disabled,
     assert alone.title == "Optimize this kernel (scale_kernel)" and "no candidate builds scale.cu" in \
-        alone.disabled.reason
+        alone.disabled.reason  # with what to do
+    [titled] = await optimize_actions(optimizing, cu_uri, 0)  # Ctrl+.: listed, its title saying why
+    assert titled.title == "Optimize this kernel (scale_kernel) — unavailable: no candidate builds scale.cu"
+    answer = await optimize(optimizing, cu_uri)  # chosen: the reason, in one message
+    assert answer["status"] == "not-a-candidate" and answer["message"] == alone.disabled.reason
     (workspace / "ref.py").write_text(REFERENCE)
     (workspace / "scale_new.py").write_text(BUILDS_THE_CU)  # closed: found beside the .cu
     [through] = await optimize_actions(optimizing, cu_uri, 0)

@@ -303,8 +303,9 @@ async def test_static_profile_without_a_gpu_marks_source_lines(client: LanguageC
 @pytest.mark.parametrize("client", [{"verifyDevice": "cpu"}], indirect=True)
 async def test_a_triton_kernel_without_a_gpu_gets_the_action_disabled_with_the_reason(client: LanguageClient,
                                                                                       workspace: Path):
-    """ncu profiles Python kernels; on the CPU there is no such profile, so the menu says so instead of failing
-    after a click. The load_inline CUDA kernel of the same file keeps its action (its static profile runs)."""
+    """ncu profiles Python kernels; on the CPU there is no such profile, so the menu (Refactor..., which shows
+    disabled actions) says so instead of failing after a click. The load_inline CUDA kernel of the same file keeps
+    its action (its static profile runs)."""
     path = workspace / "mixed.py"
     path.write_text(LOAD_INLINE)
     uri = open_document(client, path, LOAD_INLINE)
@@ -314,7 +315,7 @@ async def test_a_triton_kernel_without_a_gpu_gets_the_action_disabled_with_the_r
         at = types.Position(line=line, character=0)
         found = await client.text_document_code_action_async(types.CodeActionParams(
             text_document=types.TextDocumentIdentifier(uri=uri), range=types.Range(start=at, end=at),
-            context=types.CodeActionContext(diagnostics=[])))
+            context=types.CodeActionContext(diagnostics=[], only=[types.CodeActionKind.Refactor])))
         return [a for a in found or [] if a.kind == "refactor.inspect.profileKernel"]
 
     [triton_action] = await profile_actions(lines.index("def tiny_grid(x_ptr):"))

@@ -1,6 +1,7 @@
 """Memory safety in the editor through a real LSP client: the "Check memory safety (compute-sanitizer)" action on a
 kernel of a `.py` candidate, and the check after verification (sanitizeAfterVerify). This machine has no GPU: the
-worker says so, the server tells the user (once, after verifications) and keeps answering."""
+server knows it before the worker starts (no GPU device here), the worker says so once started, the server tells the
+user (once, after verifications) and keeps answering."""
 
 from __future__ import annotations
 
@@ -82,11 +83,13 @@ async def after_verify(lsp_client: LanguageClient, workspace: Path):
     await lsp_client.shutdown_session()
 
 
-async def sanitize_actions(client: LanguageClient, uri: str, line: int) -> list[types.CodeAction]:
+async def sanitize_actions(client: LanguageClient, uri: str, line: int,
+                           only: list[str] | None = None) -> list[types.CodeAction]:
+    """The action on `line`, as Ctrl+. asks (every kind), or as a menu of `only` these kinds (Refactor...)."""
     at = types.Position(line=line, character=0)
     found = await client.text_document_code_action_async(types.CodeActionParams(
         text_document=types.TextDocumentIdentifier(uri=uri), range=types.Range(start=at, end=at),
-        context=types.CodeActionContext(diagnostics=[])))
+        context=types.CodeActionContext(diagnostics=[], only=only)))
     return [a for a in found or [] if a.kind == ACTION_KIND]
 
 
@@ -107,6 +110,9 @@ async def wait_until(predicate, timeout: float, what: str) -> None:
 
 
 async def test_the_action_is_offered_on_a_kernel_and_without_a_gpu_says_so(client: LanguageClient, workspace: Path):
+    """Before the worker starts, the local worker is known to have no GPU (this machine shows none): Ctrl+. lists the
+    action saying so in its title, Refactor... lists it disabled with the reason, and choosing it says the reason
+    once, starting no worker and no job."""
     (workspace / "relu.py").write_text(REFERENCE)
     path = workspace / "relu_new.py"
     path.write_text(LOAD_INLINE_CANDIDATE)
@@ -115,28 +121,26 @@ async def test_the_action_is_offered_on_a_kernel_and_without_a_gpu_says_so(clien
     kernel_line = next(i for i, text in enumerate(lines) if "void relu_kernel(" in text)
 
     [action] = await sanitize_actions(client, uri, kernel_line)
-    assert action.title == "Check memory safety (compute-sanitizer)" and action.disabled is None
+    assert action.title == "Check memory safety (compute-sanitizer) — unavailable: needs a GPU"
+    assert action.disabled is None
     assert action.command.command == "kernel-lsp.sanitize" and list(action.command.arguments) == [uri]
+    [disabled] = await sanitize_actions(client, uri, kernel_line, only=[types.CodeActionKind.Refactor])
+    assert disabled.title == "Check memory safety (compute-sanitizer)" and disabled.disabled.reason == NO_GPU
     assert not await sanitize_actions(client, uri, lines.index("class ModelNew(torch.nn.Module):"))  # no kernel
 
-    helper = workspace / "helper.py"  # a kernel, but no reference and no ModelNew: listed disabled, saying why
+    helper = workspace / "helper.py"  # a kernel, but no reference and no ModelNew: it says why
     helper_text = LOAD_INLINE_CANDIDATE.replace("# kernel-lsp: reference=relu.py", "#").replace("ModelNew", "Other")
     helper_uri = open_document(client, helper, helper_text)
-    [disabled] = await sanitize_actions(client, helper_uri, kernel_line)
-    assert disabled.disabled is not None and disabled.disabled.reason.startswith("not a candidate")
+    [not_candidate] = await sanitize_actions(client, helper_uri, kernel_line, only=[types.CodeActionKind.Refactor])
+    assert not_candidate.disabled is not None and not_candidate.disabled.reason.startswith("not a candidate")
 
     answer = await client.workspace_execute_command_async(
         types.ExecuteCommandParams(command=action.command.command, arguments=action.command.arguments))
     assert answer == {"uri": uri, "status": "unavailable", "message": NO_GPU_HERE}, answer
     [said] = no_gpu_messages(client)
     assert said.type == types.MessageType.Warning and said.message.startswith("kernel-lsp: relu_new.py not checked")
-    reports = [r for token, r in client.progress_reports.items() if str(token).startswith("kernel-lsp/sanitize/")]
-    assert reports and isinstance(reports[0][-1], types.WorkDoneProgressEnd) and NO_GPU in reports[0][-1].message
+    assert not client.worker_statuses and not client.progress_reports  # known without a job
     assert not sanitizer_diagnostics(client)
-
-    # the server keeps answering: the worker is known to have no GPU now, and the menu says so before a click
-    [after] = await sanitize_actions(client, uri, kernel_line)
-    assert after.disabled is not None and after.disabled.reason == NO_GPU_HERE
     hover = await client.text_document_hover_async(types.HoverParams(
         text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=kernel_line, character=18)))
     assert hover is not None and "relu_kernel" in hover.contents.value
@@ -150,7 +154,7 @@ async def test_a_cu_program_gets_the_action_and_a_plain_cu_file_does_not(client:
     lines = STANDALONE.splitlines()
     kernel_line = next(i for i, text in enumerate(lines) if "void scale(" in text)
     [action] = await sanitize_actions(client, uri, kernel_line)
-    assert action.disabled is None and list(action.command.arguments) == [uri]
+    assert action.title.endswith("unavailable: needs a GPU") and list(action.command.arguments) == [uri]
     library = STANDALONE[:STANDALONE.index("int main(")]  # the same kernel, no main(): nothing to run
     plain_uri = open_document(client, workspace / "kernels.cu", library)
     assert not await sanitize_actions(client, plain_uri, kernel_line)

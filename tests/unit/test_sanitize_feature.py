@@ -131,6 +131,11 @@ class FakeWorker:
     def client(self, settings):
         return self.runner
 
+    def gpu_missing(self, settings) -> bool:
+        """As for a remote worker: known once it connected (WorkerFeature.gpu_missing)."""
+        status = self.known_status
+        return status is not None and status.state == "connected" and not status.gpu
+
 
 def feature(tmp_path: Path, results: list[Result], config: dict | None = None):
     settings = SettingsManager(warn=lambda m: None)
