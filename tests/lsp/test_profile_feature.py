@@ -252,11 +252,11 @@ async def test_profiling_a_triton_candidate_on_the_cpu_is_said_once_without_cont
     uri = open_document(client, path, text)
     outcome = await client.workspace_execute_command_async(
         types.ExecuteCommandParams(command="kernel-lsp.profile", arguments=[uri, "tiny_grid"]))
-    assert outcome["status"] == "not-profiled" and len(outcome["problems"]) == 1, outcome
-    assert "holds no CUDA source" in outcome["problems"][0], outcome
+    # known before any job (no GPU device here, a local worker): answered at once, in one message
+    assert outcome["status"] == "unavailable" and "ncu" in outcome["message"], outcome
     said = [m for m in client.messages if "profile" in m.message]
-    assert len(said) == 1 and said[0].type == types.MessageType.Warning, said
-    assert said[0].message == f"kernel-lsp: profile: {outcome['message']}"
+    assert len(said) == 1 and said[0].type in (types.MessageType.Warning, types.MessageType.Info), said
+    assert outcome["message"] in said[0].message, said
     assert "this is the static profile" not in said[0].message, said
 
 

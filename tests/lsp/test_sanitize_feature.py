@@ -125,7 +125,7 @@ async def test_the_action_is_offered_on_a_kernel_and_without_a_gpu_says_so(clien
     assert action.disabled is None
     assert action.command.command == "kernel-lsp.sanitize" and list(action.command.arguments) == [uri]
     [disabled] = await sanitize_actions(client, uri, kernel_line, only=[types.CodeActionKind.Refactor])
-    assert disabled.title == "Check memory safety (compute-sanitizer)" and disabled.disabled.reason == NO_GPU
+    assert disabled.title == "Check memory safety (compute-sanitizer)" and disabled.disabled.reason == NO_GPU_HERE
     assert not await sanitize_actions(client, uri, lines.index("class ModelNew(torch.nn.Module):"))  # no kernel
 
     helper = workspace / "helper.py"  # a kernel, but no reference and no ModelNew: it says why
