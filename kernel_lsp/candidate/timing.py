@@ -16,6 +16,7 @@ On CPU the clock is time.perf_counter and the timing says so: CPU and GPU timing
 
 from __future__ import annotations
 
+import gc
 import random
 import statistics
 import time
@@ -77,10 +78,18 @@ def time_batch(fn: Callable[..., object], input_sets: Sequence[tuple], indices: 
     """One batch of the judge's protocol: fn on each named input set, back to back, then `settle` (on CUDA the
     whole device synchronized); the outputs, in order. Nothing else runs in it (no flush, no overwrite, no
     per-call clock): the judge's clock around the whole request is the measurement. `as_returned` (a copy, for a
-    model that returns the same buffer every call) is applied to each output before the next call."""
-    outputs = [fn(*input_sets[index]) for index in indices] if as_returned is None else \
-        [as_returned(fn(*input_sets[index])) for index in indices]
-    settle()
+    model that returns the same buffer every call) is applied to each output before the next call. Python's
+    collector is off for the batch, as timeit has it (a collection is no part of any contender's work), here in
+    the judge's process for a baseline as in the candidate's for it."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        outputs = [fn(*input_sets[index]) for index in indices] if as_returned is None else \
+            [as_returned(fn(*input_sets[index])) for index in indices]
+        settle()
+    finally:
+        if collecting:
+            gc.enable()
     return outputs
 
 

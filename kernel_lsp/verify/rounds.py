@@ -47,6 +47,8 @@ COPY_TRIES = 3  # copies of an output the judge times: the fastest is what keepi
 ROUND_TRIPS = 5  # pings to the candidate's process; their median is its round trip
 ROUND_TRIP_FACTOR = 50  # a batch is sized to take at least this many round trips
 MIN_ROUNDS = 10  # interleaved rounds at the least (unless timedCalls asks for fewer calls), however large a batch
+TIMING_BUDGET_MS = 1000.0  # more rounds while they are cheap: as many as fit this (by the calibration's batch) ...
+MAX_ROUNDS = 100  # ... up to this many
 CACHE_CHECK_ROUNDS = 3  # rounds a cached baseline runs to show it still holds
 CACHE_SLACK = 0.05
 WARMUP_MS = 250.0  # warm-up calls run at least this long before a candidate or a baseline is timed
@@ -198,12 +200,12 @@ def warm_up(contender: Contender, sets: int, calls: int, minimum_ms: float) -> f
     return per_call_ms
 
 
-def calibrated_batch(candidate: Contender, sets: TimingSets, fit: int, first: int) -> int:
+def calibrated_batch(candidate: Contender, sets: TimingSets, fit: int, first: int) -> tuple[int, float]:
     """The batch size, by the judge's clock: from `first` (the warm-up's guess), doubled or more, the input sets
     grown with it, until one untimed batch of the candidate and the request after it (a timed sample holds both)
     take ROUND_TRIP_FACTOR times their two round trips, or the batch holds every set that fits. The warm-up's
     batches are a few sets long, so their time a call is mostly the round trip: a size guessed from them alone
-    leaves a launch-bound kernel's figure partly round trip."""
+    leaves a launch-bound kernel's figure partly round trip. Returns the size and the last batch's milliseconds."""
     batch, wanted_ms, done = first, ROUND_TRIP_FACTOR * 2 * candidate.round_trip_ms, candidate.warm_calls
     while True:
         sets.grow(batch)
@@ -212,8 +214,19 @@ def calibrated_batch(candidate: Contender, sets: TimingSets, fit: int, first: in
         done += batch
         if spent_ms >= wanted_ms or batch >= fit:
             candidate.warm_calls = done
-            return batch
+            return batch, spent_ms
         batch = min(fit, max(2 * batch, 1 << math.ceil(math.log2(batch * wanted_ms / max(spent_ms, 1e-6)))))
+
+
+def rounds_for(calls: int, batch: int, round_ms: float) -> int:
+    """Interleaved rounds: enough for `calls` calls and at least MIN_ROUNDS (fewer only when fewer calls are asked),
+    and more while a round is cheap, as many as fit TIMING_BUDGET_MS, up to MAX_ROUNDS: a launch-bound kernel's
+    rounds scatter (an add's by ±40% on an H100, its host's launches being the work), and the median of ten left
+    its speedup's interval ±20% wide."""
+    asked = max(min(MIN_ROUNDS, calls), math.ceil(calls / batch))
+    if calls < MIN_ROUNDS:
+        return asked
+    return max(asked, min(MAX_ROUNDS, int(TIMING_BUDGET_MS / max(round_ms, 1e-6))))
 
 
 def batch_size(round_trip_ms: float, per_call_ms: float, sets: int) -> int:
@@ -367,11 +380,12 @@ def measure(judge: Judge, reference_module: Any, ref_model: torch.nn.Module, cal
         per_call = {c.kind: warm_up(c, sets.count, warmup, WARMUP_MS) for c in contenders}
     # the round trip is the candidate's alone: its batches are sized to make it small (the baselines' are the same)
     with PHASES("timing: batch size"):
-        batch = calibrated_batch(candidate, sets, fit, batch_size(candidate.round_trip_ms, per_call["candidate"], fit))
-    rounds = max(min(MIN_ROUNDS, calls), math.ceil(calls / batch))  # fewer only when fewer calls are asked
+        batch, batch_ms = calibrated_batch(candidate, sets, fit,
+                                           batch_size(candidate.round_trip_ms, per_call["candidate"], fit))
+    rounds = rounds_for(calls, batch, batch_ms + sum(per_call[c.kind] * batch for c in contenders[1:]))
     cache = BaselineCache(cache_dir) if cache_dir is not None else None
     key = cache.key(reference_text, device_name(target), torch.__version__,
-                    {"protocol": JUDGE_CLOCK, "rounds": rounds, "batch": batch, "warmup": warmup, "seed": seed,
+                    {"protocol": JUDGE_CLOCK, "calls": calls, "batch": batch, "warmup": warmup, "seed": seed,
                      "sets": sets.count, "shapes": input_signature(sets.views[0])}) if cache else ""
     cached = {c.kind: Timing(**stored) for c in contenders[1:]
               if cache and (stored := cache.get(key, c.kind)) is not None and stored.get("clock") == JUDGE_CLOCK}

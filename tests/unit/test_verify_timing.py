@@ -221,10 +221,22 @@ def test_the_batch_grows_by_the_judges_clock_until_the_round_trip_is_a_small_par
     wanted = ROUND_TRIP_FACTOR * 2.0  # the batch's request and the one after it
     for per_call_ms, fit, first in ((0.005, 1 << 20, 64), (0.005, 4096, 64), (0.3, 4096, 8), (20.0, 4096, 1)):
         sets, candidate = Sets(), Candidate(per_call_ms)
-        batch = calibrated_batch(candidate, sets, fit, first)
+        batch, spent_ms = calibrated_batch(candidate, sets, fit, first)
+        assert spent_ms == 2.0 + batch * per_call_ms
         assert sets.count >= batch and candidate.sizes[-1] == batch and candidate.warm_calls == 10 + sum(candidate.sizes)
         assert batch & (batch - 1) == 0 and batch <= fit
         # large enough (or every set that fits), and not twice what was needed
         assert batch == fit or 2.0 + batch * per_call_ms >= wanted
         assert batch == first or 2.0 + batch // 2 * per_call_ms < wanted
-    assert calibrated_batch(Candidate(0.005), Sets(), 1 << 20, 64) == 32768  # 19,600 calls of 5 us make 98 ms
+    assert calibrated_batch(Candidate(0.005), Sets(), 1 << 20, 64)[0] == 32768  # 19,600 calls of 5 us make 98 ms
+
+
+def test_rounds_cover_the_calls_asked_and_more_while_they_are_cheap() -> None:
+    from kernel_lsp.verify.rounds import MAX_ROUNDS, MIN_ROUNDS, TIMING_BUDGET_MS, rounds_for
+
+    assert rounds_for(100, 1, 50.0) == 100  # a slow call: one a batch, the calls asked decide
+    assert rounds_for(3, 1, 0.1) == 3  # fewer calls asked: fewer rounds, however cheap
+    assert rounds_for(100, 256, TIMING_BUDGET_MS / 4) == MIN_ROUNDS  # dear rounds: the least
+    assert rounds_for(100, 256, TIMING_BUDGET_MS / 40) == 40  # cheap ones: as many as the budget holds
+    assert rounds_for(100, 256, 0.01) == MAX_ROUNDS
+    assert rounds_for(10_000, 4, 0.01) == 2500  # the calls asked win over the cap
