@@ -86,7 +86,8 @@ async def runs(client: WorkerClient, cache: Path, candidate: Path, problem: Path
         elapsed = time.perf_counter() - started
         report_ = result.metrics.get("report") or {}
         phases = sorted((report_.get("phases_s") or {}).items(), key=lambda item: -item[1])[:8]
-        print(f"{problem.name}: {elapsed:.1f} s, {result.metrics.get('summary')}; where the time went: "
+        print(f"{problem.name}: {elapsed:.1f} s (the judge's run {report_.get('duration_s', 0):.1f} s, the job "
+              f"{result.metrics.get('durationS', 0):.1f} s), {result.metrics.get('summary')}; where the time went: "
               + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in phases), file=sys.stderr)
         if result.metrics.get("verdict") != "verified":  # an honest candidate rejected: a false reject, counted
             print(f"  not verified: {[f.get('code') for f in result.findings]} "
