@@ -1,4 +1,4 @@
-"""The judge's handle on the candidate's process (kernel_lsp.candidate.host): start it, ask it, read its answers.
+"""The judge's handle on the candidate's process (kernel_lsp.candidate.side): start it, ask it, read its answers.
 
 The process is started at the very beginning of a verification, so that its imports overlap the reference's
 set-up. It runs under a keeper of its own (process/keeper.py), a child of the judge: when it ends, whatever it
@@ -39,7 +39,7 @@ from kernel_lsp.process.keeper import KILL_WITHIN_S, KeeperLink, keeper_command,
 from kernel_lsp.process.namespaces import (TASK_DIR_ENV, SandboxPlan, isolation_status, make_readable, prepare_writable,
                                            sandbox_command)
 
-HOST_MODULE = "kernel_lsp.candidate.host"
+SIDE_MODULE = "kernel_lsp.candidate.side"
 ALWAYS_WRITABLE = ("/dev", "/proc")  # device nodes CUDA opens read-write; CUDA's driver writes under /proc/self
 LEFT_GRACE_S = 1.0  # what the candidate's process started may take this long to end after it
 CLOSE_S = 5.0  # the process exits by itself when asked; past this it is killed
@@ -119,14 +119,14 @@ def candidate_process(allow_network: bool, device: str, files: tuple[str, ...] =
     prestart = sys.modules.get("kernel_lsp.candidate.prestart")  # imported only where the worker preloads it
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
     readable = task_folders(files)
-    host = prestart.take(allow_network, interpret, readable) if prestart is not None else None
-    if host is None:
-        host = CandidateProcess(Path(tempfile.mkdtemp(prefix="kernel-lsp-judge-")), allow_network, readable)
+    process = prestart.take(allow_network, interpret, readable) if prestart is not None else None
+    if process is None:
+        process = CandidateProcess(Path(tempfile.mkdtemp(prefix="kernel-lsp-judge-")), allow_network, readable)
     try:
-        yield host
+        yield process
     finally:
-        host.close()
-        shutil.rmtree(host.scratch, ignore_errors=True)
+        process.close()
+        shutil.rmtree(process.scratch, ignore_errors=True)
 
 
 class CandidateFailed(Exception):
@@ -166,7 +166,7 @@ class CandidateProcess:
         self.channel, channel_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) if sandboxed else (None, None)
         child_fds = (request_read, reply_write, *([channel_end.fileno()] if channel_end else []))
         self.link = KeeperLink()
-        command = [sys.executable, "-P", "-m", HOST_MODULE, "--requests-fd", str(request_read),
+        command = [sys.executable, "-P", "-m", SIDE_MODULE, "--requests-fd", str(request_read),
                    "--replies-fd", str(reply_write), "--exchange", str(self.exchange_folder),
                    *([f"--channel-fd={channel_end.fileno()}"] if channel_end else []),
                    *(f"--writable={folder}" for folder in writable), *(["--allow-network"] if allow_network else [])]

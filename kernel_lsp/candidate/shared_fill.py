@@ -6,7 +6,7 @@ pattern, a later kernel's never-written shared array held that pattern in 100% o
 one probe, not guaranteed by CUDA: that the fill's BLOCKS_PER_SM blocks per SM reach every SM, and that a later
 block's shared window lies within what a block of the opt-in maximum wrote, whatever the L1/shared split then.
 
-Two users: the verifier's candidate process (candidate/host.py) fills shared memory with the run's poison byte before
+Two users: the verifier's candidate process (candidate/side.py) fills shared memory with the run's poison byte before
 each correctness run, as it fills the free device memory, so the rerun over other bytes catches a kernel whose
 output follows stale shared memory (integrity-uninitialized-output); and the sanitize job's shared-init check
 (profile/shared_init.py), which fills two patterns in turn and compares the outputs element by element.

@@ -5,7 +5,7 @@ roofline ceilings and its state. Each part that cannot be measured becomes a pro
 Two processes share the work, as in verification (verify/run.py): the sandbox child (`measure_candidate`)
 never imports the candidate; it measures the ceilings (and writes them to the cache), the GPU's state, the
 reference's kernels and energy. The candidate is imported, built and run only in its own confined process
-(candidate/host.py, op "call", which calls `candidate_side`): its energy, the libraries it loaded and, when the
+(candidate/side.py, op "call", which calls `candidate_side`): its energy, the libraries it loaded and, when the
 candidate's file is its own reference, that reference's figures are its word. They are hints for the editor,
 never a verdict, and are checked for shape before the worker uses them.
 """
@@ -63,7 +63,7 @@ def measure_candidate(candidate: str, reference: str | None = None, cache_dir: s
     problems: list[ProfileProblem] = []
     reference_model = inputs = None
     files = (candidate, *([reference] if reference else []))
-    with candidate_process(allow_network, device, files) as host:  # it starts now: its imports overlap the reference's
+    with candidate_process(allow_network, device, files) as process:  # it starts now: its imports overlap the reference's
         measured_ceilings = ceilings(device, cache_dir, problems)  # before any candidate code ran anywhere
         if reference is not None:
             inputs_module = load_module(reference, "kernel_lsp_reference")
@@ -71,9 +71,9 @@ def measure_candidate(candidate: str, reference: str | None = None, cache_dir: s
                 raise ProblemError(f"{Path(reference).name} defines no get_inputs()")
             inputs = make_inputs(inputs_module, device)
             reference_model = build_reference(inputs_module, device, problems)
-        exchange = Exchange(host.exchange_folder, "judge", host.channel)
-        isolation = host.ready()
-        said = host.ask("call", entry=f"{__name__}:candidate_side", task_dir=os.getcwd(),
+        exchange = Exchange(process.exchange_folder, "judge", process.channel)
+        isolation = process.ready()
+        said = process.ask("call", entry=f"{__name__}:candidate_side", task_dir=os.getcwd(),
                         arguments={"candidate": str(Path(candidate).resolve()), "device": device,
                                    "energy_seconds": energy_seconds},
                         inputs=exchange.send(list(inputs)) if inputs is not None else None,

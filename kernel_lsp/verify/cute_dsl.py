@@ -46,9 +46,9 @@ def check_confined(candidate: str, reference: str | None = None, arch: str = "sm
     `isolation` says how that process was confined."""
     from kernel_lsp.candidate.handle import candidate_process
 
-    with candidate_process(allow_network=False, device="cpu") as host:
-        isolation = host.ready()
-        report = host.ask("call", entry=f"{__name__}:check_in_candidate_process", task_dir=os.getcwd(),
+    with candidate_process(allow_network=False, device="cpu") as process:
+        isolation = process.ready()
+        report = process.ask("call", entry=f"{__name__}:check_in_candidate_process", task_dir=os.getcwd(),
                           arguments={"candidate": candidate, "reference": reference, "arch": arch})
     return {**report, "isolation": isolation}
 

@@ -133,7 +133,7 @@ class HangLimits:
 class Judge:
     """What every step of one verification shares: the candidate's process, the exchange and the integrity problems found so far."""
 
-    host: CandidateProcess
+    process: CandidateProcess
     exchange: Exchange
     target: torch.device
     integrity: Integrity
@@ -147,9 +147,9 @@ class Judge:
 
     def ask(self, op: str, runs: int = 0, extra_s: float = 0.0, **fields: Any) -> dict[str, Any]:
         """A request to the candidate's process that runs forward `runs` times, under its HangLimits."""
-        reply = self.host.ask(op, self.hang.limit(op, runs, extra_s), **fields)
+        reply = self.process.ask(op, self.hang.limit(op, runs, extra_s), **fields)
         if op == "forward":
-            self.hang.forward_s = max(self.hang.forward_s, self.host.wall_s[op])
+            self.hang.forward_s = max(self.hang.forward_s, self.process.wall_s[op])
         return reply
 
 

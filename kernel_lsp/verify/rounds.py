@@ -46,6 +46,7 @@ TIMING_CPU_BYTES = 256 << 20  # and this much memory on the CPU
 COPY_TRIES = 3  # copies of an output the judge times: the fastest is what keeping one costs
 ROUND_TRIPS = 5  # pings to the candidate's process; their median is its round trip
 ROUND_TRIP_FACTOR = 50  # a batch is sized to take at least this many round trips
+MAX_BATCH_MS = 250.0  # but no longer than this: a process that answers pings slowly only slows its own figure
 MIN_ROUNDS = 10  # interleaved rounds at the least (unless timedCalls asks for fewer calls), however large a batch
 TIMING_BUDGET_MS = 1000.0  # more rounds while they are cheap: as many as fit this (by the calibration's batch) ...
 MAX_ROUNDS = 100  # ... up to this many
@@ -186,7 +187,7 @@ def warm_up(contender: Contender, sets: int, calls: int, minimum_ms: float) -> f
     """Untimed batches of `contender` (at least `calls` calls, then more, doubling, until they took minimum_ms
     or MAX_WARMUP_CALLS ran); milliseconds per call of the last batch, by the judge's clock."""
     # the first batch has 2 calls or more (where 2 sets exist): the candidate's process sees there whether its
-    # model returns one buffer on every call, before any batch is timed (host.TimedCalls.reused_output)
+    # model returns one buffer on every call, before any batch is timed (side.TimedCalls.reused_output)
     done, spent_ms, size, per_call_ms = 0, 0.0, max(1, min(sets, max(calls, 2))), 0.0
     while done < max(calls, 1) or (spent_ms < minimum_ms and done < MAX_WARMUP_CALLS):
         indices = [(done + offset) % sets for offset in range(size)]
@@ -203,10 +204,12 @@ def warm_up(contender: Contender, sets: int, calls: int, minimum_ms: float) -> f
 def calibrated_batch(candidate: Contender, sets: TimingSets, fit: int, first: int) -> tuple[int, float]:
     """The batch size, by the judge's clock: from `first` (the warm-up's guess), doubled or more, the input sets
     grown with it, until one untimed batch of the candidate and the request after it (a timed sample holds both)
-    take ROUND_TRIP_FACTOR times their two round trips, or the batch holds every set that fits. The warm-up's
-    batches are a few sets long, so their time a call is mostly the round trip: a size guessed from them alone
-    leaves a launch-bound kernel's figure partly round trip. Returns the size and the last batch's milliseconds."""
-    batch, wanted_ms, done = first, ROUND_TRIP_FACTOR * 2 * candidate.round_trip_ms, candidate.warm_calls
+    take ROUND_TRIP_FACTOR times their two round trips (MAX_BATCH_MS at most), or the batch holds every set that
+    fits. The warm-up's batches are a few sets long, so their time a call is mostly the round trip: a size guessed
+    from them alone leaves a launch-bound kernel's figure partly round trip. Returns the size and the last batch's
+    milliseconds."""
+    batch, done = first, candidate.warm_calls
+    wanted_ms = min(ROUND_TRIP_FACTOR * 2 * candidate.round_trip_ms, MAX_BATCH_MS)
     while True:
         sets.grow(batch)
         indices = list(range(batch))
@@ -311,7 +314,7 @@ def copy_seconds(output: Any, target: torch.device) -> float:
     best = float("inf")
     for _ in range(COPY_TRIES):
         started = time.perf_counter()
-        copy = copied(output)  # as the candidate's process keeps one (host.TimedCalls)
+        copy = copied(output)  # as the candidate's process keeps one (side.TimedCalls)
         settle(target)
         best = min(best, time.perf_counter() - started)
         del copy

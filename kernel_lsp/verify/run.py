@@ -1,7 +1,7 @@
 """verify_candidate: the verdict on one candidate, computed inside a sandboxed child (a SandboxTask entry).
 
 This process is the judge: it never imports the candidate. The candidate lives in a process of its own
-(candidate/host.py, started first so its imports overlap the reference's set-up), confined to its scratch folder
+(candidate/side.py, started first so its imports overlap the reference's set-up), confined to its scratch folder
 and the build caches, without the network. The judge imports the reference, draws every input set by seed,
 computes the reference's outputs here, where no candidate code ever ran, and sends the candidate a copy of the
 inputs in shared memory (candidate/exchange.py). Each correctness trial runs forward there over freshly poisoned
@@ -111,15 +111,15 @@ def judged_report(reference: str, candidate: str, opts: VerifyOptions, cache_dir
                            f"({sandbox.removeprefix('not isolated: ')}), and requireIsolation "
                            f"is on (kernel-lsp doctor says what is missing)")
     PHASES.seconds.clear()
-    with candidate_process(opts.allow_network, target.type, (candidate, reference)) as host:
-        judge = Judge(host, Exchange(host.exchange_folder, "judge", host.channel), target, Integrity(device=target.type),
+    with candidate_process(opts.allow_network, target.type, (candidate, reference)) as process:
+        judge = Judge(process, Exchange(process.exchange_folder, "judge", process.channel), target, Integrity(device=target.type),
                       HangLimits(opts.hang_timeout_s))
         report = judge_candidate(judge, reference, candidate, opts, cache_dir, files)
         closing = time.perf_counter()
     PHASES.seconds["closing the candidate's process"] = time.perf_counter() - closing
     if isinstance(report, Unavailable):
         return report
-    left = note_processes_left(host.kept, judge.integrity)
+    left = note_processes_left(process.kept, judge.integrity)
     return replace(report, verdict="rejected" if left else report.verdict, integrity=list(judge.integrity.problems),
                    duration_s=time.perf_counter() - started,
                    phases_s={name: round(seconds, 3) for name, seconds in PHASES.seconds.items()})
@@ -163,10 +163,10 @@ def judge_candidate(judge: Judge, reference: str, candidate: str, opts: VerifyOp
         return Unavailable(str(exc))
     gc.freeze()  # torch, the reference and the judge live until this process ends: collections skip them
     with PHASES("waiting for the candidate's process"):
-        isolation = decode(Isolation, judge.host.ready())
+        isolation = decode(Isolation, judge.process.ready())
     with PHASES("candidate import and build"):
         state = ref_model.state_dict()
-        loaded = judge.host.ask("load", candidate=str(Path(candidate).resolve()), device=str(target),
+        loaded = judge.process.ask("load", candidate=str(Path(candidate).resolve()), device=str(target),
                                 task_dir=os.getcwd(),
                                 init=judge.exchange.send(init_inputs(reference_module)), weight_names=list(state),
                                 weights=judge.exchange.send(list(state.values())))

@@ -125,16 +125,16 @@ DECOY_TIMES_ZERO = c.relu_candidate("x.clamp(min=0) + 0 * ops.relu(x.contiguous(
 DECOY_CLAMP_BOUND = c.relu_candidate("x.clamp(min=ops.relu(x.contiguous()) * 0)")
 HALF_THE_BATCH = c.HONEST_RELU + '''
 import sys
-import kernel_lsp.candidate.host as host
+import kernel_lsp.candidate.side as side
 def _half(self, request):
     sets = request["sets"]
     done = [self.timing_call(*self.timing_sets[i]) for i in sets[: max(1, len(sets) // 2)]]
     self.settle_device()
     self.batch_outputs = done + [done[0]] * (len(sets) - len(done))
     return {}
-for module in (host, sys.modules["__main__"]):
-    if hasattr(module, "Host"):
-        module.Host.op_batch = _half
+for module in (side, sys.modules["__main__"]):
+    if hasattr(module, "CandidateSide"):
+        module.CandidateSide.op_batch = _half
 '''
 @pytest.mark.parametrize(("candidate", "code", "small"), [
     (CACHES_BY_SAMPLED_VALUES, "integrity-stale-output", True),

@@ -224,10 +224,10 @@ timing.time_cpu_calls = lambda fn, input_sets, count, *a, **k: [0.001] * count
 '''
 
 # the batch does half the work (the other calls hand back the first call's output, or nothing), and the output the
-# judge asked to keep is computed afresh outside the clock, in the host's own code it replaces
+# judge asked to keep is computed afresh outside the clock, in the candidate side's own code it replaces
 HALF_THE_BATCH = HONEST + '''
 import sys, time
-import kernel_lsp.candidate.host as host
+import kernel_lsp.candidate.side as side
 def _half(self, request):
     sets = request["sets"]
     done = [self.timing_call(*self.timing_sets[i]) for i in sets[: max(1, len(sets) // 2)]]
@@ -236,22 +236,22 @@ def _half(self, request):
 def _slow_ping(self, request):  # a slow round trip makes the judge size long batches (whatever the machine's load)
     time.sleep(0.05)
     return {}
-for module in (host, sys.modules["__main__"]):  # the host runs as __main__ (python -m kernel_lsp.candidate.host)
-    if hasattr(module, "Host"):
-        module.Host.op_batch = _half
-        module.Host.op_ping = _slow_ping
+for module in (side, sys.modules["__main__"]):  # it runs as __main__ (python -m kernel_lsp.candidate.side)
+    if hasattr(module, "CandidateSide"):
+        module.CandidateSide.op_batch = _half
+        module.CandidateSide.op_ping = _slow_ping
 '''
 
 # a slow round trip makes the judge size long batches (several calls each, whatever the machine's load)
 SLOW_ROUND_TRIP = """
 import sys, time
-import kernel_lsp.candidate.host as host
+import kernel_lsp.candidate.side as side
 def _slow_ping(self, request):
     time.sleep(0.05)
     return {}
-for module in (host, sys.modules["__main__"]):  # the host runs as __main__ (python -m kernel_lsp.candidate.host)
-    if hasattr(module, "Host"):
-        module.Host.op_ping = _slow_ping
+for module in (side, sys.modules["__main__"]):  # it runs as __main__ (python -m kernel_lsp.candidate.side)
+    if hasattr(module, "CandidateSide"):
+        module.CandidateSide.op_ping = _slow_ping
 """
 
 # one output buffer, written again by every call (as CUDA graphs do): each answer lasts until the next call

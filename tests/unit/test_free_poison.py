@@ -16,7 +16,7 @@ from kernel_lsp.findings import Severity
 from kernel_lsp.candidate import integrity
 from kernel_lsp.verify import judge as verify_judge
 from kernel_lsp.candidate.exchange import Exchange
-from kernel_lsp.candidate.host import Host
+from kernel_lsp.candidate.side import CandidateSide
 from kernel_lsp.candidate.integrity import POISON_BYTE, POISON_FREE_FRACTION, poison_budget
 from kernel_lsp.verify.judge import JUDGE_FOOTPRINTS, POISON_FOOTPRINTS, POISON_MIN_BYTES, Footprint, note_free_poison
 from kernel_lsp.verify.verdict import COVERED, report_findings
@@ -116,7 +116,7 @@ def test_the_candidates_process_passes_the_floor_on_and_says_the_size(tmp_path: 
         return 123 << 20
 
     monkeypatch.setattr(integrity, "poison_free_memory", poison)
-    host = Host(str(tmp_path))
+    host = CandidateSide(str(tmp_path))
     host.target, host.model = torch.device("cpu"), torch.nn.Identity()
     sent = Exchange(tmp_path, "judge").send((torch.arange(4.0),))
     reply = host.op_forward({"inputs": sent, "poison": POISON_BYTE, "poison_bytes": 5, "reserve": 7,

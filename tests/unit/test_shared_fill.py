@@ -19,7 +19,7 @@ from kernel_lsp.verify import checks as verify_checks
 from kernel_lsp.candidate import shared_fill
 from kernel_lsp.candidate.handle import CandidateFailed
 from kernel_lsp.candidate.exchange import Exchange
-from kernel_lsp.candidate.host import Host
+from kernel_lsp.candidate.side import CandidateSide
 from kernel_lsp.candidate.integrity import POISON_BYTE, SECOND_POISON_BYTE
 from kernel_lsp.verify.checks import check_rerun
 from kernel_lsp.verify.judge import CandidateRun, Integrity, note_shared_fill
@@ -250,7 +250,7 @@ def test_the_candidates_process_fills_shared_memory_last_before_forward_and_says
 
     log: list = []
     monkeypatch.setattr(integrity, "poison_free_memory", lambda device, byte, *rest: log.append(("free", byte)))
-    host = Host(str(tmp_path))  # its model set by hand: op_load would import a file and gc.freeze this process
+    host = CandidateSide(str(tmp_path))  # its model set by hand: op_load would import a file and gc.freeze this process
     host.target, host.model = torch.device("cpu"), _Doubler(log)
     judge_end = Exchange(tmp_path, "judge")
     sent = judge_end.send((torch.arange(4.0),))

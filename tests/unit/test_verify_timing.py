@@ -197,7 +197,7 @@ def test_the_judge_keeps_one_call_per_set_chosen_after_the_batch() -> None:
 
 
 def test_the_batch_grows_by_the_judges_clock_until_the_round_trip_is_a_small_part() -> None:
-    from kernel_lsp.verify.rounds import ROUND_TRIP_FACTOR, calibrated_batch
+    from kernel_lsp.verify.rounds import MAX_BATCH_MS, ROUND_TRIP_FACTOR, calibrated_batch
 
     class Sets:
         count = 4
@@ -229,6 +229,10 @@ def test_the_batch_grows_by_the_judges_clock_until_the_round_trip_is_a_small_par
         assert batch == fit or 2.0 + batch * per_call_ms >= wanted
         assert batch == first or 2.0 + batch // 2 * per_call_ms < wanted
     assert calibrated_batch(Candidate(0.005), Sets(), 1 << 20, 64)[0] == 32768  # 19,600 calls of 5 us make 98 ms
+    slow = Candidate(0.005)
+    slow.round_trip_ms = 50.0  # a process that answers pings slowly: batches of MAX_BATCH_MS, not 50 x 100 ms
+    batch, spent_ms = calibrated_batch(slow, Sets(), 1 << 20, 64)
+    assert spent_ms >= MAX_BATCH_MS and 100.0 + batch // 2 * 0.005 < MAX_BATCH_MS
 
 
 def test_rounds_cover_the_calls_asked_and_more_while_they_are_cheap() -> None:

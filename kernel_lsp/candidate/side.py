@@ -1,6 +1,6 @@
 """The candidate's process: it imports the candidate, builds its model and runs it when the judge asks.
 
-`python -m kernel_lsp.candidate.host` is started by the judge (kernel_lsp.verify.run) and confines itself before
+`python -m kernel_lsp.candidate.side` is started by the judge (kernel_lsp.verify.run) and confines itself before
 it imports anything else (process/confine.py: writes only to its scratch folder, the build caches, /dev and
 /proc; no network unless allowed; no signal to the judge). It never decides anything: it runs `forward` on
 the inputs the judge sends and sends back its outputs (candidate/exchange.py), records what kernels each run
@@ -34,7 +34,7 @@ from kernel_lsp.process.confine import confine
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m kernel_lsp.candidate.host")
+    parser = argparse.ArgumentParser(prog="python -m kernel_lsp.candidate.side")
     parser.add_argument("--requests-fd", type=int, required=True)
     parser.add_argument("--replies-fd", type=int, required=True)
     parser.add_argument("--exchange", required=True)
@@ -47,14 +47,14 @@ def main(argv: list[str] | None = None) -> None:
             os.set_inheritable(fd, False)
     confinement = confine(options.writable, options.allow_network)  # before torch: no thread may exist yet
     channel = socket.socket(fileno=options.channel_fd) if options.channel_fd is not None else None
-    host = Host(options.exchange, channel)
+    side = CandidateSide(options.exchange, channel)
     write_frame(options.replies_fd, {"ready": os.getpid(), "confinement": confinement.to_dict()})
     while (request := read_frame(options.requests_fd)) is not None:
         op = request.get("op")
         if op == "exit":
             break
         try:
-            reply = getattr(host, f"op_{op}")(request)
+            reply = getattr(side, f"op_{op}")(request)
         except BaseException as error:  # noqa: BLE001 - the candidate's failure, whatever it is, goes to the judge
             reply = {"error": failure_parts(error)}
         write_frame(options.replies_fd, reply)
@@ -121,7 +121,7 @@ def stopwatch(seconds: dict[str, float], name: str) -> Iterator[None]:
         seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - started
 
 
-class Host:
+class CandidateSide:
     """The candidate's side of one verification; each op_* answers one request."""
 
     def __init__(self, exchange_folder: str, channel: socket.socket | None = None) -> None:
