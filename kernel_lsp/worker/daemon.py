@@ -311,12 +311,12 @@ async def run_listener(daemon: WorkerDaemon, address: str, idle_exit_s: float | 
     start (the caller says so, exit status 2)."""
     host, port = parse_listen(address, daemon.token)
     made = make_token(daemon, address)
-    socket_inode = None
+    socket_id = None
     try:
         if host == "unix":
             server = await asyncio.start_unix_server(daemon.serve, path=str(port))
             os.chmod(str(port), 0o600)  # only this user may connect at all; the token is asked for all the same
-            socket_inode = os.stat(str(port)).st_ino
+            socket_id = _file_id(str(port))
         else:
             server = await asyncio.start_server(daemon.serve, host=host, port=port)
         log.warning("kernel-lsp worker listening on %s%s%s", address,
@@ -332,8 +332,8 @@ async def run_listener(daemon: WorkerDaemon, address: str, idle_exit_s: float | 
                 idle.cancel()
             await daemon.close_sandboxes()
     finally:
-        if socket_inode is not None:
-            _remove_socket(str(port), socket_inode)
+        if socket_id is not None:
+            _remove_socket(str(port), socket_id)
         if made is not None and daemon.token is not None:
             _remove_token_file(made, daemon.token)
 
@@ -349,8 +349,14 @@ async def _exit_when_idle(daemon: WorkerDaemon, idle_s: float) -> None:
         await asyncio.sleep(max(left, 0.05) if daemon.clients == 0 else idle_s)
 
 
-def _remove_socket(path: str, inode: int) -> None:
+def _file_id(path: str) -> tuple[int, int]:
+    """Inode and change time: an inode number alone is reused once its file is removed."""
+    info = os.stat(path)
+    return info.st_ino, info.st_ctime_ns
+
+
+def _remove_socket(path: str, socket_id: tuple[int, int]) -> None:
     """The socket this worker listened on, unless another worker listens there since (Python 3.11 leaves it)."""
     with contextlib.suppress(OSError):
-        if os.stat(path).st_ino == inode:
+        if _file_id(path) == socket_id:
             os.unlink(path)

@@ -86,9 +86,7 @@ async def test_a_dead_workers_socket_is_replaced(rendezvous: Path):
     dead.bind(str(worker.socket))  # bound, never listening, closed: what a killed worker leaves
     dead.close()
     Path(f"{worker.socket}.token").write_text("a-dead-workers-token\n")
-    inode = worker.socket.stat().st_ino
-    await served(worker)
-    assert worker.socket.stat().st_ino != inode
+    await served(worker)  # a worker started in its place: a refused connection is no error
     assert Path(f"{worker.socket}.token").read_text().strip() != "a-dead-workers-token"
     assert len(marked(str(rendezvous))) == 1
 
