@@ -29,6 +29,10 @@ if not os.environ.get("KERNEL_LSP_CACHE_DIR"):
     os.environ["KERNEL_LSP_CACHE_DIR"] = _SESSION_CACHE
     atexit.register(shutil.rmtree, _SESSION_CACHE, ignore_errors=True)
 
+# the commands the tests run start a private worker each, as before the shared one (worker/rendezvous.py): a worker
+# left running by one test would outlive the session; tests of the shared worker turn it on with a folder of their own
+os.environ.setdefault("KERNEL_LSP_REUSE_WORKER", "0")
+
 # a shell that starts a command in the background (`pytest ... &` in a script) starts it with SIGINT ignored, and the
 # commands the tests start would inherit that, so the Ctrl-C tests would see them ignore it: Python's own handler
 # here means they start with the default again (a handler, unlike "ignored", does not pass through exec)

@@ -59,6 +59,9 @@ def add_worker_options(parser: argparse.ArgumentParser) -> None:
                         "ray://HOST:PORT); default: the rayAddress setting, else a Ray instance started here")
     parser.add_argument("--actors", type=int, metavar="N", help="with --backend ray: actors in the pool (default: "
                         "rayActors, else one per GPU, else 2)")
+    parser.add_argument("--fresh-worker", action="store_true", help="a private local worker for this command "
+                        "alone, stopped with it (default: the shared one a command left running, else one started "
+                        "and left running until idle; KERNEL_LSP_REUSE_WORKER=0 for always private)")
     parser.add_argument("--format", choices=["text", "json"], default="text")
 
 
@@ -120,9 +123,12 @@ def verify_option_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def worker_client(args: argparse.Namespace, settings: Settings) -> JobRunner:
     """The runner of the jobs: --backend ray (or the backend setting) a pool of Ray actors at --address; else a
-    client for --worker (else the worker setting, else a local worker), with its token."""
+    client for --worker (else the worker setting), with its token; else the user's shared local worker, found or
+    left running for the next command (worker/rendezvous.py), or with --fresh-worker (or KERNEL_LSP_REUSE_WORKER=0)
+    a private one."""
     from kernel_lsp.worker.backend import make_runner
     from kernel_lsp.worker.daemon import UsageError, read_token
+    from kernel_lsp.worker.rendezvous import reuse_wanted
 
     backend = getattr(args, "backend", None)
     if (backend or settings.worker.backend) == "ray" and args.worker:
@@ -137,7 +143,7 @@ def worker_client(args: argparse.Namespace, settings: Settings) -> JobRunner:
         raise CommandUsageError(f"--actors must be at least 1, got {actors}")
     return make_runner(settings, token=token, worker=args.worker, backend=backend,
                        ray_address=getattr(args, "address", None), ray_actors=actors,
-                       device=getattr(args, "device", None))
+                       device=getattr(args, "device", None), shared=reuse_wanted() and not args.fresh_worker)
 
 
 async def run_one_job(client: JobRunner, job: Job) -> Result:

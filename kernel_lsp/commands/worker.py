@@ -19,6 +19,8 @@ def add_parser(sub: Any) -> None:
     where.add_argument("--listen", metavar="unix:PATH|tcp:HOST:PORT", help="listen for clients")
     worker.add_argument("--token-file", help="file holding the token clients must present (else $KERNEL_LSP_TOKEN)")
     worker.add_argument("--max-frame-mib", type=int, default=64, help="largest message accepted (MiB)")
+    worker.add_argument("--idle-exit", type=float, metavar="SECONDS", help="with --listen: exit once no client has "
+                        "been connected for this long (the commands' shared worker is started so)")
     worker.set_defaults(run=run)
 
 
@@ -29,6 +31,8 @@ def run(args: argparse.Namespace) -> int:
         token = read_token(args.token_file)
         if args.listen:
             parse_listen(args.listen, token)  # refuse a bad address before anything starts
+        if args.idle_exit is not None and (not args.listen or args.idle_exit <= 0):
+            raise UsageError("--idle-exit takes a positive number of seconds, with --listen")
     except (UsageError, OSError) as exc:
         print(f"kernel-lsp worker: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -36,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
                           handlers=job_handlers())
     if args.listen:
         try:
-            asyncio.run(run_listener(daemon, args.listen))
+            asyncio.run(run_listener(daemon, args.listen, args.idle_exit))
         except (UsageError, OSError) as exc:  # its token file or its socket could not be made
             print(f"kernel-lsp worker: {exc}", file=sys.stderr)
             return EXIT_USAGE

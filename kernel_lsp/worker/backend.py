@@ -4,6 +4,7 @@ the commands use either the same way."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
@@ -29,9 +30,10 @@ class JobRunner(Protocol):
 def make_runner(settings: Settings, token: str | None = None, worker: str | None = None, backend: str | None = None,
                 ray_address: str | None = None, ray_actors: int | None = None, device: str | None = None,
                 on_status: Callable[[WorkerStatus], None] | None = None,
-                on_message: Callable[[str], None] | None = None) -> JobRunner:
+                on_message: Callable[[str], None] | None = None, shared: bool = False) -> JobRunner:
     """The runner the settings name; the other arguments, when given, override them (command-line options).
-    device: where the jobs run ("cpu": Ray actors need no GPU even on a cluster that has them)."""
+    device: where the jobs run ("cpu": Ray actors need no GPU even on a cluster that has them). shared: a local
+    worker is the user's shared one (worker/rendezvous.py), found or left running, not a child of this process."""
     if (backend or settings.worker.backend) == "ray":
         from kernel_lsp.worker.ray_backend import RayBackend
 
@@ -40,11 +42,14 @@ def make_runner(settings: Settings, token: str | None = None, worker: str | None
                           job_timeout_s=settings.worker.job_timeout_s, max_frame=settings.worker.max_frame_mib * 2**20,
                           on_status=on_status, on_message=on_message,
                           use_gpus=False if (device or settings.verify.device) == "cpu" else None)
-    from kernel_lsp.worker.client import WorkerClient
+    from kernel_lsp.worker.client import WorkerClient, worker_environment
+    from kernel_lsp.worker.rendezvous import SharedWorker
 
-    return WorkerClient(address=settings.worker.address if worker is None else worker, token=token,
-                        max_frame=settings.worker.max_frame_mib * 2**20, job_timeout_s=settings.worker.job_timeout_s,
-                        on_status=on_status, on_message=on_message)
+    address = settings.worker.address if worker is None else worker
+    return WorkerClient(address=address, token=token, max_frame=settings.worker.max_frame_mib * 2**20,
+                        job_timeout_s=settings.worker.job_timeout_s, on_status=on_status, on_message=on_message,
+                        shared=SharedWorker(sys.executable, worker_environment(), settings.worker.max_frame_mib)
+                        if shared and not address else None)
 
 
 def runner_config(settings: Settings) -> tuple:

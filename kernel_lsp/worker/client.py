@@ -4,7 +4,8 @@ and restart a worker that died, with backoff and a message saying so.
 Address "" (the default) starts a local worker as a child process speaking over its stdin/stdout, with an
 allow-listed environment (worker_environment: no credential reaches it, nor the candidates it runs);
 "unix:PATH" and "tcp:HOST:PORT" connect to a worker that is already listening (e.g. on a GPU server), with the
-token given, else the one the worker made and wrote for its clients (protocol.token_file_for).
+token given, else the one the worker made and wrote for its clients (protocol.token_file_for). The commands' shared
+worker (worker/rendezvous.py) is found, or started detached, on the user's socket, and greeted with its token.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from kernel_lsp import __version__
 from kernel_lsp.process.isolation import CREDENTIAL, allowed
 from kernel_lsp.worker import protocol
 from kernel_lsp.worker.protocol import ConnectionClosed, Job, ProtocolError, Result
+from kernel_lsp.worker.rendezvous import RendezvousError, SharedWorker
 
 log = logging.getLogger(__name__)
 
@@ -87,13 +89,14 @@ class WorkerClient:
     def __init__(self, address: str = "", token: str | None = None, max_frame: int = protocol.DEFAULT_MAX_FRAME,
                  job_timeout_s: float = 600.0, python: str = sys.executable,
                  on_status: Callable[[WorkerStatus], None] | None = None,
-                 on_message: Callable[[str], None] | None = None) -> None:
-        self.address = address
-        self.token = token
+                 on_message: Callable[[str], None] | None = None, shared: SharedWorker | None = None) -> None:
+        self.shared = shared  # given: the user's shared worker, on its socket (address and token are its own)
+        self.address = shared.address if shared is not None else address
+        self.token = None if shared is not None else token
         self.max_frame = max_frame
         self.job_timeout_s = job_timeout_s
         self.python = python
-        self.status = WorkerStatus(address=address or "local")
+        self.status = WorkerStatus(address=self.address or "local")
         self._on_status = on_status or (lambda s: None)
         self._on_message = on_message or (lambda m: None)
         self._connection: _Connection | None = None
@@ -169,7 +172,8 @@ class WorkerClient:
             self._set_status(state="starting" if not self.status.restarts else "restarting")
             try:
                 self._connection = await asyncio.wait_for(self._open(), timeout=HANDSHAKE_TIMEOUT_S)
-            except (OSError, asyncio.TimeoutError, ConnectionClosed, ProtocolError, WorkerUnavailable) as exc:
+            except (OSError, asyncio.TimeoutError, ConnectionClosed, ProtocolError, WorkerUnavailable,
+                    RendezvousError) as exc:
                 self._failures += 1
                 self._last_failure = time.monotonic()
                 message = f"kernel-lsp: the GPU worker ({self.status.address}) is unavailable: {str(exc) or type(exc).__name__}"
@@ -185,6 +189,8 @@ class WorkerClient:
         return max(0.0, self._last_failure + wait - time.monotonic())
 
     async def _open(self) -> _Connection:
+        if self.shared is not None:
+            return await self._open_shared(self.shared)
         process = None
         if not self.address:
             # its own session: a terminal's Ctrl-C stops the command, which shuts its worker down (close); a
@@ -201,12 +207,32 @@ class WorkerClient:
         else:
             raise WorkerUnavailable(f"worker address must be empty (local), unix:PATH or tcp:HOST:PORT, "
                                     f"got '{self.address}'")
-        connection = _Connection(reader, writer, process)
+        return await self._greet(_Connection(reader, writer, process))
+
+    async def _open_shared(self, shared: SharedWorker) -> _Connection:
+        """The shared worker, greeted; one that closes on the greeting (it was exiting, idle) is reached again, which
+        starts another."""
+        reached = await shared.reach()
+        try:
+            return await self._greet(_Connection(reached.reader, reached.writer, None))
+        except (ConnectionClosed, ConnectionError):
+            reached.writer.close()
+            if reached.started:
+                raise
+        reached = await shared.reach()
+        return await self._greet(_Connection(reached.reader, reached.writer, None))
+
+    async def _greet(self, connection: _Connection) -> _Connection:
+        """hello and welcome; the status says what the worker has. A shared worker must be this kernel-lsp."""
         await connection.send(protocol.hello(f"kernel-lsp {__version__}", self._token()), self.max_frame)
-        reply = await protocol.read_message(reader, self.max_frame)
+        reply = await protocol.read_message(connection.reader, self.max_frame)
         if reply["kind"] != "welcome":
             await self._drop(connection)
             raise WorkerUnavailable(f"{reply.get('code', reply['kind'])}: {reply.get('message', '')}")
+        if self.shared is not None and reply.get("worker") != f"kernel-lsp {__version__}":
+            await self._drop(connection)
+            raise WorkerUnavailable(f"the worker on {self.address} is {reply.get('worker')}, not kernel-lsp "
+                                    f"{__version__}: stop it, or run with --fresh-worker")
         device = reply.get("device") or {}
         self._set_status(state="connected", versions=reply["versions"], gpu=device.get("name"),
                          driver=reply["versions"].get("driver"), memory_free_mib=device.get("memoryFreeMiB"),

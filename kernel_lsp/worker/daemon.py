@@ -1,8 +1,9 @@
 """`kernel-lsp worker`: the long-lived process that owns the GPU and runs jobs for servers and CLIs.
 
 One connection = one client (the server's local worker speaks over stdin/stdout; a GPU server
-listens on a unix socket or TCP). Every connection starts with hello/welcome; a wrong token closes
-it. A listening worker always asks for a token, on a unix socket too: one given (KERNEL_LSP_TOKEN,
+listens on a unix socket or TCP; the commands' shared worker listens on the user's unix socket and exits once
+no client has used it for its idle time: worker/rendezvous.py). Every connection starts with hello/welcome; a wrong
+token closes it. A listening worker always asks for a token, on a unix socket too: one given (KERNEL_LSP_TOKEN,
 --token-file), else one it makes and writes, readable by its user only, where its clients look
 (protocol.token_file_for). Jobs run concurrently as asyncio tasks; untrusted code runs only inside the
 sandbox's children. A malformed message gets an error reply; the worker itself never dies of one.
@@ -16,6 +17,7 @@ import logging
 import os
 import platform
 import secrets
+import time
 from pathlib import Path
 from typing import Awaitable, BinaryIO, Callable
 
@@ -64,6 +66,8 @@ class WorkerDaemon:
         self._gpu = asyncio.Semaphore(1)  # timing needs the GPU alone: GPU jobs queue, builds do not
         self._gpu_waiting = 0
         self._build_locks: dict[str, asyncio.Lock] = {}
+        self.clients = 0  # connections open now: a listener with an idle time exits only when none is
+        self.idle_since = time.monotonic()
 
     @contextlib.asynccontextmanager
     async def gpu_slot(self, progress: Callable[..., Awaitable[None]]):
@@ -124,6 +128,7 @@ class WorkerDaemon:
                 await protocol.write_message(writer, message, self.max_frame)
 
         jobs: dict[int, asyncio.Task] = {}
+        self.clients += 1
         try:
             if await self._handshake(reader, send):
                 await self._dispatch_loop(reader, send, jobs)
@@ -134,6 +139,8 @@ class WorkerDaemon:
                 task.cancel()
             await asyncio.gather(*jobs.values(), return_exceptions=True)
             writer.close()
+            self.clients -= 1
+            self.idle_since = time.monotonic()
 
     async def _next_message(self, reader: asyncio.StreamReader,
                             send: Callable[[dict], Awaitable[None]]) -> dict | None:
@@ -298,25 +305,58 @@ async def run_stdio(daemon: WorkerDaemon, stdin: BinaryIO, stdout: BinaryIO) -> 
         await daemon.close_sandboxes()
 
 
-async def run_listener(daemon: WorkerDaemon, address: str) -> None:
-    """Listens on `address` until stopped; every client must present the token (given, or made here: make_token).
-    UsageError or OSError: it could not start (the caller says so, exit status 2)."""
+async def run_listener(daemon: WorkerDaemon, address: str, idle_exit_s: float | None = None) -> None:
+    """Listens on `address` until stopped, or, given idle_exit_s, until no client has been connected for that long;
+    every client must present the token (given, or made here: make_token). UsageError or OSError: it could not
+    start (the caller says so, exit status 2)."""
     host, port = parse_listen(address, daemon.token)
     made = make_token(daemon, address)
+    socket_id = None
     try:
         if host == "unix":
             server = await asyncio.start_unix_server(daemon.serve, path=str(port))
             os.chmod(str(port), 0o600)  # only this user may connect at all; the token is asked for all the same
+            socket_id = _file_id(str(port))
         else:
             server = await asyncio.start_server(daemon.serve, host=host, port=port)
-        log.warning("kernel-lsp worker listening on %s%s", address,
-                    f" (its token, for clients: {made})" if made else " (clients need its token)")
+        log.warning("kernel-lsp worker listening on %s%s%s", address,
+                    f" (its token, for clients: {made})" if made else " (clients need its token)",
+                    f"; it exits after {idle_exit_s:g} s without a client" if idle_exit_s is not None else "")
         daemon.start_up()
+        idle = asyncio.ensure_future(_exit_when_idle(daemon, idle_exit_s)) if idle_exit_s is not None else None
         try:
             async with server:
                 await daemon.stopped.wait()
         finally:
+            if idle is not None:
+                idle.cancel()
             await daemon.close_sandboxes()
     finally:
+        if socket_id is not None:
+            _remove_socket(str(port), socket_id)
         if made is not None and daemon.token is not None:
             _remove_token_file(made, daemon.token)
+
+
+async def _exit_when_idle(daemon: WorkerDaemon, idle_s: float) -> None:
+    """Stops the daemon once no client has been connected for idle_s (a connection open counts, its jobs with it)."""
+    while True:
+        left = daemon.idle_since + idle_s - time.monotonic()
+        if daemon.clients == 0 and left <= 0:
+            log.warning("no client for %g s: the worker exits", idle_s)
+            daemon.stopped.set()
+            return
+        await asyncio.sleep(max(left, 0.05) if daemon.clients == 0 else idle_s)
+
+
+def _file_id(path: str) -> tuple[int, int]:
+    """Inode and change time: an inode number alone is reused once its file is removed."""
+    info = os.stat(path)
+    return info.st_ino, info.st_ctime_ns
+
+
+def _remove_socket(path: str, socket_id: tuple[int, int]) -> None:
+    """The socket this worker listened on, unless another worker listens there since (Python 3.11 leaves it)."""
+    with contextlib.suppress(OSError):
+        if _file_id(path) == socket_id:
+            os.unlink(path)
