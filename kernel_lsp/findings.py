@@ -336,6 +336,10 @@ CODES: dict[str, CodeDoc] = {
     "nvcc-warning": CodeDoc("warning", "a warning of nvcc's front end or of nvcc", "fix it, or add the code to `ignore`"),
     "nvcc-remark": CodeDoc("information", "a remark of nvcc's front end", "none needed; `ignore` hides it"),
     "host-error": CodeDoc("error", "the host C++ compiler on `load_inline`'s `main.cpp`", "fix the `cpp_sources` text"),
+    "torch-cpu-build": CodeDoc("information", "a CUDA header of torch's (or of a CUDA library torch includes) that this "
+                                              "CPU build of torch does not ship: the machine's limit, not an error of "
+                                              "the file (the compiler's own code is in the finding's data)",
+                               "check the file where torch is a CUDA build (a GPU machine, or a remote worker)"),
     "host-warning": CodeDoc("warning", "a host compiler warning on `load_inline`'s `main.cpp`", "fix it or `ignore` it"),
     "host-note": CodeDoc("information", "a host compiler note (context of another message)", "read it with the message it belongs to"),
     "ptxas-error": CodeDoc("error", "ptxas failed (e.g. too much shared memory), placed on the kernel",
@@ -423,7 +427,10 @@ CODES: dict[str, CodeDoc] = {
                                               "output (the device too full beside the judge's copies), so an output "
                                               "never written may read zeros instead of NaN",
                                    "verify on a GPU with more memory, or trust a mismatch of unwritten elements less"),
-    "verify-unavailable": CodeDoc("error", "no verdict: no worker, a job timed out or was lost, no GPU for device `cuda`, a broken reference",
+    "verify-unavailable": CodeDoc("information", "no verdict: no worker, a job timed out or was lost, no GPU for device "
+                                                 "`cuda`, a package the candidate imports missing where the worker runs "
+                                                 "(the message gives its install command), a broken reference; the "
+                                                 "machine's or the setup's limit, not an error of the file",
                                   "read the message; `kernel-lsp doctor` shows what is missing"),
     "integrity-input-mutated": CodeDoc("error", "the candidate changed an input tensor (bytes, shape, stride or offset)",
                                        "write outputs to new tensors"),

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kernel_lsp.commands.progress import PlainProgress, command_progress
 from kernel_lsp.commands.shared import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, nearest_pyproject, print_findings, shown
 
 CHECKED_SUFFIXES = (".cu", ".cuh", ".py")
@@ -47,7 +48,9 @@ def run(args: argparse.Namespace) -> int:
     files = _targets(args.paths, settings)
     project = config.parent if config else Path.cwd()
     cache, disk = _result_cache(settings, project, enabled=not args.no_cache)
-    results = asyncio.run(_check_files(files, settings, cache))
+    with command_progress(f"kernel-lsp check: {len(files)} file{'s' if len(files) != 1 else ''}", args.format,
+                          total=len(files)) as progress:
+        results = asyncio.run(_check_files(files, settings, cache, progress))
     if disk is not None:
         disk.flush()
     findings = [f for path in files for f in results[path][0]]
@@ -91,22 +94,32 @@ def _result_cache(settings, project: Path, enabled: bool):
     return ResultCache(max_entries=100_000, disk=disk), disk
 
 
-async def _check_files(files: list[Path], settings, cache) -> dict[Path, tuple[list, bool]]:
-    """Per file: its final findings and whether they came from the cache."""
+async def _check_files(files: list[Path], settings, cache,
+                       progress: PlainProgress) -> dict[Path, tuple[list, bool]]:
+    """Per file: its final findings and whether they came from the cache; `progress` counts the files done and
+    names those compiling."""
     from kernel_lsp.compile.check import Document
     from kernel_lsp.compile.service import CompileService
     from kernel_lsp.findings import path_to_uri
 
     service = CompileService(cache)
     slots = asyncio.Semaphore(settings.compile.max_parallel)
+    compiling: list[str] = []
 
     async def one(path: Path) -> tuple[list, bool]:
         async with slots:
-            text = path.read_bytes().decode("utf-8", errors="replace")
-            final, cached = [], False
-            async for report in service.run(Document(path_to_uri(path), path, text), settings):
-                final, cached = report.findings, report.stage == "cache"
-            return final, cached
+            compiling.append(shown(path))
+            progress.say(", ".join(compiling))
+            try:
+                text = path.read_bytes().decode("utf-8", errors="replace")
+                final, cached = [], False
+                async for report in service.run(Document(path_to_uri(path), path, text), settings):
+                    final, cached = report.findings, report.stage == "cache"
+                return final, cached
+            finally:
+                compiling.remove(shown(path))
+                progress.advance()
+                progress.say(", ".join(compiling))
 
     results = await asyncio.gather(*(one(p) for p in files))
     return dict(zip(files, results))

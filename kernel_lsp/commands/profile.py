@@ -125,7 +125,7 @@ async def _worker_report(args: argparse.Namespace, program: bool = False) -> Pro
     job = profile_job(args.file, reference,
                       profile_options(settings, **({"kernels": tuple(args.kernel)} if args.kernel else {})))
     print(f"kernel-lsp profile: {args.file}" + (f" with reference {reference}" if reference else ""), file=sys.stderr)
-    outcome = ProfileOutcome.of(await run_one_job(client, job))
+    outcome = ProfileOutcome.of(await run_one_job(client, job, f"kernel-lsp profile: {args.file.name}", args.format))
     if outcome.report is None:
         raise CommandUsageError(outcome.summary)
     failures = [ProfileProblem(f.code, f.message) for f in outcome.findings if f.code.startswith("run-")]

@@ -94,4 +94,4 @@ async def _sanitize(args: argparse.Namespace) -> Any:
     client = worker_client(args, settings.replaced(job_timeout_s=client_timeout_s(options, settings)))
     print(f"kernel-lsp sanitize: {args.file}" + (f" with reference {reference}" if reference else ""),
           file=sys.stderr)
-    return SanitizeOutcome.of(await run_one_job(client, job))
+    return SanitizeOutcome.of(await run_one_job(client, job, f"kernel-lsp sanitize: {args.file.name}", args.format))

@@ -146,21 +146,20 @@ def worker_client(args: argparse.Namespace, settings: Settings) -> JobRunner:
                        device=getattr(args, "device", None), shared=reuse_wanted() and not args.fresh_worker)
 
 
-async def run_one_job(client: JobRunner, job: Job) -> Result:
-    """One job on the command's runner, its progress on stderr; an unreachable worker is a usage error (exit 2).
-    The runner is closed after it."""
+async def run_one_job(client: JobRunner, job: Job, title: str, fmt: str) -> Result:
+    """One job on the command's runner, its progress on stderr (under `title` on a live line at a terminal: the
+    worker's start-up says nothing for a minute); an unreachable worker is a usage error (exit 2). The runner is
+    closed after it."""
+    from kernel_lsp.commands.progress import command_progress
     from kernel_lsp.worker.client import WorkerUnavailable
 
     try:
-        return await client.run(job, progress=print_progress)
+        with command_progress(title, fmt, status="waiting for the worker") as progress:
+            return await client.run(job, progress=progress.note)
     except WorkerUnavailable as exc:
         raise CommandUsageError(str(exc)) from exc
     finally:
         await client.close()
-
-
-def print_progress(message: str, _fraction: Any = None) -> None:
-    print(f"  {message}", file=sys.stderr)
 
 
 def shown(path: Path) -> str:

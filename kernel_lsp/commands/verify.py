@@ -84,7 +84,8 @@ def _pairing(candidate: Path, args: argparse.Namespace, workspace: Path | None, 
 async def _run_job(pairing: Pairing, options: VerifyOptions, settings: Settings, args: argparse.Namespace) -> Result:
     client = worker_client(args, settings)
     print(f"kernel-lsp verify: {pairing.candidate} against {pairing.reference} ({pairing.how})", file=sys.stderr)
-    return await run_one_job(client, verify_job(pairing.candidate, pairing.reference, options))
+    return await run_one_job(client, verify_job(pairing.candidate, pairing.reference, options),
+                             f"kernel-lsp verify: {pairing.candidate.name}", args.format)
 
 
 def _print(fmt: str, pairing: Pairing, outcome: VerifyOutcome, result: Result) -> None:

@@ -305,7 +305,9 @@ TORCH_CPU_BUILD = ("{header} comes with a CUDA build of torch, and this one is a
 
 def _with_header_advice(finding: Finding, settings: Settings, torch: TorchHeaders | None = None) -> Finding:
     """nvcc's "cannot open source file" for a CuTe or CUTLASS header says where kernel-lsp looked and what to do;
-    for a CUDA header of torch's that a CPU build of torch lacks, that this is the cause (not the user's code)."""
+    for a CUDA header of torch's that a CPU build of torch lacks, that this is the cause (not the user's code): a
+    `torch-cpu-build` finding of Information severity, the machine's limit, which must not count among the file's
+    errors (the compiler's own code stays in its data)."""
     if _MISSING_CUTLASS_HEADER.search(finding.message):
         problem = cutlass_problem(settings.compile.cutlass_include)
         return dataclasses.replace(finding, message=f"{finding.message}: {problem}")
@@ -314,8 +316,9 @@ def _with_header_advice(finding: Finding, settings: Settings, torch: TorchHeader
     if cpu_build is None:
         return finding
     advice = TORCH_CPU_BUILD.format(include=cpu_build, header=missing["header"])
-    return dataclasses.replace(finding, message=f"{finding.message}: {advice}", data={**(finding.data or {}),
-                                                                                    "torchBuild": "cpu"})
+    return dataclasses.replace(finding, severity=Severity.INFORMATION, code="torch-cpu-build",
+                               message=f"{finding.message}: {advice}",
+                               data={**(finding.data or {}), "torchBuild": "cpu", "compilerCode": finding.code})
 
 
 def torch_cpu_build(torch: TorchHeaders | None) -> str | None:

@@ -25,9 +25,10 @@ from kernel_lsp.jobs.files import JOB_KEYS, gather_files
 from kernel_lsp.contracts.options import VerifyOptions, coerce, from_config, to_config, verify_limits
 from kernel_lsp.verify.verdict import REWARD_REJECTS, report_findings
 from kernel_lsp.verify.verdict import summary as verdict_summary
-from kernel_lsp.worker.jobs import SOURCE, JobContext, on_device, sandbox_run_finding, sandbox_limits
+from kernel_lsp.worker.jobs import (SOURCE, JobContext, missing_package, on_device, sandbox_limits,
+                                    sandbox_run_finding)
 from kernel_lsp.worker.protocol import Job, Result
-from kernel_lsp.worker.sandbox import SandboxTask
+from kernel_lsp.worker.sandbox import SandboxRun, SandboxTask
 
 KIND = "verify"
 
@@ -124,11 +125,11 @@ async def _verify(job: Job, options: VerifyOptions, context: JobContext, on_gpu:
     ran = await context.sandbox.run(task, sandbox_limits(options.limits))
     uri = path_to_uri(origins.get(candidate, candidate))
     metrics: dict[str, Any] = {"durationS": ran.duration_s, "report": None}
+    missing = missing_package(ran)
+    if missing is not None:
+        return _unavailable(uri, missing, metrics, ran)
     if ran.status == "python-exception" and not any(f.file in set(origins.values()) for f in ran.traceback):
-        message = f"the verifier itself failed (not your code): {ran.message}"
-        finding = Finding(uri, Range.line(0), Severity.ERROR, SOURCE, "verify-unavailable", message)
-        metrics.update(verdict="unavailable", summary=verdict_summary("unavailable", None, message))
-        return Result("ok", [finding.to_dict()], metrics, {"sandbox_run": ran.to_dict()})
+        return _unavailable(uri, f"the verifier itself failed (not your code): {ran.message}", metrics, ran)
     if ran.status != "ok":
         reason = f"{ran.status} (see problems)"
         metrics.update(verdict="rejected", summary=verdict_summary("rejected", None, reason))
@@ -138,10 +139,17 @@ async def _verify(job: Job, options: VerifyOptions, context: JobContext, on_gpu:
     except ContractError as exc:
         report = Unavailable(f"the verifier's report does not match its contract (not your code): {exc}")
     if isinstance(report, Unavailable):
-        finding = Finding(uri, Range.line(0), Severity.ERROR, SOURCE, "verify-unavailable", report.reason)
-        metrics.update(verdict="unavailable", summary=verdict_summary("unavailable", None, report.reason))
-        return Result("ok", [finding.to_dict()], metrics, {"sandbox_run": ran.to_dict()})
+        return _unavailable(uri, report.reason, metrics, ran)
     findings = report_findings(report, uri, job.source_files.get(candidate, ""))
     metrics.update(verdict=report.verdict, report=encode(report), summary=verdict_summary(report.verdict, report))
     return Result("ok", [f.to_dict() for f in findings], metrics, {"stdout": ran.stdout[-4000:],
                                                                     "stderr": ran.stderr[-4000:]})
+
+
+def _unavailable(uri: str, reason: str, metrics: dict[str, Any], ran: SandboxRun) -> Result:
+    """No verdict, and why: one verify-unavailable finding of Information severity, since what is missing (a GPU,
+    a package where the worker runs, a reference that works) is the machine's or the setup's, not a fault of the
+    candidate, and must not count among the file's errors."""
+    finding = Finding(uri, Range.line(0), Severity.INFORMATION, SOURCE, "verify-unavailable", reason)
+    metrics.update(verdict="unavailable", summary=verdict_summary("unavailable", None, reason))
+    return Result("ok", [finding.to_dict()], metrics, {"sandbox_run": ran.to_dict()})

@@ -135,7 +135,8 @@ def age(seconds: float) -> str:
 
 
 def unavailable_finding(uri: str, message: str) -> Finding:
-    return Finding(uri, Range.line(0), Severity.ERROR, SOURCE, "verify-unavailable", message)
+    """Information, as the worker's own: a job that did not finish says nothing of the candidate."""
+    return Finding(uri, Range.line(0), Severity.INFORMATION, SOURCE, "verify-unavailable", message)
 
 
 # ---- the feature -------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ failure of the worker.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -115,6 +116,25 @@ def user_code_findings(ran: SandboxRun, task: SandboxTask) -> list[dict[str, Any
 
 def _first_file(task: SandboxTask) -> str:
     return next(iter(task.origins.values()), next(iter(task.files), "candidate"))
+
+
+# Packages a candidate may import that the worker's Python may lack, by top-level module: what installs each where
+# the worker runs. A run one of them stopped says nothing of the candidate: the worker's install is to fix.
+WORKER_PACKAGES = {"cutlass": "pip install 'kernel-lsp[cute-dsl]' (nvidia-cutlass-dsl)",
+                   "triton": "pip install 'kernel-lsp[worker]' (triton)",
+                   "numpy": "pip install 'kernel-lsp[worker]' (numpy)"}
+_NO_MODULE = re.compile(r"No module named '(?P<name>[\w.]+)'")
+
+
+def missing_package(ran: SandboxRun) -> str | None:
+    """Why a run that a package of WORKER_PACKAGES missing stopped proves nothing, with the command that installs
+    it; None for any other ending (a missing module of the user's own is the candidate's to fix)."""
+    found = _NO_MODULE.search(ran.message) if ran.error_type == "ModuleNotFoundError" else None
+    top = found["name"].split(".")[0] if found else None
+    if top not in WORKER_PACKAGES:
+        return None
+    return (f"the worker's Python has no {top} module, which the candidate imports: {WORKER_PACKAGES[top]} where "
+            "the worker runs (not a fault of the candidate)")
 
 
 def sandbox_run_finding(ran: SandboxRun, task: SandboxTask) -> Finding:

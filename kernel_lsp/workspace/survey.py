@@ -91,10 +91,17 @@ def kernel_names(path: Path, text: str | None = None) -> list[str]:
     return names
 
 
+# findings that say this machine could not finish the file's compile (what it lacks, not what the file does wrong)
+UNCHECKED_CODES = frozenset({"torch-cpu-build"})
+
+
 def compile_state(findings: list[Finding]) -> tuple[str, int, int]:
-    """("errors" | "warnings" | "compiles", errors, warnings) of one file's compile findings."""
+    """("errors" | "not checked" | "warnings" | "compiles", errors, warnings) of one file's compile findings: "not
+    checked" where no error was found but the compile stopped at the machine's limit (UNCHECKED_CODES)."""
     errors = sum(1 for f in findings if f.severity == Severity.ERROR)
     warnings = sum(1 for f in findings if f.severity == Severity.WARNING)
+    if not errors and any(f.code in UNCHECKED_CODES for f in findings):
+        return "not checked", errors, warnings
     return ("errors" if errors else "warnings" if warnings else "compiles"), errors, warnings
 
 

@@ -78,6 +78,9 @@ def test_a_missing_cuda_header_of_a_cpu_torch_is_blamed_on_the_build(tmp_path):
     advised = _with_header_advice(missing, Settings(), torch)
     assert "comes with a CUDA build of torch, and this one is a CPU build" in advised.message
     assert str(include) in advised.message and advised.data["torchBuild"] == "cpu"
+    # the machine's limit, not the file's error: Information, under its own code, the compiler's kept in the data
+    assert (advised.severity, advised.code, advised.data["compilerCode"]) == (Severity.INFORMATION,
+                                                                              "torch-cpu-build", "host-error")
     other = Finding("file:///x.py", Range.line(3), Severity.ERROR, "kernel-lsp", "host-error",
                     "my_header.h: No such file or directory")
     assert _with_header_advice(other, Settings(), torch) == other  # the user's own missing header: nvcc's words

@@ -16,6 +16,7 @@ import pytest
 from kernel_lsp.contracts.codec import ContractError, decode, decode_verify_report, encode
 from kernel_lsp.contracts.keeper_report import KeeperEnd, KeeperStart
 from kernel_lsp.contracts.options import VerifyOptions, to_config
+from kernel_lsp.findings import Severity
 from kernel_lsp.contracts.verify_report import CPU_NOT_COMPARABLE, Timing, Unavailable, VerifyReport
 from kernel_lsp.commands import verify as verify_command
 from kernel_lsp.kinds import verify
@@ -24,7 +25,7 @@ from kernel_lsp.verify.checks import note_processes_left
 from kernel_lsp.verify.judge import Integrity
 from kernel_lsp.verify.pairing import Pairing
 from kernel_lsp.worker.protocol import Job, Result
-from kernel_lsp.worker.sandbox import SandboxRun
+from kernel_lsp.worker.sandbox import SandboxRun, TracebackFrame
 from tests.paths import REPORTS
 from tests.speedup_marking import shown_ratios, unmarked_ratios
 
@@ -107,20 +108,21 @@ def test_an_unavailable_verdict_has_its_own_shape():
 
 
 class _Sandbox:
-    """The judge's child as the worker sees it: a run that returns `value`."""
+    """The judge's child as the worker sees it: a run that returns `value`, or ends as `ran` says."""
 
-    def __init__(self, value: object) -> None:
+    def __init__(self, value: object, ran: SandboxRun | None = None) -> None:
         self.value = value
+        self.ran = ran
 
     async def run(self, task, limits) -> SandboxRun:
-        return SandboxRun("ok", "", self.value, "", "", False, 0.5, 0, None, [], None)
+        return self.ran or SandboxRun("ok", "", self.value, "", "", False, 0.5, 0, None, [], None)
 
 
-async def _handled(value: object) -> Result:
+async def _handled(value: object, ran: SandboxRun | None = None) -> Result:
     async def progress(*_args, **_kwargs) -> None:
         return None
 
-    context = SimpleNamespace(sandbox=_Sandbox(value), cache_dir=Path("/nonexistent"), progress=progress)
+    context = SimpleNamespace(sandbox=_Sandbox(value, ran), cache_dir=Path("/nonexistent"), progress=progress)
     config = {**to_config(VerifyOptions(device="cpu")), "candidate": "cand.py", "reference": "ref.py",
               "origins": {"cand.py": "/work/cand.py"}}
     job = Job("verify", {"cand.py": "class ModelNew:\n    pass\n", "ref.py": ""}, config, "key")
@@ -160,6 +162,36 @@ async def test_a_report_that_breaks_the_contract_is_unavailable_and_says_where()
     [finding] = result.findings
     assert finding["code"] == "verify-unavailable" and ".kernels.custom" in finding["message"], finding
     assert "not your code" in finding["message"]
+
+
+def _import_failed(module: str) -> SandboxRun:
+    """The candidate's process stopped at the candidate's own `import` of `module`, missing where the worker runs."""
+    frame = TracebackFrame("/work/cand.py", 3, "<module>", f"import {module}")
+    return SandboxRun("python-exception", f"ModuleNotFoundError: No module named '{module}'", None, "", "", False,
+                      0.5, 1, None, [frame], "ModuleNotFoundError")
+
+
+async def test_a_package_missing_where_the_worker_runs_is_unavailable_with_its_install_command():
+    """A CuTe DSL candidate on a worker without nvidia-cutlass-dsl: not rejected (the candidate did nothing
+    wrong), one Information finding with the command that installs the package."""
+    result = await _handled(None, _import_failed("cutlass.cute"))
+    assert result.metrics["verdict"] == "unavailable", result.metrics
+    [finding] = result.findings
+    assert finding["code"] == "verify-unavailable" and finding["severity"] == Severity.INFORMATION, finding
+    assert "no cutlass module" in finding["message"] and "pip install 'kernel-lsp[cute-dsl]'" in finding["message"]
+    assert "not verified" in verify.VerifyOutcome.of(result).summary
+
+
+async def test_a_missing_module_of_the_users_own_is_the_candidates_rejection():
+    result = await _handled(None, _import_failed("my_kernels"))
+    assert result.metrics["verdict"] == "rejected", result.metrics
+    assert [f["code"] for f in result.findings] == ["run-python-exception"]
+
+
+async def test_a_verdict_unavailable_is_information_not_an_error_of_the_file():
+    result = await _handled({"verdict": "unavailable", "reason": "no GPU"})
+    [finding] = result.findings
+    assert (finding["code"], finding["severity"]) == ("verify-unavailable", Severity.INFORMATION)
 
 
 def test_a_client_refuses_a_result_whose_report_breaks_the_contract():

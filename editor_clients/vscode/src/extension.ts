@@ -29,7 +29,8 @@ import {
 } from "./pure/commands";
 import { Interpreter, resolveInterpreter, serverExecutable, which } from "./pure/interpreter";
 import { CommandResult, outcomeMessage } from "./pure/outcome";
-import { API_KEY_ENV, API_KEY_SECRET, SECTION, SectionReader, needsRestart, sectionKeys, serverSettings } from "./pure/settings";
+import { API_KEY_ENV, API_KEY_SECRET, SECTION, SectionReader, needsRestart, pythonPathSettingsCommand, sectionKeys,
+  serverSettings } from "./pure/settings";
 import { STATUS_NOTIFICATION, ServerState, WorkerStatus, replacesShownStatus, statusLogLine, statusView }
   from "./pure/status";
 import { SUMMARY_PARAMS, SUMMARY_REQUEST, SUMMARY_TIMEOUT_MS, SummaryItem, summaryFailure, summaryView } from "./pure/summary";
@@ -250,7 +251,8 @@ class KernelLspExtension {
     this.setServerState("stopped");
     void vscode.window.showErrorMessage(message, "Open Settings", "Show Log").then((choice) => {
       if (choice === "Open Settings") {
-        void vscode.commands.executeCommand("workbench.action.openSettings", "kernelLsp.server");
+        const [command, argument] = pythonPathSettingsCommand(vscode.env.remoteName);
+        void vscode.commands.executeCommand(command, argument);
       } else if (choice === "Show Log") {
         this.output.show(true);
       }

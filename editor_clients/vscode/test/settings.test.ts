@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { Inspected, explicitValue, needsRestart, sectionKeys, serverSettings } from "../src/pure/settings";
+import { Inspected, explicitValue, needsRestart, pythonPathSettingsCommand, sectionKeys, serverSettings }
+  from "../src/pure/settings";
 
 function reader(values: Record<string, Inspected>) {
   return { keys: () => Object.keys(values), inspect: (key: string) => values[key] };
@@ -42,4 +43,12 @@ test("only launch settings restart the server", () => {
   assert.equal(needsRestart((s) => s === "kernelLsp.server.pythonPath"), true);
   assert.equal(needsRestart((s) => s === "kernelLsp.server.logLevel"), true);
   assert.equal(needsRestart((s) => s === "kernelLsp" || s === "kernelLsp.arch"), false);
+});
+
+test("Open Settings leads where pythonPath can be set: the Remote tab in a remote window, else User", () => {
+  // machine-overridable: a remote window (code-server, SSH, WSL) lists it under Remote only
+  assert.deepEqual(pythonPathSettingsCommand("ssh-remote"),
+    ["workbench.action.openRemoteSettings", { query: "kernelLsp.server.pythonPath" }]);
+  assert.deepEqual(pythonPathSettingsCommand(undefined),
+    ["workbench.action.openSettings", "kernelLsp.server.pythonPath"]);
 });

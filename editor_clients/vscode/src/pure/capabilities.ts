@@ -14,6 +14,6 @@ export function ensureEditCapabilities(capabilities: ClientCapabilities): Client
   edit.documentChanges = true;
   edit.changeAnnotationSupport ??= { groupsOnLabel: true };
   const window = (capabilities.window ??= {});
-  window.workDoneProgress = true;  // $/progress with its cancel button
+  window.workDoneProgress = true;  // $/progress in the status bar, with its cancel button when clicked
   return capabilities;
 }

@@ -45,8 +45,8 @@ export function outcomeMessage(command: string, result: CommandResult): Said | u
     }
     case "kernel-lsp.optimize":
       return status === "started"
-        ? { level: "info", text: "kernel-lsp: optimizing; the progress notification can cancel it, and the best " +
-            "verified version comes back as an edit to preview" }
+        ? { level: "info", text: "kernel-lsp: optimizing; its progress in the status bar can cancel it (click it), " +
+            "and the best verified version comes back as an edit to preview" }
         : undefined;
     case "kernel-lsp.sanitize":
       if (status === "ok") {

@@ -5,6 +5,19 @@ export const SECTION = "kernelLsp";
 export const CLIENT_ONLY_KEYS: readonly string[] = ["server", "trace"];
 /** Settings whose change needs a new server process (the rest reach the running server). */
 export const LAUNCH_SETTINGS: readonly string[] = ["kernelLsp.server.pythonPath", "kernelLsp.server.logLevel"];
+export const PYTHON_PATH_SETTING = "kernelLsp.server.pythonPath";
+
+/**
+ * The command (and its argument) that opens the settings where kernelLsp.server.pythonPath can be set. The setting
+ * is machine-overridable, so in a remote window (code-server, SSH, WSL, a container: `vscode.env.remoteName` set)
+ * VS Code lists it under the Remote tab only, never under User; elsewhere the user settings, filtered to it.
+ */
+export function pythonPathSettingsCommand(remoteName: string | undefined): [string, unknown] {
+  return remoteName
+    ? ["workbench.action.openRemoteSettings", { query: PYTHON_PATH_SETTING }]
+    : ["workbench.action.openSettings", PYTHON_PATH_SETTING];
+}
+
 /** kernel_lsp/config.py SECRET_SETTINGS: kept in VS Code's secret storage, given to the server as its env var. */
 export const API_KEY_SECRET = "kernelLsp.anthropicApiKey";
 export const API_KEY_ENV = "ANTHROPIC_API_KEY";
