@@ -470,6 +470,9 @@ CODES: dict[str, CodeDoc] = {
                                     "install the `cute-dsl` extra where the worker runs"),
     "cute-dsl-not-reached": CodeDoc("information", "the file's code did not reach a `@cute.jit` function, so nothing was compiled",
                                     "call the kernel from module-level code or from the `Model` the checker builds"),
+    "cute-dsl-contract": CodeDoc("information", "the CuTe DSL check's report broke its contract (the process that "
+                                 "built it ran the file: a file that rewrites the checker is told so)",
+                                 "nothing in the kernel: report it if the file does not touch kernel-lsp"),
     "hint-memory-bound": CodeDoc("information", "the kernel is memory bound (percentages, DRAM GB/s against the ceiling)",
                                  "move fewer bytes: coalesce, reuse from shared memory or registers, fuse kernels"),
     "hint-compute-bound": CodeDoc("information", "the kernel is compute bound",

@@ -1,5 +1,5 @@
 """One encode and one decode for the reports that cross a process boundary (contracts.verify_report,
-contracts.keeper_report, contracts.sanitize_report, contracts.profile_report), by cattrs:
+contracts.keeper_report, contracts.sanitize_report, contracts.profile_report, contracts.cute_dsl_report), by cattrs:
 a received dict becomes the typed report or a ContractError naming every key that is unknown, missing or of the
 wrong type; a typed report becomes the wire's dict (msgpack and JSON safe), under the wire's names."""
 
@@ -15,6 +15,7 @@ import cattrs
 from cattrs.cols import homogenous_tuple_structure_factory, list_structure_factory
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
+from kernel_lsp.contracts.cute_dsl_report import CuteDslReport
 from kernel_lsp.contracts.keeper_report import KeeperEnd
 from kernel_lsp.contracts.profile_report import (
     EnergyReading,
@@ -54,7 +55,8 @@ RENAMED: dict[type, dict[str, str]] = {Timings: {"compile_error": "compileError"
                                                        "not_printed": "notPrinted", "shared_init": "sharedInit"},
                                        WarmCall: {"exit_code": "exitCode", "timed_out": "timedOut", "wall_s": "wallS"},
                                        SanitizerErrorEntry: {"other_access": "otherAccess"},
-                                       SharedInitAnswer: {"fill_bytes": "fillBytes"}}
+                                       SharedInitAnswer: {"fill_bytes": "fillBytes"},
+                                       CuteDslReport: {"error_type": "errorType"}}
 
 
 class ContractError(ValueError):

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from kernel_lsp.config import Settings
+from kernel_lsp.contracts.codec import ContractError, decode, encode
+from kernel_lsp.contracts.cute_dsl_report import CompiledFunction, CuteDslReport
 from kernel_lsp.findings import Finding, Range, Related, Severity, path_to_uri
 from kernel_lsp.jobs.cache import cache_key
 from kernel_lsp.jobs.files import gather_files
@@ -104,50 +106,56 @@ async def handle(job: Job, context: JobContext) -> Result:
         finding = sandbox_run_finding(ran, task)
         return Result("ok", [finding.to_dict()], {"status": "stopped", "summary": finding.message, "kernels": []},
                       {"stderr": ran.stderr[-4000:]})
-    report: dict[str, Any] = ran.value
+    try:
+        report = decode(CuteDslReport, ran.value)
+    except ContractError as error:  # the process that built it ran the user's file: its word, which did not hold
+        message = f"the CuTe DSL check's report broke its contract: {error}"
+        return Result("ok", [Finding(candidate_uri, Range.line(0), Severity.INFORMATION, SOURCE, "cute-dsl-contract",
+                                     message).to_dict()],
+                      {"status": "stopped", "summary": message, "kernels": []}, {"stderr": ran.stderr[-4000:]})
     locations = kernel_locations({name: text for name, text in job.source_files.items()
                                   if name != config.get("reference")}, origins)
-    kernels, problems = await asyncio.to_thread(_kernel_facts, report.get("kernels") or [],
+    kernels, problems = await asyncio.to_thread(_kernel_facts, report.kernels,
                                                 config.get("arch") or DEFAULT_ARCH, set(locations))
     findings = _report_findings(report, origins, candidate_uri) + _resource_findings(kernels, locations)
     findings += [Finding(candidate_uri, Range.line(0), Severity.INFORMATION, SOURCE, "cute-dsl-resources", problem)
                  for problem in problems]
     summary = _summary(report, kernels)
     return Result("ok", [f.to_dict() for f in findings],
-                  {"status": report.get("status"), "summary": summary, "kernels": kernels,
-                   "version": report.get("version"), "isolation": report.get("isolation") or {}},
+                  {"status": report.status, "summary": summary, "kernels": kernels, "version": report.version,
+                   "isolation": encode(report.isolation) if report.isolation is not None else {}},
                   {"stderr": ran.stderr[-4000:]})
 
 
-def _report_findings(report: dict[str, Any], origins: dict[str, str], candidate_uri: str) -> list[Finding]:
-    status = report.get("status")
+def _report_findings(report: CuteDslReport, origins: dict[str, str], candidate_uri: str) -> list[Finding]:
+    status = report.status
     if status in ("no-dsl", "unsupported"):
         return [Finding(candidate_uri, Range.line(0), Severity.INFORMATION, SOURCE, "cute-dsl-unavailable",
-                        str(report.get("message")))]
+                        str(report.message))]
     if status == "ok":
-        if report.get("kernels"):
+        if report.kernels:
             return []
         return [Finding(candidate_uri, Range.line(0), Severity.INFORMATION, SOURCE, "cute-dsl-not-reached",
                         "no @cute.jit function was called while importing this file and running ModelNew's forward "
                         "on get_inputs(): nothing of the CuTe DSL was compiled, so nothing was checked")]
-    user = [frame for frame in report.get("frames") or [] if frame["file"] in origins]
+    user = [frame for frame in report.frames if frame.file in origins]
     where = user[-1] if user else None
-    uri = path_to_uri(origins[where["file"]]) if where else candidate_uri
-    rng = Range.line(max(where["line"] - 1, 0)) if where else Range.line(0)
-    related = tuple(Related(path_to_uri(origins[f["file"]]), Range.line(max(f["line"] - 1, 0)),
-                            f"called from here: {f['text'] or f['function']}") for f in user[-1 - MAX_RELATED:-1])
-    message = " ".join(str(report.get("message") or "").split())
+    uri = path_to_uri(origins[where.file]) if where else candidate_uri
+    rng = Range.line(max(where.line - 1, 0)) if where else Range.line(0)
+    related = tuple(Related(path_to_uri(origins[f.file]), Range.line(max(f.line - 1, 0)),
+                            f"called from here: {f.text or f.function}") for f in user[-1 - MAX_RELATED:-1])
+    message = " ".join((report.message or "").split())
     if status == "compile-error":
         return [Finding(uri, rng, Severity.ERROR, SOURCE, "cute-dsl-error", f"CuTe DSL: {message}", related,
-                        data={"errorType": report.get("errorType"), "version": report.get("version")})]
-    reached = "after some kernels compiled" if report.get("kernels") else "before any CuTe DSL kernel compiled"
+                        data={"errorType": report.error_type, "version": report.version})]
+    reached = "after some kernels compiled" if report.kernels else "before any CuTe DSL kernel compiled"
     return [Finding(uri, rng, Severity.INFORMATION, SOURCE, "cute-dsl-not-reached",
-                    f"the CuTe DSL check stopped {reached} ({report.get('stage')}): {report.get('errorType')}: "
+                    f"the CuTe DSL check stopped {reached} ({report.stage}): {report.error_type}: "
                     f"{message}. Without a GPU the check runs forward on CPU tensors; code that needs CUDA "
                     "(.cuda(), torch.cuda.current_stream()) stops it there", related)]
 
 
-def _kernel_facts(compiled: list[dict[str, Any]], arch: str, functions: set[str]
+def _kernel_facts(compiled: list[CompiledFunction], arch: str, functions: set[str]
                   ) -> tuple[list[dict[str, Any]], list[str]]:
     """Each generated kernel with its @cute.kernel function and what its cubin says of it."""
     kernels: list[dict[str, Any]] = []
@@ -155,16 +163,16 @@ def _kernel_facts(compiled: list[dict[str, Any]], arch: str, functions: set[str]
     for entry in compiled:
         usage: dict[str, ResourceUsage] = {}
         stats: dict[str, SassStats] = {}
-        if entry.get("cubin"):
+        if entry.cubin:
             with tempfile.TemporaryDirectory(prefix="kernel-lsp-cute-dsl-") as directory:
                 cubin = Path(directory) / "kernels.cubin"
-                cubin.write_bytes(entry["cubin"])
+                cubin.write_bytes(entry.cubin)
                 try:
                     usage = {u.name: u for u in resource_usage_for_cubin(cubin)}
                     stats = {s.mangled: s for s in sass_stats_for_cubin(cubin)}
                 except (SassToolMissing, SassToolFailed) as exc:
                     problems.append(f"no figures for the CuTe DSL kernels: {exc}")
-        for name in entry.get("kernels") or []:
+        for name in entry.kernels:
             kernels.append({"kernel": name, "function": cute_kernel_function(name, functions),
                             "resources": _facts(usage.get(name), stats.get(name), arch)})
     return kernels, list(dict.fromkeys(problems))
@@ -214,11 +222,11 @@ def _resource_findings(kernels: list[dict[str, Any]], locations: Mapping[str, An
     return findings
 
 
-def _summary(report: dict[str, Any], kernels: list[dict[str, Any]]) -> str:
-    status = report.get("status")
+def _summary(report: CuteDslReport, kernels: list[dict[str, Any]]) -> str:
+    status = report.status
     if status == "ok":
-        return (f"CuTe DSL {report.get('version')}: {len(kernels)} kernel(s) compiled" if kernels
+        return (f"CuTe DSL {report.version}: {len(kernels)} kernel(s) compiled" if kernels
                 else "CuTe DSL: nothing compiled")
     if status == "compile-error":
-        return f"CuTe DSL compile error: {' '.join(str(report.get('message')).split())[:200]}"
-    return str(report.get("message") or f"CuTe DSL check {status}")
+        return f"CuTe DSL compile error: {' '.join(str(report.message).split())[:200]}"
+    return report.message or f"CuTe DSL check {status}"

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import os
 import traceback
-from typing import Any
+from typing import Any, Literal
 
 from kernel_lsp.candidate.models import load_module
+from kernel_lsp.contracts.codec import Wire, encode
+from kernel_lsp.contracts.cute_dsl_report import CompiledFunction, CuteDslReport, FailureFrame
 
 MAX_KERNELS = 32  # compiled functions whose cubin is returned
 MAX_CUBIN_BYTES = 16 * 2**20
@@ -38,12 +40,13 @@ class _Recorder:
             self.compiled.append(function)
 
 
-def check_confined(candidate: str, reference: str | None = None, arch: str = "sm_90a") -> dict[str, Any]:
+def check_confined(candidate: str, reference: str | None = None, arch: str = "sm_90a") -> Wire:
     """The sandbox entry: the check run in a process of its own, confined as a candidate's process is
     (candidate/handle.py: allow-listed environment, writes only to its scratch folder and the candidates'
     build caches, no network). Importing the file runs its code, which a model may have written: in the sandbox
     child it could rewrite the worker's trusted caches (baseline timings, the judge's builds). The report's
-    `isolation` says how that process was confined."""
+    `isolation` says how that process was confined. What the process answered is its word, passed on encoded:
+    the job's handler decodes it (contracts.cute_dsl_report)."""
     from kernel_lsp.candidate.handle import candidate_process
 
     with candidate_process(allow_network=False, device="cpu") as process:
@@ -54,12 +57,12 @@ def check_confined(candidate: str, reference: str | None = None, arch: str = "sm
 
 
 def check_in_candidate_process(candidate: str, reference: str | None, arch: str, inputs: Any = None,
-                               init: Any = None) -> dict[str, Any]:
-    """check_candidate, as the candidate's process calls it (its op "call" passes no inputs here)."""
-    return check_candidate(candidate, reference, arch)
+                               init: Any = None) -> Wire:
+    """check_candidate, as the candidate's process calls it (its op "call" passes no inputs here), encoded."""
+    return encode(check_candidate(candidate, reference, arch))
 
 
-def check_candidate(candidate: str, reference: str | None = None, arch: str = "sm_90a") -> dict[str, Any]:
+def check_candidate(candidate: str, reference: str | None = None, arch: str = "sm_90a") -> CuteDslReport:
     """The check's report (see the module's docstring); `candidate` and `reference` are relative to the task
     folder (the cwd)."""
     import tempfile
@@ -72,20 +75,20 @@ def check_candidate(candidate: str, reference: str | None = None, arch: str = "s
     try:
         from cutlass.base_dsl import jit_executor
     except Exception as exc:  # not installed, or a broken install: the user is told, not the traceback
-        return {"status": "no-dsl", "message": f"the CuTe DSL cannot be imported here: {type(exc).__name__}: {exc} "
-                "(pip install 'nvidia-cutlass-dsl[cu13]' where the worker runs)"}
+        return CuteDslReport("no-dsl", f"the CuTe DSL cannot be imported here: {type(exc).__name__}: {exc} "
+                             "(pip install 'nvidia-cutlass-dsl[cu13]' where the worker runs)")
     recorder = _Recorder()
     compiled_class = getattr(jit_executor, "JitCompiledFunction", None)
     if compiled_class is None or not hasattr(compiled_class, "run_compiled_program"):
-        return {"status": "unsupported", "message": f"this version of the CuTe DSL ({_dsl_version()}) has no "
-                "JitCompiledFunction.run_compiled_program: kernel-lsp cannot check it without a GPU"}
+        return CuteDslReport("unsupported", f"this version of the CuTe DSL ({_dsl_version()}) has no "
+                             "JitCompiledFunction.run_compiled_program: kernel-lsp cannot check it without a GPU")
 
     def record_instead_of_launching(self: Any, exe_args: Any) -> int:
         recorder.record(self)
         return 0
 
     compiled_class.run_compiled_program = record_instead_of_launching
-    stage = "import"
+    stage: Literal["import", "inputs", "forward"] = "import"
     try:
         module = load_module(candidate, "kernel_lsp_cute_candidate")
         model_class = getattr(module, "ModelNew", None)
@@ -101,7 +104,7 @@ def check_candidate(candidate: str, reference: str | None = None, arch: str = "s
                 _no_grad(model)(*inputs)
     except (Exception, SystemExit) as exc:  # the candidate's own failure is the report
         return _failure(exc, stage, recorder)
-    return {"status": "ok", "version": _dsl_version(), "kernels": _kernels(recorder)}
+    return CuteDslReport("ok", version=_dsl_version(), kernels=_kernels(recorder))
 
 
 def _no_grad(model: Any) -> Any:
@@ -110,24 +113,22 @@ def _no_grad(model: Any) -> Any:
     return torch.no_grad()(model)
 
 
-def _failure(exc: BaseException, stage: str, recorder: _Recorder) -> dict[str, Any]:
+def _failure(exc: BaseException, stage: Literal["import", "inputs", "forward"], recorder: _Recorder) -> CuteDslReport:
     """A compile error is one raised by or inside the DSL; anything else stopped the run before (or after) the
     kernels: reported, but not as the kernels' error."""
-    frames = [{"file": os.path.relpath(f.filename) if f.filename.startswith(os.getcwd() + os.sep) else f.filename,
-               "line": f.lineno or 0, "function": f.name, "text": (f.line or "").strip()}
+    frames = [FailureFrame(os.path.relpath(f.filename) if f.filename.startswith(os.getcwd() + os.sep) else f.filename,
+                           f.lineno or 0, f.name, (f.line or "").strip())
               for f in traceback.extract_tb(exc.__traceback__)]
-    from_dsl = _is_dsl_error(exc, frames)
-    return {"status": "compile-error" if from_dsl else "stopped", "stage": stage, "version": _dsl_version(),
-            "errorType": type(exc).__name__, "message": _message(exc), "frames": frames,
-            "kernels": _kernels(recorder)}
+    return CuteDslReport("compile-error" if _is_dsl_error(exc, frames) else "stopped", _message(exc), _dsl_version(),
+                         _kernels(recorder), stage, type(exc).__name__, frames)
 
 
-def _is_dsl_error(exc: BaseException, frames: list[dict[str, Any]]) -> bool:
+def _is_dsl_error(exc: BaseException, frames: list[FailureFrame]) -> bool:
     """Raised by the DSL, or while it traced the user's function (any frame of its packages on the way: an
     AttributeError in a @cute.kernel body is the kernel's compile error)."""
     if (type(exc).__module__ or "").split(".")[0] in _DSL_ERROR_MODULES:
         return True
-    return any(f"{os.sep}{package}{os.sep}" in frame["file"] for frame in frames for package in _DSL_PACKAGES)
+    return any(f"{os.sep}{package}{os.sep}" in frame.file for frame in frames for package in _DSL_PACKAGES)
 
 
 def _message(exc: BaseException) -> str:
@@ -139,16 +140,16 @@ def _message(exc: BaseException) -> str:
     return text[:MAX_MESSAGE_CHARS] or type(exc).__name__
 
 
-def _kernels(recorder: _Recorder) -> list[dict[str, Any]]:
+def _kernels(recorder: _Recorder) -> list[CompiledFunction]:
     """Each compiled host function's kernels (as the DSL named them) and its cubin."""
     found = []
     for function in recorder.compiled[:MAX_KERNELS]:
         names = list(getattr(function, "kernel_info", None) or {})
         artifacts = getattr(function, "artifacts", None)
         cubin = getattr(artifacts, "CUBIN", None) if artifacts is not None else None
-        found.append({"function": str(getattr(function, "function_name", "") or ""), "kernels": names,
-                      "cubin": bytes(cubin) if isinstance(cubin, (bytes, bytearray)) and
-                      len(cubin) <= MAX_CUBIN_BYTES else None})
+        found.append(CompiledFunction(str(getattr(function, "function_name", "") or ""), [str(n) for n in names],
+                                      bytes(cubin) if isinstance(cubin, (bytes, bytearray)) and
+                                      len(cubin) <= MAX_CUBIN_BYTES else None))
     return found
 
 

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from types import SimpleNamespace
 
+import msgpack
 import pytest
 
 from kernel_lsp.contracts.codec import ContractError, decode, decode_verify_report, encode
@@ -315,3 +316,19 @@ def test_a_shared_init_answer_in_another_form_is_no_answer(tmp_path: Path, writt
     path.write_text(json.dumps({**{"elements": 8, "dependent": 0, "unstable": 0, "first": None},
                                 "patterns": ["0x5a5a5a5a", "0x3f803f80"], "fillBytes": 32}))
     assert read_answer(path).fill_bytes == 32 and shared_init_problem(read_answer(path), 0, False, 60, "") is None
+
+
+def test_the_cute_dsl_report_crosses_once_each_way_and_a_forged_one_is_refused():
+    from kernel_lsp.contracts.cute_dsl_report import CompiledFunction, CuteDslReport, FailureFrame
+
+    report = CuteDslReport("compile-error", "rank mismatch", "4.8.1", [CompiledFunction("add", ["kernel_0"], b"\x7fELF")],
+                           "forward", "DSLRuntimeError", [FailureFrame("add.py", 12, "forward", "add(x)")])
+    wire = encode(report)
+    assert wire["errorType"] == "DSLRuntimeError" and "error_type" not in wire and wire["kernels"][0]["cubin"] == b"\x7fELF"
+    assert decode(CuteDslReport, msgpack.unpackb(msgpack.packb(wire))) == report
+    for forged in ({**wire, "status": "verified"}, {**wire, "frames": [{"file": "add.py", "line": "12",
+                                                                        "function": "f", "text": ""}]},
+                   {**wire, "kernels": [{"function": "add", "kernels": "kernel_0", "cubin": None}]},
+                   {**wire, "trusted": True}):
+        with pytest.raises(ContractError):
+            decode(CuteDslReport, forged)
