@@ -43,6 +43,8 @@ PROBLEM_CODES: dict[str, str] = {
     "profile-no-sass": "no SASS of a binary (cuobjdump or nvdisasm missing or failed): ptxas figures only",
     "profile-ncu-failed": "ncu did not profile the candidate (its message says why)",
     "profile-candidate-failed": "the candidate did not run in the measuring sandbox",
+    "profile-worker-package": "a package the candidate imports is missing where the worker runs (the message gives "
+                              "its install command): the environment's problem, not the candidate's",
     "profile-no-reference": "no reference measurements: its Model could not be built or its forward failed",
     "profile-no-energy": "no energy reading (not a GPU, NVML unavailable, a GPU named by UUID)",
     "profile-no-ceilings": "no measured roofline ceilings (ncu's theoretical ones stand in, or an import lacks them)",

@@ -43,7 +43,7 @@ from kernel_lsp.profile.static import NO_CUDA_SOURCE, REFERENCE_FOLDER, static_p
 from kernel_lsp.candidate.kernels import cute_kernel_function, own_kernel_names
 from kernel_lsp.candidate.handle import tool_isolation
 from kernel_lsp.verify.verdict import isolation_gaps
-from kernel_lsp.worker.jobs import JobContext, sandbox_run_finding, sandbox_limits
+from kernel_lsp.worker.jobs import JobContext, missing_package, sandbox_run_finding, sandbox_limits
 from kernel_lsp.worker.protocol import Job, Result
 from kernel_lsp.worker.sandbox import SandboxTask
 from profilers.ncu import DEFAULT_SECTIONS, KernelLaunch, NcuError
@@ -186,6 +186,9 @@ async def gpu_profile(job: Job, options: ProfileOptions, context: JobContext) ->
                              "allow_network": options.allow_network})
     await context.progress(f"building and measuring {config['candidate']} (reference kernels, energy, ceilings)")
     ran = await context.sandbox.run(task, sandbox_limits(options.limits or DEFAULT_JOB_LIMITS))
+    if ran.status != "ok" and (missing := missing_package(ran)) is not None:  # the worker's install, not the file
+        report = profile_report("ncu", [], problems=[ProfileProblem("profile-worker-package", missing)])
+        return profile_job_result(report, job, {"sandbox_run": ran.to_dict()})
     if ran.status != "ok":
         problem = ProfileProblem("profile-candidate-failed", f"the candidate did not run ({ran.status}): "
                                                              f"{ran.message}")

@@ -100,3 +100,37 @@ async def test_without_cuda_source_no_note_says_this_is_the_static_profile(tmp_p
     path.write_text("import triton\n")
     result = await static_result(profile_job(path, None, profile_options(Settings())), (), NO_GPU_PLAIN)
     assert [p["code"] for p in result.metrics["profile"]["problems"]] == ["profile-no-cuda-source"]
+
+
+async def test_a_package_missing_where_the_worker_runs_is_the_workers_problem_not_the_candidates():
+    """The measuring sandbox stopped at the candidate's `import cutlass.cute` on a worker without the DSL: the
+    report says which package and how to install it, and no Error lands on the candidate's import line."""
+    from types import SimpleNamespace
+
+    from kernel_lsp.contracts.options import ProfileOptions
+    from kernel_lsp.profile.worker_job import gpu_profile
+    from kernel_lsp.worker.sandbox import SandboxRun, TracebackFrame
+
+    def stopped_at(module: str) -> SandboxRun:
+        frame = TracebackFrame("/work/cand.py", 3, "<module>", f"import {module}")
+        return SandboxRun("python-exception", f"ModuleNotFoundError: No module named '{module}'", None, "", "",
+                          False, 0.5, 1, None, [frame], "ModuleNotFoundError")
+
+    async def profile_of(ran: SandboxRun) -> Result:
+        async def run(task, limits):
+            return ran
+
+        async def progress(*_args, **_kwargs) -> None:
+            return None
+
+        context = SimpleNamespace(sandbox=SimpleNamespace(run=run), cache_dir=Path("/nonexistent"), progress=progress)
+        job = Job("profile", {"cand.py": "import cutlass.cute\n"}, {"candidate": "cand.py",
+                                                                   "origins": {"cand.py": "/work/cand.py"}}, "key")
+        return await gpu_profile(job, ProfileOptions(), context)
+
+    missing = (await profile_of(stopped_at("cutlass.cute"))).metrics["profile"]["problems"]
+    assert [p["code"] for p in missing] == ["profile-worker-package"], missing
+    assert "pip install 'kernel-lsp[cute-dsl]'" in missing[0]["message"], missing
+    own = await profile_of(stopped_at("my_kernels"))  # the user's own module: the candidate's failure, on its line
+    assert [p["code"] for p in own.metrics["profile"]["problems"]] == ["profile-candidate-failed"]
+    assert any(f["code"] == "run-python-exception" and f["severity"] == Severity.ERROR for f in own.findings)
