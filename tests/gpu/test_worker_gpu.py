@@ -98,8 +98,8 @@ async def run_and_recover(client: WorkerClient, job: Job) -> dict:
     result = await client.run(job, timeout_s=300)
     assert result.status == "ok", result.error
     good = await client.run(candidate(GOOD), timeout_s=300)
-    assert good.status == "ok" and good.artifacts["outcome"]["value"] == 2000.0, good.artifacts
-    return result.artifacts["outcome"]
+    assert good.status == "ok" and good.artifacts["sandbox_run"]["value"] == 2000.0, good.artifacts
+    return result.artifacts["sandbox_run"]
 
 
 async def test_device_info_reports_the_gpu(client: WorkerClient):
@@ -168,4 +168,4 @@ async def test_cuda_extension_built_once_then_run(client: WorkerClient, tmp_path
               {"file": "use.py", "function": "main", "usesCuda": True,
                "kwargs": {"build_directory": first.metrics["buildDirectory"]}}, "")
     used = await client.run(job, timeout_s=300)
-    assert used.artifacts["outcome"]["value"] == 3000.0, used.artifacts
+    assert used.artifacts["sandbox_run"]["value"] == 3000.0, used.artifacts

@@ -125,7 +125,7 @@ async def test_an_actor_killed_mid_job_is_retried_and_the_batch_completes(local_
         ray.kill(victim.handle, no_restart=True)
         results = await asyncio.wait_for(batch, 120)
         assert [r.status for r in results] == ["ok"] * 4, [r.error for r in results]
-        assert [r.artifacts["outcome"]["status"] for r in results] == ["ok"] * 4
+        assert [r.artifacts["sandbox_run"]["status"] for r in results] == ["ok"] * 4
         assert backend.retried == 1 and backend.status.restarts == 1
         assert victim not in backend.actors
         deadline = time.monotonic() + 120
