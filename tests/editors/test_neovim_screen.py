@@ -23,6 +23,7 @@ import pytest
 from kernel_lsp.server.hover_card import NO_PROFILE
 from tests.editors.ansi_svg import Style, apply_sgr, parse, to_svg
 
+NO_PROFILE_HERE = "no profile: the file's last compile failed"  # bad.cu's card (server/profile_feature.py)
 REPO = Path(__file__).resolve().parents[2]
 PLUGIN = REPO / "editor_clients" / "neovim"
 IMAGES = REPO / "docs" / "images"
@@ -161,10 +162,12 @@ require("kernel_lsp").setup({{ python = {lua(sys.executable)} }})
 
         # the hover card of the good kernel on line 4: cursor on its name, then K
         pane.keys("4G", f"{SOURCE.splitlines()[3].index('scale') + 1}|", "K")
-        screen = pane.wait_for(lambda screen: NO_PROFILE in screen, "the hover card")
+        # the file does not compile (line 3): the card says why no profile can be made, not to make one
+        screen = pane.wait_for(lambda screen: NO_PROFILE_HERE in screen, "the hover card")
         save("neovim-hover", pane.capture(colours=True), "Neovim: kernel-lsp's hover card on a kernel")
         rows = screen.splitlines()
-        kernel, card = row_of(screen, "p[threadIdx.x]"), row_of(screen, NO_PROFILE)
+        assert NO_PROFILE not in screen, screen
+        kernel, card = row_of(screen, "p[threadIdx.x]"), row_of(screen, NO_PROFILE_HERE)
         assert kernel < card < kernel + 6, f"the card is not just below the kernel's line:\n{screen}"
         assert any(re.search(r"\bscale\b", row) for row in rows[kernel + 1:card]), screen  # its title
         assert ERROR in rows[row_of(screen, ERROR)]  # the error is still drawn
