@@ -109,21 +109,18 @@ class Exchange:
     def _share_packed(self, values: list[Any]) -> tuple[Any, Any]:
         """One uint8 block holding every tensor of `values` (each at a PACK_ALIGN-aligned offset), shared as one
         tensor; the values' descriptors name their tensors' slices, and the views this side keeps are built from
-        them by the same `_unpack` the other side uses."""
+        them by the same `_receive` the other side uses."""
         layout: list[tuple[int, torch.Tensor]] = []
         end = 0
 
         def plan(value: Any) -> Any:
             nonlocal end
             if isinstance(value, torch.Tensor):
-                tensor = value.detach()
-                tensor = tensor if type(tensor) is torch.Tensor else tensor.as_subclass(torch.Tensor)
-                flat = tensor.contiguous().reshape(-1)
+                _, flat, header = _flattened(value)
                 offset = -(-end // PACK_ALIGN) * PACK_ALIGN
                 layout.append((offset, flat))
                 end = offset + flat.numel() * flat.element_size()
-                return {"slice": {"offset": offset, "shape": list(tensor.shape), "numel": flat.numel(),
-                                  "dtype": str(tensor.dtype).removeprefix("torch.")}}
+                return {"slice": {**header, "offset": offset}}
             if isinstance(value, (list, tuple)):
                 return {"items": [plan(item) for item in value], "tuple": isinstance(value, tuple)}
             if isinstance(value, SCALARS):
@@ -143,7 +140,7 @@ class Exchange:
         _settle(block)
         described_block = {"shape": [size], "dtype": "uint8", "numel": size, **where}
         return ({"pack": {"tensor": described_block}, "values": described},
-                [self._unpack(value, block) for value in described])
+                [self._receive(value, block) for value in described])
 
     def receive(self, descriptor: Any) -> Any:
         batch = descriptor.get("batch") if isinstance(descriptor, dict) else None
@@ -165,46 +162,26 @@ class Exchange:
                 os.close(fd)
             self._incoming = []
 
-    def _receive(self, descriptor: Any) -> Any:
+    def _receive(self, descriptor: Any, block: torch.Tensor | None = None) -> Any:
+        """The value `descriptor` describes; inside a pack (`block` given) its tensors are views of the block's
+        slices, each checked to lie inside it, and nothing else of memory (a tensor of its own, a pack) is taken."""
         if not isinstance(descriptor, dict):
             raise ExchangeError(f"not a value descriptor: {type(descriptor).__name__}")
-        if "tensor" in descriptor:
+        if "tensor" in descriptor and block is None:
             return self._receive_tensor(descriptor["tensor"])
+        if "slice" in descriptor and block is not None:
+            return _slice_of(block, descriptor["slice"])
         if "items" in descriptor:
-            items = [self._receive(item) for item in descriptor["items"]]
+            items = [self._receive(item, block) for item in descriptor["items"]]
             return tuple(items) if descriptor.get("tuple") else items
         if "scalar" in descriptor and isinstance(descriptor["scalar"], SCALARS):
             return descriptor["scalar"]
-        if "pack" in descriptor and isinstance(descriptor.get("values"), list):
-            block = self._receive(descriptor["pack"])
-            if not isinstance(block, torch.Tensor) or block.dtype != torch.uint8 or block.dim() != 1:
+        if "pack" in descriptor and block is None and isinstance(descriptor.get("values"), list):
+            packed = self._receive(descriptor["pack"])
+            if not isinstance(packed, torch.Tensor) or packed.dtype != torch.uint8 or packed.dim() != 1:
                 raise ExchangeError("a packed block is not a one-dimensional uint8 tensor")
-            return [self._unpack(value, block) for value in descriptor["values"]]
+            return [self._receive(value, packed) for value in descriptor["values"]]
         raise ExchangeError(f"not a value descriptor: keys {sorted(descriptor)}")
-
-    def _unpack(self, descriptor: Any, block: torch.Tensor) -> Any:
-        """A value of a packed block: its tensors are views of `block`'s slices, each checked to lie inside it."""
-        if isinstance(descriptor, dict) and "slice" in descriptor:
-            described = descriptor["slice"]
-            try:
-                dtype = getattr(torch, described["dtype"])
-                shape = [int(size) for size in described["shape"]]
-                numel, offset = int(described["numel"]), int(described["offset"])
-            except (KeyError, TypeError, ValueError, AttributeError) as error:
-                raise ExchangeError(f"not a packed tensor descriptor: {error!r}") from None
-            if not isinstance(dtype, torch.dtype) or numel != _product(shape):
-                raise ExchangeError(f"not a packed tensor descriptor: dtype {described['dtype']!r}, shape {shape}")
-            size = torch.empty(0, dtype=dtype).element_size()
-            if offset < 0 or offset % PACK_ALIGN or offset + numel * size > block.numel():
-                raise ExchangeError(f"a packed tensor at byte {offset} ({numel * size} bytes) lies outside its "
-                                    f"block of {block.numel()} bytes or off its alignment")
-            return block[offset:offset + numel * size].view(dtype).view(shape)
-        if isinstance(descriptor, dict) and "items" in descriptor:
-            items = [self._unpack(item, block) for item in descriptor["items"]]
-            return tuple(items) if descriptor.get("tuple") else items
-        if isinstance(descriptor, dict) and "scalar" in descriptor and isinstance(descriptor["scalar"], SCALARS):
-            return descriptor["scalar"]
-        raise ExchangeError(f"not a packed value descriptor: {type(descriptor).__name__}")
 
     def forget(self) -> None:
         """Removes the files this side wrote (the other side's mappings stay valid until dropped)."""
@@ -214,12 +191,7 @@ class Exchange:
         self._kept.clear()
 
     def _send_tensor(self, tensor: torch.Tensor) -> tuple[dict[str, Any], torch.Tensor]:
-        tensor = tensor.detach()
-        if type(tensor) is not torch.Tensor:
-            tensor = tensor.as_subclass(torch.Tensor)
-        flat = tensor.contiguous().reshape(-1)
-        described: dict[str, Any] = {"shape": list(tensor.shape), "dtype": str(tensor.dtype).removeprefix("torch."),
-                                     "numel": flat.numel()}
+        tensor, flat, described = _flattened(tensor)
         if flat.numel() == 0:
             return {**described, "empty": str(tensor.device)}, tensor
         if flat.is_cuda and self.channel is None:  # legacy IPC shares the tensor's own memory: no copy
@@ -264,14 +236,7 @@ class Exchange:
         return {"file": path.name}, torch.from_file(str(path), shared=True, size=nbytes, dtype=torch.uint8)
 
     def _receive_tensor(self, described: dict[str, Any]) -> torch.Tensor:
-        try:
-            dtype = getattr(torch, described["dtype"])
-            shape = [int(size) for size in described["shape"]]
-            numel = int(described["numel"])
-        except (KeyError, TypeError, ValueError, AttributeError) as error:
-            raise ExchangeError(f"not a tensor descriptor: {error!r}") from None
-        if not isinstance(dtype, torch.dtype) or numel != _product(shape):
-            raise ExchangeError(f"not a tensor descriptor: dtype {described['dtype']!r}, shape {shape}, numel {numel}")
+        dtype, shape, numel = _header(described)
         if "empty" in described:
             return torch.empty(shape, dtype=dtype, device=str(described["empty"]))
         if "vmm" in described:
@@ -309,6 +274,44 @@ class Exchange:
         except device_share.ShareError as error:
             raise ExchangeError(str(error)) from None
         return block.as_tensor(torch).view(dtype).view(shape)
+
+
+def _flattened(tensor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+    """A tensor as it crosses: a plain tensor, its contiguous bytes in one dimension, and its header (shape,
+    dtype, numel)."""
+    tensor = tensor.detach()
+    if type(tensor) is not torch.Tensor:
+        tensor = tensor.as_subclass(torch.Tensor)
+    flat = tensor.contiguous().reshape(-1)
+    return tensor, flat, {"shape": list(tensor.shape), "dtype": str(tensor.dtype).removeprefix("torch."),
+                          "numel": flat.numel()}
+
+
+def _header(described: Any) -> tuple[torch.dtype, list[int], int]:
+    """A received tensor header's dtype, shape and numel, checked to agree with each other."""
+    try:
+        dtype = getattr(torch, described["dtype"])
+        shape = [int(size) for size in described["shape"]]
+        numel = int(described["numel"])
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise ExchangeError(f"not a tensor descriptor: {error!r}") from None
+    if not isinstance(dtype, torch.dtype) or numel != _product(shape):
+        raise ExchangeError(f"not a tensor descriptor: dtype {described['dtype']!r}, shape {shape}, numel {numel}")
+    return dtype, shape, numel
+
+
+def _slice_of(block: torch.Tensor, described: Any) -> torch.Tensor:
+    """A packed tensor: a view of its slice of `block`, checked to lie inside it and on PACK_ALIGN."""
+    dtype, shape, numel = _header(described)
+    try:
+        offset = int(described["offset"])
+    except (KeyError, TypeError, ValueError) as error:
+        raise ExchangeError(f"not a packed tensor descriptor: {error!r}") from None
+    nbytes = numel * torch.empty(0, dtype=dtype).element_size()
+    if offset < 0 or offset % PACK_ALIGN or offset + nbytes > block.numel():
+        raise ExchangeError(f"a packed tensor at byte {offset} ({nbytes} bytes) lies outside its block of "
+                            f"{block.numel()} bytes or off its alignment")
+    return block[offset:offset + nbytes].view(dtype).view(shape)
 
 
 def _settle(written: torch.Tensor) -> None:
