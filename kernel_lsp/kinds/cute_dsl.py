@@ -32,7 +32,7 @@ from kernel_lsp.profile.locations import kernel_locations
 from kernel_lsp.candidate.kernels import cute_kernel_function
 from kernel_lsp.worker.jobs import SOURCE, JobContext, sandbox_run_finding, sandbox_limits
 from kernel_lsp.worker.protocol import Job, Result
-from kernel_lsp.worker.sandbox import SandboxTask
+from kernel_lsp.worker.sandbox import SandboxRun, SandboxTask
 from profilers.sass import (
     ResourceUsage,
     SassStats,
@@ -103,16 +103,12 @@ async def handle(job: Job, context: JobContext) -> Result:
     ran = await context.sandbox.run(task, sandbox_limits({"wallTimeS": WALL_TIME_S}))
     candidate_uri = path_to_uri(origins.get(candidate, candidate))
     if ran.status != "ok":  # the child itself died or hung (a crash in the DSL's native code, say)
-        finding = sandbox_run_finding(ran, task)
-        return Result("ok", [finding.to_dict()], {"status": "stopped", "summary": finding.message, "kernels": []},
-                      {"stderr": ran.stderr[-4000:]})
+        return _stopped(sandbox_run_finding(ran, task), ran)
     try:
         report = decode(CuteDslReport, ran.value)
     except ContractError as error:  # the process that built it ran the user's file: its word, which did not hold
-        message = f"the CuTe DSL check's report broke its contract: {error}"
-        return Result("ok", [Finding(candidate_uri, Range.line(0), Severity.INFORMATION, SOURCE, "cute-dsl-contract",
-                                     message).to_dict()],
-                      {"status": "stopped", "summary": message, "kernels": []}, {"stderr": ran.stderr[-4000:]})
+        return _stopped(Finding(candidate_uri, Range.line(0), Severity.INFORMATION, SOURCE, "cute-dsl-contract",
+                                f"the CuTe DSL check's report broke its contract: {error}"), ran)
     locations = kernel_locations({name: text for name, text in job.source_files.items()
                                   if name != config.get("reference")}, origins)
     kernels, problems = await asyncio.to_thread(_kernel_facts, report.kernels,
@@ -124,6 +120,12 @@ async def handle(job: Job, context: JobContext) -> Result:
     return Result("ok", [f.to_dict() for f in findings],
                   {"status": report.status, "summary": summary, "kernels": kernels, "version": report.version,
                    "isolation": encode(report.isolation) if report.isolation is not None else {}},
+                  {"stderr": ran.stderr[-4000:]})
+
+
+def _stopped(finding: Finding, ran: SandboxRun) -> Result:
+    """A check that gave no report to read: its one finding, the status "stopped"."""
+    return Result("ok", [finding.to_dict()], {"status": "stopped", "summary": finding.message, "kernels": []},
                   {"stderr": ran.stderr[-4000:]})
 
 
