@@ -65,33 +65,33 @@ def interrupt(process: subprocess.Popen) -> None:
     process.wait(timeout=120)
 
 
-@pytest.mark.slow
-def test_check_of_a_folder_on_a_terminal_shows_its_progress_within_seconds():
-    """The tour's compile takes 40 s with nvcc and showed nothing meanwhile; now a live line counts the files."""
+def progress_on_a_terminal(arguments: list[str], pattern: bytes) -> bytes:
+    """What `kernel-lsp ARGUMENTS` drew on a terminal until `pattern` (within 10 s, or the test fails), then
+    stopped with Ctrl-C."""
     reader, writer = terminal()
-    process = start(["check", "--no-cache", "examples/tour"], writer, writer)
+    process = start(arguments, writer, writer)
     os.close(writer)
     try:
-        seen, after = read_until(reader, rb"kernel-lsp check: \d+ files.*\d+/\d+", 10)
+        seen, after = read_until(reader, pattern, 10)
     finally:
         interrupt(process)
         os.close(reader)
     assert after is not None, seen.decode(errors="replace")
+    return seen
+
+
+@pytest.mark.slow
+def test_check_of_a_folder_on_a_terminal_shows_its_progress_within_seconds():
+    """The tour's compile takes 40 s with nvcc and showed nothing meanwhile; now a live line counts the files."""
+    seen = progress_on_a_terminal(["check", "--no-cache", "examples/tour"], rb"kernel-lsp check: \d+ files.*\d+/\d+")
     assert ESCAPE in seen  # drawn live, not printed as a line
 
 
 @pytest.mark.slow
 def test_verify_on_a_terminal_shows_its_progress_while_the_worker_starts():
     """The worker's start-up (torch imported, CUDA started) said nothing for a minute."""
-    reader, writer = terminal()
-    process = start(["verify", "examples/tour/relu_triton.py", "--device", "cpu"], writer, writer)
-    os.close(writer)
-    try:
-        seen, after = read_until(reader, rb"kernel-lsp verify: relu_triton\.py.*\d:\d\d:\d\d", 10)
-    finally:
-        interrupt(process)
-        os.close(reader)
-    assert after is not None, seen.decode(errors="replace")
+    progress_on_a_terminal(["verify", "examples/tour/relu_triton.py", "--device", "cpu"],
+                           rb"kernel-lsp verify: relu_triton\.py.*\d:\d\d:\d\d")
 
 
 def test_check_piped_prints_no_escape_codes():

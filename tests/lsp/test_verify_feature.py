@@ -322,20 +322,26 @@ async def test_a_closed_candidate_is_verified_again_when_its_reference_changes_o
     assert published and verify_codes(published[-1]) == [] and published[-1].version is None
 
 
+async def verified_in_a_server_that_then_stops(config, workspace: Path, path: Path, text: str) -> dict:
+    """`text` (a wrong candidate) written to `path` and verified by a server that then shuts down, flushing the
+    verdict to the on-disk cache; its answer."""
+    server = await config.start()
+    try:
+        await server.initialize_session(initialize_params(workspace, {**CPU_SETTINGS, "verifyOnSave": False}))
+        answer = await verify_command(server, open_on_disk(server, path, text))
+        assert answer["summary"].startswith("rejected · correct 0/2"), answer
+    finally:
+        await server.shutdown_session()  # flushes the cache
+    return answer
+
+
 async def test_a_verdict_survives_a_restart_for_the_same_files_and_only_for_them(workspace: Path, tmp_path: Path):
     """The verdict and its findings are kept in the workspace's on-disk cache under the job's content-addressed key:
     a restarted server shows them on open, with their age, without running anything; other text shows none."""
     config = server_config({"TRITON_INTERPRET": "1", "KERNEL_LSP_CACHE_DIR": str(tmp_path / "cache")})
     (workspace / "relu.py").write_text(REFERENCE)
     wrong = candidate("0.5")
-    first = await config.start()
-    try:
-        await first.initialize_session(initialize_params(workspace, {**CPU_SETTINGS, "verifyOnSave": False}))
-        uri = open_on_disk(first, workspace / "relu_new.py", wrong)
-        answer = await verify_command(first, uri)
-        assert answer["summary"].startswith("rejected · correct 0/2"), answer
-    finally:
-        await first.shutdown_session()  # flushes the cache
+    answer = await verified_in_a_server_that_then_stops(config, workspace, workspace / "relu_new.py", wrong)
 
     second = await config.start()
     try:
@@ -360,13 +366,7 @@ async def test_after_a_restart_a_closed_candidates_kept_verdict_is_published_bef
     config = server_config({"TRITON_INTERPRET": "1", "KERNEL_LSP_CACHE_DIR": str(tmp_path / "cache")})
     (workspace / "relu.py").write_text(REFERENCE)
     path = workspace / "relu_new.py"
-    first = await config.start()
-    try:
-        await first.initialize_session(initialize_params(workspace, {**CPU_SETTINGS, "verifyOnSave": False}))
-        answer = await verify_command(first, open_on_disk(first, path, candidate("0.5")))
-        assert answer["summary"].startswith("rejected · correct 0/2"), answer
-    finally:
-        await first.shutdown_session()  # flushes the cache
+    answer = await verified_in_a_server_that_then_stops(config, workspace, path, candidate("0.5"))
 
     second = await config.start()
     try:
