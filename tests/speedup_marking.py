@@ -33,6 +33,6 @@ def ratios(node: Any, under_ratio: bool = False) -> set[float]:
 
 def shown_ratios(text: str, document: Any) -> list[str]:
     """The document's ratios a page, table or plot shows, as they would be written (3 significant digits, a
-    number of its own)."""
+    number of its own: not part of a dollar figure or a count with a thousands separator)."""
     written = [f"{r:.3g}" for r in sorted(ratios(document)) if r not in (0.0, 1.0)]
-    return [w for w in written if re.search(rf"(?<![\d.]){re.escape(w)}(?![\d])", text)]
+    return [w for w in written if re.search(rf"(?<![\d.,$]){re.escape(w)}(?![\d,])", text)]
