@@ -33,7 +33,8 @@ from typing import Any, NoReturn
 
 from kernel_lsp.process.confine import SIGNAL_SCOPE_ABI, landlock_abi
 from kernel_lsp.process.frames import read_frame, write_frame
-from kernel_lsp.process.isolation import BUILD_CACHES, build_cache_root, candidate_environment, with_package_on_path
+from kernel_lsp.process.isolation import (BUILD_CACHES, build_cache_root, candidate_environment, judge_build_root,
+                                         with_package_on_path)
 from kernel_lsp.contracts.keeper_report import KeeperEnd
 from kernel_lsp.process.keeper import KILL_WITHIN_S, KeeperLink, keeper_command, processes_isolation
 from kernel_lsp.process.namespaces import (TASK_DIR_ENV, SandboxPlan, isolation_status, make_readable, prepare_writable,
@@ -48,12 +49,13 @@ PROFILING_PARAMS = "/proc/driver/nvidia/params"  # the driver's RmProfilingAdmin
 INHERITED_LIMITS = ("RLIMIT_FSIZE", "RLIMIT_DATA", "RLIMIT_AS")  # what a task sets in the sandbox child
 
 
-def candidate_launch(home: Path) -> tuple[dict[str, str], list[str]]:
+def candidate_launch(home: Path, caches: Path | None = None) -> tuple[dict[str, str], list[str]]:
     """How a candidate's process is started: its environment (the allow-list of process/isolation.py, so no
     secret, with HOME and TMPDIR at `home` and this kernel_lsp on its path) and the folders it may write once
     confined (`home`, the build caches, /dev and /proc). The candidate's process of a verification or a
-    profile and the program ncu profiles all start this way."""
-    environment = with_package_on_path(candidate_environment(os.environ, str(home), build_cache_root()))
+    profile and the program ncu profiles all start this way; the baselines' process (BaselineProcess) too, with
+    the judge's build caches as `caches` (no candidate can write those)."""
+    environment = with_package_on_path(candidate_environment(os.environ, str(home), caches or build_cache_root()))
     environment["HOME"] = environment["TMPDIR"] = str(home)
     writable = [str(home), *ALWAYS_WRITABLE]
     for name in BUILD_CACHES:  # the candidates' folders (candidate_environment), never the judge's
@@ -129,6 +131,27 @@ def candidate_process(allow_network: bool, device: str, files: tuple[str, ...] =
         shutil.rmtree(process.scratch, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def baseline_process(device: str, files: tuple[str, ...] = ()) -> Iterator[BaselineProcess]:
+    """The baselines' process for one verification (verify/rounds.py measure): the one this sandbox child started
+    while it waited (candidate/prestart.py, on a machine with a GPU) if it suits, else a new one; closed and its
+    scratch folder removed afterwards, at once if it was never asked anything (it may still be importing torch)."""
+    if device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    prestart = sys.modules.get("kernel_lsp.candidate.prestart")  # imported only where the worker preloads it
+    readable = task_folders(files)
+    process = prestart.take_baselines(os.environ.get("TRITON_INTERPRET") == "1", readable) if prestart else None
+    if process is None:
+        process = BaselineProcess(Path(tempfile.mkdtemp(prefix="kernel-lsp-baselines-")), False, readable)
+    try:
+        yield process
+    finally:
+        if not process.wall_s:
+            process.kill()
+        process.close()
+        shutil.rmtree(process.scratch, ignore_errors=True)
+
+
 class CandidateFailed(Exception):
     """The candidate raised in its own process; `sandbox_failure` is how (the sandbox child reports it)."""
 
@@ -156,7 +179,7 @@ class CandidateProcess:
         self.home = scratch / "candidate-home"
         self.exchange_folder = self.home / "exchange"
         self.exchange_folder.mkdir(parents=True, exist_ok=True)
-        environment, writable = candidate_launch(self.home)
+        environment, writable = candidate_launch(self.home, self.caches())
         self.interpret = environment.get("TRITON_INTERPRET") == "1"  # Triton reads it once, at import
         self.namespaces = isolation_status()
         sandboxed = self.namespaces.startswith("isolated")
@@ -192,6 +215,10 @@ class CandidateProcess:
         self._pending_ready: dict[str, Any] | None = None  # the ready frame, when inherit_limits read it first
         self.kept: KeeperEnd | None = None  # the keeper's last report, once closed (None: it was killed)
         self.wall_s: dict[str, float] = {}  # per op, the judge's clock from request to reply
+
+    def caches(self) -> Path | None:
+        """The build caches' root (None: the candidates')."""
+        return None
 
     def ready(self) -> dict[str, str]:
         """Waits for the process to be up and confined; how it is confined (files, network, processes)."""
@@ -303,3 +330,28 @@ class CandidateProcess:
             os.kill(os.getpid(), -returncode)
             time.sleep(5)  # a signal that does not end a process by default (SIGCHLD...) falls through
         os._exit(returncode if returncode >= 0 else 1)
+
+
+class BaselineFailed(Exception):
+    """The baselines' process hung or died: the baselines are not timed (the candidate is not to blame)."""
+
+
+class BaselineProcess(CandidateProcess):
+    """A process of the candidate's kind (candidate/side.py, in the same sandbox, started the same way) that runs
+    the reference's model, eager and compiled, for the baselines' batches (verify/rounds.py measure): the
+    baselines pay what the candidate pays (a process's round trip, its sandbox) and are timed by the same
+    protocol. Only the reference's code runs in it, with the judge's build caches (a candidate could plant a slow
+    artifact in its own, keyed as the reference's compile would look it up). Its hang or death is its own failure,
+    not the candidate's: BaselineFailed, where the candidate's process would end the judge as it ended."""
+
+    def caches(self) -> Path | None:
+        return judge_build_root()
+
+    def _hung(self, limit: CallLimit) -> NoReturn:
+        self.kill()
+        self.process.wait()
+        raise BaselineFailed(f"the baselines' process did not answer within {limit.seconds:.3g} s ({limit.what})")
+
+    def _died(self) -> NoReturn:
+        returncode = self.process.wait()
+        raise BaselineFailed(f"the baselines' process ended without answering (exit status {returncode})")

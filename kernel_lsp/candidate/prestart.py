@@ -1,8 +1,10 @@
 """A candidate's process started ahead of time: imported by a waiting sandbox child (the worker's preload list),
-so that the candidate's process has imported torch and made its CUDA context before the task arrives.
+so that the candidate's process has imported torch and made its CUDA context before the task arrives; on a machine
+with a GPU, the baselines' process too (candidate/handle.py BaselineProcess: without one, its start is left to the
+verifications that time a candidate, not paid by every child).
 
 It is started with the network refused (the default); a task that allows the network, or a process that died
-while waiting, gets a fresh one (verify/run.py asks `take`).
+while waiting, gets a fresh one (verify/run.py asks `take`, verify/rounds.py's caller `take_baselines`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from kernel_lsp.candidate.handle import CandidateProcess
+from kernel_lsp.candidate.handle import BaselineProcess, CandidateProcess
 from kernel_lsp.process.namespaces import nvidia_device_present
 
 # Triton reads TRITON_INTERPRET when it is imported (the candidate's process imports it with torch._dynamo while
@@ -24,6 +26,8 @@ if NO_GPU:
 
 _waiting: CandidateProcess | None = CandidateProcess(Path(tempfile.mkdtemp(prefix="kernel-lsp-judge-")),
                                                      allow_network=False)
+_waiting_baselines: BaselineProcess | None = None if NO_GPU else BaselineProcess(
+    Path(tempfile.mkdtemp(prefix="kernel-lsp-baselines-")), allow_network=False)
 
 
 def take(allow_network: bool, interpret: bool, readable: tuple[str, ...] = ()) -> CandidateProcess | None:
@@ -31,6 +35,18 @@ def take(allow_network: bool, interpret: bool, readable: tuple[str, ...] = ()) -
     within what its sandbox reads) and still lives, under the task's file size and memory limits; at most once."""
     global _waiting
     waiting, _waiting = _waiting, None
+    return _suited(waiting, allow_network, interpret, readable)
+
+
+def take_baselines(interpret: bool, readable: tuple[str, ...] = ()) -> BaselineProcess | None:
+    """The baselines' process started while waiting, as `take` has it (the baselines never get the network)."""
+    global _waiting_baselines
+    waiting, _waiting_baselines = _waiting_baselines, None
+    return _suited(waiting, False, interpret, readable)
+
+
+def _suited(waiting: CandidateProcess | None, allow_network: bool, interpret: bool,
+            readable: tuple[str, ...]) -> CandidateProcess | None:
     if waiting is None:
         return None
     suits = not allow_network and waiting.interpret == interpret and waiting.reads(readable)
@@ -41,12 +57,13 @@ def take(allow_network: bool, interpret: bool, readable: tuple[str, ...] = ()) -
 
 
 def discard() -> None:
-    """Ends the process at once if no task took it (the sandbox child calls this before it exits), so that it
-    writes nothing more into the child's scratch folder while that is being removed."""
-    global _waiting
-    waiting, _waiting = _waiting, None
-    if waiting is not None:
-        _end(waiting)
+    """Ends the processes at once if no task took them (the sandbox child calls this before it exits), so that
+    they write nothing more into the child's scratch folder while that is being removed."""
+    global _waiting, _waiting_baselines
+    for waiting in (_waiting, _waiting_baselines):
+        if waiting is not None:
+            _end(waiting)
+    _waiting = _waiting_baselines = None
 
 
 def _end(waiting: CandidateProcess) -> None:

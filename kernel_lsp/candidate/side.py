@@ -143,6 +143,8 @@ class CandidateSide:
         self.started_threads: list[str] = []
         self.shared_poison: Any = None  # verify/shared_fill.SharedPoison on CUDA, made before the candidate's import
         self.watch: TimedCalls | None = None  # while the judge times this process (op_timing_sets .. op_timed_report)
+        self.compiled: Any = None  # the baselines' process: torch.compile of its model (op_compile)
+        self.compiled_reused = False  # and whether it returned one buffer on successive calls (as TimedCalls has it)
 
     def op_limit(self, request: dict[str, Any]) -> dict[str, Any]:
         """The task's file size and memory limits, for a process started ahead of it (asked before the candidate's
@@ -164,7 +166,7 @@ class CandidateSide:
         self.enter(request["task_dir"])
         self.target = resolve_device(request["device"])
         seconds: dict[str, float] = {}
-        if self.target.type == "cuda":
+        if self.target.type == "cuda" and request.get("poisons", True):  # the baselines' process runs no trial
             from kernel_lsp.candidate.shared_fill import SharedPoison
 
             with stopwatch(seconds, "candidate: shared-memory fill loaded"):
@@ -179,13 +181,25 @@ class CandidateSide:
             module = self.module = load_module(request["candidate"], "kernel_lsp_candidate")
         with stopwatch(seconds, "candidate: model built"):
             torch.manual_seed(WEIGHTS_SEED)
-            model = module.ModelNew(*self.exchange.receive(request["init"]))
+            # the candidate's ModelNew; the baselines' process (candidate/handle.py BaselineProcess) loads the
+            # reference's Model the same way
+            model = getattr(module, request.get("model_class", "ModelNew"))(*self.exchange.receive(request["init"]))
         with stopwatch(seconds, "candidate: weights loaded"):
             state = dict(zip(request["weight_names"], self.exchange.receive(request["weights"])))
             weights = load_weights(state, model)
             self.model = model.to(self.target).eval()
         gc.freeze()  # what exists now lives as long as this process: each run's collection skips it
         return {"weights": weights, "seconds": seconds}
+
+    def op_compile(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The baselines' process: torch.compile of the loaded model, compiled here on the first timing input set
+        (not in its first batch); op_batch runs it for model="compile"."""
+        compiled = self.torch.compile(self.model)
+        with self.torch.no_grad():
+            compiled(*self.timing_sets[0])
+        self.settle_device()
+        self.compiled = compiled
+        return {}
 
     def op_call(self, request: dict[str, Any]) -> dict[str, Any]:
         """Another job's work in this process, named by its entry ("kernel_lsp.module:function"; the profile job's
@@ -334,6 +348,10 @@ class CandidateSide:
         with self.torch.no_grad():
             return self.model(*inputs)
 
+    def compiled_call(self, *inputs: Any) -> Any:
+        with self.torch.no_grad():
+            return self.compiled(*inputs)
+
     def settle_device(self) -> None:
         if self.target.type == "cuda":
             self.torch.cuda.synchronize()  # the whole device, not only the current stream
@@ -344,16 +362,21 @@ class CandidateSide:
 
     def op_batch(self, request: dict[str, Any]) -> dict[str, Any]:
         """One batch, timed by the judge's clock around this request: forward on each named input set, back to
-        back, then the device synchronized. The outputs stay alive until op_after_batch."""
+        back, then the device synchronized. The outputs stay alive until op_after_batch. In the baselines' process,
+        model="compile" runs the compiled model (op_compile)."""
         from kernel_lsp.candidate.integrity import copied, outputs_share_memory
         from kernel_lsp.candidate.timing import time_batch
 
-        watch = self.watch
-        self.batch_copied = watch.reused_output
-        self.batch_outputs = time_batch(self.timing_call, self.timing_sets, request["sets"], self.settle_device,
-                                        copied if self.batch_copied else None)
+        watch, compiled = self.watch, request.get("model") == "compile"
+        self.batch_copied = self.compiled_reused if compiled else watch.reused_output
+        self.batch_outputs = time_batch(self.compiled_call if compiled else self.timing_call, self.timing_sets,
+                                        request["sets"], self.settle_device, copied if self.batch_copied else None)
         if not self.batch_copied and outputs_share_memory(self.batch_outputs):
-            watch.reused_output = True  # the judge's first batch (a warm-up, of 2 calls or more) finds it
+            # the judge's first batch (a warm-up, of 2 calls or more) finds it
+            if compiled:
+                self.compiled_reused = True
+            else:
+                watch.reused_output = True
         return {}
 
     def op_after_batch(self, request: dict[str, Any]) -> dict[str, Any]:

@@ -51,7 +51,8 @@ ASKED = {"forward": "forward", "again": "forward (called again on new inputs)",
          "timed_report": "the candidate's process (its timed outputs)",
          "record": "the candidate's process (a kernel recording)",
          "release": "the candidate's process (releasing a run's tensors)",
-         "report": "the candidate's process (its report on itself)"}
+         "report": "the candidate's process (its report on itself)",
+         "compile": "torch.compile of the reference (the compile baseline, in the baselines' process)"}
 
 
 class Phases:

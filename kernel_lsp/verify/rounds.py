@@ -1,6 +1,7 @@
 """The judge's timing protocol (docs/verification.md): the timing's input sets, the contenders (the candidate's
-batches in its process, the baselines' in the judge's), warm-up, batch size, interleaved rounds with outputs kept
-by a choice the candidate cannot see, the baselines' cache, and the physical floor (`measure`)."""
+batches in its process, the baselines' in a process of the same kind: candidate/handle.py BaselineProcess),
+warm-up, batch size, interleaved rounds with outputs kept by a choice the candidate cannot see, the baselines'
+cache, and the physical floor (`measure`)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any
 import torch
 
 from kernel_lsp.candidate.exchange import Packed
+from kernel_lsp.candidate.handle import BaselineFailed, CandidateFailed, CandidateProcess
 from kernel_lsp.candidate.integrity import copied, tensor_leaves
 from kernel_lsp.candidate.kernels import classify
 from kernel_lsp.candidate.timing import (
@@ -28,13 +30,13 @@ from kernel_lsp.candidate.timing import (
     speedup,
     speedup_interval,
     summarize,
-    time_batch,
 )
 from kernel_lsp.contracts.verify_report import Floor as ReportFloor, GpuStates, Timing, Timings
 from kernel_lsp.verify.baselines import BaselineCache, gpu_state
 from kernel_lsp.verify.checks import compare_candidate, note_kernel_use, reported_window
+from kernel_lsp.verify.contenders import COMPILE_LIMIT_S, Contender, ProcessBatches, load_baselines, round_trip
 from kernel_lsp.verify.floor import Floor, below_floor, cached_problem_work, device_peaks
-from kernel_lsp.verify.judge import PHASES, Judge, Integrity, clone_inputs, first_line, release, size_in_bytes
+from kernel_lsp.verify.judge import PHASES, Integrity, Judge, clone_inputs, first_line, release, size_in_bytes
 from kernel_lsp.verify.reference import device_name, input_signature, run_reference
 
 TIMING_SEED = 10_000  # timed inputs are drawn apart from the trials' seeds
@@ -44,7 +46,6 @@ FIRST_TIMING_SETS = 4  # drawn before the warm-up; more, up to the batch size, o
 TIMING_MEMORY_FRACTION = 0.25  # the timing's input sets (and their outputs) may take this much free device memory
 TIMING_CPU_BYTES = 256 << 20  # and this much memory on the CPU
 COPY_TRIES = 3  # copies of an output the judge times: the fastest is what keeping one costs
-ROUND_TRIPS = 5  # pings to the candidate's process; their median is its round trip
 ROUND_TRIP_FACTOR = 50  # a batch is sized to take at least this many round trips
 MAX_BATCH_MS = 250.0  # but no longer than this: a process that answers pings slowly only slows its own figure
 MIN_ROUNDS = 10  # interleaved rounds at the least (unless timedCalls asks for fewer calls), however large a batch
@@ -57,78 +58,18 @@ TIMED_CALLS_RECORDED = 1  # extra calls between the timed batches, recorded (eac
 
 
 @PHASES("timing input sets")
-def timing_sets_that_fit(first: tuple, target: torch.device, output_bytes: int) -> int:
-    """How many input sets the timing may use: as many as fit (each with room for two outputs: held until its
-    batch is over, and a kept copy) in a quarter of the free device memory, or TIMING_CPU_BYTES on the CPU; at
-    least one, at most MAX_TIMING_INPUT_SETS. A batch calls each set at most once, so no batch is longer. The sets
-    cross to the candidate's process packed (exchange.Packed), so a set costs its bytes, not a device block each."""
-    size = size_in_bytes(first) + 2 * output_bytes
+def timing_sets_that_fit(first: tuple, target: torch.device, output_bytes: int, copies: int = 1) -> int:
+    """How many input sets the timing may use: as many as fit (each `copies` times, one per process that runs
+    batches, with room for two outputs: held until its batch is over, and a kept copy) in a quarter of the free
+    device memory, or TIMING_CPU_BYTES on the CPU; at least one, at most MAX_TIMING_INPUT_SETS. A batch calls each
+    set at most once, so no batch is longer. The sets cross to each process packed (exchange.Packed), so a set
+    costs its bytes, not a device block each."""
+    size = copies * size_in_bytes(first) + 2 * output_bytes
     budget = TIMING_CPU_BYTES
     if target.type == "cuda":
         free, _ = torch.cuda.mem_get_info(target)
         budget = int(free * TIMING_MEMORY_FRACTION)
     return max(1, min(MAX_TIMING_INPUT_SETS, budget // max(size, 1)))
-
-
-def no_grad_call(model: Callable[..., Any]) -> Callable[..., Any]:
-    def call(*inputs: Any) -> Any:
-        with torch.no_grad():
-            return model(*inputs)
-    return call
-
-
-class Contender:
-    """One of the timed: the candidate's process or a baseline, each run the same way by rounds (`measure`)."""
-
-    kind: str
-    round_trip_ms: float = 0.0
-    warm_calls: int = 0
-
-    def batch(self, indices: list[int]) -> float:
-        """Runs one batch; its wall time by the judge's clock, in seconds."""
-        raise NotImplementedError
-
-    def after(self, indices: list[int], first: int, keep: tuple[int, ...] = ()) -> float:
-        """What follows a batch: the outputs of the calls at offsets `keep` kept, the others let go; the seconds it
-        took by the judge's clock, of which the candidate's own share counts (`measure`)."""
-        return 0.0
-
-
-class CandidateBatches(Contender):
-    """The candidate's batches: each a request to its process, timed around the whole round trip."""
-
-    kind = "candidate"
-
-    def __init__(self, judge: Judge) -> None:
-        self.judge = judge
-
-    def batch(self, indices: list[int]) -> float:
-        started = time.perf_counter()
-        self.judge.ask("batch", runs=len(indices), sets=indices)
-        return time.perf_counter() - started
-
-    def after(self, indices: list[int], first: int, keep: tuple[int, ...] = ()) -> float:
-        started = time.perf_counter()
-        self.judge.ask("after_batch", runs=len(keep), sets=indices, first=first, keep=list(keep))
-        return time.perf_counter() - started
-
-
-class BaselineBatches(Contender):
-    """A baseline's batches, run in the judge's process by the same batch function (candidate/timing.py time_batch)
-    on the same input sets; its outputs are held until the batch is over, as the candidate's are."""
-
-    def __init__(self, kind: str, model: Callable[..., Any], input_sets: list[tuple], target: torch.device) -> None:
-        self.kind, self.model, self.input_sets, self.target = kind, no_grad_call(model), input_sets, target
-        self.held: list[Any] = []
-
-    def batch(self, indices: list[int]) -> float:
-        started = time.perf_counter()
-        self.held = time_batch(self.model, self.input_sets, indices, lambda: settle(self.target))
-        return time.perf_counter() - started
-
-    def after(self, indices: list[int], first: int, keep: tuple[int, ...] = ()) -> float:
-        self.held = []
-        return 0.0
 
 
 def settle(target: torch.device) -> None:
@@ -137,17 +78,21 @@ def settle(target: torch.device) -> None:
 
 
 class TimingSets:
-    """The timing's input sets as both processes see them (the judge's view of the shared memory, which the
-    baselines run on too), refreshed by the judge between rounds: each set used in a round gets new values,
+    """The timing's input sets as the judge and each process that runs batches see them (one copy of the shared
+    memory per process: the candidate's, and the baselines'), refreshed by the judge between rounds, in every
+    copy alike: each set used in a round gets new values,
     drawn by the problem's get_inputs with a seed of its own (set, round), written in place. No timed call sees
     contents an earlier call saw, so an answer kept from one (a cache keyed by identity, pointer, version or any
     function of the values) is wrong, and the kept outputs are compared on exactly the values they were made
     from. On CUDA the judge also flushes the L2 cache between batches (its own scratch: the cache is the
     device's)."""
 
-    def __init__(self, judge: Judge, get_inputs: Callable[[], list], seed: int, count: int) -> None:
-        self.judge, self.get_inputs, self.seed, self.target = judge, get_inputs, seed, judge.target
-        self.views: list[tuple] = []  # the baselines hold this list: sets added later reach them too
+    def __init__(self, judge: Judge, get_inputs: Callable[[], list], seed: int, count: int,
+                 others: tuple[Judge, ...] = ()) -> None:
+        self.get_inputs, self.seed, self.target = get_inputs, seed, judge.target
+        self.parties = (judge, *others)
+        self.views: list[tuple] = []  # the candidate's process's sets, as the judge sees them
+        self.copies: list[list[tuple]] = [self.views, *([] for _ in others)]  # each party's, the same order
         self.scratch = l2_scratch(judge.target) if judge.target.type == "cuda" else None
         self.grow(count)
 
@@ -159,10 +104,11 @@ class TimingSets:
         """Sets up to `count` (drawn as round 0's values, shared, and sent to the candidate's process)."""
         if count <= self.count:
             return
-        described, views = self.judge.exchange.share(Packed([self.values(index, 0)
-                                                             for index in range(self.count, count)]))
-        self.judge.ask("timing_sets", input_sets=described)
-        self.views.extend(views)
+        values = [self.values(index, 0) for index in range(self.count, count)]
+        for party, held in zip(self.parties, self.copies):
+            described, views = party.exchange.share(Packed(values))
+            party.ask("timing_sets", input_sets=described)
+            held.extend(views)
 
     def values(self, set_index: int, round_number: int) -> tuple:
         """The values set `set_index` holds in round `round_number` (round 0: as first drawn)."""
@@ -172,9 +118,10 @@ class TimingSets:
 
     def refresh(self, indices: list[int], round_number: int) -> None:
         for set_index in indices:
-            for view, value in zip(tensor_leaves(self.views[set_index]),
-                                   tensor_leaves(self.values(set_index, round_number))):
-                view.copy_(value)
+            values = tensor_leaves(self.values(set_index, round_number))
+            for held in self.copies:
+                for view, value in zip(tensor_leaves(held[set_index]), values):
+                    view.copy_(value)
         settle(self.target)
 
     def flush(self) -> None:
@@ -274,8 +221,9 @@ class Rounds:
     `batch` calls on distinct input sets, the order rotating round by round (so drift and a noisy neighbour
     reach each alike), the judge's clock around each batch. The candidate's sample of a round is its batch plus
     the request that keeps the outputs the judge chose (so nothing it computes there is free), less what the
-    judge's own copy of as many outputs of that size takes (`copy_s` each, timed once before the rounds); between
-    rounds the judge refreshes the sets used."""
+    judge's own copy of as many outputs of that size takes (`copy_s` each, timed once before the rounds); a
+    baseline's, its batch plus the request after it (which keeps nothing): two round trips each. Between rounds
+    the judge refreshes the sets used."""
 
     def __init__(self, sets: TimingSets, batch: int, copy_s: float,
                  recorded: Callable[[int, int], None] | None = None) -> None:
@@ -304,7 +252,7 @@ class Rounds:
                     if self.recorded is not None:
                         self.recorded(number, number * self.batch)
                 else:
-                    contender.after(indices, number * self.batch)
+                    seconds += contender.after(indices, number * self.batch)
                 self.samples.setdefault(contender.kind, []).append(max(seconds, 0.0) * 1e3 / self.batch)
 
 
@@ -338,57 +286,80 @@ class Measured:
 
 
 def measure(judge: Judge, reference_module: Any, ref_model: torch.nn.Module, calls: int, warmup: int, seed: int,
-            baselines: tuple[str, ...], cache_dir: Path | None, reference_text: str) -> Measured:
-    """The candidate and its baselines timed by the judge's clock, in interleaved rounds (`Rounds`); the speedup
-    is the ratio of the medians, with a 95% interval. A cached baseline runs CACHE_CHECK_ROUNDS rounds only, and
-    is timed afresh when those differ from it by more than its interval. Then the kept timed outputs are
-    compared with the reference on the values they were made from, and the physical floor is checked."""
+            baselines: tuple[str, ...], cache_dir: Path | None, reference: str,
+            baselines_process: CandidateProcess | None = None) -> Measured:
+    """The candidate and its baselines (run in `baselines_process`, candidate/handle.py BaselineProcess) timed by the
+    judge's clock, in interleaved rounds (`Rounds`); the speedup is the ratio of the medians, with a 95% interval.
+    A cached baseline runs CACHE_CHECK_ROUNDS rounds only, and is timed afresh when those differ from it by more
+    than its interval. Then the kept timed outputs are compared with the reference on the values they were made
+    from, and the physical floor is checked. `reference`: the reference's file. Where the baselines' process
+    hangs or dies, the candidate is timed again alone, and the report says why no baseline was timed."""
+    arguments = (judge, reference_module, ref_model, calls, warmup, seed, baselines, cache_dir, reference)
+    try:
+        return measured_with(*arguments, baselines_process, None)
+    except BaselineFailed as exc:
+        judge.ask("timed_report")  # the candidate's process ends its timing: its sets and kept outputs let go
+        return measured_with(*arguments, None, str(exc))
+
+
+def measured_with(judge: Judge, reference_module: Any, ref_model: torch.nn.Module, calls: int, warmup: int,
+                  seed: int, baselines: tuple[str, ...], cache_dir: Path | None, reference: str,
+                  baselines_process: CandidateProcess | None, failed: str | None) -> Measured:
+    """`measure` with the baselines in `baselines_process`, or none timed (`failed`: why)."""
     target, integrity = judge.target, judge.integrity
+    reference_text = Path(reference).read_text()
     release(judge, return_memory=True)
     get_inputs = reference_module.get_inputs
     probe = run_reference(ref_model, clone_inputs(make_input_sets(get_inputs, 1, seed + TIMING_SEED, str(target))[0]))
     output_bytes, copy_s = size_in_bytes(probe), copy_seconds(probe, target)
     del probe  # the judge holds no output of its own while the candidate runs
+    skipped: dict[str, str] = {}
+    if "compile" in baselines and target.type == "cpu":
+        skipped["compile"] = COMPILE_ON_THE_CPU
+    kinds = [kind for kind in baselines if kind not in skipped]
+    party = None
+    if kinds:
+        try:
+            with PHASES("timing: the baselines' process"):
+                if baselines_process is None:
+                    raise BaselineFailed(failed or "no baselines' process was started")
+                party = load_baselines(judge, baselines_process, reference, reference_module, ref_model)
+        except (BaselineFailed, CandidateFailed) as exc:
+            skipped.update({kind: f"not timed: {exc}" for kind in kinds})
+            kinds = []
     with PHASES("timing input sets"):
         fit = timing_sets_that_fit(make_input_sets(get_inputs, 1, seed + TIMING_SEED, str(target))[0], target,
-                                   output_bytes)
-        sets = TimingSets(judge, get_inputs, seed, min(fit, FIRST_TIMING_SETS))  # more once the batch is known
+                                   output_bytes, 2 if party else 1)
+        # more sets once the batch is known
+        sets = TimingSets(judge, get_inputs, seed, min(fit, FIRST_TIMING_SETS), (party,) if party else ())
     with PHASES("GPU state (NVML)"):
         before = gpu_state(target)
-    candidate = CandidateBatches(judge)
+    candidate = ProcessBatches(judge)
     with PHASES("timing: set-up"):
-        trips = []
-        for _ in range(ROUND_TRIPS):
-            started = time.perf_counter()
-            judge.ask("ping")
-            trips.append((time.perf_counter() - started) * 1e3)
-        candidate.round_trip_ms = statistics.median(trips)
+        candidate.round_trip_ms = round_trip(judge)
+        trip = round_trip(party) if party else 0.0
     contenders: list[Contender] = [candidate]
-    skipped: dict[str, str] = {}
     compile_error: str | None = None
-    for kind in baselines:
-        if kind == "compile" and target.type == "cpu":
-            skipped["compile"] = COMPILE_ON_THE_CPU
-            continue
+    for kind in kinds:
         try:
             with PHASES(f"timing: the {kind} baseline's set-up"):
-                model: Callable[..., Any] = ref_model
-                if kind == "compile":
-                    model = torch.compile(ref_model)
-                    no_grad_call(model)(*sets.views[0])  # compiled here, not in its first batch
-                contenders.append(BaselineBatches(kind, model, sets.views, target))
-        except Exception as exc:  # torch.compile fails on some models and machines: say why, keep eager
-            compile_error = first_line(exc)
+                if kind == "compile":  # compiled there now, not in its first batch
+                    party.ask("compile", runs=1, extra_s=COMPILE_LIMIT_S)
+        except CandidateFailed as exc:  # torch.compile fails on some models and machines: say why, keep eager
+            compile_error = f"{exc.sandbox_failure.get('error_type') or 'error'}: {first_line(exc).partition(': ')[2]}"
+            continue
+        contenders.append(ProcessBatches(party, kind))
+        contenders[-1].round_trip_ms = trip
     with PHASES("timing: warm-up"):
         per_call = {c.kind: warm_up(c, sets.count, warmup, WARMUP_MS) for c in contenders}
-    # the round trip is the candidate's alone: its batches are sized to make it small (the baselines' are the same)
+    # the candidate's batches are sized to make its round trip small; the baselines' are the same size
     with PHASES("timing: batch size"):
         batch, batch_ms = calibrated_batch(candidate, sets, fit,
                                            batch_size(candidate.round_trip_ms, per_call["candidate"], fit))
     rounds = rounds_for(calls, batch, batch_ms + sum(per_call[c.kind] * batch for c in contenders[1:]))
     cache = BaselineCache(cache_dir) if cache_dir is not None else None
     key = cache.key(reference_text, device_name(target), torch.__version__,
-                    {"protocol": JUDGE_CLOCK, "calls": calls, "batch": batch, "warmup": warmup, "seed": seed,
+                    {"protocol": JUDGE_CLOCK, "baselines": "own process", "calls": calls, "batch": batch, "warmup": warmup, "seed": seed,
                      "sets": sets.count, "shapes": input_signature(sets.views[0])}) if cache else ""
     cached = {c.kind: Timing(**stored) for c in contenders[1:]
               if cache and (stored := cache.get(key, c.kind)) is not None and stored.get("clock") == JUDGE_CLOCK}

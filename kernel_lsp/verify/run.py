@@ -26,13 +26,15 @@ import gc
 import os
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from kernel_lsp.candidate.exchange import Exchange
-from kernel_lsp.candidate.handle import candidate_process
+from kernel_lsp.candidate.handle import BaselineProcess, baseline_process, candidate_process
 from kernel_lsp.candidate.integrity import POISON_BYTE
 from kernel_lsp.candidate.kernels import Window, classify, own_kernel_names, work_share
 from kernel_lsp.contracts.options import VerifyOptions, from_config
@@ -151,7 +153,7 @@ def gpu_only_reason(text: str) -> str | None:
 def judge_candidate(judge: Judge, reference: str, candidate: str, opts: VerifyOptions, cache_dir: str | None,
                     files: dict[str, str]) -> VerifyReport | Unavailable:
     """The report of one candidate judged against its reference, with the job's options as decoded once."""
-    target, integrity, trials, seed = judge.target, judge.integrity, opts.trials, opts.seed
+    target, seed = judge.target, opts.seed
     overrides = {name: Tolerance(**t) for name, t in opts.tolerances.items()}
     judge.overrides, judge.own, judge.allowed = overrides, own_kernel_names(files), opts.allowed_kernels
     try:
@@ -172,6 +174,24 @@ def judge_candidate(judge: Judge, reference: str, candidate: str, opts: VerifyOp
                                 weights=judge.exchange.send(list(state.values())))
         judge.exchange.forget()
     note_candidate_phases(loaded.get("seconds"))
+    # the baselines' process starts now, its imports overlapping the trials (a candidate that does not build
+    # never costs one); it is killed at once if the candidate is not timed
+    with (baseline_process(target.type, (reference,)) if timed_baselines(opts, target) else nullcontext()) as base:
+        return trials_and_timing(judge, reference, reference_module, ref_model, distributions, loaded, isolation, opts,
+                                 cache_dir, base)
+
+
+def timed_baselines(opts: VerifyOptions, target: torch.device) -> bool:
+    """Whether a baseline will be timed if the candidate passes (compile is not timed on the CPU)."""
+    return opts.timing and any(kind != "compile" or target.type != "cpu" for kind in opts.baselines)
+
+
+def trials_and_timing(judge: Judge, reference: str, reference_module: Any, ref_model: torch.nn.Module,
+                      distributions: list[str], loaded: dict[str, Any], isolation: Isolation, opts: VerifyOptions,
+                      cache_dir: str | None, baselines_process: BaselineProcess | None) -> VerifyReport:
+    """The trials, the checks that follow them and, for a candidate that passed them all, the timing."""
+    target, integrity, trials, seed = judge.target, judge.integrity, opts.trials, opts.seed
+    overrides = judge.overrides
     correctness, kernels = run_trials(judge, reference_module.get_inputs, ref_model, trials, seed, distributions,
                                       overrides, judge.own, opts.allowed_kernels)
     # the candidate's process's word, shown as said
@@ -187,7 +207,7 @@ def judge_candidate(judge: Judge, reference: str, candidate: str, opts: VerifyOp
     measured = None
     if correct and opts.timing:
         measured = measure(judge, reference_module, ref_model, opts.timed_calls, opts.warmup, seed, opts.baselines,
-                           Path(cache_dir) if cache_dir else None, Path(reference).read_text())
+                           Path(cache_dir) if cache_dir else None, reference, baselines_process)
     return VerifyReport(
         verdict="verified" if correct and not integrity.problems else "rejected", device=target.type,
         correctness=correctness, integrity=list(integrity.problems), kernels=kernels,

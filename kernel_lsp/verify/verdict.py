@@ -155,6 +155,8 @@ def summary(verdict: str, report: VerifyReport | None, reason: str = "") -> str:
                 # a difference the rounds could not tell from noise (its interval holds 1x) is shown as such
                 shown = "≈1" if report.significant.get(kind) is False else f"{value:.3g}"
                 parts.append(f"{shown}× {kind}")
+            elif report.timing is not None and kind in report.timing.skipped:  # asked for, not timed: said
+                parts.append(f"{kind} not timed")
         if report.timing is not None and report.timing.candidate is not None:
             parts.append(readable_ms(report.timing.candidate.median_ms))
         share = own_share_shown(report)

@@ -25,7 +25,6 @@ from kernel_lsp import __version__
 from kernel_lsp.worker import protocol
 from kernel_lsp.config import cache_dir
 from kernel_lsp.findings import register_secret, secret_variable
-from kernel_lsp.process.namespaces import nvidia_device_present
 from kernel_lsp.worker.environment import device_summary, package_version
 from kernel_lsp.worker.jobs import JOB_KINDS, Handler, JobContext
 from kernel_lsp.worker.protocol import ConnectionClosed, Job, ProtocolError, Result
@@ -46,15 +45,11 @@ class WorkerDaemon:
         self.handlers = dict(JOB_KINDS if handlers is None else handlers)  # job kind -> handler
         self.token = token
         self.max_frame = max_frame
-        # children wait with torch already imported, so a candidate's start costs no import, and torch._dynamo
-        # and inductor's compile_fx (the compile baseline imports them on first use: ~1.5 s). For verifications the
-        # candidate's process is started first (candidate/prestart.py), so that its own imports and CUDA context run
-        # alongside the child's instead of after them: one after the other took ~16 s on the H200, longer than a
-        # warm verification, and the next verification waited for it. torch._dynamo and inductor serve only the
-        # compile baseline, which is timed on a GPU alone: without one they are not imported ahead (~3 s of CPU a child)
-        compile_baseline = ("torch._dynamo", "torch._inductor.compile_fx") if nvidia_device_present() else ()
-        self.sandbox = Sandbox(preload=("kernel_lsp.candidate.prestart", "torch") + compile_baseline
-                               if package_version("torch") else ())
+        # children wait with torch already imported, so a candidate's start costs no import. For verifications the
+        # candidate's process is started first (candidate/prestart.py; with a GPU, the baselines' process too), so
+        # that its own imports and CUDA context run alongside the child's instead of after them: one after the other
+        # took ~16 s on the H200, longer than a warm verification, and the next verification waited for it
+        self.sandbox = Sandbox(preload=("kernel_lsp.candidate.prestart", "torch") if package_version("torch") else ())
         self.startup = TorchStartup()
         self._warm = warm
         self.stopped = asyncio.Event()

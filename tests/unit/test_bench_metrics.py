@@ -156,6 +156,12 @@ def test_the_lens_line_of_a_cpu_run_has_correctness_and_no_timings():
     assert verdict_summary("verified", report) == "correct 5/5 · run on the CPU: timings not comparable"
     on_gpu = timed_report(3.1, {"eager": 1.84, "compile": 0.97}, device="cuda")
     assert verdict_summary("verified", on_gpu) == "correct 5/5 · 1.84× eager · 0.97× compile · 3.1 ms"
+    # a baseline asked for and not timed (its process died) is said, not left out
+    failed = timed_report(3.1, {"eager": None, "compile": None}, device="cuda",
+                          timing=dataclasses.replace(on_gpu.timing, eager=None, compile=None, skipped={
+                              kind: "not timed: the baselines' process ended without answering" for kind in
+                              ("eager", "compile")}))
+    assert verdict_summary("verified", failed) == "correct 5/5 · eager not timed · compile not timed · 3.1 ms"
 
 
 def test_a_speedup_whose_interval_holds_one_is_shown_as_about_one_and_not_counted():
