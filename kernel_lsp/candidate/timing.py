@@ -79,8 +79,8 @@ def time_batch(fn: Callable[..., object], input_sets: Sequence[tuple], indices: 
     whole device synchronized); the outputs, in order. Nothing else runs in it (no flush, no overwrite, no
     per-call clock): the judge's clock around the whole request is the measurement. `as_returned` (a copy, for a
     model that returns the same buffer every call) is applied to each output before the next call. Python's
-    collector is off for the batch, as timeit has it (a collection is no part of any contender's work), here in
-    the judge's process for a baseline as in the candidate's for it."""
+    collector is off for the batch, as timeit has it (a collection is no part of any contender's work), in the
+    baselines' process as in the candidate's."""
     collecting = gc.isenabled()
     gc.disable()
     try:

@@ -11,8 +11,9 @@ trial, and any failing one, are run again over differently poisoned memory: an o
 memory it never wrote. What only the candidate's process can see (the kernels it launched, torch patched, timers
 replaced, threads left) it reports, and the judge records it as reported. Only a candidate that passed
 everything is timed, by the judge's clock alone: whole batches of its calls, in rounds interleaved with the
-baselines' batches (run here, in the clean process, by the same batch function), on input values the judge
-changes between rounds; nothing the candidate's process says of its own time is used (`measure`).
+baselines' batches (run by the reference's Model in a process of the candidate's kind, candidate/handle.py
+BaselineProcess, which no candidate code enters), on input values the judge changes between rounds; nothing the
+candidate's process says of its own time is used (`measure`).
 
 Every request after the candidate's load (its import and build, bounded by the sandbox's wall time) has a time
 limit derived from the reference's own slowest call (HangLimits): a candidate that hangs is a `timeout`
