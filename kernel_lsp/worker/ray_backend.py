@@ -27,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernel_lsp.contracts.codec import ContractError, decode
+from kernel_lsp.contracts.job_metrics import DeviceInfoMetrics
 from kernel_lsp.worker import protocol
 from kernel_lsp.worker.client import WorkerStatus, WorkerUnavailable
 from kernel_lsp.worker.protocol import Job, Result
@@ -51,9 +53,14 @@ class WorkerActor:
         """Starts the worker and waits for its warm-up; what the actor runs on."""
         await self._client.ping()
         info = await self._client.run(Job("device-info", {}, {}, "device-info"))
-        device = (info.metrics or {}).get("device") or {}
+        problem = info.error
+        try:
+            facts = decode(DeviceInfoMetrics, info.metrics) if info.status == "ok" else None
+        except ContractError as exc:  # its worker is of another version
+            facts, problem = None, f"the worker's device-info does not match this version's contract: {exc}"
+        device = (facts.device if facts else None) or {}
         return {"host": socket.gethostname(), "pid": os.getpid(), "gpu": device.get("name"),
-                "cuda": bool((info.metrics or {}).get("cudaAvailable")), "problem": info.error,
+                "cuda": bool(facts and facts.cuda_available), "problem": problem,
                 "cudaVisibleDevices": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
     async def run(self, job_wire: dict[str, Any], timeout_s: float | None):
