@@ -4,7 +4,9 @@ worker/jobs.py for the worker's own kinds), encoded once by `contracts.codec` in
 once where the Result arrives (each kind's outcome: `VerifyOutcome.of`, `ProfileOutcome.of`, `SanitizeOutcome.of`,
 `CuteDslOutcome.of`; the doctor and the Ray actor for device-info). A Result's `metrics` on the wire is the encoded
 form of its kind's class; a map that does not decode (a worker of another version) is a ContractError naming the
-keys, which each outcome turns into its own "no result". Stdlib only, as the other contracts.
+keys, which each outcome turns into its own "no result". Wire names are the ones these maps always had (camelCase:
+`durationS`, `cudaAvailable`, `buildDirectory`, a CuTe DSL kernel's `stackBytes`; contracts.codec RENAMED). Stdlib
+only, as the other contracts.
 """
 
 from __future__ import annotations
@@ -24,10 +26,10 @@ Verdict = Literal["verified", "rejected", "unavailable"]
 class VerifyMetrics:
     """A "verify" job's: its verdict, its one line and its VerifyReport."""
 
-    verdict: Verdict  # unavailable: nothing could be verified (what is missing is the finding's message)
+    verdict: Verdict  # verified | rejected | unavailable (nothing could be verified: its finding says why)
     summary: str = ""  # the one line a code lens shows: 'correct 5/5 · 1.84× eager · 3.1 ms', or why not
     report: VerifyReport | None = None  # the judge's report; None: the run gave none (rejected or unavailable)
-    duration_s: float | None = None  # `durationS`: the sandboxed run's wall time; None: not said
+    duration_s: float | None = None  # the sandboxed run's wall time; None: not said
 
 
 @dataclass(frozen=True)
@@ -52,11 +54,11 @@ class KernelResources:
 
     arch: str  # the target the DSL compiled for: sm_90a
     registers: int  # per thread
-    stack_bytes: int  # `stackBytes`: per thread
-    local_bytes: int  # `localBytes`: local memory per thread (spills, arrays kept in memory)
-    shared_bytes: int  # `sharedBytes`: static shared memory per block
-    tensor_core: dict[str, int] | None  # `tensorCore`: tensor-core instruction -> count; None: no SASS read
-    bulk_copies: int | None  # `bulkCopies`: TMA instructions; None: no SASS read
+    stack_bytes: int  # per thread
+    local_bytes: int  # local memory per thread (spills, arrays kept in memory)
+    shared_bytes: int  # static shared memory per block
+    tensor_core: dict[str, int] | None  # tensor-core instruction -> count; None: no SASS read
+    bulk_copies: int | None  # TMA instructions; None: no SASS read
     summary: str  # one line of the figures: 'sm_90a: 32 registers, 0 B static smem, ...'
 
 
@@ -76,8 +78,8 @@ class CuteDslMetrics:
     status: CuteDslStatus  # the report's status; stopped also where the check gave no report to read
     summary: str  # one line: the kernels compiled, the compile error, or why nothing was checked
     kernels: list[CuteDslKernel] = field(default_factory=list)  # each generated kernel
-    version: str | None = None  # nvidia-cutlass-dsl's (absent when not known)
-    isolation: Isolation | None = None  # how the process that ran the file was confined (absent: not said)
+    version: str | None = None  # nvidia-cutlass-dsl's; None: not known
+    isolation: Isolation | None = None  # how the process that ran the file was confined; None: not said
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,7 @@ class DeviceInfoMetrics:
     """A "device-info" job's, once torch is imported and CUDA initialised."""
 
     versions: dict[str, str | None]  # package versions, CUDA and the driver (None: not installed)
-    cuda_available: bool  # `cudaAvailable`: torch sees a CUDA device
+    cuda_available: bool  # torch sees a CUDA device
     device: dict[str, object] | None  # NVML's facts of the GPU (profilers.nvml.device_facts); None: no GPU seen
 
 
@@ -93,7 +95,7 @@ class DeviceInfoMetrics:
 class RunMetrics:
     """A "run-python" job's: how the sandboxed call ended (its value and output are the artifacts' sandbox run)."""
 
-    duration_s: float  # `durationS`: the child's wall time
+    duration_s: float  # the child's wall time
     status: str  # the sandbox's status (worker.sandbox.SandboxStatus): ok, python-exception, timeout, ...
 
 
@@ -101,7 +103,7 @@ class RunMetrics:
 class BuildMetrics:
     """A "build-extension" job's."""
 
-    duration_s: float  # `durationS`: the build's (or the cached load's) wall time
+    duration_s: float  # the build's (or the cached load's) wall time
     status: str  # the sandbox's status (worker.sandbox.SandboxStatus)
     cached: bool  # the same content was built before: loaded, not built
-    build_directory: str  # `buildDirectory`: where the extension is, under the worker's cache
+    build_directory: str  # where the extension is, under the worker's cache
