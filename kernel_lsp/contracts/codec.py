@@ -1,8 +1,8 @@
 """One encode and one decode for the reports that cross a process boundary (contracts.verify_report,
-contracts.keeper_report, contracts.sanitize_report, contracts.profile_report, contracts.cute_dsl_report, and the jobs'
-results' metrics: contracts.job_metrics), by cattrs:
-a received dict becomes the typed report or a ContractError naming every key that is unknown, missing or of the
-wrong type; a typed report becomes the wire's dict (msgpack and JSON safe), under the wire's names."""
+contracts.keeper_report, contracts.sanitize_report, contracts.profile_report, contracts.cute_dsl_report, a sandbox
+child's frames: contracts.sandbox_reply, and the jobs' results' metrics: contracts.job_metrics), by cattrs: a received
+dict becomes the typed report or a ContractError naming every key that is unknown, missing or of the wrong type; a
+typed report becomes the wire's dict (msgpack and JSON safe), under the wire's names."""
 
 from __future__ import annotations
 

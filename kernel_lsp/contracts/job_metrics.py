@@ -16,6 +16,7 @@ from typing import Literal
 
 from kernel_lsp.contracts.cute_dsl_report import CuteDslStatus
 from kernel_lsp.contracts.profile_report import ProfileReport
+from kernel_lsp.contracts.sandbox_reply import SandboxStatus
 from kernel_lsp.contracts.sanitize_report import SanitizeReport
 from kernel_lsp.contracts.verify_report import Isolation, VerifyReport
 
@@ -96,7 +97,7 @@ class RunMetrics:
     """A "run-python" job's: how the sandboxed call ended (its value and output are the artifacts' sandbox run)."""
 
     duration_s: float  # the child's wall time
-    status: str  # the sandbox's status (worker.sandbox.SandboxStatus): ok, python-exception, timeout, ...
+    status: SandboxStatus  # how the call ended: ok, python-exception, timeout, ...
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,6 @@ class BuildMetrics:
     """A "build-extension" job's."""
 
     duration_s: float  # the build's (or the cached load's) wall time
-    status: str  # the sandbox's status (worker.sandbox.SandboxStatus)
+    status: SandboxStatus  # how the build ended: ok, compile-error, ...
     cached: bool  # the same content was built before: loaded, not built
     build_directory: str  # where the extension is, under the worker's cache
