@@ -1,6 +1,7 @@
 """One encode and one decode for the reports that cross a process boundary (contracts.verify_report,
 contracts.keeper_report, contracts.sanitize_report, contracts.profile_report, contracts.cute_dsl_report, a sandbox
-child's frames: contracts.sandbox_reply, and the jobs' results' metrics: contracts.job_metrics), by cattrs: a received
+child's frames: contracts.sandbox_reply, the jobs' results' metrics: contracts.job_metrics, and a Ray actor's:
+contracts.actor_info), by cattrs: a received
 dict becomes the typed report or a ContractError naming every key that is unknown, missing or of the wrong type; a
 typed report becomes the wire's dict (msgpack and JSON safe), under the wire's names."""
 
@@ -16,6 +17,7 @@ import cattrs
 from cattrs.cols import homogenous_tuple_structure_factory, list_structure_factory
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
+from kernel_lsp.contracts.actor_info import ActorInfo
 from kernel_lsp.contracts.cute_dsl_report import CuteDslReport
 from kernel_lsp.contracts.job_metrics import (
     BuildMetrics,
@@ -73,7 +75,8 @@ RENAMED: dict[type, dict[str, str]] = {Timings: {"compile_error": "compileError"
                                                          "bulk_copies": "bulkCopies"},
                                        DeviceInfoMetrics: {"cuda_available": "cudaAvailable"},
                                        RunMetrics: {"duration_s": "durationS"},
-                                       BuildMetrics: {"duration_s": "durationS", "build_directory": "buildDirectory"}}
+                                       BuildMetrics: {"duration_s": "durationS", "build_directory": "buildDirectory"},
+                                       ActorInfo: {"cuda_visible_devices": "cudaVisibleDevices"}}
 
 
 class ContractError(ValueError):
