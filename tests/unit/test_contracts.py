@@ -8,6 +8,7 @@ import copy
 import dataclasses
 import json
 import os
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -360,3 +361,13 @@ def test_each_job_kinds_metrics_cross_under_the_names_they_always_had():
     with pytest.raises(ContractError, match=r"\.kernels\[0\]\.resources\.local_bytes"):
         decode(CuteDslMetrics, {**wire, "kernels": [{**wire["kernels"][0], "resources": {
             **wire["kernels"][0]["resources"], "localBytes": "16"}}]})
+
+
+def test_no_reader_takes_a_results_metrics_for_a_dict():
+    """A job's metrics are read through its kind's class (contracts.job_metrics), decoded where the Result arrives:
+    no `.get` or subscript on a Result's `metrics` anywhere in kernel_lsp."""
+    read_as_dict = re.compile(r"\.metrics(\.get\(|\[)")
+    package = Path(verify.__file__).resolve().parents[1]
+    offenders = [f"{path.relative_to(package.parent)}:{number}" for path in sorted(package.rglob("*.py"))
+                 for number, line in enumerate(path.read_text().splitlines(), 1) if read_as_dict.search(line)]
+    assert offenders == [], offenders
