@@ -1,13 +1,14 @@
-"""Writes docs/reference/{settings,findings,cli,verify-report,profile-report}.md from the code, so that they cannot
-drift.
+"""Writes docs/reference/{settings,findings,cli,verify-report,profile-report,job-metrics}.md from the code, so that
+they cannot drift.
 
-    python tools/gen_reference.py          # rewrite the five files
+    python tools/gen_reference.py          # rewrite the six files
     python tools/gen_reference.py --check  # exit 1 when a committed file differs from fresh output
 
 Sources: kernel_lsp/config.py (Settings, _CHOICES) with editor_clients/vscode/package.json
 (contributes.configuration: each setting's description); kernel_lsp/findings.py (CODES);
-kernel_lsp/cli.py (build_parser); kernel_lsp/contracts/verify_report.py and profile_report.py (the reports' classes,
-each field's comment its meaning) with contracts/codec.py (wire names, fields left out when empty).
+kernel_lsp/cli.py (build_parser); kernel_lsp/contracts/verify_report.py, profile_report.py and job_metrics.py (the
+reports' and the jobs' metrics' classes, each field's comment its meaning) with contracts/codec.py (wire names,
+fields left out when empty).
 tests/unit/test_docs_reference.py runs the check.
 """
 
@@ -27,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from kernel_lsp import config  # noqa: E402
 from kernel_lsp.cli import build_parser  # noqa: E402
-from kernel_lsp.contracts import codec, profile_report, verify_report  # noqa: E402
+from kernel_lsp.contracts import codec, job_metrics, profile_report, verify_report  # noqa: E402
 from kernel_lsp.contracts.profile_report import NOTE_CODES, PROBLEM_CODES  # noqa: E402
 from kernel_lsp.contracts.sanitize_report import PROBLEM_CODES as SANITIZE_PROBLEM_CODES  # noqa: E402
 from kernel_lsp.findings import CODES  # noqa: E402
@@ -168,15 +169,20 @@ PROFILE_LEAD = ("`kernel-lsp profile --format json` prints it (beside `file` and
                 "nothing; one marked *absent with* others is left out when all of them hold nothing (what one source "
                 "gives: ncu's figures of a launch, a static profile's place, a GPU run's). The report itself first, "
                 "then its parts.")
+METRICS_LEAD = ("A job's result (`result` in docs/PROTOCOL.md) carries its kind's class in `metrics`, encoded: the "
+                "worker's handler builds it, the client decodes it where the result arrives. A field marked *absent "
+                "when empty* is left out of the wire when it holds nothing. The verify job's first, then in the "
+                "module's order.")
 
 
-def report_md(module=verify_report, root: str = "VerifyReport", lead: str = VERIFY_LEAD) -> str:
+def report_md(module=verify_report, root: str = "VerifyReport", lead: str = VERIFY_LEAD,
+              title: str | None = None) -> str:
     """Each class of a report's module, the report first, then in the module's order: its fields under their wire
     names, their types as annotated and the comment on their line."""
     source = Path(module.__file__).read_text()
     comments = {token.start[0]: token.string.lstrip("# ").strip()
                 for token in tokenize.generate_tokens(io.StringIO(source).readline) if token.type == tokenize.COMMENT}
-    lines = [HEADER + f"# The {root}\n", _cell(" ".join(module.__doc__.split())), "", lead, ""]
+    lines = [HEADER + f"# {title or 'The ' + root}\n", _cell(" ".join(module.__doc__.split())), "", lead, ""]
     classes = [node for node in ast.parse(source).body if isinstance(node, ast.ClassDef)]
     for node in sorted(classes, key=lambda node: node.name != root):
         cls = getattr(module, node.name)
@@ -202,7 +208,8 @@ def report_md(module=verify_report, root: str = "VerifyReport", lead: str = VERI
 def generate() -> dict[Path, str]:
     return {OUT / "settings.md": settings_md(), OUT / "findings.md": findings_md(), OUT / "cli.md": cli_md(),
             OUT / "verify-report.md": report_md(),
-            OUT / "profile-report.md": report_md(profile_report, "ProfileReport", PROFILE_LEAD)}
+            OUT / "profile-report.md": report_md(profile_report, "ProfileReport", PROFILE_LEAD),
+            OUT / "job-metrics.md": report_md(job_metrics, "VerifyMetrics", METRICS_LEAD, "The jobs' metrics")}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -293,8 +293,8 @@ class Workbench:
         errors = [_problem(f) for f in outcome.compile_errors]
         if errors:
             return {**report, "ok": False, "errors": errors[:MAX_PROBLEMS], "dsl": outcome.summary}
-        kernels = [{"kernel": k["function"] or k["kernel"], "figures": k["resources"]["summary"]}
-                   for k in outcome.kernels if k["resources"]]
+        kernels = [{"kernel": k.function or k.kernel, "figures": k.resources.summary}
+                   for k in outcome.kernels if k.resources]
         notes = [_cut(f.message) for f in outcome.findings if f.code.startswith("cute-dsl")]
         return {**report, "dsl": outcome.summary, **({"kernels": kernels} if kernels else {}),
                 **({"notes": report.get("notes", []) + notes} if notes else {})}

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, get_args
 
+from kernel_lsp.contracts.job_metrics import Verdict
 from kernel_lsp.contracts.verify_report import not_comparable_on
 
 FAST_P_THRESHOLDS = (0.0, 1.0, 1.5, 2.0)
-VERDICTS = ("verified", "rejected", "unavailable")
+VERDICTS: tuple[Verdict, ...] = get_args(Verdict)  # a verify job's verdicts, in the order the counts show them
 NOT_COMPARABLE = ("speedups timed on the CPU are not comparable: those problems count in fast_0 alone and in no "
                   "geometric mean, and no speedup of theirs is shown")
 

@@ -172,6 +172,8 @@ def api_key_check() -> Check:
 
 
 async def worker_check(address: str, token: str | None) -> list[Check]:
+    from kernel_lsp.contracts.codec import ContractError, decode
+    from kernel_lsp.contracts.job_metrics import DeviceInfoMetrics
     from kernel_lsp.worker.client import WorkerClient, WorkerUnavailable
     from kernel_lsp.worker.protocol import Job
 
@@ -184,9 +186,13 @@ async def worker_check(address: str, token: str | None) -> list[Check]:
         return [Check("FAIL", "worker", str(exc))]
     finally:
         await client.close()
-    versions = result.metrics.get("versions", {})
+    try:
+        info = decode(DeviceInfoMetrics, result.metrics) if result.status == "ok" else None
+    except ContractError as exc:  # a worker of another version
+        return [Check("FAIL", "worker", f"{where}: its device-info does not match this version's contract: {exc}")]
+    versions = info.versions if info else {}
     detail = (f"{where}: ping {round_trip * 1000:.1f} ms, torch {versions.get('torch')}, "
-              f"CUDA {versions.get('cuda')}, GPU {'yes' if result.metrics.get('cudaAvailable') else 'no'}")
+              f"CUDA {versions.get('cuda')}, GPU {'yes' if info and info.cuda_available else 'no'}")
     checks = [Check("ok", "worker", detail)]
     if result.error:
         checks.append(Check("missing", "worker GPU", result.error))

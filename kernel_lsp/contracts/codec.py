@@ -1,7 +1,9 @@
 """One encode and one decode for the reports that cross a process boundary (contracts.verify_report,
-contracts.keeper_report, contracts.sanitize_report, contracts.profile_report, contracts.cute_dsl_report), by cattrs:
-a received dict becomes the typed report or a ContractError naming every key that is unknown, missing or of the
-wrong type; a typed report becomes the wire's dict (msgpack and JSON safe), under the wire's names."""
+contracts.keeper_report, contracts.sanitize_report, contracts.profile_report, contracts.cute_dsl_report, a sandbox
+child's frames: contracts.sandbox_reply, the jobs' results' metrics: contracts.job_metrics, and a Ray actor's:
+contracts.actor_info), by cattrs: a received
+dict becomes the typed report or a ContractError naming every key that is unknown, missing or of the wrong type; a
+typed report becomes the wire's dict (msgpack and JSON safe), under the wire's names."""
 
 from __future__ import annotations
 
@@ -15,7 +17,16 @@ import cattrs
 from cattrs.cols import homogenous_tuple_structure_factory, list_structure_factory
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
+from kernel_lsp.contracts.actor_info import ActorInfo
 from kernel_lsp.contracts.cute_dsl_report import CuteDslReport
+from kernel_lsp.contracts.job_metrics import (
+    BuildMetrics,
+    CuteDslMetrics,
+    DeviceInfoMetrics,
+    KernelResources,
+    RunMetrics,
+    VerifyMetrics,
+)
 from kernel_lsp.contracts.keeper_report import KeeperEnd
 from kernel_lsp.contracts.profile_report import (
     EnergyReading,
@@ -41,7 +52,8 @@ ABSENT_WHEN_NONE: dict[type, tuple[str, ...]] = {Timing: ("check_ms",), Timings:
                                                  SharedInitAnswer: ("problem", "patterns", "fill_bytes"),
                                                  KernelProfile: ("sass", "energy_mj_per_call"),
                                                  EnergyReading: ("average_power_w",),
-                                                 ProfileIsolation: ("processes", "namespaces")}
+                                                 ProfileIsolation: ("processes", "namespaces"),
+                                                 CuteDslMetrics: ("version", "isolation")}
 # groups of fields the wire leaves out when every one of them holds nothing, and carries together (null where one
 # is missing) otherwise: what one source gives (ncu's figures of a launch, a static profile's place, a GPU run's)
 ABSENT_TOGETHER: dict[type, tuple[tuple[str, ...], ...]] = {
@@ -56,7 +68,15 @@ RENAMED: dict[type, dict[str, str]] = {Timings: {"compile_error": "compileError"
                                        WarmCall: {"exit_code": "exitCode", "timed_out": "timedOut", "wall_s": "wallS"},
                                        SanitizerErrorEntry: {"other_access": "otherAccess"},
                                        SharedInitAnswer: {"fill_bytes": "fillBytes"},
-                                       CuteDslReport: {"error_type": "errorType"}}
+                                       CuteDslReport: {"error_type": "errorType"},
+                                       VerifyMetrics: {"duration_s": "durationS"},
+                                       KernelResources: {"stack_bytes": "stackBytes", "local_bytes": "localBytes",
+                                                         "shared_bytes": "sharedBytes", "tensor_core": "tensorCore",
+                                                         "bulk_copies": "bulkCopies"},
+                                       DeviceInfoMetrics: {"cuda_available": "cudaAvailable"},
+                                       RunMetrics: {"duration_s": "durationS"},
+                                       BuildMetrics: {"duration_s": "durationS", "build_directory": "buildDirectory"},
+                                       ActorInfo: {"cuda_visible_devices": "cudaVisibleDevices"}}
 
 
 class ContractError(ValueError):
@@ -101,17 +121,20 @@ def _object_only(cls: type, structure: Callable[[Any, Any], T]) -> Callable[[Any
 
 def _held_first(classes: list[type]) -> list[type]:
     """`classes` once each, every one after the classes of the list it holds (in a field, a tuple's items, an
-    Optional)."""
+    Optional), directly or through a dataclass not in the list (VerifyMetrics holds Timings through VerifyReport)."""
     ordered: list[type] = []
+    seen: set[type] = set()
 
     def visit(cls: type) -> None:
-        if cls in ordered:
+        if cls in seen:
             return
+        seen.add(cls)
         for hint in typing.get_type_hints(cls).values():
             for held in _classes_in(hint):
-                if held in classes and held is not cls:
+                if held in classes or dataclasses.is_dataclass(held):
                     visit(held)
-        ordered.append(cls)
+        if cls in classes:
+            ordered.append(cls)
     for cls in classes:
         visit(cls)
     return ordered

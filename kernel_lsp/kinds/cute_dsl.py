@@ -25,6 +25,8 @@ from typing import Any
 from kernel_lsp.config import Settings
 from kernel_lsp.contracts.codec import ContractError, decode, encode
 from kernel_lsp.contracts.cute_dsl_report import CompiledFunction, CuteDslReport
+from kernel_lsp.contracts.job_metrics import CuteDslKernel, CuteDslMetrics, KernelResources
+from kernel_lsp.contracts.verify_report import Isolation
 from kernel_lsp.findings import Finding, Range, Related, Severity, path_to_uri
 from kernel_lsp.jobs.cache import cache_key
 from kernel_lsp.jobs.files import gather_files
@@ -70,18 +72,21 @@ class CuteDslOutcome:
     status: str  # ok | compile-error | stopped | no-dsl | unsupported | failed (the job itself)
     summary: str
     findings: list[Finding]
-    kernels: list[dict[str, Any]]  # {"kernel": generated name, "function": @cute.kernel name or None, resources}
-    isolation: dict[str, str]  # how the process that ran the file was confined (files, network, processes)
+    kernels: list[CuteDslKernel]  # each generated kernel, its @cute.kernel function and its cubin's figures
+    isolation: Isolation | None  # how the process that ran the file was confined; None: not said
 
     @classmethod
     def of(cls, result: Result) -> CuteDslOutcome:
         findings = [Finding.from_dict(f) for f in result.findings]
         if result.status != "ok":
             message = f"the CuTe DSL check {result.status}: {result.error or 'no message'}"
-            return cls("failed", message, findings, [], {})
-        metrics = result.metrics
-        return cls(str(metrics.get("status") or "failed"), str(metrics.get("summary") or ""), findings,
-                   list(metrics.get("kernels") or []), dict(metrics.get("isolation") or {}))
+            return cls("failed", message, findings, [], None)
+        try:
+            metrics = decode(CuteDslMetrics, result.metrics)
+        except ContractError as exc:  # a worker of another version
+            return cls("failed", f"the worker's CuTe DSL check is not in the form this client reads: {exc}",
+                       findings, [], None)
+        return cls(metrics.status, metrics.summary, findings, metrics.kernels, metrics.isolation)
 
     @property
     def compile_errors(self) -> list[Finding]:
@@ -116,17 +121,18 @@ async def handle(job: Job, context: JobContext) -> Result:
     findings = _report_findings(report, origins, candidate_uri) + _resource_findings(kernels, locations)
     findings += [Finding(candidate_uri, Range.line(0), Severity.INFORMATION, SOURCE, "cute-dsl-resources", problem)
                  for problem in problems]
-    summary = _summary(report, kernels)
-    return Result("ok", [f.to_dict() for f in findings],
-                  {"status": report.status, "summary": summary, "kernels": kernels, "version": report.version,
-                   "isolation": encode(report.isolation) if report.isolation is not None else {}},
-                  {"stderr": ran.stderr[-4000:]})
+    metrics = CuteDslMetrics(report.status, _summary(report, kernels), kernels, report.version, report.isolation)
+    return _result(metrics, findings, ran)
 
 
 def _stopped(finding: Finding, ran: SandboxRun) -> Result:
     """A check that gave no report to read: its one finding, the status "stopped"."""
-    return Result("ok", [finding.to_dict()], {"status": "stopped", "summary": finding.message, "kernels": []},
-                  {"stderr": ran.stderr[-4000:]})
+    return _result(CuteDslMetrics("stopped", finding.message), [finding], ran)
+
+
+def _result(metrics: CuteDslMetrics, findings: list[Finding], ran: SandboxRun) -> Result:
+    """The job's Result: its CuteDslMetrics encoded into `metrics`, the child's stderr's tail."""
+    return Result("ok", [f.to_dict() for f in findings], encode(metrics), {"stderr": ran.stderr[-4000:]})
 
 
 def _report_findings(report: CuteDslReport, origins: dict[str, str], candidate_uri: str) -> list[Finding]:
@@ -158,9 +164,9 @@ def _report_findings(report: CuteDslReport, origins: dict[str, str], candidate_u
 
 
 def _kernel_facts(compiled: list[CompiledFunction], arch: str, functions: set[str]
-                  ) -> tuple[list[dict[str, Any]], list[str]]:
+                  ) -> tuple[list[CuteDslKernel], list[str]]:
     """Each generated kernel with its @cute.kernel function and what its cubin says of it."""
-    kernels: list[dict[str, Any]] = []
+    kernels: list[CuteDslKernel] = []
     problems: list[str] = []
     for entry in compiled:
         usage: dict[str, ResourceUsage] = {}
@@ -175,12 +181,12 @@ def _kernel_facts(compiled: list[CompiledFunction], arch: str, functions: set[st
                 except (SassToolMissing, SassToolFailed) as exc:
                     problems.append(f"no figures for the CuTe DSL kernels: {exc}")
         for name in entry.kernels:
-            kernels.append({"kernel": name, "function": cute_kernel_function(name, functions),
-                            "resources": _facts(usage.get(name), stats.get(name), arch)})
+            kernels.append(CuteDslKernel(name, cute_kernel_function(name, functions),
+                                         _facts(usage.get(name), stats.get(name), arch)))
     return kernels, list(dict.fromkeys(problems))
 
 
-def _facts(usage: ResourceUsage | None, stats: SassStats | None, arch: str) -> dict[str, Any] | None:
+def _facts(usage: ResourceUsage | None, stats: SassStats | None, arch: str) -> KernelResources | None:
     if usage is None:
         return None
     parts = [f"{usage.registers} registers"]
@@ -192,39 +198,38 @@ def _facts(usage: ResourceUsage | None, stats: SassStats | None, arch: str) -> d
         parts.append(f"tensor cores: {tensor}" if tensor else "no tensor-core instruction")
         parts += [f"TMA ×{stats.bulk_copies}"] if stats.bulk_copies else []
         parts += [f"widest global access {stats.widest_global_bits} bits"] if stats.global_accesses else []
-    return {"arch": arch, "registers": usage.registers, "stackBytes": usage.stack, "localBytes": usage.local,
-            "sharedBytes": usage.shared, "tensorCore": dict(stats.tensor_core) if stats else None,
-            "bulkCopies": stats.bulk_copies if stats else None, "summary": f"{arch}: " + ", ".join(parts)}
+    return KernelResources(arch, usage.registers, usage.stack, usage.local, usage.shared,
+                           dict(stats.tensor_core) if stats else None, stats.bulk_copies if stats else None,
+                           f"{arch}: " + ", ".join(parts))
 
 
-def _resource_findings(kernels: list[dict[str, Any]], locations: Mapping[str, Any]) -> list[Finding]:
+def _resource_findings(kernels: list[CuteDslKernel], locations: Mapping[str, Any]) -> list[Finding]:
     """One Information finding per @cute.kernel function with its kernels' figures, a Warning when one uses local
     memory."""
-    by_function: dict[str, list[dict[str, Any]]] = {}
+    by_function: dict[str, list[tuple[str, KernelResources]]] = {}
     for kernel in kernels:
-        if kernel["function"] in locations and kernel["resources"] is not None:
-            by_function.setdefault(kernel["function"], []).append(kernel)
+        if kernel.function in locations and kernel.resources is not None:
+            by_function.setdefault(kernel.function, []).append((kernel.kernel, kernel.resources))
     findings = []
     for function, entries in by_function.items():
         location = locations[function]
         uri = path_to_uri(location.file)
-        summary = "; ".join(e["resources"]["summary"] for e in entries)
+        summary = "; ".join(r.summary for _, r in entries)
         more = f" ({len(entries)} specializations)" if len(entries) > 1 else ""
         findings.append(Finding(uri, location.range, Severity.INFORMATION, SOURCE, "ptxas-resources",
                                 f"{function}: {summary}{more}",
-                                data={"kernel": function, "generated": [e["kernel"] for e in entries]}))
-        for entry in entries:
-            r = entry["resources"]
-            if r["localBytes"]:
+                                data={"kernel": function, "generated": [name for name, _ in entries]}))
+        for _, r in entries:
+            if r.local_bytes:
                 findings.append(Finding(
                     uri, location.range, Severity.WARNING, SOURCE, "ptxas-spill",
-                    f"{function} uses {r['localBytes']} bytes of local memory per thread on {r['arch']} "
-                    f"({r['registers']} registers): spilled registers or an array the compiler could not keep in "
+                    f"{function} uses {r.local_bytes} bytes of local memory per thread on {r.arch} "
+                    f"({r.registers} registers): spilled registers or an array the compiler could not keep in "
                     "registers; local memory is as slow as global memory", data={"kernel": function}))
     return findings
 
 
-def _summary(report: CuteDslReport, kernels: list[dict[str, Any]]) -> str:
+def _summary(report: CuteDslReport, kernels: list[CuteDslKernel]) -> str:
     status = report.status
     if status == "ok":
         return (f"CuTe DSL {report.version}: {len(kernels)} kernel(s) compiled" if kernels

@@ -20,7 +20,7 @@ from kernel_lsp.findings import Finding
 from kernel_lsp.jobs.cache import cache_key
 from kernel_lsp.jobs.files import JOB_KEYS, gather_files
 from kernel_lsp.contracts.options import ProfileOptions, coerce, from_config, to_config
-from kernel_lsp.profile.report import received_report, summary_line
+from kernel_lsp.profile.report import received_metrics, summary_line
 from kernel_lsp.profile.worker_job import profile_result
 from kernel_lsp.worker.jobs import JobContext, on_device
 from kernel_lsp.worker.protocol import Job, Result
@@ -48,7 +48,7 @@ def profile_job(candidate: Path, reference: Path | None, options: ProfileOptions
 class ProfileOutcome:
     """A finished "profile" job as the server, the CLI and the agent read it."""
 
-    report: ProfileReport | None  # decoded where it arrives (received_report); None: the job did not finish
+    report: ProfileReport | None  # decoded where it arrives (received_metrics); None: the job did not finish
     summary: str  # one line: the source (ncu or static) and each kernel's bound, or why there is no report
     findings: list[Finding]  # the hints on the kernels' lines, and the candidate's own crash (run-*)
     error: str | None  # why the job did not finish
@@ -61,8 +61,8 @@ class ProfileOutcome:
         if result.status != "ok":
             error = f"the profile job {result.status}: {result.error or 'no message'}"
             return cls(None, error, findings, error)
-        report = received_report(result.metrics.get("profile"))
-        return cls(report, str(result.metrics.get("summary") or summary_line(report)), findings, None)
+        metrics = received_metrics(result.metrics)
+        return cls(metrics.profile, metrics.summary or summary_line(metrics.profile), findings, None)
 
     def run_failures(self) -> list[str]:
         """The candidate's own crash or hang while it was measured (run-* findings), as messages."""

@@ -19,6 +19,7 @@ from kernel_lsp.jobs.cache import cache_key
 from kernel_lsp.jobs.files import JOB_KEYS, gather_files
 from kernel_lsp.contracts.codec import ContractError, decode, encode
 from kernel_lsp.contracts.options import coerce, from_config, limit_problems, to_config
+from kernel_lsp.contracts.job_metrics import SanitizeMetrics
 from kernel_lsp.contracts.sanitize_report import SanitizeReport
 from kernel_lsp.profile.sanitize import (
     CHECKS,
@@ -104,12 +105,13 @@ class SanitizeOutcome:
             error = f"the sanitize job {result.status}: {result.error or 'no message'}"
             return cls(None, error, findings, error, result.code)
         try:
-            report = decode(SanitizeReport, result.metrics.get("sanitize"))
+            metrics = decode(SanitizeMetrics, result.metrics)
         except ContractError as exc:  # a worker of another version
             error = f"the worker's sanitize report is not in the form this client reads: {exc}"
             return cls(None, error, findings, error, "sanitize-contract")
+        report = metrics.sanitize
         error = None if report.tools else ("; ".join(p.message for p in report.problems) or "no tool ran")
-        return cls(report, str(result.metrics.get("summary") or ""), findings, error)
+        return cls(report, metrics.summary, findings, error)
 
     @property
     def user_errors(self) -> list[Finding]:
@@ -145,5 +147,5 @@ async def sanitize_result(job: Job, options: SanitizeOptions, context: JobContex
     own_files = candidate_files(job)
     findings, library = sanitize_findings(run, job.source_files, own_files, origins, candidate)
     report = sanitize_report(run, findings, library)
-    return Result("ok", [f.to_dict() for f in findings],
-                  {"sanitize": encode(report), "summary": summary_line(run, findings, library)}, {})
+    metrics = SanitizeMetrics(report, summary_line(run, findings, library))
+    return Result("ok", [f.to_dict() for f in findings], encode(metrics), {})

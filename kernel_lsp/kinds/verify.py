@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernel_lsp.bench.metrics import VERDICTS
 from kernel_lsp.config import Settings
 from kernel_lsp.contracts.codec import ContractError, decode, decode_verify_report, encode
+from kernel_lsp.contracts.job_metrics import Verdict, VerifyMetrics
 from kernel_lsp.contracts.verify_report import Unavailable, VerifyReport
 from kernel_lsp.findings import Finding, Range, Severity, path_to_uri
 from kernel_lsp.jobs.cache import cache_key
@@ -76,16 +76,12 @@ class VerifyOutcome:
         if result.status != "ok":
             message = f"job {result.status}: {result.error or 'no message'}"
             return cls("unavailable", message, None, findings, False)
-        verdict = result.metrics.get("verdict")
-        verdict = verdict if verdict in VERDICTS else "unavailable"
-        summary = str(result.metrics.get("summary") or verdict)
-        report = None
-        if result.metrics.get("report") is not None:
-            try:
-                report = decode(VerifyReport, result.metrics["report"])
-            except ContractError as exc:  # a worker of another version, say: its verdict cannot be read
-                message = f"the worker's report does not match this version's contract: {exc}"
-                return cls("unavailable", message, None, findings, False)
+        try:
+            metrics = decode(VerifyMetrics, result.metrics)
+        except ContractError as exc:  # a worker of another version, say: its verdict cannot be read
+            message = f"the worker's report does not match this version's contract: {exc}"
+            return cls("unavailable", message, None, findings, False)
+        verdict, summary, report = metrics.verdict, metrics.summary or metrics.verdict, metrics.report
         rejects = [f for f in findings if f.code in REWARD_REJECTS]
         if for_reward and verdict == "verified" and rejects:
             findings = [dataclasses.replace(f, severity=Severity.ERROR) if f in rejects else f for f in findings]
@@ -124,32 +120,36 @@ async def _verify(job: Job, options: VerifyOptions, context: JobContext, on_gpu:
     await context.progress(f"verifying {candidate} against {config['reference']}")
     ran = await context.sandbox.run(task, sandbox_limits(options.limits))
     uri = path_to_uri(origins.get(candidate, candidate))
-    metrics: dict[str, Any] = {"durationS": ran.duration_s, "report": None}
     missing = missing_package(ran)
     if missing is not None:
-        return _unavailable(uri, missing, metrics, ran)
+        return _unavailable(uri, missing, ran)
     if ran.status == "python-exception" and not any(f.file in set(origins.values()) for f in ran.traceback):
-        return _unavailable(uri, f"the verifier itself failed (not your code): {ran.message}", metrics, ran)
+        return _unavailable(uri, f"the verifier itself failed (not your code): {ran.message}", ran)
     if ran.status != "ok":
-        reason = f"{ran.status} (see problems)"
-        metrics.update(verdict="rejected", summary=verdict_summary("rejected", None, reason))
-        return Result("ok", [sandbox_run_finding(ran, task).to_dict()], metrics, {"sandbox_run": ran.to_dict()})
+        return _ended(ran, "rejected", [sandbox_run_finding(ran, task)], {"sandbox_run": ran.to_dict()},
+                      reason=f"{ran.status} (see problems)")
     try:
         report = decode_verify_report(ran.value)
     except ContractError as exc:
         report = Unavailable(f"the verifier's report does not match its contract (not your code): {exc}")
     if isinstance(report, Unavailable):
-        return _unavailable(uri, report.reason, metrics, ran)
+        return _unavailable(uri, report.reason, ran)
     findings = report_findings(report, uri, job.source_files.get(candidate, ""))
-    metrics.update(verdict=report.verdict, report=encode(report), summary=verdict_summary(report.verdict, report))
-    return Result("ok", [f.to_dict() for f in findings], metrics, {"stdout": ran.stdout[-4000:],
-                                                                    "stderr": ran.stderr[-4000:]})
+    return _ended(ran, report.verdict, findings, {"stdout": ran.stdout[-4000:], "stderr": ran.stderr[-4000:]},
+                  report=report)
 
 
-def _unavailable(uri: str, reason: str, metrics: dict[str, Any], ran: SandboxRun) -> Result:
+def _unavailable(uri: str, reason: str, ran: SandboxRun) -> Result:
     """No verdict, and why: one verify-unavailable finding of Information severity, since what is missing (a GPU,
     a package where the worker runs, a reference that works) is the machine's or the setup's, not a fault of the
     candidate, and must not count among the file's errors."""
     finding = Finding(uri, Range.line(0), Severity.INFORMATION, SOURCE, "verify-unavailable", reason)
-    metrics.update(verdict="unavailable", summary=verdict_summary("unavailable", None, reason))
-    return Result("ok", [finding.to_dict()], metrics, {"sandbox_run": ran.to_dict()})
+    return _ended(ran, "unavailable", [finding], {"sandbox_run": ran.to_dict()}, reason=reason)
+
+
+def _ended(ran: SandboxRun, verdict: Verdict, findings: list[Finding], artifacts: dict[str, Any],
+           report: VerifyReport | None = None, reason: str = "") -> Result:
+    """The job's Result: its VerifyMetrics, built here alone (the summary from the verdict and the report, else the
+    reason), encoded into `metrics`."""
+    metrics = VerifyMetrics(verdict, verdict_summary(verdict, report, reason), report, ran.duration_s)
+    return Result("ok", [f.to_dict() for f in findings], encode(metrics), artifacts)

@@ -3,7 +3,8 @@
 A ProfileReport holds its source, gpu, ceilings, kernels (one KernelProfile per profiled launch or compiled kernel),
 reference_kernels and problems; profilers' own types (Hint, SassStats, Ceilings, KernelPoint) become the contract's
 here, and back (`roofline_ceilings`, `roofline_point`) for the chart. A report is encoded once where it leaves the
-worker (worker_job.profile_job_result) and read once where it arrives (`received_report`). Torch-free: the server
+worker (worker_job.profile_job_result, in the job's ProfileMetrics) and read once where it arrives
+(`received_metrics`, `received_report`). Torch-free: the server
 and CLI import it.
 """
 
@@ -14,6 +15,7 @@ from dataclasses import fields
 from typing import TypeVar, get_args
 
 from kernel_lsp.contracts.codec import ContractError, decode
+from kernel_lsp.contracts.job_metrics import ProfileMetrics
 from kernel_lsp.contracts.profile_report import (
     EnergyReading,
     KernelMetrics,
@@ -85,6 +87,17 @@ def received_report(data: object) -> ProfileReport:
                          energy=_readable(EnergyReading, wire.get("energy")),
                          isolation=_readable(ProfileIsolation, wire.get("isolation")),
                          reference_energy=_readable(EnergyReading, wire.get("reference_energy")))
+
+
+def received_metrics(data: object) -> ProfileMetrics:
+    """A "profile" job's metrics as they arrive, decoded once. Metrics that break the contract never fail their
+    reader either: the report is read as `received_report` reads it, and a summary that is not text is left out."""
+    try:
+        return decode(ProfileMetrics, data)
+    except ContractError:
+        wire = data if isinstance(data, Mapping) else {}
+        summary = wire.get("summary")
+        return ProfileMetrics(received_report(wire.get("profile")), summary if isinstance(summary, str) else "")
 
 
 def _readable(cls: type[T], value: object) -> T | None:

@@ -19,6 +19,7 @@ from kernel_lsp.compile.units import CUDA_SUFFIXES
 from kernel_lsp.config import Settings
 from kernel_lsp.findings import Finding
 from kernel_lsp.contracts.codec import ContractError, Wire, decode, encode
+from kernel_lsp.contracts.job_metrics import ProfileMetrics
 from kernel_lsp.contracts.options import DEFAULT_JOB_LIMITS, ProfileOptions
 from kernel_lsp.contracts.profile_report import ProfileIsolation, ProfileMeasurements, ProfileProblem, ProfileReport
 from kernel_lsp.profile.locations import kernel_locations
@@ -160,13 +161,14 @@ async def static_stands_in(report: ProfileReport, job: Job, options: ProfileOpti
 
 
 def profile_job_result(report: ProfileReport, job: Job, artifacts: dict[str, Any] | None = None) -> Result:
-    """The job's Result: the hints placed on their lines, and the report, encoded here, where it leaves the worker."""
+    """The job's Result: the hints placed on their lines, and its ProfileMetrics (the report and its line), encoded
+    here, where they leave the worker."""
     origins = job.config.get("origins") or {}
     candidate = job.config["candidate"]
     locations = kernel_locations(candidate_files(job), origins)
     texts = {origins.get(name, name): text for name, text in job.source_files.items()}
     findings = profile_findings(report.kernels, locations, origins.get(candidate, candidate), texts)
-    return Result("ok", [f.to_dict() for f in findings], {"profile": encode(report), "summary": summary_line(report)},
+    return Result("ok", [f.to_dict() for f in findings], encode(ProfileMetrics(report, summary_line(report))),
                   artifacts or {})
 
 

@@ -32,7 +32,7 @@ from kernel_lsp.contracts.codec import encode
 from kernel_lsp.contracts.profile_report import NOTE_CODES, KernelProfile, ProfileProblem, ProfileReport
 from kernel_lsp.findings import Finding, Position, uri_to_path
 from kernel_lsp.jobs.cache import ResultCache
-from kernel_lsp.kinds.profile import profile_job, profile_options
+from kernel_lsp.kinds.profile import ProfileOutcome, profile_job, profile_options
 from kernel_lsp.profile.locations import Location, kernel_locations
 from kernel_lsp.profile.report import (
     imported_report,
@@ -246,7 +246,7 @@ class ProfileFeature(Feature):
             self._progress.end(token, "cancelled")
             raise
         text = document.source if document else None
-        report = received_report(result.metrics.get("profile")) if result.status == "ok" else None  # read once
+        report = ProfileOutcome.of(result).report  # read once; None: the job did not finish
         outcome = await self._outcome(uri, result, report, text)
         if report is not None and outcome.get("kernels"):
             await self._remember(path, reference, text, report)

@@ -3,8 +3,9 @@
 The Sandbox starts it ahead of time. It imports the preload modules, says it is ready, waits for one task
 frame, applies the limits, calls the entry and writes one result frame, then exits. Frames travel on a
 dedicated pipe pair (stdout and stderr belong to the candidate): a 4-byte big-endian length, then a msgpack
-map, the same framing as the worker protocol. Only the stdlib and msgpack are imported here: torch only
-when a task asks for it.
+map, the same framing as the worker protocol: what the frames hold is contracts/sandbox_reply.py's (`ChildReady`,
+`ChildReply`), which the Sandbox decodes. Only the stdlib and msgpack are imported here: torch only when a task
+asks for it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from kernel_lsp.contracts.sandbox_reply import ChildReady, ChildReply, TracebackFrame, frame
 from kernel_lsp.process.failures import Frame, failure_parts
 from kernel_lsp.process.frames import encode_frame, read_frame, write_all, write_frame
 
@@ -37,15 +39,15 @@ def main(argv: list[str] | None = None) -> None:
     for fd in (options.task_fd, options.result_fd):
         os.set_inheritable(fd, False)  # the candidate's own subprocesses must not hold the frame pipes open
     faulthandler.enable(all_threads=False)  # a crash in native code still names the Python line (Sandbox parses it)
-    ready: dict[str, Any] = {"ready": os.getpid()}
+    ready = ChildReady(os.getpid())
     if options.confine:  # user code runs here: confined before any import can start a thread
         from kernel_lsp.process.confine import confine
 
-        ready["confinement"] = confine(options.writable, allow_network=False).to_dict()
+        ready = ChildReady(ready.ready, confine(options.writable, allow_network=False).to_dict())
     _preload(options.preload)
     _create_cuda_context()
     try:
-        write_frame(options.result_fd, ready)
+        write_frame(options.result_fd, frame(ready))
         task = read_frame(options.task_fd)
     except OSError:  # the sandbox's process died while this child was starting
         task = None
@@ -107,26 +109,27 @@ def run_task(task: dict[str, Any]) -> bytes:
     try:
         args = _prepare(task)
     except Exception as error:
-        return encode_frame(_reply("sandbox-error", f"could not prepare the candidate's run: {error!r}"))
+        return encode_frame(frame(ChildReply("sandbox-error", f"could not prepare the candidate's run: {error!r}")))
     try:
         value = _call_entry(task["entry"], args)
     except BaseException as error:
         del reserve
-        return encode_frame(describe_exception(error, task["task_dir"], task["origins"]))
+        return encode_frame(frame(describe_exception(error, task["task_dir"], task["origins"])))
     return _value_frame(value)
 
 
-def describe_exception(error: BaseException, task_dir: str, origins: dict[str, str]) -> dict[str, Any]:
+def describe_exception(error: BaseException, task_dir: str, origins: dict[str, str]) -> ChildReply:
     """The reply for a run the entry ended with an exception: status, message and the user's frames. An
     exception with a `sandbox_failure` (a failure in the candidate's own process, as failure_parts described
     it there) is reported as that failure."""
     reported = getattr(error, "sandbox_failure", None)
     if isinstance(reported, dict):
-        frames = user_frames([tuple(frame) for frame in reported["frames"]], task_dir, origins)
-        return _reply(reported["status"], reported["message"], error_type=reported["error_type"], frames=frames)
+        frames = user_frames([tuple(said) for said in reported["frames"]], task_dir, origins)
+        return ChildReply(reported["status"], reported["message"], error_type=reported["error_type"],
+                          traceback=frames)
     parts = failure_parts(error)
-    return _reply(parts["status"], parts["message"], error_type=parts["error_type"],
-                  frames=user_frames(parts["frames"], task_dir, origins))
+    return ChildReply(parts["status"], parts["message"], error_type=parts["error_type"],
+                      traceback=user_frames(parts["frames"], task_dir, origins))
 
 
 def _prepare(task: dict[str, Any]) -> dict[str, Any]:
@@ -159,15 +162,10 @@ def _call_entry(entry: str, args: dict[str, Any]) -> Any:
 
 def _value_frame(value: Any) -> bytes:
     try:
-        return encode_frame(_reply("ok", "", value=value))
+        return encode_frame(frame(ChildReply("ok", "", value=value)))
     except (TypeError, ValueError, OverflowError) as error:
-        return encode_frame(_reply("sandbox-error", f"the entry returned a value msgpack cannot carry: {error}"))
-
-
-def _reply(status: str, message: str, *, value: Any = None, error_type: str | None = None,
-           frames: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    return {"status": status, "message": message, "value": value, "error_type": error_type,
-            "traceback": frames or []}
+        return encode_frame(frame(ChildReply("sandbox-error",
+                                             f"the entry returned a value msgpack cannot carry: {error}")))
 
 
 def _flush_output() -> None:
@@ -217,10 +215,10 @@ def _lower_limit(which: int, limit: int) -> None:
 # ---- frames in the user's files ----------------------------------------------------------------------------
 
 
-def user_frames(frames: Iterable[Frame], task_dir: str, origins: dict[str, str]) -> list[dict[str, Any]]:
+def user_frames(frames: Iterable[Frame], task_dir: str, origins: dict[str, str]) -> list[TracebackFrame]:
     """Frames (oldest first) as the user should see them: task files under their real paths, ours dropped."""
     by_name = {os.path.normpath(name): path for name, path in origins.items()}
-    return [{"file": user_path(file, task_dir, by_name), "line": line, "function": function, "text": text}
+    return [TracebackFrame(user_path(file, task_dir, by_name), line, function, text)
             for file, line, function, text in frames if not _is_machinery(file)]
 
 

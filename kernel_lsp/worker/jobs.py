@@ -1,7 +1,7 @@
 """The worker's own job kinds (JOB_KINDS) and what every handler gets (JobContext). A handler takes a Job and a
-JobContext and returns a protocol Result; the candidate's kinds (verify, profile: kernel_lsp/kinds/) are registered
-beside these where the worker is started (kernel_lsp/commands/worker.py). Handlers see the worker through the
-context, never the daemon itself.
+JobContext and returns a protocol Result, whose metrics are its kind's class of contracts.job_metrics, encoded; the
+candidate's kinds (verify, profile: kernel_lsp/kinds/) are registered beside these where the worker is started
+(kernel_lsp/commands/worker.py). Handlers see the worker through the context, never the daemon itself.
 
 Candidates run only through the sandbox, so a candidate's crash is a finding in an `ok` result, never a
 failure of the worker.
@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kernel_lsp.contracts.codec import encode
+from kernel_lsp.contracts.job_metrics import BuildMetrics, DeviceInfoMetrics, RunMetrics
 from kernel_lsp.findings import SOURCE, Finding, Range, Severity, path_to_uri
 from kernel_lsp.jobs.cache import cache_key
 from kernel_lsp.verify.verdict import isolation_gaps
@@ -58,11 +60,10 @@ async def device_info(job: Job, context: JobContext) -> Result:
     await context.startup.wait()
     warm = context.startup
     device = device_summary()
-    metrics: dict[str, Any] = {"versions": context.versions(), "cudaAvailable": warm.cuda_available,
-                               "device": device}
+    metrics = DeviceInfoMetrics(context.versions(), warm.cuda_available, device)
     problems = [p for p in (warm.problem, None if device else "no GPU visible to NVML on the worker's machine")
                 if p]
-    return Result("ok", [], metrics, {}, "; ".join(problems) or None)
+    return Result("ok", [], encode(metrics), {}, "; ".join(problems) or None)
 
 
 def sandbox_limits(raw: dict[str, Any]) -> SandboxLimits:
@@ -100,8 +101,7 @@ async def _run_python(job: Job, context: JobContext) -> Result:
     await context.progress(f"running {config['function']} from {config['file']} in a sandbox")
     ran = await context.user_sandbox.run(task, sandbox_limits(config.get("limits") or {}))
     findings = user_code_findings(ran, task)
-    return Result("ok", findings, {"durationS": ran.duration_s, "status": ran.status},
-                  {"sandbox_run": ran.to_dict()})
+    return Result("ok", findings, encode(RunMetrics(ran.duration_s, ran.status)), {"sandbox_run": ran.to_dict()})
 
 
 def user_code_findings(ran: SandboxRun, task: SandboxTask) -> list[dict[str, Any]]:
@@ -172,8 +172,8 @@ async def build_extension(job: Job, context: JobContext) -> Result:
         if ran.status == "ok":
             (directory / BUILT_MARKER).write_text(key)
     findings = user_code_findings(ran, task)
-    return Result("ok", findings, {"durationS": ran.duration_s, "status": ran.status, "cached": cached,
-                                   "buildDirectory": str(directory)}, {"sandbox_run": ran.to_dict()})
+    return Result("ok", findings, encode(BuildMetrics(ran.duration_s, ran.status, cached, str(directory))),
+                  {"sandbox_run": ran.to_dict()})
 
 
 JOB_KINDS: dict[str, Handler] = {

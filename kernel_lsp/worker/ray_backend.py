@@ -24,9 +24,12 @@ import logging
 import os
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from kernel_lsp.contracts.actor_info import ActorInfo
+from kernel_lsp.contracts.codec import ContractError, Wire, decode, encode
+from kernel_lsp.contracts.job_metrics import DeviceInfoMetrics
 from kernel_lsp.worker import protocol
 from kernel_lsp.worker.client import WorkerStatus, WorkerUnavailable
 from kernel_lsp.worker.protocol import Job, Result
@@ -47,14 +50,19 @@ class WorkerActor:
 
         self._client = WorkerClient(job_timeout_s=job_timeout_s, max_frame=max_frame)
 
-    async def ready(self) -> dict[str, Any]:
-        """Starts the worker and waits for its warm-up; what the actor runs on."""
+    async def ready(self) -> Wire:
+        """Starts the worker and waits for its warm-up; what the actor runs on (an ActorInfo, encoded)."""
         await self._client.ping()
         info = await self._client.run(Job("device-info", {}, {}, "device-info"))
-        device = (info.metrics or {}).get("device") or {}
-        return {"host": socket.gethostname(), "pid": os.getpid(), "gpu": device.get("name"),
-                "cuda": bool((info.metrics or {}).get("cudaAvailable")), "problem": info.error,
-                "cudaVisibleDevices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+        problem = info.error
+        try:
+            facts = decode(DeviceInfoMetrics, info.metrics) if info.status == "ok" else None
+        except ContractError as exc:  # its worker is of another version
+            facts, problem = None, f"the worker's device-info does not match this version's contract: {exc}"
+        name = ((facts.device if facts else None) or {}).get("name")
+        return encode(ActorInfo(socket.gethostname(), os.getpid(), name if isinstance(name, str) else None,
+                                bool(facts and facts.cuda_available), problem,
+                                os.environ.get("CUDA_VISIBLE_DEVICES")))
 
     async def run(self, job_wire: dict[str, Any], timeout_s: float | None):
         """A streaming generator: ("progress", message, fraction)... then ("result", result_wire)."""
@@ -90,7 +98,7 @@ class WorkerActor:
 class _Actor:
     handle: Any
     number: int
-    info: dict[str, Any] = field(default_factory=dict)
+    info: ActorInfo | None = None  # what it said once ready
     running: str | None = None  # the content hash of the job it runs
 
 
@@ -244,21 +252,23 @@ class RayBackend:
         handle = self._actor_class.options(**options, max_concurrency=8).remote(self.job_timeout_s, self.max_frame)
         actor = _Actor(handle, self._numbers)
         try:
-            actor.info = await asyncio.wait_for(handle.ready.remote(), READY_TIMEOUT_S)  # an ObjectRef is awaitable
+            said = await asyncio.wait_for(handle.ready.remote(), READY_TIMEOUT_S)  # an ObjectRef is awaitable
+            actor.info = decode(ActorInfo, said)  # a ContractError: an actor of another install did not start
         except BaseException:
             self._ray.kill(handle)
             raise
         self._actors.append(actor)
         assert self._idle is not None
         self._idle.put_nowait(actor)
-        log.info("ray: actor %d ready on %s (pid %s, GPU %s)", actor.number, actor.info.get("host"),
-                 actor.info.get("pid"), actor.info.get("gpu") or "none")
+        log.info("ray: actor %d ready on %s (pid %s, GPU %s)", actor.number, actor.info.host, actor.info.pid,
+                 actor.info.gpu or "none")
         return actor
 
     def _describe(self) -> str:
-        gpus = sorted({a.info.get("gpu") for a in self._actors if a.info.get("gpu")})
+        infos = [a.info for a in self._actors if a.info is not None]
+        gpus = sorted({info.gpu for info in infos if info.gpu})
         kind = f"GPU ({', '.join(gpus)})" if gpus else "CPU"
-        hosts = len({a.info.get("host") for a in self._actors})
+        hosts = len({info.host for info in infos})
         return f"{len(self._actors)} Ray {kind} actor{'s' if len(self._actors) != 1 else ''} on {hosts} " \
                f"node{'s' if hosts != 1 else ''}"
 

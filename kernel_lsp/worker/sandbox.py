@@ -23,21 +23,20 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from kernel_lsp.process.isolation import BUILD_CACHES, build_cache_root, candidate_environment, with_package_on_path
 from kernel_lsp.process.failures import CUDA_ERROR_MARKERS, OUT_OF_MEMORY_MARKERS
 from kernel_lsp.process.frames import FRAME_HEADER, decode_frame_body, encode_frame
+from kernel_lsp.contracts.codec import ContractError, decode
 from kernel_lsp.contracts.keeper_report import KeeperEnd, KeeperStart
+from kernel_lsp.contracts.sandbox_reply import ChildReady, ChildReply, SandboxStatus, TracebackFrame
 from kernel_lsp.process.keeper import KILL_WITHIN_S, KeeperLink, keeper_command
 from kernel_lsp.process.namespaces import TASK_DIR_ENV, isolation_status
 from kernel_lsp.candidate.handle import ALWAYS_WRITABLE, in_sandbox
 from kernel_lsp.worker.child import user_frames
 
 log = logging.getLogger(__name__)
-
-SandboxStatus = Literal["ok", "compile-error", "python-exception", "cuda-error", "out-of-memory", "timeout",
-                        "signal", "disk-limit", "sandbox-error"]
 
 CHILD_MODULE = "kernel_lsp.worker.child"
 DEFAULT_OUTPUT_BYTES = 1 * 2**20
@@ -70,14 +69,6 @@ class SandboxTask:
     files: dict[str, str]  # relative name -> text, written into a fresh temp dir
     origins: dict[str, str] = field(default_factory=dict)  # relative name -> the user's real path
     preload: tuple[str, ...] = ()  # modules the next pre-started children import while they wait
-
-
-@dataclass(frozen=True)
-class TracebackFrame:
-    file: str
-    line: int
-    function: str
-    text: str
 
 
 @dataclass(frozen=True)
@@ -222,8 +213,14 @@ class Sandbox:
             await child.discard()
             raise SandboxStartError(f"the sandbox's child ended before it was ready (exit status "
                                     f"{child.process.returncode}): {_tail(child.stderr.text())}")
+        try:
+            said = decode(ChildReady, ready)
+        except ContractError as error:  # before any task: the child's own code, of another install?
+            await child.discard()
+            raise SandboxStartError(f"the sandbox's child said it was ready in a frame that breaks its contract: "
+                                    f"{error}") from None
         if child.isolation is not None:
-            child.isolation.update(ready.get("confinement") or {})
+            child.isolation.update(said.confinement or {})
         return child
 
 
@@ -525,9 +522,15 @@ def _sandbox_run(status: SandboxStatus, message: str, ending: _Ending, duration_
 
 
 def _ran_from_reply(reply: dict[str, Any], ending: _Ending, duration_s: float) -> SandboxRun:
-    frames = [TracebackFrame(**frame) for frame in reply["traceback"]]
-    return _sandbox_run(reply["status"], reply["message"], ending, duration_s, value=reply["value"], frames=frames,
-                    error_type=reply["error_type"])
+    """The run as the child's reply says it ended; a reply that breaks its contract (the task's code can write
+    to the child's result pipe) is a sandbox-error run naming the keys."""
+    try:
+        said = decode(ChildReply, reply)
+    except ContractError as error:
+        return _sandbox_run("sandbox-error", f"the sandbox's child sent a reply that breaks its contract: {error}",
+                            ending, duration_s)
+    return _sandbox_run(said.status, said.message, ending, duration_s, value=said.value, frames=said.traceback,
+                        error_type=said.error_type)
 
 
 def _ran_from_exit(ending: _Ending, duration_s: float, task_dir: str,
@@ -593,7 +596,7 @@ def _fault_frames(stderr: str, task_dir: str, origins: dict[str, str]) -> list[T
             break  # the stack ends at the first line that is not a frame
         number = int(match["line"])
         dumped.append((match["file"], number, match["function"], _source_line(match["file"], number)))
-    return [TracebackFrame(**frame) for frame in user_frames(reversed(dumped), task_dir, origins)]
+    return user_frames(reversed(dumped), task_dir, origins)
 
 
 def _source_line(file: str, number: int) -> str:

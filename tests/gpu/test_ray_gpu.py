@@ -50,8 +50,8 @@ async def test_one_actor_per_gpu_gives_the_local_verdicts(tmp_path: Path):
         gpus = torch.cuda.device_count()
         assert int(ray.cluster_resources()["GPU"]) == gpus
         assert backend.capacity == gpus  # one actor per GPU
-        assert all(a.info["cuda"] and a.info["gpu"] for a in backend.actors), [a.info for a in backend.actors]
-        assert sorted(a.info["cudaVisibleDevices"] for a in backend.actors) == [str(i) for i in range(gpus)]
+        assert all(a.info.cuda and a.info.gpu for a in backend.actors), [a.info for a in backend.actors]
+        assert sorted(a.info.cuda_visible_devices for a in backend.actors) == [str(i) for i in range(gpus)]
         assert backend.status.gpu.startswith(f"{gpus} Ray GPU (")
         results = await asyncio.gather(*(backend.run(job) for job in jobs))
     finally:

@@ -8,6 +8,7 @@ import copy
 import dataclasses
 import json
 import os
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,6 +16,8 @@ import msgpack
 import pytest
 
 from kernel_lsp.contracts.codec import ContractError, decode, decode_verify_report, encode
+from kernel_lsp.contracts.job_metrics import (BuildMetrics, CuteDslKernel, CuteDslMetrics, DeviceInfoMetrics,
+                                              KernelResources, RunMetrics, VerifyMetrics)
 from kernel_lsp.contracts.keeper_report import KeeperEnd, KeeperStart
 from kernel_lsp.contracts.options import VerifyOptions, to_config
 from kernel_lsp.findings import Severity
@@ -332,3 +335,39 @@ def test_the_cute_dsl_report_crosses_once_each_way_and_a_forged_one_is_refused()
                    {**wire, "trusted": True}):
         with pytest.raises(ContractError):
             decode(CuteDslReport, forged)
+
+
+async def test_a_verify_jobs_metrics_keep_their_wire_names_and_a_verdict_outside_the_contract_is_refused():
+    result = await _handled(_recorded("verify_cpu_rejected"))
+    assert set(result.metrics) == {"durationS", "verdict", "summary", "report"}
+    assert result.metrics["durationS"] == 0.5 and decode(VerifyMetrics, result.metrics).report is not None
+    odd = verify.VerifyOutcome.of(Result("ok", [], {"verdict": "great", "summary": "s"}))
+    assert (odd.verdict, odd.finished, odd.report) == ("unavailable", False, None)
+    assert ".verdict" in odd.summary and "contract" in odd.summary
+
+
+def test_each_job_kinds_metrics_cross_under_the_names_they_always_had():
+    resources = KernelResources("sm_90a", 32, 0, 16, 0, {"HMMA": 2}, None, "sm_90a: 32 registers")
+    cute = CuteDslMetrics("ok", "1 kernel(s)", [CuteDslKernel("kernel_0", "add_kernel", resources)], "4.8.1")
+    wire = encode(cute)
+    assert "isolation" not in wire and wire["kernels"][0]["resources"]["localBytes"] == 16
+    assert decode(CuteDslMetrics, msgpack.unpackb(msgpack.packb(wire))) == cute
+    assert encode(CuteDslMetrics("stopped", "why")) == {"status": "stopped", "summary": "why", "kernels": []}
+    assert encode(DeviceInfoMetrics({"torch": "2.5"}, False, None)) == {
+        "versions": {"torch": "2.5"}, "cudaAvailable": False, "device": None}
+    assert encode(BuildMetrics(1.5, "ok", True, "/cache/x")) == {
+        "durationS": 1.5, "status": "ok", "cached": True, "buildDirectory": "/cache/x"}
+    assert encode(RunMetrics(0.25, "timeout")) == {"durationS": 0.25, "status": "timeout"}
+    with pytest.raises(ContractError, match=r"\.kernels\[0\]\.resources\.local_bytes"):
+        decode(CuteDslMetrics, {**wire, "kernels": [{**wire["kernels"][0], "resources": {
+            **wire["kernels"][0]["resources"], "localBytes": "16"}}]})
+
+
+def test_no_reader_takes_a_results_metrics_for_a_dict():
+    """A job's metrics are read through its kind's class (contracts.job_metrics), decoded where the Result arrives:
+    no `.get` or subscript on a Result's `metrics` anywhere in kernel_lsp."""
+    read_as_dict = re.compile(r"\.metrics(\.get\(|\[)")
+    package = Path(verify.__file__).resolve().parents[1]
+    offenders = [f"{path.relative_to(package.parent)}:{number}" for path in sorted(package.rglob("*.py"))
+                 for number, line in enumerate(path.read_text().splitlines(), 1) if read_as_dict.search(line)]
+    assert offenders == [], offenders

@@ -415,3 +415,23 @@ def test_a_waiting_child_whose_sandbox_died_removes_its_own_folder(tmp_path: Pat
     finally:
         child.kill()
         os.close(result_read)
+
+
+FORGED_REPLY = '''import os, struct, sys
+import msgpack
+def main():
+    fd = int(sys.argv[sys.argv.index("--result-fd") + 1])
+    body = msgpack.packb({"status": "ok", "message": "", "value": "forged", "error_type": None,
+                          "traceback": [{"file": "/etc/passwd", "line": "one", "function": "f", "text": ""}]})
+    os.write(fd, struct.pack(">I", len(body)) + body)
+    os._exit(0)
+'''
+
+
+async def test_a_reply_the_tasks_code_forged_that_breaks_the_contract_is_a_sandbox_error(sandbox: Sandbox):
+    """The task's code runs in the child and can write to its result pipe: the reply is decoded
+    (contracts.sandbox_reply.ChildReply), and one that does not decode names its keys and is no value."""
+    outcome = await run(sandbox, FORGED_REPLY)
+    assert (outcome.status, outcome.value) == ("sandbox-error", None), outcome
+    assert "breaks its contract" in outcome.message and ".traceback[0].line" in outcome.message
+    await assert_keeps_serving(sandbox)

@@ -97,8 +97,8 @@ async def test_a_correct_dsl_kernel_compiles_without_a_gpu_and_gets_ptxas_figure
     assert outcome.status == "ok", outcome.summary
     assert outcome.compile_errors == []
     [kernel] = outcome.kernels
-    assert kernel["kernel"].startswith("kernel_cutlass_add_kernel_") and kernel["function"] == "add_kernel"
-    assert kernel["resources"]["arch"] == "sm_90a" and kernel["resources"]["registers"] > 0
+    assert kernel.kernel.startswith("kernel_cutlass_add_kernel_") and kernel.function == "add_kernel"
+    assert kernel.resources.arch == "sm_90a" and kernel.resources.registers > 0
     [resources] = [f for f in outcome.findings if f.code == "ptxas-resources"]
     assert resources.range.start.line == KERNEL_LINE and resources.message.startswith("add_kernel: sm_90a: ")
     assert "registers" in resources.message and resources.uri.endswith("/add_new.py")
@@ -171,4 +171,4 @@ for _path in ({str(trusted)!r}, {str(workspace_file)!r}):
     assert workspace_file.read_text() == REFERENCE
     assert outcome.status == "ok", outcome.summary
     assert len(outcome.kernels) == 1
-    assert outcome.isolation["files"].startswith("isolated"), outcome.isolation
+    assert outcome.isolation.files.startswith("isolated"), outcome.isolation

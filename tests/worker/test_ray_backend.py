@@ -99,7 +99,7 @@ async def test_a_batch_across_actors_gives_the_verdicts_of_the_local_worker(loca
         await backend.ping()
         assert backend.capacity == 3 and backend.status.state == "connected"
         assert backend.status.gpu == "3 Ray CPU actors on 1 node"
-        assert len({a.info["pid"] for a in backend.actors}) == 3
+        assert len({a.info.pid for a in backend.actors}) == 3
         progress: list[str] = []
         results = await asyncio.gather(*(backend.run(job, progress=lambda m, _f: progress.append(m))
                                          for job in jobs))
