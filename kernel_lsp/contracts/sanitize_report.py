@@ -27,6 +27,9 @@ PROBLEM_CODES: dict[str, str] = {
     "sanitize-build-failed": "the candidate's extension or program did not build (or nvcc could not run): nothing "
                              "was sanitized",
     "sanitize-warm-failed": "the candidate's warm call failed (the tools still run: memcheck explains crashes)",
+    "sanitize-worker-package": "a package the candidate imports is missing where the worker runs (the message gives "
+                               "its install command): the environment's problem, not the candidate's; nothing was "
+                               "sanitized",
     "sanitize-bad-header": "a `// kernel-lsp:` header line of a program does not parse",
     "sanitize-program-shared-init": "shared-init checks a candidate's forward call, not a standalone program",
     "sanitize-tool-stopped": "a tool ran past sanitizeTimeoutS and was stopped: what it printed is kept",

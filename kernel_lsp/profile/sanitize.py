@@ -65,6 +65,7 @@ from kernel_lsp.profile.program import (
 from kernel_lsp.sources import find_kernels, parse_python
 from kernel_lsp.candidate.handle import candidate_launch, tool_in_sandbox
 from kernel_lsp.candidate.kernels import own_kernel_names
+from kernel_lsp.worker.jobs import missing_package_in
 from profilers.sanitizer import (
     TOOLS,
     SanitizerError,
@@ -202,6 +203,9 @@ async def _warm_candidate(plan: SanitizePlan, folder: Path, environment: dict[st
         outcome.problems.append(SanitizeProblem("sanitize-warm-timeout", f"the candidate's warm call (build, load, "
                                                 f"one forward) ran past {plan.warm_timeout_s:.0f} s: nothing was "
                                                 "sanitized"))
+        return None
+    if warm.returncode and (missing := missing_package_in(warm.output)) is not None:  # the worker's install
+        outcome.problems.append(SanitizeProblem("sanitize-worker-package", f"{missing}: nothing was sanitized"))
         return None
     if warm.returncode and BUILD_FAILED.search(warm.output):
         outcome.problems.append(SanitizeProblem("sanitize-build-failed", f"the candidate's extension did not build: "

@@ -126,11 +126,25 @@ WORKER_PACKAGES = {"cutlass": "pip install 'kernel-lsp[cute-dsl]' (nvidia-cutlas
 _NO_MODULE = re.compile(r"No module named '(?P<name>[\w.]+)'")
 
 
+_MODULE_NOT_FOUND = re.compile(r"ModuleNotFoundError: No module named '(?P<name>[\w.]+)'")
+
+
 def missing_package(ran: SandboxRun) -> str | None:
     """Why a run that a package of WORKER_PACKAGES missing stopped proves nothing, with the command that installs
     it; None for any other ending (a missing module of the user's own is the candidate's to fix)."""
     found = _NO_MODULE.search(ran.message) if ran.error_type == "ModuleNotFoundError" else None
-    top = found["name"].split(".")[0] if found else None
+    return _worker_package(found["name"] if found else None)
+
+
+def missing_package_in(output: str) -> str | None:
+    """missing_package for a run known only by what it printed (a tool's child process: the sanitizer's warm
+    call): the last ModuleNotFoundError of its traceback."""
+    found = _MODULE_NOT_FOUND.findall(output)
+    return _worker_package(found[-1] if found else None)
+
+
+def _worker_package(module: str | None) -> str | None:
+    top = module.split(".")[0] if module else None
     if top not in WORKER_PACKAGES:
         return None
     return (f"the worker's Python has no {top} module, which the candidate imports: {WORKER_PACKAGES[top]} where "

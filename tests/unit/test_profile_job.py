@@ -134,3 +134,23 @@ async def test_a_package_missing_where_the_worker_runs_is_the_workers_problem_no
     own = await profile_of(stopped_at("my_kernels"))  # the user's own module: the candidate's failure, on its line
     assert [p["code"] for p in own.metrics["profile"]["problems"]] == ["profile-candidate-failed"]
     assert any(f["code"] == "run-python-exception" and f["severity"] == Severity.ERROR for f in own.findings)
+
+
+def test_the_sanitizer_reads_a_missing_worker_package_from_its_warm_calls_output():
+    """The sanitizer's warm call is a child process known by what it printed: a real interpreter's traceback for a
+    package of the worker's install that it lacks names the package and its install command; the user's own
+    module is not the worker's to install."""
+    import subprocess
+    import sys
+
+    from kernel_lsp.worker.jobs import missing_package_in
+
+    def printed(module: str) -> str:  # -S: no site-packages, so neither triton nor a made-up module imports
+        done = subprocess.run([sys.executable, "-I", "-S", "-c", f"import {module}"], capture_output=True, text=True)
+        assert done.returncode == 1, done
+        return "building cand.py with -lineinfo...\n" + done.stdout + done.stderr
+
+    said = missing_package_in(printed("triton.language"))
+    assert said is not None and "no triton module" in said and "pip install 'kernel-lsp[worker]'" in said, said
+    assert missing_package_in(printed("my_kernels")) is None
+    assert missing_package_in("exit 1: CUDA error: an illegal memory access was encountered") is None
