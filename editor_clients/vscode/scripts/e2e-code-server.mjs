@@ -300,8 +300,8 @@ async function withoutAKey(page, file, kernel, command, { key, keyCommand }) {
 /**
  * The first run with an interpreter that cannot import kernel_lsp: the extension's error message, its Open Settings
  * button, and where that leads (the settings editor's tabs, which one is selected, the setting rows it lists); then,
- * as the user would, `pythonPath` typed into the `settingKey` row there, waiting until `written` (the settings file
- * that tab edits) holds it, and the settings editor closed.
+ * as the user would, `pythonPath` typed into that setting's row there (its title holds `settingLabel`), waiting until
+ * `written` (the settings file that tab edits) holds `settingKey`, and the settings editor closed.
  */
 async function followImportProblem(page, { toastText, settingKey, settingLabel, pythonPath, written }) {
   const result = { message: "", buttons: [], tabs: [], selectedTab: "", query: "", rows: [], written: "" };
