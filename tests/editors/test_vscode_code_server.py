@@ -1,16 +1,22 @@
 """The packaged extension in a real VS Code: code-server driven by Debian's headless chromium (playwright-core).
 
+The first run: the user settings name an interpreter without kernel_lsp, so the extension says it cannot import
+kernel_lsp; the message's Open Settings opens the settings' Remote tab (where code-server lists the machine-overridable
+kernelLsp.server.pythonPath; the User tab does not), and the interpreter typed there starts the server.
 A workspace with a broken .cu: the Problems view shows nvcc's error on its line, hovering a kernel name shows the
 server's card, Ctrl+. (Quick Fix...) offers "Profile this kernel" (its title saying it cannot run: broken.cu does not
 compile), and Refactor... lists the actions that cannot run, faded (Optimize on the .cu kernel that no candidate builds,
-Profile there and on a Triton kernel without a GPU); verifying the
+Profile there and on a Triton kernel without a GPU); Ctrl+. on the Triton kernel, before any worker started, lists
+Optimize, Profile and the memory-safety check, each title saying why it cannot run; verifying the
 Triton candidate (which starts the local worker; a .cu's static profile runs in the server) turns the status bar
 item from "worker: not started" to the worker's state; connecting to a remote worker where none
 listens shows it disconnected, to the end (the local worker the server closes after the switch reports "stopped"
 late, which the extension does not show). Without a key (code-server starts with none), "Optimize This Kernel" is
 disabled in Refactor... and its command says VS Code's remedy, the "Set Anthropic API Key" command; following it
 (a password box; the key kept in VS Code's secret storage, the server restarted with it) enables it. "Optimize This
-Kernel" on a Triton candidate (an agent pass against a local fake Messages API, verified on the CPU worker under TRITON_INTERPRET=1) opens VS Code's refactor preview with the
+Kernel" on a Triton candidate (an agent pass against a local fake Messages API, verified on the CPU worker under
+TRITON_INTERPRET=1) shows its progress in the status bar, not as a toast (clicking it shows the progress in the
+notification center with its Cancel button, as the docs say), then opens VS Code's refactor preview with the
 change (unticked, as VS Code offers an edit that needs confirmation), the file on disk unchanged until the preview's
 Apply puts the optimized text in the editor (and VS Code saves it). "Show Workspace Summary" lists the workspace's
 kernel files in a quick pick (kernelLsp/workspaceSummary), broken.cu first with its errors, and picking it opens it.
@@ -41,7 +47,7 @@ import pytest
 from tests.agent.fake_api import FakeMessagesApi, tool_use_turn
 from tests.agent.test_tools import REFERENCE, TRITON
 from tests.conftest import FIXTURES
-from tests.editors.vscode_helpers import EXTENSION, built_extension, need, run_step
+from tests.editors.vscode_helpers import EXTENSION, REPO, built_extension, need, run_step
 
 pytestmark = pytest.mark.timeout(2400)
 
@@ -57,6 +63,7 @@ DOC_SCREENSHOTS = {"problems": "problems", "hover": "hover", "hover-profile": "h
 SETUP_TIMEOUT_S = 1800
 NVCC_DIRS = ["/usr/local/cuda/bin"]
 KERNEL = "scale_kernel"
+PYTHON_PATH_SETTING = "kernelLsp.server.pythonPath"
 BROKEN_LINE = 12  # 1-based, as the Problems view shows it
 BROKEN_CU = """\
 // kernel-lsp end-to-end test: one kernel that compiles, one that does not
@@ -146,9 +153,14 @@ def test_problems_hover_and_code_actions_in_code_server(code_server_dir: Path, t
         "kernelLsp.baselines": ["eager"], "kernelLsp.anthropicBaseUrl": api.url,
         "kernelLsp.trajectoryDir": str(tmp_path / "trajectories"),
     }, indent=2))
+    # the first run: the user settings name an interpreter that cannot import kernel_lsp (a fresh venv); the driver
+    # follows the extension's message to the settings and sets kernelLsp.server.pythonPath where they lead
+    no_kernel_lsp = tmp_path / "no-kernel-lsp"
+    run_step([sys.executable, "-m", "venv", "--without-pip", str(no_kernel_lsp)], tmp_path)
+    first_python = no_kernel_lsp / "bin" / "python3"
     (user_data / "User").mkdir(parents=True)
     (user_data / "User" / "settings.json").write_text(json.dumps({
-        "kernelLsp.server.pythonPath": sys.executable,
+        PYTHON_PATH_SETTING: str(first_python),
         "kernelLsp.server.logLevel": "INFO",
         "kernelLsp.trace.server": "verbose",  # the initialize request in the channel, to check its capabilities
         "security.workspace.trust.enabled": False,
@@ -170,9 +182,11 @@ def test_problems_hover_and_code_actions_in_code_server(code_server_dir: Path, t
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     log = (tmp_path / "code-server.log").open("w")
+    # started in the repository, where `-c "import kernel_lsp"` finds the package whatever the interpreter: the
+    # extension must check the import where the server runs (the workspace folder), not in its own folder
     server = subprocess.Popen(["node", str(entry), *common, "--auth", "none", "--bind-addr", f"127.0.0.1:{port}",
                                "--disable-telemetry", "--disable-update-check", "--disable-workspace-trust"],
-                              stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                              stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=REPO)
     try:
         with api:  # the fake Messages API answers the optimize pass while the driver runs
             _wait_for_http(url, server)
@@ -182,10 +196,14 @@ def test_problems_hover_and_code_actions_in_code_server(code_server_dir: Path, t
             config.write_text(json.dumps({
                 "setupDir": str(code_server_dir), "chromium": shutil.which("chromium") or "/usr/bin/chromium",
                 "url": url, "workspace": str(workspace), "file": "broken.cu", "kernel": KERNEL,
+                "importProblem": {"toastText": "cannot import kernel_lsp", "settingKey": PYTHON_PATH_SETTING,
+                                  "settingLabel": "Server: Python Path", "pythonPath": sys.executable,
+                                  "written": str(user_data / "Machine" / "settings.json")},
                 "errorText": "undefined_value", "actionText": "Profile this kernel", "artifacts": str(ARTIFACTS),
                 "workerCommand": "kernel-lsp: Verify This Candidate", "workerFile": "relu.py", "workerToken": "relu_kernel", "remoteAddress": f"tcp:127.0.0.1:{_free_port()}",
                 "optimize": {"file": "relu.py", "kernel": "relu_kernel", "workspace": str(workspace),
                              "command": "kernel-lsp: Optimize This Kernel", "marker": "4096", "appliedText": "BLOCK=4096",
+                             "progressTitle": "Optimizing relu.py",
                              "noKey": {"key": API_KEY, "keyCommand": "kernel-lsp: Set Anthropic API Key"}},
                 "summary": {"command": "kernel-lsp: Show Workspace Summary", "file": "broken.cu",
                             "until": {"relu.py": "verified"}, "settleMs": 180_000},
@@ -213,12 +231,33 @@ def test_problems_hover_and_code_actions_in_code_server(code_server_dir: Path, t
     print(json.dumps(seen, indent=2))
     assert seen["failure"] is None, f"{seen['failure']}\nsteps: {seen['steps']}\nscreenshots: {seen['screenshots']}"
     _publish_screenshots()
+    # the first run (issue 42, item 3): the interpreter cannot import kernel_lsp (checked in the workspace folder,
+    # where the server runs, not in code-server's: the repository); the message's Open Settings opens the
+    # settings on the Remote tab (the setting is machine-overridable: code-server lists it there, not under User),
+    # filtered to the setting, and the interpreter set there is the one the server then runs with
+    first = seen["importProblem"]
+    assert f"{first_python} (from setting) cannot import kernel_lsp" in first["message"], first
+    assert first["buttons"] == ["Open Settings", "Show Log"], first
+    assert first["selectedTab"].startswith("Remote"), first["tabs"]
+    assert first["query"] == PYTHON_PATH_SETTING, first
+    # listed first (the filter also finds kernelLsp.pythonPath, the interpreter of load_inline's torch headers)
+    assert first["rows"][0].startswith("Kernel Lsp › Server: Python Path"), first["rows"]
+    assert json.loads(first["written"])[PYTHON_PATH_SETTING] == sys.executable, first["written"]
     errors = [row for row in seen["problems"] if "undefined_value" in row]
     assert errors, seen["problems"]
     assert re.search(rf"\[Ln {BROKEN_LINE}, Col \d+\]", errors[0]), errors[0]
     assert not any(f"[Ln {n}," in row for row in seen["problems"] for n in range(1, 8)), seen["problems"]
     assert KERNEL in seen["hover"]
-    assert f"Profile this kernel ({KERNEL})" in seen["actions"], seen["actions"]  # in Ctrl+. (Quick Fix...)
+    # in Ctrl+. (Quick Fix...), its title saying why it cannot run
+    assert f"Profile this kernel ({KERNEL}) — unavailable: does not compile" in seen["actions"], seen["actions"]
+    # Ctrl+. on the Triton kernel, no GPU, no key, the worker not started (issue 42, item 2): every action listed,
+    # none that would only fail listed as if it could run: each title says why
+    ctrl_dot = seen["ctrlDotCandidate"]
+    assert ctrl_dot["status"] == ctrl_dot["statusAfter"] == "worker: not started", ctrl_dot
+    listed = {row["text"]: row["disabled"] for row in ctrl_dot["rows"] if "(" in row["text"]}  # not group headers
+    assert listed == {"Optimize this kernel (relu_kernel) — unavailable: no Anthropic API key": False,
+                      "Profile this kernel (relu_kernel) — unavailable: needs a GPU": False,
+                      "Check memory safety (compute-sanitizer) — unavailable: needs a GPU": False}, ctrl_dot["rows"]
     # Refactor... lists the disabled actions too, faded: on the .cu kernel Optimize says what it needs (no
     # candidate builds broken.cu) and Profile that the file does not compile; on the Triton kernel (CPU worker)
     # Profile says it needs a GPU, Optimize runs
@@ -258,6 +297,14 @@ def test_problems_hover_and_code_actions_in_code_server(code_server_dir: Path, t
     assert optimized["tickedAtFirst"] and not any(optimized["tickedAtFirst"]), optimized["tickedAtFirst"]
     assert "BLOCK=4096" in optimized["diff"] and "cdiv(x.numel(), 4096)" in optimized["diff"], optimized["diff"]
     assert optimized["diskDuringPreview"] == CANDIDATE, "the file changed on disk before the preview was applied"
+    # its progress (issue 42, item 6), where the docs say: in the status bar, no toast and no Cancel button on the
+    # screen; clicking it opens it in the notification center with its Cancel button, as the command's message says
+    progress = optimized["progress"]
+    assert progress["status"].startswith("Optimizing relu.py"), progress
+    assert progress["toasts"] == 0 and progress["cancelBefore"] == 0, progress
+    assert progress["notification"].startswith("Optimizing relu.py") and progress["buttons"] == ["Cancel"], progress
+    assert any("its progress in the status bar can cancel it (click it)" in text for text in progress["center"]), \
+        progress["center"]
     # applied: the editor holds the optimized text, and VS Code saved it (files.refactoring.autoSave, on by default)
     assert "BLOCK=4096" in optimized["editor"] and "BLOCK=64" not in optimized["editor"], optimized["editor"]
     assert optimized["diskAfterApply"] == FAST == (workspace / "relu.py").read_text()
@@ -291,7 +338,9 @@ def test_problems_hover_and_code_actions_in_code_server(code_server_dir: Path, t
         assert "16 registers/thread · achieved occupancy 83.0%" in card, card
         assert "profile: import-csv ncu_details.csv" in card, card
     channel = "\n".join(p.read_text() for p in (ARTIFACTS / "logs").rglob("*-kernel-lsp.log"))
-    assert "Python: " + sys.executable in channel, channel[-3000:]
+    # the first start failed on the User settings' interpreter; the one set on the Remote tab started the server
+    failed = channel.index(f"Python: {first_python} (from setting)")
+    assert channel.index(f"Python: {sys.executable} (from setting)", failed) > failed, channel[-3000:]
     assert "unknown setting" not in channel, "the extension sent a setting the server does not know"
     initialize = channel[channel.index("Sending request 'initialize"):][:20000]
     assert re.search(r'"changeAnnotationSupport":\s*\{', initialize), "no change annotations: no optimize preview"

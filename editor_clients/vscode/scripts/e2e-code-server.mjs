@@ -1,8 +1,10 @@
-// Drives code-server in Debian's headless chromium (playwright-core from the setup folder): opens a .cu file,
-// reads the Problems view, hovers a kernel name, lists the source actions; optionally optimizes a candidate and
-// reads VS Code's refactor preview of the result before applying it, and imports an Nsight Compute profile through
-// the open dialogs and reads a kernel's hover card; lists the workspace summary's quick pick and opens a file from it;
-// screenshots into the artifacts folder.
+// Drives code-server in Debian's headless chromium (playwright-core from the setup folder): optionally follows the
+// first run's "cannot import kernel_lsp" message to the settings and sets the interpreter there; opens a .cu file,
+// reads the Problems view, hovers a kernel name, lists the source actions (Ctrl+.'s on a candidate's kernel too, before
+// the worker starts); optionally optimizes a candidate (reading its progress in the status bar and, after a click,
+// its Cancel button) and reads VS Code's refactor preview of the result before applying it, and imports an Nsight
+// Compute profile through the open dialogs and reads a kernel's hover card; lists the workspace summary's quick pick
+// and opens a file from it; screenshots into the artifacts folder.
 // Usage: node e2e-code-server.mjs CONFIG.json; prints one JSON object with what it saw.
 import fs from "node:fs";
 import { createRequire } from "node:module";
@@ -13,7 +15,7 @@ const { chromium } = createRequire(path.join(config.setupDir, "package.json"))("
 const WAIT_MS = config.waitMs ?? 90_000;
 const HOVER_TRY_MS = 10_000;  // one try at a hover: the mouse moved onto the word, the widget not shown yet
 const seen = { problems: [], hover: "", actions: "", refactorActions: {}, status: "", workerStatus: "", remoteStatus: "", remoteTooltip: "",
-  finalStatus: "",
+  finalStatus: "", importProblem: null, ctrlDotCandidate: null,
   optimize: null, summary: null, profileImport: null, screenshots: [], steps: [] };
 
 async function shot(page, name) {
@@ -60,24 +62,31 @@ async function palette(page, command) {
 /**
  * The "Refactor..." menu on `token` with its "Show Disabled" toggle on (VS Code lists disabled code actions there,
  * faded, with their reason as the row's tooltip; the lightbulb and Quick Fix... leave them out): each row's text,
- * whether it is disabled, and its tooltip.
+ * whether it is disabled, and its tooltip. With `quickFix`, the menu Ctrl+. opens instead ("Quick Fix...", as it
+ * comes: no toggle); [] when the menu says it has nothing.
  */
-async function refactorMenu(page, token, shotName) {
+async function refactorMenu(page, token, shotName, quickFix = false) {
   const centre = await tokenCentre(page, token);
   await page.mouse.click(centre.x, centre.y);
-  await palette(page, "Refactor...");
+  await palette(page, quickFix ? "Quick Fix..." : "Refactor...");
   const menu = page.locator(".action-widget").first();
-  const none = page.getByText("No refactorings available").first();  // e.g. a server that is still starting
+  // the message VS Code shows by the cursor when the menu would be empty (e.g. a server that is still starting)
+  const none = page.locator(".monaco-editor-overlaymessage",
+    { hasText: quickFix ? "No code actions available" : "No refactorings available" }).first();
   const firstRow = menu.locator(".monaco-list-row").first();
   // either may show, or both for a moment (the message of the menu before fading as this one opens)
   await firstRow.or(none).first().waitFor({ state: "visible", timeout: WAIT_MS });
-  if (!(await firstRow.isVisible()) && await none.isVisible()) {
+  if (!(await firstRow.isVisible())) {
+    await firstRow.waitFor({ state: "visible", timeout: 3000 }).catch(() => undefined);
+  }
+  if (!(await firstRow.isVisible())) {
+    await shot(page, shotName);
     await page.keyboard.press("Escape");
     return [];
   }
   await page.waitForTimeout(500);  // every provider's answer in
   const showDisabled = menu.getByText("Show Disabled");  // VS Code folds the disabled actions behind this toggle
-  if (await showDisabled.count()) {
+  if (!quickFix && await showDisabled.count()) {
     await showDisabled.first().evaluate((link) => link.click());  // the menu's pointer block takes mouse clicks
     await page.waitForTimeout(300);
   }
@@ -152,9 +161,9 @@ async function tokenCentre(page, word) {
  * the change, reads the diff it opens (the file on disk still unchanged), applies it with the panel's Apply button
  * and reads the editor and the file (which VS Code saves after a refactoring).
  */
-async function optimize(page, { file, kernel, workspace, command, marker, appliedText, noKey }) {
+async function optimize(page, { file, kernel, workspace, command, marker, appliedText, noKey, progressTitle }) {
   const result = { preview: "", tickedAtFirst: [], diff: "", diskDuringPreview: "", editor: "",
-    diskAfterApply: "", noKey: null };
+    diskAfterApply: "", noKey: null, progress: null };
   seen.optimize = result;
   const panel = page.locator(".bulk-edit-panel");
   const fileRow = panel.locator(".monaco-list-row", { has: page.locator(".monaco-icon-label", { hasText: file }) })
@@ -174,8 +183,11 @@ async function optimize(page, { file, kernel, workspace, command, marker, applie
       await page.waitForTimeout(1000);
     }
   });
-  await step("optimize: refactor preview", async () => {
+  await step("optimize: progress", async () => {
     await palette(page, command);
+    result.progress = await progressInStatusBar(page, progressTitle, "optimize-progress");
+  });
+  await step("optimize: refactor preview", async () => {
     // the agent pass: the fake model's turns, then verification on the CPU worker under TRITON_INTERPRET=1
     await page.locator('.bulk-edit-panel[data-state="data"] .monaco-list-row').first()
       .waitFor({ state: "visible", timeout: WAIT_MS * 3 });
@@ -217,6 +229,32 @@ async function optimize(page, { file, kernel, workspace, command, marker, applie
   });
 }
 
+/**
+ * A server's progress titled `title`, where VS Code's language client shows it (a window progress: a silent
+ * notification): a status bar entry, no toast, no Cancel button on the screen; clicking the entry opens the
+ * notification center, where the progress has its Cancel button (not pressed). The center is hidden again after the
+ * screenshot.
+ */
+async function progressInStatusBar(page, title, shotName) {
+  const result = { status: "", toasts: 0, cancelBefore: 0, notification: "", buttons: [], center: [] };
+  const entry = page.locator(".statusbar-item", { hasText: title }).first();
+  await entry.waitFor({ state: "visible", timeout: WAIT_MS });
+  result.status = (await entry.innerText()).replace(/\s+/g, " ").trim();
+  result.toasts = await page.locator(".notifications-toasts .notification-list-item", { hasText: title }).count();
+  result.cancelBefore = await page.locator(".monaco-button:visible", { hasText: /^Cancel$/ }).count();
+  await entry.click();
+  const item = page.locator(".notifications-center .notification-list-item", { hasText: title }).first();
+  await item.waitFor({ state: "visible", timeout: 10_000 });
+  result.notification = (await item.locator(".notification-list-item-message").innerText()).replace(/\s+/g, " ")
+    .trim();
+  result.buttons = (await item.locator(".monaco-button:visible").allInnerTexts()).map((text) => text.trim());
+  result.center = (await page.locator(".notifications-center .notification-list-item-message").allInnerTexts())
+    .map((text) => text.replace(/\s+/g, " ").trim());
+  await shot(page, shotName);
+  await palette(page, "Notifications: Hide Notifications");
+  return result;
+}
+
 /** The text of the first notification toast holding `text`, once it shows; then the toasts are cleared. */
 async function notification(page, text) {
   const toast = page.locator(".notifications-toasts .notification-list-item", { hasText: text }).first();
@@ -234,7 +272,12 @@ async function notification(page, text) {
 async function withoutAKey(page, file, kernel, command, { key, keyCommand }) {
   const result = { menu: [], message: "" };
   await step("optimize without a key: refactor menu", async () => {
+    const deadline = Date.now() + 60_000;  // an empty menu asked again, as in the "refactor menu" step
     result.menu = await refactorMenu(page, kernel, "refactor-menu-no-key");
+    while (!result.menu.length && Date.now() < deadline) {
+      await page.waitForTimeout(2000);
+      result.menu = await refactorMenu(page, kernel, "refactor-menu-no-key");
+    }
   });
   await step("optimize without a key: the message", async () => {
     const centre = await tokenCentre(page, kernel);
@@ -252,6 +295,55 @@ async function withoutAKey(page, file, kernel, command, { key, keyCommand }) {
     await tokenCentre(page, kernel);
   });
   return result;
+}
+
+/**
+ * The first run with an interpreter that cannot import kernel_lsp: the extension's error message, its Open Settings
+ * button, and where that leads (the settings editor's tabs, which one is selected, the setting rows it lists); then,
+ * as the user would, `pythonPath` typed into that setting's row there (its title holds `settingLabel`), waiting until
+ * `written` (the settings file that tab edits) holds `settingKey`, and the settings editor closed.
+ */
+async function followImportProblem(page, { toastText, settingKey, settingLabel, pythonPath, written }) {
+  const result = { message: "", buttons: [], tabs: [], selectedTab: "", query: "", rows: [], written: "" };
+  seen.importProblem = result;
+  const settings = page.locator(".settings-editor");
+  const row = settings.locator(".setting-item-contents",
+    { has: page.locator(".setting-item-title", { hasText: settingLabel }) }).first();
+  await step("first run: cannot import kernel_lsp", async () => {
+    const toast = page.locator(".notifications-toasts .notification-list-item", { hasText: toastText }).first();
+    await toast.waitFor({ state: "visible", timeout: WAIT_MS });
+    result.message = (await toast.locator(".notification-list-item-message").innerText()).replace(/\s+/g, " ").trim();
+    result.buttons = (await toast.locator(".monaco-button").allInnerTexts()).map((text) => text.trim());
+    await toast.locator(".monaco-button", { hasText: "Open Settings" }).first().click();
+    await settings.waitFor({ state: "visible", timeout: WAIT_MS });
+    // the settings editor fills its list after opening; a tab that does not list the setting never shows it
+    await row.waitFor({ state: "visible", timeout: 15_000 }).catch(() => undefined);
+    await page.waitForTimeout(500);  // the filter applied
+    result.tabs = await settings.locator(".settings-tabs-widget .action-item").evaluateAll((tabs) => tabs.map(
+      (tab) => ({ text: tab.textContent.replace(/\s+/g, " ").trim(), selected: [tab, ...tab.querySelectorAll("*")]
+        .some((e) => e.classList.contains("checked") || e.getAttribute("aria-selected") === "true") })));
+    result.selectedTab = result.tabs.filter((tab) => tab.selected).map((tab) => tab.text).join(" | ");
+    result.query = await settings.locator(".settings-header .monaco-editor .view-lines").first().innerText()
+      .then((text) => text.replace(/\u00a0/g, " ").trim(), () => "");
+    result.rows = (await settings.locator(".setting-item-contents .setting-item-title").allInnerTexts())
+      .map((text) => text.replace(/\s+/g, " ").trim());
+    await shot(page, "open-settings-remote");
+  });
+  await step("first run: set the interpreter there", async () => {
+    const input = row.locator(".setting-item-control input").first();
+    await input.fill(pythonPath, { timeout: 10_000 });
+    await input.press("Enter");
+    const deadline = Date.now() + WAIT_MS;
+    for (;;) {
+      result.written = fs.existsSync(written) ? fs.readFileSync(written, "utf8") : "";
+      if (result.written.includes(settingKey) || Date.now() > deadline) {
+        break;
+      }
+      await page.waitForTimeout(250);
+    }
+    await palette(page, "View: Close Editor");
+    await settings.waitFor({ state: "hidden", timeout: WAIT_MS });
+  });
 }
 
 /** Answers code-server's simple file dialog (a quick input holding a path) whose title has `title` with `file`. */
@@ -432,6 +524,9 @@ try {
     await page.goto(`${config.url}/?folder=${encodeURIComponent(config.workspace)}`);
     await page.locator(".monaco-workbench").waitFor({ timeout: WAIT_MS });
   });
+  if (config.importProblem) {
+    await followImportProblem(page, config.importProblem);
+  }
   await step("open file", () => openFile(page, config.file, config.kernel));
   await step("problems", async () => {
     await palette(page, "View: Focus Problems");
@@ -480,6 +575,11 @@ try {
     await step("worker status", async () => {
       if (config.workerFile) {  // the command acts on this file (a .cu's profile needs no worker: the server's own)
         await openFile(page, config.workerFile, config.workerToken);
+        // Ctrl+. on its kernel before any worker started: what it lists, and the worker's state at that moment
+        const worker = page.locator(".statusbar-item", { hasText: "worker" }).first();
+        const status = (await worker.innerText()).trim();
+        const rows = await refactorMenu(page, config.workerToken, "code-actions-py", true);
+        seen.ctrlDotCandidate = { status, rows, statusAfter: (await worker.innerText()).trim() };
       }
       await palette(page, config.workerCommand);
       const item = page.locator(".statusbar-item", { hasText: /: (idle|busy)|disconnected/ }).first();

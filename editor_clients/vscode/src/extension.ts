@@ -27,7 +27,7 @@ import {
   givenProfileFiles,
   importProfileArguments,
 } from "./pure/commands";
-import { Interpreter, resolveInterpreter, serverExecutable, which } from "./pure/interpreter";
+import { Interpreter, importCheck, resolveInterpreter, serverExecutable, which } from "./pure/interpreter";
 import { CommandResult, outcomeMessage } from "./pure/outcome";
 import { API_KEY_ENV, API_KEY_SECRET, SECTION, SectionReader, needsRestart, pythonPathSettingsCommand, sectionKeys,
   serverSettings } from "./pure/settings";
@@ -60,6 +60,11 @@ function sectionReader(scope?: vscode.Uri): SectionReader {
     keys: () => sectionKeys(config),
     inspect: (key) => config.inspect(key),
   };
+}
+
+/** Where the server runs (and its import check): the first workspace folder, else the extension host's folder. */
+function serverFolder(): string | undefined {
+  return vscode.workspace.workspaceFolders?.[0]?.uri.fsPath;
 }
 
 /** Says in the initialize request that workspace edits may carry change annotations (the optimize preview). */
@@ -189,7 +194,7 @@ class KernelLspExtension {
       env[API_KEY_ENV] = apiKey;  // the server reads $ANTHROPIC_API_KEY; an env var never shows in a message trace
     }
     const logLevel = vscode.workspace.getConfiguration(SECTION).get<string>("server.logLevel", "WARNING");
-    return serverExecutable(interpreter, logLevel, env, vscode.workspace.workspaceFolders?.[0]?.uri.fsPath);
+    return serverExecutable(interpreter, logLevel, env, serverFolder());
   }
 
   private clientOptions(): LanguageClientOptions {
@@ -232,8 +237,9 @@ class KernelLspExtension {
 
   /** Why `interpreter` cannot run kernel-lsp, checked first so the user sees that rather than a crash loop. */
   private importProblem(interpreter: Interpreter): Promise<string | undefined> {
+    const check = importCheck(interpreter, serverFolder());
     return new Promise((resolve) => {
-      execFile(interpreter.path, ["-c", "import kernel_lsp"], { timeout: IMPORT_CHECK_TIMEOUT_MS },
+      execFile(check.command, check.args, { ...check.options, timeout: IMPORT_CHECK_TIMEOUT_MS },
         (error, _stdout, stderr) => {
           if (!error) {
             resolve(undefined);

@@ -2,7 +2,8 @@ import assert from "node:assert/strict";
 import * as path from "node:path";
 import { test } from "node:test";
 
-import { expandPath, resolveInterpreter, serverArguments, serverExecutable, which } from "../src/pure/interpreter";
+import { expandPath, importCheck, resolveInterpreter, serverArguments, serverExecutable, which }
+  from "../src/pure/interpreter";
 
 const none = async () => undefined;
 const nothingOnPath = () => undefined;
@@ -47,4 +48,11 @@ test("the executable speaks stdio without a --stdio argument the server would re
   assert.deepEqual(executable, { command: "/venv/bin/python",
     args: ["-m", "kernel_lsp", "--log-level", "DEBUG", "serve"], options: { env: { A: "1" }, cwd: "/ws" } });
   assert.equal("transport" in executable, false);
+});
+
+test("the import check runs where the server will: -c, like -m, imports from the current folder first", () => {
+  const python = { path: "/venv/bin/python", source: "PATH" } as const;
+  const check = importCheck(python, "/ws");
+  assert.deepEqual(check, { command: "/venv/bin/python", args: ["-c", "import kernel_lsp"], options: { cwd: "/ws" } });
+  assert.equal(check.options.cwd, serverExecutable(python, "INFO", {}, "/ws").options.cwd);
 });

@@ -88,3 +88,13 @@ export function serverExecutable(interpreter: Interpreter, logLevel: string, env
   cwd: string | undefined): { command: string; args: string[]; options: { env: NodeJS.ProcessEnv; cwd?: string } } {
   return { command: interpreter.path, args: serverArguments(logLevel), options: { env, cwd } };
 }
+
+/**
+ * The check that `interpreter` can import kernel_lsp, run in the server's folder (`cwd`, as serverExecutable gets
+ * it): `-c`, like the server's `-m`, puts the current folder first on sys.path, so a check run elsewhere (the
+ * extension host's folder: a kernel-lsp checkout, say) can pass where the server then fails to start.
+ */
+export function importCheck(interpreter: Interpreter, cwd: string | undefined):
+  { command: string; args: string[]; options: { cwd?: string } } {
+  return { command: interpreter.path, args: ["-c", "import kernel_lsp"], options: { cwd } };
+}
