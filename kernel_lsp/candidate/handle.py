@@ -174,6 +174,8 @@ class CandidateProcess:
     can start: `namespaces` says how it runs ("isolated: ..." or what is missing). `readable`: the folders of the
     task's files (by default the sandbox child's task folder, TASK_DIR_ENV, else the current folder)."""
 
+    baselines = False  # the baselines' process (BaselineProcess): side.py skips what only a candidate needs
+
     def __init__(self, scratch: Path, allow_network: bool, readable: tuple[str, ...] | None = None) -> None:
         self.scratch = scratch  # the caller removes it once the process is closed
         self.home = scratch / "candidate-home"
@@ -192,7 +194,8 @@ class CandidateProcess:
         command = [sys.executable, "-P", "-m", SIDE_MODULE, "--requests-fd", str(request_read),
                    "--replies-fd", str(reply_write), "--exchange", str(self.exchange_folder),
                    *([f"--channel-fd={channel_end.fileno()}"] if channel_end else []),
-                   *(f"--writable={folder}" for folder in writable), *(["--allow-network"] if allow_network else [])]
+                   *(f"--writable={folder}" for folder in writable), *(["--allow-network"] if allow_network else []),
+                   *(["--baselines"] if self.baselines else [])]
         command = keeper_command(sys.executable, command, *self.link.child_fds, grace_s=LEFT_GRACE_S)
         self.readable = readable if readable is not None else task_folders()
         if sandboxed:
@@ -343,6 +346,8 @@ class BaselineProcess(CandidateProcess):
     protocol. Only the reference's code runs in it, with the judge's build caches (a candidate could plant a slow
     artifact in its own, keyed as the reference's compile would look it up). Its hang or death is its own failure,
     not the candidate's: BaselineFailed, where the candidate's process would end the judge as it ended."""
+
+    baselines = True
 
     def caches(self) -> Path | None:
         return judge_build_root()

@@ -41,13 +41,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--writable", action="append", default=[])
     parser.add_argument("--channel-fd", type=int)  # device memory descriptors (candidate/exchange.py), in a sandbox
     parser.add_argument("--allow-network", action="store_true")
+    parser.add_argument("--baselines", action="store_true")  # the baselines' process (candidate/handle.py)
     options = parser.parse_args(argv)
     for fd in (options.requests_fd, options.replies_fd, options.channel_fd):
         if fd is not None:
             os.set_inheritable(fd, False)
     confinement = confine(options.writable, options.allow_network)  # before torch: no thread may exist yet
     channel = socket.socket(fileno=options.channel_fd) if options.channel_fd is not None else None
-    side = CandidateSide(options.exchange, channel)
+    side = CandidateSide(options.exchange, channel, options.baselines)
     write_frame(options.replies_fd, {"ready": os.getpid(), "confinement": confinement.to_dict()})
     while (request := read_frame(options.requests_fd)) is not None:
         op = request.get("op")
@@ -124,11 +125,16 @@ def stopwatch(seconds: dict[str, float], name: str) -> Iterator[None]:
 class CandidateSide:
     """The candidate's side of one verification; each op_* answers one request."""
 
-    def __init__(self, exchange_folder: str, channel: socket.socket | None = None) -> None:
+    def __init__(self, exchange_folder: str, channel: socket.socket | None = None, baselines: bool = False) -> None:
         import torch
-        import torch._dynamo  # noqa: F401 - torch_snapshot needs it at load: imported while waiting instead
 
         from kernel_lsp.candidate.exchange import Exchange
+
+        # torch_snapshot needs torch._dynamo at load, and the compile baseline (timed on a GPU only) uses it: imported
+        # while waiting, except in a baselines' process without a GPU, which needs neither (~1 s of CPU)
+        self.baselines = baselines
+        if not baselines or torch.cuda.is_available():
+            import torch._dynamo  # noqa: F401
 
         if torch.cuda.is_available():
             torch.empty(1, device="cuda")  # the CUDA context, made while waiting (about half a second)
@@ -166,7 +172,7 @@ class CandidateSide:
         self.enter(request["task_dir"])
         self.target = resolve_device(request["device"])
         seconds: dict[str, float] = {}
-        if self.target.type == "cuda" and request.get("poisons", True):  # the baselines' process runs no trial
+        if self.target.type == "cuda" and not self.baselines:  # the baselines' process runs no trial
             from kernel_lsp.candidate.shared_fill import SharedPoison
 
             with stopwatch(seconds, "candidate: shared-memory fill loaded"):
@@ -176,7 +182,8 @@ class CandidateSide:
             from kernel_lsp.candidate.interpose import install_triton
 
             install_triton()  # before the candidate's import: what watches its launches is in place from the start
-        self.before = (timer_snapshot(), thread_idents(), torch_snapshot())
+        # what the candidate changes in this process (op_report); the baselines' process runs no candidate
+        self.before = None if self.baselines else (timer_snapshot(), thread_idents(), torch_snapshot())
         with stopwatch(seconds, "candidate: import"):
             module = self.module = load_module(request["candidate"], "kernel_lsp_candidate")
         with stopwatch(seconds, "candidate: model built"):

@@ -77,7 +77,7 @@ def load_baselines(judge: Judge, process: CandidateProcess, reference: str, refe
                   Integrity(device=judge.target.type), judge.hang)
     state = ref_model.state_dict()
     process.ask("load", candidate=str(Path(reference).resolve()), device=str(judge.target), task_dir=os.getcwd(),
-                model_class="Model", poisons=False, init=party.exchange.send(init_inputs(reference_module)),
+                model_class="Model", init=party.exchange.send(init_inputs(reference_module)),
                 weight_names=list(state), weights=party.exchange.send(list(state.values())))
     party.exchange.forget()
     return party

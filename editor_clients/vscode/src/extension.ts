@@ -23,6 +23,7 @@ import {
   IMPORT_PROFILE_COMMAND,
   ProfileFiles,
   WORKER_STATUS_COMMAND,
+  commandEndedMessage,
   documentCommandArguments,
   givenProfileFiles,
   importProfileArguments,
@@ -361,7 +362,9 @@ class KernelLspExtension {
     try {
       return await client.sendRequest(ExecuteCommandRequest.type, { command, arguments: args });
     } catch (error) {
-      void vscode.window.showErrorMessage(`kernel-lsp: ${command} failed: ${String(error)}`);
+      // a restart (the API key set, settings changed) stops the client first: its pending requests are cancelled
+      const ended = commandEndedMessage(command, error, this.client !== client);
+      void (ended.isError ? vscode.window.showErrorMessage(ended.text) : vscode.window.showInformationMessage(ended.text));
       return undefined;
     }
   }

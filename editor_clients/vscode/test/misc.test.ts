@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { ensureEditCapabilities } from "../src/pure/capabilities";
-import { IMPORT_PROFILE_COMMAND, givenProfileFiles, importProfileArguments } from "../src/pure/commands";
+import { IMPORT_PROFILE_COMMAND, commandEndedMessage, givenProfileFiles, importProfileArguments } from "../src/pure/commands";
 import { outcomeMessage } from "../src/pure/outcome";
 import { workerAddressProblem } from "../src/pure/workerAddress";
 
@@ -84,4 +84,14 @@ test("import arguments: one object, raw only when given; files a caller passes",
   assert.deepEqual(givenProfileFiles([{ details: "d.csv", raw: "" }]), { details: "d.csv" });
   assert.deepEqual(givenProfileFiles(["d.csv", "r.csv"]), { details: "d.csv", raw: "r.csv" });
   assert.deepEqual(givenProfileFiles(["file:///p/d.csv"]), { details: "file:///p/d.csv" });
+});
+
+test("a command cancelled by a server restart is said as stopped, not as failed", () => {
+  const cancelled = new Error('Request with id "12" is canceled');
+  const restarted = commandEndedMessage("kernel-lsp.verify", cancelled, true);
+  assert.equal(restarted.isError, false);
+  assert.match(restarted.text, /^kernel-lsp: kernel-lsp.verify stopped: the server restarted while it ran; run it again$/);
+  assert.doesNotMatch(restarted.text, /canceled|failed/);
+  const failed = commandEndedMessage("kernel-lsp.verify", cancelled, false);  // the same server: a real failure
+  assert.deepEqual(failed, { text: 'kernel-lsp: kernel-lsp.verify failed: Error: Request with id "12" is canceled', isError: true });
 });

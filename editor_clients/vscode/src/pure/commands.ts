@@ -20,6 +20,16 @@ export const EXTENSION_COMMANDS: readonly string[] = [
   "kernelLsp.clearAnthropicApiKey",
 ];
 
+/** What to tell the user when a server command's request ends in an error: where the server was stopped or
+ * restarted while it ran (the API key set, the settings changed), the request was cancelled with it, and that is
+ * said as such, with what to do, not as the command's failure ("Request with id 12 is canceled"). */
+export function commandEndedMessage(command: string, error: unknown, serverReplaced: boolean): { text: string; isError: boolean } {
+  if (serverReplaced) {
+    return { text: `kernel-lsp: ${command} stopped: the server restarted while it ran; run it again`, isError: false };
+  }
+  return { text: `kernel-lsp: ${command} failed: ${String(error)}`, isError: true };
+}
+
 /** The server command's arguments for the document at `uri` (as the server's URI converter writes it). */
 export function documentCommandArguments(uri: string): unknown[] {
   return [uri];
