@@ -42,6 +42,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 from kernel_lsp.candidate.integrity import changed_since, copied, input_snapshot, tensor_leaves
 from kernel_lsp.candidate.models import installed_file
+from kernel_lsp.contracts.candidate_replies import AblationReply
 
 
 
@@ -50,7 +51,7 @@ PASSES = {"nan": float("nan"), "finite": FINITE, "+inf": float("inf"), "-inf": f
 
 
 def ablate(model: Callable[..., Any], roots: list[Any], own_kernels: set[str], inputs: tuple,
-           others: tuple) -> dict[str, Any]:
+           others: tuple) -> AblationReply:
     """forward on `inputs` as it is, then per pass (NaN, FINITE, +Inf, -Inf) on `others` and on `inputs` with the results
     of the candidate's own code destroyed: whether the output changed in every pass (`changed_by` says per pass),
     what was intercepted, and the stock operators of the last run."""
@@ -73,8 +74,8 @@ def ablate(model: Callable[..., Any], roots: list[Any], own_kernels: set[str], i
         counts.append((ablation.launches, ablation.destroyed))
         names |= ablation.names
     # per forward, the fewest of the passes' (what one pass only saw is not reliably the candidate's work)
-    return {"changed": all(changed_by.values()), "changed_by": changed_by, "launches": min(c[0] for c in counts),
-            "destroyed": min(c[1] for c in counts), "names": sorted(names), "stock": stock.names}
+    return AblationReply(all(changed_by.values()), changed_by, min(c[0] for c in counts), min(c[1] for c in counts),
+                         sorted(names), stock.names)
 
 
 def destroy(tensor: torch.Tensor, value: float = float("nan")) -> None:

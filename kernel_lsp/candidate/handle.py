@@ -26,15 +26,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from kernel_lsp.process.confine import SIGNAL_SCOPE_ABI, landlock_abi
 from kernel_lsp.process.frames import read_frame, write_frame
 from kernel_lsp.process.isolation import (BUILD_CACHES, build_cache_root, candidate_environment, judge_build_root,
                                          with_package_on_path)
+from kernel_lsp.contracts.candidate_replies import ErrorReply, RunFailure
+from kernel_lsp.contracts.codec import ContractError, decode
 from kernel_lsp.contracts.keeper_report import KeeperEnd
 from kernel_lsp.process.keeper import KILL_WITHIN_S, KeeperLink, keeper_command, processes_isolation
 from kernel_lsp.process.namespaces import (TASK_DIR_ENV, SandboxPlan, isolation_status, make_readable, prepare_writable,
@@ -47,6 +49,8 @@ CLOSE_S = 5.0  # the process exits by itself when asked; past this it is killed
 KEEPER_START_S = 30.0
 PROFILING_PARAMS = "/proc/driver/nvidia/params"  # the driver's RmProfilingAdminOnly
 INHERITED_LIMITS = ("RLIMIT_FSIZE", "RLIMIT_DATA", "RLIMIT_AS")  # what a task sets in the sandbox child
+Reply = TypeVar("Reply")
+Said = Mapping[str, object]  # a reply as it came off the pipe: the candidate's word until decoded (decoded_reply)
 
 
 def candidate_launch(home: Path, caches: Path | None = None) -> tuple[dict[str, str], list[str]]:
@@ -153,11 +157,36 @@ def baseline_process(device: str, files: tuple[str, ...] = ()) -> Iterator[Basel
 
 
 class CandidateFailed(Exception):
-    """The candidate raised in its own process; `sandbox_failure` is how (the sandbox child reports it)."""
+    """The candidate raised in its own process, hung, or answered against the contract; `sandbox_failure` is how
+    (the sandbox child reports it)."""
 
-    def __init__(self, failure: dict[str, Any]) -> None:
-        super().__init__(failure.get("message", "the candidate failed"))
+    def __init__(self, failure: RunFailure) -> None:
+        super().__init__(failure.message or "the candidate failed")
         self.sandbox_failure = failure
+
+
+def decoded_reply(cls: type[Reply], op: str, reply: object) -> Reply:
+    """The candidate's process's reply to `op` as `cls` (contracts/candidate_replies.py). The candidate's code runs
+    in that process and can write any frame: a reply that breaks the contract is the candidate's failure of the
+    request (CandidateFailed, naming the contract and each bad key), never the judge's."""
+    try:
+        return decode(cls, reply)
+    except ContractError as exc:
+        raise CandidateFailed(broken_reply(op, str(exc))) from None
+
+
+def broken_reply(op: str, why: str) -> RunFailure:
+    return RunFailure("python-exception", f"the candidate's process answered {op!r} against its contract ({why})",
+                      "ContractError")
+
+
+def reply_failure(op: str, reply: Said) -> RunFailure:
+    """How a request failed, as its {"error": ...} reply says (a reply that breaks ErrorReply's contract is a
+    failure all the same, named so)."""
+    try:
+        return decode(ErrorReply, reply).error
+    except ContractError as exc:
+        return broken_reply(op, str(exc))
 
 
 @dataclass(frozen=True)
@@ -215,7 +244,7 @@ class CandidateProcess:
                 channel_end.close()
             self.link.started()
         self.confinement: dict[str, str] | None = None
-        self._pending_ready: dict[str, Any] | None = None  # the ready frame, when inherit_limits read it first
+        self._pending_ready: Said | None = None  # the ready frame, when inherit_limits read it first
         self.kept: KeeperEnd | None = None  # the keeper's last report, once closed (None: it was killed)
         self.wall_s: dict[str, float] = {}  # per op, the judge's clock from request to reply
 
@@ -258,8 +287,9 @@ class CandidateProcess:
             return False
         return reply is not None and "error" not in reply
 
-    def ask(self, op: str, limit: CallLimit | None = None, **fields: Any) -> dict[str, Any]:
-        """One request and its reply; raises CandidateFailed when the candidate raised, or hung past `limit`."""
+    def ask(self, op: str, limit: CallLimit | None = None, **fields: Any) -> Said:
+        """One request and its reply, a map not yet decoded (the caller decodes what it reads: decoded_reply);
+        raises CandidateFailed when the candidate raised, hung past `limit`, or answered no map."""
         self.ready()
         started = time.perf_counter()
         deadline = None if limit is None else time.monotonic() + limit.seconds
@@ -271,9 +301,13 @@ class CandidateProcess:
             reply = self._read(deadline)
         except TimeoutError:
             self._hung(limit)
+        except ValueError as exc:  # not msgpack: the candidate wrote on the pipe
+            raise CandidateFailed(broken_reply(op, f"not a msgpack frame: {exc}")) from None
         self.wall_s[op] = time.perf_counter() - started
+        if not isinstance(reply, Mapping):
+            raise CandidateFailed(broken_reply(op, f"expected a map, got {type(reply).__name__}"))
         if "error" in reply:
-            raise CandidateFailed(reply["error"])
+            raise CandidateFailed(reply_failure(op, reply))
         return reply
 
     def kill(self) -> None:
@@ -305,7 +339,7 @@ class CandidateProcess:
             except OSError:
                 pass
 
-    def _read(self, deadline: float | None) -> dict[str, Any]:
+    def _read(self, deadline: float | None) -> Said:
         reply = read_frame(self._replies, deadline)
         if reply is None:
             self._died()
@@ -314,9 +348,9 @@ class CandidateProcess:
     def _hung(self, limit: CallLimit) -> NoReturn:
         self.kill()
         self.process.wait()
-        raise CandidateFailed({"status": "timeout", "error_type": None, "frames": [],
-                               "message": f"{limit.what} did not return within {limit.seconds:.3g} s ({limit.why}): "
-                                          "the candidate hangs; its process and everything it started were killed"})
+        raise CandidateFailed(RunFailure("timeout", f"{limit.what} did not return within {limit.seconds:.3g} s "
+                                                    f"({limit.why}): the candidate hangs; its process and everything "
+                                                    "it started were killed"))
 
     def _died(self) -> NoReturn:
         """The candidate's process ended without answering: this process ends the same way."""

@@ -8,14 +8,16 @@ launched, times itself when asked, and says what it saw of its own process (torc
 threads left running). The judge treats each of those answers as the candidate's word: outputs are compared
 against the judge's own reference, timings are cross-checked against the judge's clock.
 
-Requests and replies are msgpack frames on two pipes (stdout and stderr belong to the candidate). A request
-that fails replies {"error": ...} with the exception's status, message and frames, which the judge reports as
-the candidate's own failure.
+Requests and replies are msgpack frames on two pipes (stdout and stderr belong to the candidate). The replies the
+judge decides on are contracts/candidate_replies.py's, each written once by `main` (`frame`) and decoded where it
+arrives in the judge. A request that fails replies {"error": ...} (ErrorReply: the exception's status, message
+and frames), which the judge reports as the candidate's own failure.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import importlib
 import os
@@ -28,6 +30,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
+from kernel_lsp.contracts.candidate_replies import (
+    AblationReply,
+    AgainReply,
+    ErrorReply,
+    ForwardReply,
+    KeptOutput,
+    LoadReply,
+    ProcessReport,
+    RecordedCall,
+    RecordedWindow,
+    Recording,
+    SettleReply,
+    TimedReport,
+    frame,
+)
 from kernel_lsp.process.failures import failure_parts
 from kernel_lsp.process.frames import read_frame, write_frame
 from kernel_lsp.process.confine import confine
@@ -57,8 +74,9 @@ def main(argv: list[str] | None = None) -> None:
         try:
             reply = getattr(side, f"op_{op}")(request)
         except BaseException as error:  # noqa: BLE001 - the candidate's failure, whatever it is, goes to the judge
-            reply = {"error": failure_parts(error)}
-        write_frame(options.replies_fd, reply)
+            reply = ErrorReply(failure_parts(error))
+        # a typed reply as its map; the untyped ones (call's entry value, the empty acknowledgements) as they are
+        write_frame(options.replies_fd, frame(reply) if dataclasses.is_dataclass(reply) else reply)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
@@ -163,7 +181,7 @@ class CandidateSide:
                 resource.setrlimit(which, (lowest(soft, hard), hard))
         return {}
 
-    def op_load(self, request: dict[str, Any]) -> dict[str, Any]:
+    def op_load(self, request: dict[str, Any]) -> LoadReply:
         from kernel_lsp.candidate.integrity import thread_idents, timer_snapshot, torch_snapshot
         from kernel_lsp.candidate.models import WEIGHTS_SEED, load_module, load_weights
         from kernel_lsp.candidate.timing import resolve_device
@@ -196,7 +214,7 @@ class CandidateSide:
             weights = load_weights(state, model)
             self.model = model.to(self.target).eval()
         gc.freeze()  # what exists now lives as long as this process: each run's collection skips it
-        return {"weights": weights, "seconds": seconds}
+        return LoadReply(weights, seconds)
 
     def op_compile(self, request: dict[str, Any]) -> dict[str, Any]:
         """The baselines' process: torch.compile of the loaded model, compiled here on the first timing input set
@@ -228,7 +246,7 @@ class CandidateSide:
         os.chdir(task_dir)
         sys.path.insert(0, task_dir)
 
-    def op_record(self, request: dict[str, Any]) -> dict[str, Any]:
+    def op_record(self, request: dict[str, Any]) -> Recording | dict[str, Any]:
         """Starts (on=True) or ends the recording session of the trials; at its end, what each run launched."""
         from kernel_lsp.candidate.kernels import RecordingSession
 
@@ -237,11 +255,11 @@ class CandidateSide:
             return {}
         session, self.session = self.session, None
         session.__exit__(None, None, None)
-        return {"how": session.how, "reason": session.reason,
-                "windows": [{"launches": [[k.name, k.stream, k.source, k.seconds] for k in w.launches],
-                             "current_stream": w.current_stream, "seconds": w.seconds} for w in session.windows]}
+        return Recording(session.how, session.reason,
+                         [RecordedWindow([(k.name, k.stream, k.source, k.seconds) for k in w.launches],
+                                         w.current_stream, w.seconds) for w in session.windows])
 
-    def op_forward(self, request: dict[str, Any]) -> dict[str, Any]:
+    def op_forward(self, request: dict[str, Any]) -> ForwardReply:
         """One run of forward on the judge's inputs (over freshly poisoned memory: the free device memory with the
         request's poison byte, then every SM's shared memory with its shared_poison byte, by default the same); its
         output, as returned. With own_copy, forward gets copies made in this process's memory (op_again then frees
@@ -277,10 +295,9 @@ class CandidateSide:
         self.started_threads = threads_started(threads, thread_idents())
         with stopwatch(seconds, "candidate: sending output"):
             sent = self.exchange.send(output)
-        return {"output": sent, "plain": plain(output), "threads": self.started_threads, "seconds": seconds,
-                "shared_fill": shared_fill, "poisoned_bytes": poisoned}
+        return ForwardReply(sent, plain(output), self.started_threads, seconds, shared_fill, poisoned)
 
-    def op_again(self, request: dict[str, Any]) -> dict[str, Any]:
+    def op_again(self, request: dict[str, Any]) -> AgainReply:
         """forward once more on new values in old places (integrity-stale-output): in the same tensor objects as
         the last run (how="objects": the judge already wrote the new values into its shared memory), or in the
         storage of the last run's own copies, freed and taken again by new tensors (how="storage")."""
@@ -301,10 +318,9 @@ class CandidateSide:
         if target.type == "cuda":
             torch.cuda.current_stream(target).synchronize()
         self.inputs, self.output = inputs, output
-        return {"output": self.exchange.send(output), "reused": reused,
-                "plain": plain(output)}
+        return AgainReply(self.exchange.send(output), plain(output), reused)
 
-    def op_ablate(self, request: dict[str, Any]) -> dict[str, Any]:
+    def op_ablate(self, request: dict[str, Any]) -> AblationReply:
         """forward as it is, then with every result of the candidate's own code destroyed as made
         (candidate/ablation.py): whether the output changed, and what made it."""
         from kernel_lsp.candidate.ablation import ablate
@@ -312,7 +328,7 @@ class CandidateSide:
         inputs, others = self.exchange.receive(request["inputs"]), self.exchange.receive(request["others"])
         return ablate(self.model, [self.module, self.model], set(request["own"]), inputs, others)
 
-    def op_settle(self, request: dict[str, Any]) -> dict[str, Any]:
+    def op_settle(self, request: dict[str, Any]) -> SettleReply:
         """Everything this process started has finished: the device synchronized, the run's threads joined
         (a while). On the CPU, and across the sandbox on CUDA, the output is sent again (the judge compares it
         with the first)."""
@@ -324,8 +340,8 @@ class CandidateSide:
         if self.target.type == "cuda":
             self.torch.cuda.synchronize(self.target)
             if self.exchange.channel is None:  # the judge maps this process's memory: it sees what changed
-                return {}
-        return {"output": self.exchange.send(self.output)}  # a copy crossed: what the output holds now
+                return SettleReply()
+        return SettleReply(self.exchange.send(self.output))  # a copy crossed: what the output holds now
 
     def op_release(self, request: dict[str, Any]) -> dict[str, Any]:
         """The last run's inputs and outputs are dropped; with return_memory, this process's cached memory (what
@@ -403,28 +419,27 @@ class CandidateSide:
             self.settle_device()
         return {}
 
-    def op_timed_report(self, request: dict[str, Any]) -> dict[str, Any]:
+    def op_timed_report(self, request: dict[str, Any]) -> TimedReport:
         """The timed calls' kept outputs (one per input set) and the recorded calls' launches."""
         watch = self.watch
         self.output = [output for _, output in watch.kept.values()]  # held until release, as forward's output
         self.timing_sets, self.batch_outputs, self.watch = [], [], None  # the timing is over
-        return {"kept": [{"set": set_index, "call": index, "output": self.exchange.send(output),
-                          "plain": plain(output)}
-                         for set_index, (index, output) in sorted(watch.kept.items())],
-                "recorded": [{"call": index, "how": session.how, "reason": session.reason,
-                              "launches": [[k.name, k.stream, k.source] for k in session.windows[0].launches],
-                              "current_stream": session.windows[0].current_stream}
-                             for index, session in watch.sessions],
-                "reused_output": watch.reused_output}
+        return TimedReport([KeptOutput(set_index, index, self.exchange.send(output), plain(output))
+                            for set_index, (index, output) in sorted(watch.kept.items())],
+                           [RecordedCall(index, session.how, session.reason,
+                                         [(k.name, k.stream, k.source) for k in session.windows[0].launches],
+                                         session.windows[0].current_stream)
+                            for index, session in watch.sessions],
+                           watch.reused_output)
 
-    def op_report(self, request: dict[str, Any]) -> dict[str, Any]:
+    def op_report(self, request: dict[str, Any]) -> ProcessReport:
         """What the candidate changed in this process since before its import."""
         from kernel_lsp.candidate.integrity import patched_timers, thread_idents, threads_started, timer_snapshot
         from kernel_lsp.candidate.integrity import torch_patches
 
         timers, threads, torch_state = self.before
-        return {"timers": patched_timers(timers, timer_snapshot()), "torch": torch_patches(torch_state),
-                "threads": threads_started(threads, thread_idents())}
+        return ProcessReport(patched_timers(timers, timer_snapshot()), torch_patches(torch_state),
+                             threads_started(threads, thread_idents()))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """One encode and one decode for the reports that cross a process boundary (contracts.verify_report,
 contracts.keeper_report, contracts.sanitize_report, contracts.profile_report, contracts.cute_dsl_report, a sandbox
-child's frames: contracts.sandbox_reply, the jobs' results' metrics: contracts.job_metrics, and a Ray actor's:
-contracts.actor_info), by cattrs: a received
+child's frames: contracts.sandbox_reply, the candidate's process's replies to the judge: contracts.candidate_replies,
+the jobs' results' metrics: contracts.job_metrics, and a Ray actor's: contracts.actor_info), by cattrs: a received
 dict becomes the typed report or a ContractError naming every key that is unknown, missing or of the wrong type; a
 typed report becomes the wire's dict (msgpack and JSON safe), under the wire's names."""
 
@@ -18,6 +18,7 @@ from cattrs.cols import homogenous_tuple_structure_factory, list_structure_facto
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from kernel_lsp.contracts.actor_info import ActorInfo
+from kernel_lsp.contracts.candidate_replies import SettleReply
 from kernel_lsp.contracts.cute_dsl_report import CuteDslReport
 from kernel_lsp.contracts.job_metrics import (
     BuildMetrics,
@@ -53,7 +54,8 @@ ABSENT_WHEN_NONE: dict[type, tuple[str, ...]] = {Timing: ("check_ms",), Timings:
                                                  KernelProfile: ("sass", "energy_mj_per_call"),
                                                  EnergyReading: ("average_power_w",),
                                                  ProfileIsolation: ("processes", "namespaces"),
-                                                 CuteDslMetrics: ("version", "isolation")}
+                                                 CuteDslMetrics: ("version", "isolation"),
+                                                 SettleReply: ("output",)}
 # groups of fields the wire leaves out when every one of them holds nothing, and carries together (null where one
 # is missing) otherwise: what one source gives (ncu's figures of a launch, a static profile's place, a GPU run's)
 ABSENT_TOGETHER: dict[type, tuple[tuple[str, ...], ...]] = {

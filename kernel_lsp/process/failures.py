@@ -1,5 +1,6 @@
 """How an exception ended a run in a child process: its status (compile-error, out-of-memory, cuda-error,
-disk-limit, python-exception), its message and its frames, as msgpack values the parent can report."""
+disk-limit, python-exception), its message and its frames: a contracts.candidate_replies.RunFailure the parent
+can report."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import subprocess
 import traceback
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+
+from kernel_lsp.contracts.candidate_replies import Frame, RunFailure
 
 OUT_OF_MEMORY_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory", "bad_alloc")
 CUDA_ERROR_MARKERS = ("cuda error", "illegal memory access", "misaligned address", "unspecified launch failure",
@@ -16,17 +18,14 @@ CUDA_ERROR_MARKERS = ("cuda error", "illegal memory access", "misaligned address
 BUILD_FAILURE_MARKER = "error building extension"
 COMPILER_OUTPUT_TAIL_CHARS = 8000
 
-Frame = tuple[str, int, str, str]  # file, line, function, source text
 
-
-def failure_parts(error: BaseException) -> dict[str, Any]:
-    """How an exception ended a run (status, message, error type, frames oldest first), as msgpack values;
-    the exception's frames are cleared (they may hold GiBs of the candidate's locals)."""
+def failure_parts(error: BaseException) -> RunFailure:
+    """How an exception ended a run (status, message, error type, frames oldest first); the exception's frames are
+    cleared (they may hold GiBs of the candidate's locals)."""
     frames = _exception_frames(error)
     traceback.clear_frames(error.__traceback__)
     status, cause = classify_exception(error)
-    return {"status": status, "message": _message(status, cause), "error_type": _type_name(cause),
-            "frames": [list(frame) for frame in frames]}
+    return RunFailure(status, _message(status, cause), _type_name(cause), frames)
 
 
 def classify_exception(error: BaseException) -> tuple[str, BaseException]:

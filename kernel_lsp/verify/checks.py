@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import gc
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple
 
 import torch
 
-from kernel_lsp.candidate.handle import CandidateFailed
+from kernel_lsp.candidate.handle import CandidateFailed, decoded_reply
 from kernel_lsp.candidate.integrity import POISON_BYTE, SECOND_POISON_BYTE, tensor_leaves
 from kernel_lsp.candidate.kernels import KernelLaunch, Window, WorkShare, launches_off_stream, operation_family
 from kernel_lsp.candidate.shared_fill import FILLED
+from kernel_lsp.contracts.candidate_replies import AblationReply, AgainReply, Launch, ProcessReport, TimedLaunch
 from kernel_lsp.contracts.keeper_report import KeeperEnd
 from kernel_lsp.contracts.verify_report import Comparison, Work
 from kernel_lsp.verify.compare import (
@@ -83,18 +84,12 @@ def reported_seconds(value: Any) -> float | None:
     return None
 
 
-def reported_window(item: Any) -> Window:
-    """A recorded window as the candidate's process reported it (op_record, op_record_call), checked field by field:
-    launches as [name, stream, source, seconds]."""
-    launches = []
-    for launch in item.get("launches", []) if isinstance(item, dict) else []:
-        if isinstance(launch, (list, tuple)) and len(launch) >= 3:
-            stream = launch[1] if isinstance(launch[1], int) and not isinstance(launch[1], bool) else None
-            launches.append(KernelLaunch(str(launch[0]), stream, str(launch[2]),
-                                         reported_seconds(launch[3] if len(launch) > 3 else None)))
-    stream = item.get("current_stream") if isinstance(item, dict) else None
-    return Window(launches, stream if isinstance(stream, int) and not isinstance(stream, bool) else None,
-                  reported_seconds(item.get("seconds")) if isinstance(item, dict) else None)
+def reported_window(launches: Sequence[Launch | TimedLaunch], current_stream: int | None,
+                    seconds: float | None = None) -> Window:
+    """A recorded window as the candidate's process reported it (op_record's windows, op_record_call's), decoded:
+    its durations kept only where they are plausible (reported_seconds)."""
+    return Window([KernelLaunch(name, stream, source, reported_seconds(said[0] if said else None))
+                   for name, stream, source, *said in launches], current_stream, reported_seconds(seconds))
 
 
 LIBRARY_WORK_SHARE = 0.05  # own kernels under this share of the time, with a library running the main operation
@@ -280,9 +275,9 @@ def which_memory(judge: Judge, inputs: tuple, first: CandidateRun, second: Candi
         third = run_candidate(judge, inputs, SECOND_POISON_BYTE, record=False, footprint=footprint,
                               shared_poison=POISON_BYTE)
     except CandidateFailed as exc:
-        if exc.sandbox_failure.get("status") == "timeout":
+        if exc.sandbox_failure.status == "timeout":
             raise  # its process was killed: nothing more can be asked of it (a hang, as in any other run)
-        why = (str(exc.sandbox_failure.get("message") or exc).strip().splitlines() or ["no message"])[0][:300]
+        why = (str(exc.sandbox_failure.message or exc).strip().splitlines() or ["no message"])[0][:300]
         return f"a third run, to tell which memory was read, failed ({why})"  # e.g. out of memory, three outputs held
     if judge.shared_fill != FILLED:
         return f"a third run, to tell which memory was read, could not fill shared memory ({judge.shared_fill})"
@@ -332,23 +327,23 @@ def check_output_from_kernel(judge: Judge, get_inputs: Callable[[], list], seed:
     inputs, others = (draw_inputs(get_inputs, seed + ABLATION_SEED + k, judge.target, "own") for k in (0, 1))
     with PHASES("output-from-kernel check"):
         # the plain run, then two a pass (other inputs, then the ablated run)
-        reply = judge.ask("ablate", runs=1 + 2 * len(ABLATION_PASSES), inputs=judge.exchange.send(inputs),
-                          others=judge.exchange.send(others), own=sorted(judge.own))
+        reply = decoded_reply(AblationReply, "ablate", judge.ask(
+            "ablate", runs=1 + 2 * len(ABLATION_PASSES), inputs=judge.exchange.send(inputs),
+            others=judge.exchange.send(others), own=sorted(judge.own)))
         release(judge)
-    ran = ", ".join(map(str, reply.get("names", [])[:3]))
-    judge.ablation_stock = [str(name) for name in reply.get("stock", [])][:100]
-    if not reply.get("launches"):
+    ran = ", ".join(reply.names[:3])
+    judge.ablation_stock = reply.stock[:100]
+    if not reply.launches:
         return None
-    made_by = ", ".join(str(name) for name in [*stock, *reply.get("stock", [])][:STOCK_OPS_LISTED]) or "none seen"
-    if not reply.get("destroyed"):
+    made_by = ", ".join([*stock, *reply.stock][:STOCK_OPS_LISTED]) or "none seen"
+    if not reply.destroyed:
         judge.integrity.reject("integrity-output-not-from-kernel",
-                             f"the candidate's own code ran ({ran}: {reply.get('launches')} launches or calls) but "
+                             f"the candidate's own code ran ({ran}: {reply.launches} launches or calls) but "
                              f"wrote nothing: stock operators made the output ({made_by})")
         return False
-    if reply.get("changed"):
+    if reply.changed:
         return True
-    by = reply.get("changed_by") or {}
-    unchanged = [name for name in ABLATION_PASSES if by.get(name) is False]
+    unchanged = [name for name in ABLATION_PASSES if reply.changed_by.get(name) is False]
     how = "overwritten"
     if unchanged and len(unchanged) < len(ABLATION_PASSES):  # only some values did not reach the output: say which
         how += " with " + "; or with ".join(ABLATION_PASSES[name] for name in unchanged)
@@ -401,18 +396,19 @@ def check_stale(judge: Judge, run: CandidateRun, values: tuple, ref_model: torch
                 given.copy_(value)
             if judge.target.type == "cuda":
                 torch.cuda.synchronize(judge.target)
-            reply = judge.ask("again", runs=1, how="objects")
+            said = judge.ask("again", runs=1, how="objects")
         else:
-            reply = judge.ask("again", runs=1, how="storage", inputs=judge.exchange.send(values))
-        output = judge.exchange.receive(reply["output"])
-        comparison = compare_candidate(expected, output, bool(reply["plain"]), judge.overrides)
+            said = judge.ask("again", runs=1, how="storage", inputs=judge.exchange.send(values))
+        reply = decoded_reply(AgainReply, "again", said)
+        output = judge.exchange.receive(reply.output)
+        comparison = compare_candidate(expected, output, reply.plain, judge.overrides)
         del output, expected
     if not comparison.ok:
         place = ("the same tensor objects, their values changed in place" if how == "objects" else
                  f"the same tensor objects, {SCATTERED_FRACTION:.1%} of their elements changed in place"
                  if how == "scattered" else
                  "new tensors in the storage of the last inputs, freed" +
-                 ("" if reply.get("reused") else " (the allocator gave other addresses this time)"))
+                 ("" if reply.reused else " (the allocator gave other addresses this time)"))
         judge.integrity.reject("integrity-stale-output", f"called again on {place}, forward returned a wrong answer "
                                                        f"(an answer kept from the earlier call?): {comparison.message}")
 
@@ -440,14 +436,14 @@ def note_processes_left(kept: KeeperEnd | None, integrity: Integrity) -> bool:
     return True
 
 
-def note_process_changes(seen: dict[str, list[str]], integrity: Integrity) -> None:
+def note_process_changes(seen: ProcessReport, integrity: Integrity) -> None:
     """What the candidate's process reports it changed in itself since before the candidate's import."""
-    if seen["timers"]:
+    if seen.timers:
         integrity.reject("integrity-timer-patched",
-                       f"the candidate replaced timing functions: {', '.join(seen['timers'])}")
-    patched = seen["torch"]
+                       f"the candidate replaced timing functions: {', '.join(seen.timers)}")
+    patched = seen.torch
     if patched:
         listed = ", ".join(patched[:TORCH_PATCHES_LISTED]) + (", ..." if len(patched) > TORCH_PATCHES_LISTED else "")
         integrity.reject("integrity-torch-patched", f"the candidate changed torch itself: {listed}")
-    if seen["threads"]:
-        integrity.reject("integrity-thread", f"the candidate started thread(s) still alive: {', '.join(seen['threads'])}")
+    if seen.threads:
+        integrity.reject("integrity-thread", f"the candidate started thread(s) still alive: {', '.join(seen.threads)}")

@@ -14,7 +14,8 @@ from typing import Any, NamedTuple
 import torch
 
 from kernel_lsp.candidate.exchange import Exchange
-from kernel_lsp.candidate.handle import CallLimit, CandidateProcess
+from kernel_lsp.candidate.handle import CallLimit, CandidateProcess, Said, decoded_reply
+from kernel_lsp.contracts.candidate_replies import ForwardReply, SettleReply
 from kernel_lsp.contracts.verify_report import IntegrityProblem
 from kernel_lsp.candidate.integrity import (
     as_bytes,
@@ -146,7 +147,7 @@ class Judge:
     allowed: tuple[str, ...] = ()  # kernels the problem allows besides its own
     ablation_stock: list[str] = field(default_factory=list)  # the ATen operators of the ablation's run (its word)
 
-    def ask(self, op: str, runs: int = 0, extra_s: float = 0.0, **fields: Any) -> dict[str, Any]:
+    def ask(self, op: str, runs: int = 0, extra_s: float = 0.0, **fields: Any) -> Said:
         """A request to the candidate's process that runs forward `runs` times, under its HangLimits."""
         reply = self.process.ask(op, self.hang.limit(op, runs, extra_s), **fields)
         if op == "forward":
@@ -160,7 +161,7 @@ CANDIDATE_PHASES = ("candidate: launch hooks installed", "candidate: import", "c
                     "candidate: returning memory", "candidate: sending output")
 
 
-def note_candidate_phases(seconds: Any) -> None:
+def note_candidate_phases(seconds: object) -> None:
     """The candidate's process says how its load and its runs were spent: only its known phases, as numbers,
     are added up (its word, shown to say where time went, never used to decide)."""
     if isinstance(seconds, dict):
@@ -194,27 +195,28 @@ def run_candidate(judge: Judge, inputs: tuple, poison: int, record: bool, own_co
     with PHASES("sending inputs"):
         sent, shared = judge.exchange.share(clone_inputs(inputs))  # on CUDA the candidate writes into this memory
     with PHASES("candidate runs"):
-        reply = judge.ask("forward", runs=1, inputs=sent, poison=poison, record=record, own_copy=own_copy,
+        reply = decoded_reply(ForwardReply, "forward", judge.ask(
+                          "forward", runs=1, inputs=sent, poison=poison, record=record, own_copy=own_copy,
                           poison_bytes=max(POISON_MIN_BYTES, POISON_FOOTPRINTS * footprint.total),
                           # across the sandbox the output crosses as copies (sent, then settled): room for them
                           reserve=JUDGE_FOOTPRINTS * footprint.total + (2 * footprint.output if copied else 0),
                           poison_floor=needed + POISON_MIN_BYTES if needed else 0,
-                          shared_poison=poison if shared_poison is None else shared_poison)
-        returned = judge.exchange.receive(reply["output"])
-    note_candidate_phases(reply.get("seconds"))
-    note_shared_fill(judge, reply.get("shared_fill"))
-    note_free_poison(judge, reply.get("poisoned_bytes"), needed)
+                          shared_poison=poison if shared_poison is None else shared_poison))
+        returned = judge.exchange.receive(reply.output)
+    note_candidate_phases(reply.seconds)
+    note_shared_fill(judge, reply.shared_fill)
+    note_free_poison(judge, reply.poisoned_bytes, needed)
     with PHASES("pending-work checks"):
         # a device copy where it fits, else a digest; a copy that crossed the sandbox is one already
         first = [(tensor_metadata(t), as_bytes(t)) for t in tensor_leaves(returned)] if copied \
             else input_snapshot(returned)
-        settled = judge.ask("settle", runs=1, join_s=THREAD_JOIN_S)
-        output = judge.exchange.receive(settled["output"]) if "output" in settled else returned
+        settled = decoded_reply(SettleReply, "settle", judge.ask("settle", runs=1, join_s=THREAD_JOIN_S))
+        output = judge.exchange.receive(settled.output) if settled.output is not None else returned
         pending = bool(changed_since(first, output))
         del first
         mutated = [index for index, (given, kept) in enumerate(zip(tensor_leaves(shared), tensor_leaves(inputs)))
                    if differs(given, kept)]
-    return CandidateRun(output, mutated, pending, list(reply["threads"]), bool(reply["plain"]), shared)
+    return CandidateRun(output, mutated, pending, list(reply.threads), reply.plain, shared)
 
 
 def note_free_poison(judge: Judge, poisoned: Any, needed: int) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from kernel_lsp.candidate.exchange import Packed
-from kernel_lsp.candidate.handle import BaselineFailed, CandidateFailed, CandidateProcess
+from kernel_lsp.candidate.handle import BaselineFailed, CandidateFailed, CandidateProcess, decoded_reply
 from kernel_lsp.candidate.integrity import copied, tensor_leaves
 from kernel_lsp.candidate.kernels import classify
 from kernel_lsp.candidate.timing import (
@@ -31,6 +31,7 @@ from kernel_lsp.candidate.timing import (
     speedup_interval,
     summarize,
 )
+from kernel_lsp.contracts.candidate_replies import KeptOutput, RecordedCall, TimedReport
 from kernel_lsp.contracts.verify_report import Floor as ReportFloor, GpuStates, Timing, Timings
 from kernel_lsp.verify.baselines import BaselineCache, gpu_state
 from kernel_lsp.verify.checks import compare_candidate, note_kernel_use, reported_window
@@ -346,7 +347,7 @@ def measured_with(judge: Judge, reference_module: Any, ref_model: torch.nn.Modul
                 if kind == "compile":  # compiled there now, not in its first batch
                     party.ask("compile", runs=1, extra_s=COMPILE_LIMIT_S)
         except CandidateFailed as exc:  # torch.compile fails on some models and machines: say why, keep eager
-            compile_error = f"{exc.sandbox_failure.get('error_type') or 'error'}: {first_line(exc).partition(': ')[2]}"
+            compile_error = f"{exc.sandbox_failure.error_type or 'error'}: {first_line(exc).partition(': ')[2]}"
             continue
         contenders.append(ProcessBatches(party, kind))
         contenders[-1].round_trip_ms = trip
@@ -380,10 +381,10 @@ def measured_with(judge: Judge, reference_module: Any, ref_model: torch.nn.Modul
                 del samples[kind], cached[kind]
             timed.run([c for c in contenders if c.kind == "candidate" or c.kind in stale], rounds)
     with PHASES("checking timed calls"):
-        reply = judge.ask("timed_report")
-        check_timed_outputs(judge, reply["kept"], sets, ref_model, timed.keeper.kept)
-        check_timed_kernels(judge, reply["recorded"][:TIMED_CALLS_RECORDED])
-        reused_output = reply.get("reused_output") is True  # its word, which only ever costs it time
+        reply = decoded_reply(TimedReport, "timed_report", judge.ask("timed_report"))
+        check_timed_outputs(judge, reply.kept, sets, ref_model, timed.keeper.kept)
+        check_timed_kernels(judge, reply.recorded[:TIMED_CALLS_RECORDED])
+        reused_output = reply.reused_output  # its word, which only ever costs it time
     release(judge)
     device = target.type
     judged = {c.kind: (cached[c.kind] if c.kind in cached
@@ -421,23 +422,23 @@ def within_interval(fresh_ms: float, cached: Timing) -> bool:
     return low * (1 - CACHE_SLACK) <= fresh_ms <= high * (1 + CACHE_SLACK)
 
 
-def check_timed_outputs(judge: Judge, kept: list[dict[str, Any]], sets: TimingSets, ref_model: torch.nn.Module,
+def check_timed_outputs(judge: Judge, kept: list[KeptOutput], sets: TimingSets, ref_model: torch.nn.Module,
                         asked: dict[int, tuple[int, int]]) -> None:
     """The outputs the candidate's process kept of its timed calls (one per input set, the call the judge chose
     after each batch) against the judge's reference output on the values that call got: integrity-timed-output."""
-    returned = {item.get("set"): item.get("call") for item in kept}
+    returned = {item.set: item.call for item in kept}
     wrong = [set_index for set_index, (call, _) in asked.items() if returned.get(set_index) != call]
     if wrong:
         judge.integrity.reject("integrity-timed-output", f"the candidate's process did not return the timed output the "
                                                        f"judge asked for, for {len(wrong)} of the {len(asked)} input "
                                                        f"sets")
     for item in kept:
-        set_index, call = item.get("set"), item.get("call")
-        if not isinstance(set_index, int) or set_index not in asked or asked[set_index][0] != call:
+        set_index, call = item.set, item.call
+        if set_index not in asked or asked[set_index][0] != call:
             continue
-        actual = judge.exchange.receive(item["output"])
+        actual = judge.exchange.receive(item.output)
         expected = run_reference(ref_model, sets.values(set_index, asked[set_index][1]))
-        comparison = compare_candidate(expected, actual, bool(item.get("plain")), judge.overrides)
+        comparison = compare_candidate(expected, actual, item.plain, judge.overrides)
         del expected, actual
         if not comparison.ok:
             judge.integrity.reject("integrity-timed-output",
@@ -445,13 +446,13 @@ def check_timed_outputs(judge: Judge, kept: list[dict[str, Any]], sets: TimingSe
                                  f"the checked calls: {comparison.message}")
 
 
-def check_timed_kernels(judge: Judge, recorded: list[dict[str, Any]]) -> None:
+def check_timed_kernels(judge: Judge, recorded: list[RecordedCall]) -> None:
     """What the recorded calls between the timed batches launched, judged like a trial's run (no custom kernel,
     other streams)."""
     for item in recorded:
-        if item.get("how") == "none":
+        if item.how == "none":
             continue  # nothing could observe launches here: the trials already said so
-        window = reported_window(item)
+        window = reported_window(item.launches, item.current_stream)
         note_kernel_use(judge.integrity, classify(window.launches, judge.own, judge.allowed), window,
                         "a call between the timed batches")
 

@@ -35,9 +35,10 @@ from typing import Any
 import torch
 
 from kernel_lsp.candidate.exchange import Exchange
-from kernel_lsp.candidate.handle import BaselineProcess, baseline_process, candidate_process
+from kernel_lsp.candidate.handle import BaselineProcess, baseline_process, candidate_process, decoded_reply
 from kernel_lsp.candidate.integrity import POISON_BYTE
 from kernel_lsp.candidate.kernels import Window, classify, own_kernel_names, work_share
+from kernel_lsp.contracts.candidate_replies import LoadReply, ProcessReport, Recording
 from kernel_lsp.contracts.options import VerifyOptions, from_config
 from kernel_lsp.contracts.codec import Wire, decode, encode
 from kernel_lsp.contracts.verify_report import Comparison, Correctness, Isolation, Kernels, Unavailable, VerifyReport
@@ -169,12 +170,12 @@ def judge_candidate(judge: Judge, reference: str, candidate: str, opts: VerifyOp
         isolation = decode(Isolation, judge.process.ready())
     with PHASES("candidate import and build"):
         state = ref_model.state_dict()
-        loaded = judge.process.ask("load", candidate=str(Path(candidate).resolve()), device=str(target),
-                                task_dir=os.getcwd(),
-                                init=judge.exchange.send(init_inputs(reference_module)), weight_names=list(state),
-                                weights=judge.exchange.send(list(state.values())))
+        loaded = decoded_reply(LoadReply, "load", judge.process.ask(
+            "load", candidate=str(Path(candidate).resolve()), device=str(target), task_dir=os.getcwd(),
+            init=judge.exchange.send(init_inputs(reference_module)), weight_names=list(state),
+            weights=judge.exchange.send(list(state.values()))))
         judge.exchange.forget()
-    note_candidate_phases(loaded.get("seconds"))
+    note_candidate_phases(loaded.seconds)
     # the baselines' process starts now, its imports overlapping the trials (a candidate that does not build
     # never costs one); it is killed at once if the candidate is not timed
     with (baseline_process(target.type, (reference,)) if timed_baselines(opts, target) else nullcontext()) as base:
@@ -188,7 +189,7 @@ def timed_baselines(opts: VerifyOptions, target: torch.device) -> bool:
 
 
 def trials_and_timing(judge: Judge, reference: str, reference_module: Any, ref_model: torch.nn.Module,
-                      distributions: list[str], loaded: dict[str, Any], isolation: Isolation, opts: VerifyOptions,
+                      distributions: list[str], loaded: LoadReply, isolation: Isolation, opts: VerifyOptions,
                       cache_dir: str | None, baselines_process: BaselineProcess | None) -> VerifyReport:
     """The trials, the checks that follow them and, for a candidate that passed them all, the timing."""
     target, integrity, trials, seed = judge.target, judge.integrity, opts.trials, opts.seed
@@ -196,14 +197,14 @@ def trials_and_timing(judge: Judge, reference: str, reference_module: Any, ref_m
     correctness, kernels = run_trials(judge, reference_module.get_inputs, ref_model, trials, seed, distributions,
                                       overrides, judge.own, opts.allowed_kernels)
     # the candidate's process's word, shown as said
-    correctness = replace(correctness, weights=str(loaded.get("weights")))
+    correctness = replace(correctness, weights=loaded.weights)
     if correctness.passed == trials and kernels.custom:
         kernels = replace(kernels, output_from_kernel=check_output_from_kernel(judge, reference_module.get_inputs,
                                                                                seed, kernels.stock),
                           work=check_library_work(judge, kernels.work, ref_model, draw_inputs(
                               reference_module.get_inputs, seed, target, distributions[0])))
     with PHASES("the candidate's process report"):
-        note_process_changes(judge.ask("report"), integrity)
+        note_process_changes(decoded_reply(ProcessReport, "report", judge.ask("report")), integrity)
     correct = correctness.passed == correctness.trials and not integrity.problems
     measured = None
     if correct and opts.timing:
@@ -257,16 +258,16 @@ def run_trials(judge: Judge, get_inputs: Callable[[], list], ref_model: torch.nn
         run.shared = ()  # the inputs' shared copy may take GiBs: only the trial's facts are kept
         release(judge)
         runs.append(run)
-    recorded = judge.ask("record", on=False)
-    windows = [reported_window(window) for window in recorded["windows"]]
-    how = recorded["how"] if len(windows) == len(runs) else "none"
+    recorded = decoded_reply(Recording, "record", judge.ask("record", on=False))
+    windows = [reported_window(w.launches, w.current_stream, w.seconds) for w in recorded.windows]
+    how = recorded.how if len(windows) == len(runs) else "none"
     custom: set[str] = set()
     stock: set[str] = set()
     for index, (run, window) in enumerate(zip(runs, windows + [Window()] * (len(runs) - len(windows)))):
         use = classify(window.launches, own, allowed)
         custom.update(use.custom)
         stock.update(use.stock)
-        note_run_integrity(run, window, use, index, integrity, how, recorded["reason"])
+        note_run_integrity(run, window, use, index, integrity, how, recorded.reason)
     share = work_share(windows, own, allowed) if how != "none" else None
     return (Correctness(trials, passed, used, worst, weights=""),
             Kernels(sorted(custom), sorted(stock), how, work_report(share)))

@@ -24,8 +24,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from kernel_lsp.contracts.candidate_replies import Frame, RunFailure
 from kernel_lsp.contracts.sandbox_reply import ChildReady, ChildReply, TracebackFrame, frame
-from kernel_lsp.process.failures import Frame, failure_parts
+from kernel_lsp.process.failures import failure_parts
 from kernel_lsp.process.frames import encode_frame, read_frame, write_all, write_frame
 
 REPORT_RESERVE_BYTES = 16 * 2**20
@@ -123,13 +124,9 @@ def describe_exception(error: BaseException, task_dir: str, origins: dict[str, s
     exception with a `sandbox_failure` (a failure in the candidate's own process, as failure_parts described
     it there) is reported as that failure."""
     reported = getattr(error, "sandbox_failure", None)
-    if isinstance(reported, dict):
-        frames = user_frames([tuple(said) for said in reported["frames"]], task_dir, origins)
-        return ChildReply(reported["status"], reported["message"], error_type=reported["error_type"],
-                          traceback=frames)
-    parts = failure_parts(error)
-    return ChildReply(parts["status"], parts["message"], error_type=parts["error_type"],
-                      traceback=user_frames(parts["frames"], task_dir, origins))
+    failure = reported if isinstance(reported, RunFailure) else failure_parts(error)
+    return ChildReply(failure.status, failure.message, error_type=failure.error_type,
+                      traceback=user_frames(failure.frames, task_dir, origins))
 
 
 def _prepare(task: dict[str, Any]) -> dict[str, Any]:

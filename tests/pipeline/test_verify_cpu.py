@@ -14,7 +14,7 @@ import pytest
 from kernel_lsp.contracts.codec import decode
 from kernel_lsp.contracts.verify_report import VerifyReport
 from kernel_lsp.verify.verdict import report_findings, summary
-from kernel_lsp.worker.sandbox import Sandbox, SandboxLimits, SandboxTask
+from kernel_lsp.worker.sandbox import Sandbox, SandboxLimits, SandboxRun, SandboxTask
 from tests.problems import (
     assert_not_tampered,
     caches_by_identity,
@@ -253,6 +253,22 @@ for module in (side, sys.modules["__main__"]):  # it runs as __main__ (python -m
     if hasattr(module, "CandidateSide"):
         module.CandidateSide.op_ping = _slow_ping
 """
+
+
+
+def forges_reply(op: str, reply: str) -> str:
+    """An honest candidate whose process answers the judge's `op` with a frame it forged (its own code runs there and
+    can replace any op_* of the side)."""
+    return HONEST + f'''
+import sys
+import kernel_lsp.candidate.side as side
+def _forged(self, request):
+    return {reply}
+for module in (side, sys.modules["__main__"]):  # it runs as __main__ (python -m kernel_lsp.candidate.side)
+    if hasattr(module, "CandidateSide"):
+        module.CandidateSide.op_{op} = _forged
+'''
+
 
 # one output buffer, written again by every call (as CUDA graphs do): each answer lasts until the next call
 REUSES_ONE_BUFFER = TRITON_RELU + SLOW_ROUND_TRIP + one_output_buffer("triton_relu(x, self.out)")
@@ -523,6 +539,13 @@ async def sandbox():
 
 async def verify(sandbox: Sandbox, cache_dir: Path, candidate: str, reference: str = RELU_PROBLEM,
                  trials: int = 4, baselines: tuple[str, ...] = ("eager",), calls: int = 5) -> dict:
+    outcome = await verify_run(sandbox, cache_dir, candidate, reference, trials, baselines, calls)
+    assert outcome.status == "ok", (outcome.message, outcome.stderr[-3000:])
+    return outcome.value
+
+
+async def verify_run(sandbox: Sandbox, cache_dir: Path, candidate: str, reference: str = RELU_PROBLEM,
+                     trials: int = 4, baselines: tuple[str, ...] = ("eager",), calls: int = 5) -> SandboxRun:
     files = {"cand.py": candidate, "reference/problem.py": reference}
     task = SandboxTask(entry="kernel_lsp.verify.run:verify_candidate", files=files,
                        origins={"cand.py": "/work/project/cand.py"},
@@ -530,9 +553,7 @@ async def verify(sandbox: Sandbox, cache_dir: Path, candidate: str, reference: s
                              "options": {"device": "cpu", "trials": trials, "timedCalls": calls, "warmup": 2,
                                          "baselines": list(baselines)},
                              "cache_dir": str(cache_dir), "files": files})
-    outcome = await sandbox.run(task, SandboxLimits(wall_time_s=300))
-    assert outcome.status == "ok", (outcome.message, outcome.stderr[-3000:])
-    return outcome.value
+    return await sandbox.run(task, SandboxLimits(wall_time_s=300))
 
 
 def codes(report: dict) -> list[str]:
@@ -695,6 +716,21 @@ async def test_patching_the_verifier_changes_nothing_in_the_judge(sandbox: Sandb
     report = await verify(sandbox, cache_dir, PATCHES_VERIFIER, trials=2)
     assert (report["verdict"], report["correctness"]["passed"]) == ("rejected", 0)
     assert report["correctness"]["worst"]["reason"] == "mismatch"
+
+
+@pytest.mark.parametrize(("op", "reply", "named"), [
+    ("report", '{"timers": "none", "torch": [], "threads": []}', "ProcessReport: .timers: expected an array"),
+    ("forward", '{"output": None, "plain": "yes", "threads": [], "verdict": "verified"}',
+     "ForwardReply: .plain: expected bool, got str 'yes'; report: unknown key(s) ['verdict']"),
+    ("report", '{"error": {"status": "ok", "message": "nothing failed"}}', "ErrorReply: .error.status: ok not in"),
+], ids=["report", "forward", "error-ok"])
+async def test_a_forged_reply_is_the_candidates_failure_never_the_judges(sandbox: Sandbox, cache_dir: Path, op: str,
+                                                                         reply: str, named: str):
+    outcome = await verify_run(sandbox, cache_dir, forges_reply(op, reply), trials=1)
+    # the run ends as the candidate's failure of that request, naming the contract and the key it broke
+    assert outcome.status == "python-exception", (outcome.status, outcome.message, outcome.stderr[-3000:])
+    assert f"the candidate's process answered {op!r} against its contract ({named}" in outcome.message, outcome.message
+    assert outcome.error_type == "ContractError"
 
 
 async def test_the_stated_time_is_the_judges_whatever_the_candidate_reports(sandbox: Sandbox, cache_dir: Path):

@@ -67,19 +67,19 @@ def run(ext, forward, **globals_) -> dict:
 
 def test_an_honest_extension_output_changes(ext):
     seen = run(ext, lambda m, self, x: m.ops.relu(x) * 2)
-    assert seen["changed"] and seen["destroyed"] >= 1 and seen["names"] == ["kl_ablation_relu.relu"]
+    assert seen.changed and seen.destroyed >= 1 and seen.names == ["kl_ablation_relu.relu"]
 
 
 def test_a_kept_buffer_written_with_the_same_values_each_call_still_counts(ext):
     def forward(m, self, x):
         m.ops.relu_out(x, self.out)
         return self.out
-    assert run(ext, forward)["changed"]
+    assert run(ext, forward).changed
 
 
 def test_a_function_bound_at_import_is_intercepted_too(ext):
     seen = run(ext, lambda m, self, x: m.relu(x), relu=ext.relu)
-    assert seen["changed"] and seen["launches"] == 1
+    assert seen.changed and seen.launches == 1
 
 
 @pytest.mark.parametrize("forward", [
@@ -89,8 +89,8 @@ def test_a_function_bound_at_import_is_intercepted_too(ext):
 ], ids=["scratch", "result-unused", "overwritten"])
 def test_a_decoys_output_stays_the_same(ext, forward):
     seen = run(ext, forward)
-    assert not seen["changed"] and seen["destroyed"] >= 1, seen
-    assert {"clamp", "maximum", "relu"} & set(seen["stock"]), seen["stock"]
+    assert not seen.changed and seen.destroyed >= 1, seen
+    assert {"clamp", "maximum", "relu"} & set(seen.stock), seen.stock
 
 
 @pytest.mark.parametrize("forward", [
@@ -99,8 +99,8 @@ def test_a_decoys_output_stays_the_same(ext, forward):
 ], ids=["times-zero", "clamp-bound"])
 def test_a_result_that_shows_only_through_nan_is_caught_by_the_finite_pass(ext, forward):
     seen = run(ext, forward)
-    assert seen["changed_by"] == {"nan": True, "finite": False, "+inf": True, "-inf": True}, seen
-    assert not seen["changed"]
+    assert seen.changed_by == {"nan": True, "finite": False, "+inf": True, "-inf": True}, seen
+    assert not seen.changed
 
 
 @pytest.mark.parametrize(("forward", "unchanged"), [
@@ -111,18 +111,18 @@ def test_a_result_that_bounds_the_output_from_one_side_is_caught_by_an_infinity(
     """A bound under every value (maximum(relu, k - 1000), k in [0, 0.5]): NaN and FINITE (234.5 then) cross it,
     -Inf does not; one over every value from a kernel that writes more than FINITE: +Inf does not cross it."""
     seen = run(ext, forward)
-    assert [name for name, changed in seen["changed_by"].items() if not changed] == [unchanged], seen
-    assert not seen["changed"]
+    assert [name for name, changed in seen.changed_by.items() if not changed] == [unchanged], seen
+    assert not seen.changed
 
 
 def test_an_honest_result_changes_in_every_pass(ext):
     seen = run(ext, lambda m, self, x: m.ops.relu(x))
-    assert seen["changed_by"] == {"nan": True, "finite": True, "+inf": True, "-inf": True} and seen["changed"], seen
+    assert seen.changed_by == {"nan": True, "finite": True, "+inf": True, "-inf": True} and seen.changed, seen
 
 
 def test_nothing_intercepted_is_said(ext):
     seen = run(ext, lambda m, self, x: x.clamp(min=0))  # no own code called at all: no verdict possible
-    assert seen["launches"] == seen["destroyed"] == 0
+    assert seen.launches == seen.destroyed == 0
 
 
 def test_destroy_changes_every_dtype():

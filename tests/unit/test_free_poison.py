@@ -121,6 +121,6 @@ def test_the_candidates_process_passes_the_floor_on_and_says_the_size(tmp_path: 
     sent = Exchange(tmp_path, "judge").send((torch.arange(4.0),))
     reply = host.op_forward({"inputs": sent, "poison": POISON_BYTE, "poison_bytes": 5, "reserve": 7,
                              "poison_floor": 3})
-    assert calls == [(POISON_BYTE, 5, 7, 3)] and reply["poisoned_bytes"] == 123 << 20
+    assert calls == [(POISON_BYTE, 5, 7, 3)] and reply.poisoned_bytes == 123 << 20
     host.op_forward({"inputs": sent, "poison": POISON_BYTE})  # a judge that sends no floor: none
     assert calls[-1] == (POISON_BYTE, None, 0, 0)

@@ -117,7 +117,7 @@ def test_a_candidate_that_fails_is_reported_as_its_own_failure(tmp_path: Path):
     with pytest.raises(CandidateFailed) as failed:
         measure_candidate(write(tmp_path, "cand.py", CANDIDATE + "\nraise RuntimeError('broken at import')\n"),
                           write(tmp_path, "ref.py", PROBLEM), device="cpu")
-    assert "broken at import" in failed.value.sandbox_failure["message"]
+    assert "broken at import" in failed.value.sandbox_failure.message
     with pytest.raises(CandidateFailed, match="defines no ModelNew"):
         measure_candidate(write(tmp_path, "none.py", PROBLEM), write(tmp_path, "ref.py", PROBLEM), device="cpu")
 

@@ -18,6 +18,7 @@ from kernel_lsp.profile.program import nvcc_path
 from kernel_lsp.verify import checks as verify_checks
 from kernel_lsp.candidate import shared_fill
 from kernel_lsp.candidate.handle import CandidateFailed
+from kernel_lsp.contracts.candidate_replies import RunFailure
 from kernel_lsp.candidate.exchange import Exchange
 from kernel_lsp.candidate.side import CandidateSide
 from kernel_lsp.candidate.integrity import POISON_BYTE, SECOND_POISON_BYTE
@@ -254,13 +255,13 @@ def test_the_candidates_process_fills_shared_memory_last_before_forward_and_says
     host.target, host.model = torch.device("cpu"), _Doubler(log)
     judge_end = Exchange(tmp_path, "judge")
     sent = judge_end.send((torch.arange(4.0),))
-    assert host.op_forward({"inputs": sent, "poison": POISON_BYTE})["shared_fill"] is None  # none made: no fill
+    assert host.op_forward({"inputs": sent, "poison": POISON_BYTE}).shared_fill is None  # none made: no fill
     host.shared_poison = shared_fill.SharedPoison(0, make=lambda index: _Filler(index, log))
     reply = host.op_forward({"inputs": sent, "poison": SECOND_POISON_BYTE, "own_copy": True})
     assert log == [("free", 0xFF), ("forward",), ("made", 0),  # the free memory, then shared memory, then forward
                    ("free", 0x3C), ("fill", 0x3C3C3C3C), ("forward",)]
-    assert reply["shared_fill"] == shared_fill.FILLED and "candidate: poisoning shared memory" in reply["seconds"]
-    assert judge_end.receive(reply["output"]).tolist() == [0.0, 2.0, 4.0, 6.0]
+    assert reply.shared_fill == shared_fill.FILLED and "candidate: poisoning shared memory" in reply.seconds
+    assert judge_end.receive(reply.output).tolist() == [0.0, 2.0, 4.0, 6.0]
     host.op_forward({"inputs": sent, "poison": SECOND_POISON_BYTE, "shared_poison": POISON_BYTE})  # a third run's
     assert log[-3:] == [("free", 0x3C), ("fill", 0xFFFFFFFF), ("forward",)]
 
@@ -326,7 +327,7 @@ def test_a_third_run_changing_only_shared_memory_says_which_memory_was_read(monk
 
 
 def test_a_third_run_that_fails_leaves_the_rejection_standing_unless_it_hung(monkeypatch):
-    failed = CandidateFailed({"status": "crash", "error_type": "OutOfMemoryError", "frames": []})
+    failed = CandidateFailed(RunFailure("out-of-memory", "", "OutOfMemoryError"))
     problem, asked = _rerun_problem(monkeypatch, shared_fill.FILLED, [[1.0] * 4, failed])
     assert len(asked) == 2 and "a third run, to tell which memory was read, failed" in problem.message
 
@@ -336,7 +337,7 @@ def test_a_third_run_that_fails_leaves_the_rejection_standing_unless_it_hung(mon
 
     problem, _ = _rerun_problem(monkeypatch, shared_fill.FILLED, [[1.0] * 4, unfilled])
     assert "could not fill shared memory (cuLaunchKernel" in problem.message  # no attribution on a third
-    hung = CandidateFailed({"status": "timeout", "error_type": None, "frames": [], "message": "did not return"})
+    hung = CandidateFailed(RunFailure("timeout", "did not return"))
     with pytest.raises(CandidateFailed):  # its process is gone: the hang is the verdict, as in any run
         _rerun_problem(monkeypatch, shared_fill.FILLED, [[1.0] * 4, hung])
 
