@@ -113,44 +113,38 @@ def counters_admin_only() -> bool:
         return False
 
 
-@contextlib.contextmanager
-def candidate_process(allow_network: bool, device: str, files: tuple[str, ...] = ()) -> Iterator[CandidateProcess]:
+def candidate_process(allow_network: bool, device: str,
+                      files: tuple[str, ...] = ()) -> contextlib.AbstractContextManager[CandidateProcess]:
     """The candidate's process for one task: the one this sandbox child started while it waited
     (candidate/prestart.py) if it suits, else a new one; closed and its scratch folder removed afterwards.
     For the CPU it runs Triton's interpreter (TRITON_INTERPRET=1), which Triton reads when it is imported: the
     process must start with it. `files`: the task's files it loads (their folders are readable in its sandbox,
     besides the task folder)."""
+    return _task_process(CandidateProcess, allow_network, device, files)
+
+
+def baseline_process(device: str, files: tuple[str, ...] = ()) -> contextlib.AbstractContextManager[BaselineProcess]:
+    """The baselines' process for one verification (verify/rounds.py measure), as candidate_process has it (taken
+    from prestart on a machine with a GPU only), never with the network; killed at once if it was never asked
+    anything (the candidate was not timed: it may still be importing torch)."""
+    return _task_process(BaselineProcess, False, device, files)
+
+
+@contextlib.contextmanager
+def _task_process(kind: type[CandidateProcess], allow_network: bool, device: str,
+                  files: tuple[str, ...]) -> Iterator[Any]:
     if device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
     prestart = sys.modules.get("kernel_lsp.candidate.prestart")  # imported only where the worker preloads it
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
     readable = task_folders(files)
-    process = prestart.take(allow_network, interpret, readable) if prestart is not None else None
+    process = prestart.take(allow_network, interpret, readable, kind.baselines) if prestart is not None else None
     if process is None:
-        process = CandidateProcess(Path(tempfile.mkdtemp(prefix="kernel-lsp-judge-")), allow_network, readable)
+        process = kind(Path(tempfile.mkdtemp(prefix=kind.scratch_prefix)), allow_network, readable)
     try:
         yield process
     finally:
-        process.close()
-        shutil.rmtree(process.scratch, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def baseline_process(device: str, files: tuple[str, ...] = ()) -> Iterator[BaselineProcess]:
-    """The baselines' process for one verification (verify/rounds.py measure): the one this sandbox child started
-    while it waited (candidate/prestart.py, on a machine with a GPU) if it suits, else a new one; closed and its
-    scratch folder removed afterwards, at once if it was never asked anything (it may still be importing torch)."""
-    if device == "cpu":
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-    prestart = sys.modules.get("kernel_lsp.candidate.prestart")  # imported only where the worker preloads it
-    readable = task_folders(files)
-    process = prestart.take_baselines(os.environ.get("TRITON_INTERPRET") == "1", readable) if prestart else None
-    if process is None:
-        process = BaselineProcess(Path(tempfile.mkdtemp(prefix="kernel-lsp-baselines-")), False, readable)
-    try:
-        yield process
-    finally:
-        if not process.wall_s:
+        if kind.baselines and not process.wall_s:
             process.kill()
         process.close()
         shutil.rmtree(process.scratch, ignore_errors=True)
@@ -204,6 +198,7 @@ class CandidateProcess:
     task's files (by default the sandbox child's task folder, TASK_DIR_ENV, else the current folder)."""
 
     baselines = False  # the baselines' process (BaselineProcess): side.py skips what only a candidate needs
+    scratch_prefix = "kernel-lsp-judge-"  # its scratch folder's, under the temporary folder
 
     def __init__(self, scratch: Path, allow_network: bool, readable: tuple[str, ...] | None = None) -> None:
         self.scratch = scratch  # the caller removes it once the process is closed
@@ -382,6 +377,7 @@ class BaselineProcess(CandidateProcess):
     not the candidate's: BaselineFailed, where the candidate's process would end the judge as it ended."""
 
     baselines = True
+    scratch_prefix = "kernel-lsp-baselines-"
 
     def caches(self) -> Path | None:
         return judge_build_root()

@@ -4,7 +4,7 @@ with a GPU, the baselines' process too (candidate/handle.py BaselineProcess: wit
 verifications that time a candidate, not paid by every child).
 
 It is started with the network refused (the default); a task that allows the network, or a process that died
-while waiting, gets a fresh one (verify/run.py asks `take`, verify/rounds.py's caller `take_baselines`).
+while waiting, gets a fresh one (candidate/handle.py asks `take`).
 """
 
 from __future__ import annotations
@@ -24,29 +24,17 @@ NO_GPU = not nvidia_device_present()
 if NO_GPU:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-_waiting: CandidateProcess | None = CandidateProcess(Path(tempfile.mkdtemp(prefix="kernel-lsp-judge-")),
-                                                     allow_network=False)
-_waiting_baselines: BaselineProcess | None = None if NO_GPU else BaselineProcess(
-    Path(tempfile.mkdtemp(prefix="kernel-lsp-baselines-")), allow_network=False)
+_waiting: dict[bool, CandidateProcess] = {  # baselines' or not -> the process started while waiting
+    kind.baselines: kind(Path(tempfile.mkdtemp(prefix=kind.scratch_prefix)), allow_network=False)
+    for kind in (CandidateProcess, *(() if NO_GPU else (BaselineProcess,)))}
 
 
-def take(allow_network: bool, interpret: bool, readable: tuple[str, ...] = ()) -> CandidateProcess | None:
-    """The process started while waiting, if it suits the task (network, Triton's interpreter, the task's files
-    within what its sandbox reads) and still lives, under the task's file size and memory limits; at most once."""
-    global _waiting
-    waiting, _waiting = _waiting, None
-    return _suited(waiting, allow_network, interpret, readable)
-
-
-def take_baselines(interpret: bool, readable: tuple[str, ...] = ()) -> BaselineProcess | None:
-    """The baselines' process started while waiting, as `take` has it (the baselines never get the network)."""
-    global _waiting_baselines
-    waiting, _waiting_baselines = _waiting_baselines, None
-    return _suited(waiting, False, interpret, readable)
-
-
-def _suited(waiting: CandidateProcess | None, allow_network: bool, interpret: bool,
-            readable: tuple[str, ...]) -> CandidateProcess | None:
+def take(allow_network: bool, interpret: bool, readable: tuple[str, ...] = (),
+         baselines: bool = False) -> CandidateProcess | None:
+    """The process started while waiting (the candidate's, or with `baselines` the baselines'), if it suits the
+    task (network, Triton's interpreter, the task's files within what its sandbox reads) and still lives, under the
+    task's file size and memory limits; at most once."""
+    waiting = _waiting.pop(baselines, None)
     if waiting is None:
         return None
     suits = not allow_network and waiting.interpret == interpret and waiting.reads(readable)
@@ -59,11 +47,8 @@ def _suited(waiting: CandidateProcess | None, allow_network: bool, interpret: bo
 def discard() -> None:
     """Ends the processes at once if no task took them (the sandbox child calls this before it exits), so that
     they write nothing more into the child's scratch folder while that is being removed."""
-    global _waiting, _waiting_baselines
-    for waiting in (_waiting, _waiting_baselines):
-        if waiting is not None:
-            _end(waiting)
-    _waiting = _waiting_baselines = None
+    while _waiting:
+        _end(_waiting.popitem()[1])
 
 
 def _end(waiting: CandidateProcess) -> None:

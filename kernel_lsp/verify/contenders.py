@@ -4,10 +4,8 @@ Each contender's batch is one request to its process, on the judge's clock aroun
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -15,7 +13,7 @@ import torch
 from kernel_lsp.candidate.exchange import Exchange
 from kernel_lsp.candidate.handle import CandidateProcess
 from kernel_lsp.verify.judge import Integrity, Judge
-from kernel_lsp.verify.reference import init_inputs
+from kernel_lsp.verify.reference import load_in
 
 ROUND_TRIPS = 5  # pings to a contender's process; their median is its round trip
 COMPILE_LIMIT_S = 600.0  # torch.compile of the reference in the baselines' process, besides its hang limit
@@ -72,12 +70,8 @@ def round_trip(party: Judge) -> float:
 def load_baselines(judge: Judge, process: CandidateProcess, reference: str, reference_module: Any,
                    ref_model: torch.nn.Module) -> Judge:
     """The baselines' process, loaded: the reference's Model built there as the candidate's process builds its
-    ModelNew (the same init inputs, the judge's weights), under the judge's hang limits."""
+    ModelNew (reference.load_in), under the judge's hang limits."""
     party = Judge(process, Exchange(process.exchange_folder, "judge", process.channel), judge.target,
                   Integrity(device=judge.target.type), judge.hang)
-    state = ref_model.state_dict()
-    process.ask("load", candidate=str(Path(reference).resolve()), device=str(judge.target), task_dir=os.getcwd(),
-                model_class="Model", init=party.exchange.send(init_inputs(reference_module)),
-                weight_names=list(state), weights=party.exchange.send(list(state.values())))
-    party.exchange.forget()
+    load_in(party, reference, reference_module, ref_model, "Model")
     return party

@@ -3,6 +3,7 @@ distribution (own, normal, scaled), its outputs, and which distributions it acce
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -10,11 +11,13 @@ from typing import Any
 
 import torch
 
+from kernel_lsp.candidate.handle import decoded_reply
 from kernel_lsp.candidate.integrity import tensor_leaves
 from kernel_lsp.candidate.models import WEIGHTS_SEED, load_module
 from kernel_lsp.candidate.timing import make_input_sets, resolve_device
+from kernel_lsp.contracts.candidate_replies import LoadReply
 from kernel_lsp.contracts.verify_report import DeviceFacts
-from kernel_lsp.verify.judge import PHASES, ReferenceFailed
+from kernel_lsp.verify.judge import PHASES, Judge, ReferenceFailed
 
 DISTRIBUTIONS = ("own", "normal", "scaled")
 SCALE = 16.0  # "scaled" inputs: the problem's own values times this, so magnitudes outside [0, 1) are covered
@@ -35,6 +38,20 @@ def choose_device(device: str) -> torch.device | str:
 
 def init_inputs(module: Any) -> list:
     return list(module.get_init_inputs()) if hasattr(module, "get_init_inputs") else []
+
+
+def load_in(party: Judge, path: str, reference_module: Any, ref_model: torch.nn.Module,
+            model_class: str = "ModelNew") -> LoadReply:
+    """`model_class` of the file at `path` built in `party`'s process (the candidate's ModelNew; in the baselines'
+    process, the reference's Model) as the judge built the reference: the same init inputs, the judge's weights;
+    what that process says of its load (its word)."""
+    state = ref_model.state_dict()
+    reply = party.process.ask("load", candidate=str(Path(path).resolve()), device=str(party.target),
+                              task_dir=os.getcwd(), model_class=model_class,
+                              init=party.exchange.send(init_inputs(reference_module)), weight_names=list(state),
+                              weights=party.exchange.send(list(state.values())))
+    party.exchange.forget()
+    return decoded_reply(LoadReply, "load", reply)
 
 
 def build_reference(path: str, target: torch.device) -> tuple[Any, torch.nn.Module]:

@@ -318,16 +318,16 @@ def measured_with(judge: Judge, reference_module: Any, ref_model: torch.nn.Modul
     if "compile" in baselines and target.type == "cpu":
         skipped["compile"] = COMPILE_ON_THE_CPU
     kinds = [kind for kind in baselines if kind not in skipped]
-    party = None
-    if kinds:
+    party, why = None, failed or (None if baselines_process else "no baselines' process was started")
+    if kinds and why is None:
         try:
             with PHASES("timing: the baselines' process"):
-                if baselines_process is None:
-                    raise BaselineFailed(failed or "no baselines' process was started")
                 party = load_baselines(judge, baselines_process, reference, reference_module, ref_model)
         except (BaselineFailed, CandidateFailed) as exc:
-            skipped.update({kind: f"not timed: {exc}" for kind in kinds})
-            kinds = []
+            why = str(exc)
+    if kinds and why is not None:
+        skipped.update({kind: f"not timed: {why}" for kind in kinds})
+        kinds = []
     with PHASES("timing input sets"):
         fit = timing_sets_that_fit(make_input_sets(get_inputs, 1, seed + TIMING_SEED, str(target))[0], target,
                                    output_bytes, 2 if party else 1)
@@ -360,8 +360,9 @@ def measured_with(judge: Judge, reference_module: Any, ref_model: torch.nn.Modul
     rounds = rounds_for(calls, batch, batch_ms + sum(per_call[c.kind] * batch for c in contenders[1:]))
     cache = BaselineCache(cache_dir) if cache_dir is not None else None
     key = cache.key(reference_text, device_name(target), torch.__version__,
-                    {"protocol": JUDGE_CLOCK, "baselines": "own process", "calls": calls, "batch": batch, "warmup": warmup, "seed": seed,
-                     "sets": sets.count, "shapes": input_signature(sets.views[0])}) if cache else ""
+                    {"protocol": JUDGE_CLOCK, "baselines": "own process", "calls": calls, "batch": batch,
+                     "warmup": warmup, "seed": seed, "sets": sets.count, "shapes": input_signature(sets.views[0])}
+                    ) if cache else ""
     cached = {c.kind: Timing(**stored) for c in contenders[1:]
               if cache and (stored := cache.get(key, c.kind)) is not None and stored.get("clock") == JUDGE_CLOCK}
     chosen = set(random.Random(int.from_bytes(os.urandom(8), "little")).sample(range(1, rounds + 1),

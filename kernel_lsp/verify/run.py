@@ -24,7 +24,6 @@ keeper and is integrity-process-left.
 from __future__ import annotations
 
 import gc
-import os
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -82,7 +81,7 @@ from kernel_lsp.verify.reference import (
     choose_device,
     device_facts,
     draw_inputs,
-    init_inputs,
+    load_in,
     run_reference,
 )
 from kernel_lsp.verify.rounds import measure
@@ -169,12 +168,7 @@ def judge_candidate(judge: Judge, reference: str, candidate: str, opts: VerifyOp
     with PHASES("waiting for the candidate's process"):
         isolation = decode(Isolation, judge.process.ready())
     with PHASES("candidate import and build"):
-        state = ref_model.state_dict()
-        loaded = decoded_reply(LoadReply, "load", judge.process.ask(
-            "load", candidate=str(Path(candidate).resolve()), device=str(target), task_dir=os.getcwd(),
-            init=judge.exchange.send(init_inputs(reference_module)), weight_names=list(state),
-            weights=judge.exchange.send(list(state.values()))))
-        judge.exchange.forget()
+        loaded = load_in(judge, candidate, reference_module, ref_model)
     note_candidate_phases(loaded.seconds)
     # the baselines' process starts now, its imports overlapping the trials (a candidate that does not build
     # never costs one); it is killed at once if the candidate is not timed

@@ -126,7 +126,7 @@ WORKER_PACKAGES = {"cutlass": "pip install 'kernel-lsp[cute-dsl]' (nvidia-cutlas
 _NO_MODULE = re.compile(r"No module named '(?P<name>[\w.]+)'")
 
 
-_MODULE_NOT_FOUND = re.compile(r"ModuleNotFoundError: No module named '(?P<name>[\w.]+)'")
+_MODULE_NOT_FOUND = re.compile("ModuleNotFoundError: " + _NO_MODULE.pattern)  # in a traceback's text
 
 
 def missing_package(ran: SandboxRun) -> str | None:
